@@ -1,0 +1,1 @@
+"""Benchmarks behind ``kvoffload bench``: each module has ``add_arguments`` and ``run -> dict``."""

@@ -1,0 +1,56 @@
+"""The ``kvoffload`` command: one subcommand per module of ``kvoffload.commands``.
+
+Each command module defines ``add_parser(subparsers)``, which registers its parser and sets
+``func`` (``args -> exit status``). Modules are imported here, but each imports its heavy
+dependencies (torch, the checkers) only when it runs, so ``kvoffload --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+COMMAND_MODULES: tuple[str, ...] = (
+    "simulate",
+    "bench",
+    "tla",
+    "explore",
+    "mutants",
+    "trace",
+    "diagram",
+    "replay",
+)
+
+
+class CommandError(Exception):
+    """A user-facing error: printed as one line, exit status 2, no traceback."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kvoffload",
+        description="KV-cache offloading with a declared, model-checked request lifecycle.",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        module = importlib.import_module(f"kvoffload.commands.{name}")
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except CommandError as error:
+        print(f"kvoffload {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

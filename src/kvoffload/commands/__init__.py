@@ -1,0 +1,1 @@
+"""Subcommands of the ``kvoffload`` command line, one module each (see ``kvoffload.cli``)."""
