@@ -1,0 +1,596 @@
+"""The scheduler side of the connector: drives every request's offload lifecycle.
+
+vLLM-shaped, so an engine adapter is thin. Per engine step the engine calls, in this order:
+``get_num_new_matched_tokens`` / ``update_state_after_alloc`` while it admits requests,
+``build_connector_meta`` once with its decisions, runs the worker with the metadata, then
+``update_connector_output`` with the worker's job outcomes; ``request_finished`` whenever a request
+finishes or is aborted; ``reset_cache`` between steps.
+
+Ordering rules (DESIGN.md), each enforced here by the declared lifecycle:
+
+1. ``request_finished`` only *records* the finish (trigger ``finish``). The manager hears
+   ``on_request_finished`` inside ``build_connector_meta``, after that step's store jobs (the
+   request's final ones included) were built (trigger ``signal``): the reference crash, a
+   ``prepare_store`` for a request the manager already dropped, cannot happen.
+2. A request's state is dropped (``clean``) only once signaled and with no job in flight; a
+   preempted request is re-admitted (``resume``) only once its flushed stores reported.
+3. Inside ``build_connector_meta``: update request states -> flushes for preempted requests and
+   reused fenced blocks -> build store jobs (final ones included) and hand out the loads prepared
+   during admission -> signal finished requests -> clean the drained.
+4. A GPU block read by an in-flight store is fenced: if the engine hands it to new work, the store
+   is flushed (the worker waits for it) before anything else runs in that step.
+5. ``reset_cache`` makes every in-flight job stale (flushed next step, its completion counted and
+   ignored apart from unpinning its CPU blocks); the manager is reset once they drained, and until
+   then lookups miss and nothing new is stored.
+
+Sans-IO and deterministic: no threads, clocks, randomness or I/O; job ids count up from 1.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from kvoffload.offload.errors import LifecycleViolation
+from kvoffload.offload.manager import CPUOffloadingManager
+from kvoffload.offload.types import (
+    ConnectorMetadata,
+    ConnectorUpdate,
+    EngineRequest,
+    JobId,
+    OffloadConfig,
+    OffloadEvent,
+    OffloadKey,
+    RequestId,
+    SchedulerOutput,
+    TransferJob,
+    WorkerOutput,
+)
+from kvoffload.spec.invariants import JobView, ManagerEntryView, RequestView, SystemSnapshot
+from kvoffload.spec.lifecycle import (
+    FINISHED_PENDING_STORE,
+    LOADING,
+    NO_JOBS_IN_FLIGHT,
+    PREEMPTED,
+    REQUEST_LIFECYCLE,
+    RUNNING,
+    SIGNALED,
+    WAITING,
+)
+from kvoffload.statemachine.runtime import DeclaredMachine
+
+
+@dataclass(slots=True, eq=False)
+class RequestTracker:
+    """The scheduler's per-request record; ``state`` is only ever changed by the lifecycle."""
+
+    request_id: RequestId
+    request: EngineRequest
+    state: str = WAITING
+    # Tokens whose KV is in GPU memory at the start of the next step.
+    num_computed_tokens: int = 0
+    gpu_block_ids: list[int] = field(default_factory=list)
+    # Store cursor: chunks [0, stored_chunks) were offered to prepare_store (or given up).
+    stored_chunks: int = 0
+    load_job: JobId | None = None
+    store_jobs: set[JobId] = field(default_factory=set)
+    # From the last lookup: where the loadable range starts and how many chunks hit.
+    lookup_start_chunk: int = 0
+    lookup_hit_chunks: int = 0
+    local_computed_tokens: int = 0
+    # True when request_finished told the engine to keep the GPU blocks until we release them.
+    holds_gpu_blocks: bool = False
+    signals: int = 0
+
+
+@dataclass
+class SchedulerStats:
+    """Counters since construction."""
+
+    lookups: int = 0
+    hit_tokens: int = 0
+    loads: int = 0
+    loaded_chunks: int = 0
+    load_failures: int = 0
+    stores: int = 0
+    stored_chunks: int = 0
+    store_failures: int = 0
+    store_allocation_failures: int = 0
+    flushes: int = 0
+    fence_flushes: int = 0
+    deferred_lookups: int = 0
+    stale_completions: int = 0
+    resets: int = 0
+    finished: int = 0
+    cleaned: int = 0
+
+
+def _no_jobs_in_flight(tracker: RequestTracker) -> bool:
+    return tracker.load_job is None and not tracker.store_jobs
+
+
+def request_machine() -> DeclaredMachine:
+    """A runtime for REQUEST_LIFECYCLE with the scheduler's guard implementations."""
+    return DeclaredMachine(REQUEST_LIFECYCLE, guards={NO_JOBS_IN_FLIGHT: _no_jobs_in_flight})
+
+
+class UnknownJob(ValueError):
+    """A worker reported a job the scheduler never handed out, or one already completed."""
+
+
+class OffloadingScheduler:
+    """Decides which chunks are stored, which are loaded back, and when a request is forgotten."""
+
+    def __init__(
+        self,
+        config: OffloadConfig,
+        manager: CPUOffloadingManager | None = None,
+        lifecycle: DeclaredMachine | None = None,
+    ) -> None:
+        self.config = config
+        self.manager = manager if manager is not None else CPUOffloadingManager(config.num_cpu_blocks, config.policy)
+        self.lifecycle = lifecycle if lifecycle is not None else request_machine()
+        self.step = 0
+        self.stats = SchedulerStats()
+        self._chunk_tokens = config.chunk_tokens
+        self._bpc = config.blocks_per_chunk
+        self._trackers: dict[RequestId, RequestTracker] = {}
+        self._jobs: dict[JobId, TransferJob] = {}
+        self._stale_jobs: dict[JobId, TransferJob] = {}
+        self._next_job_id = 1
+        self._pending_loads: list[TransferJob] = []
+        self._pending_flush: dict[JobId, None] = {}
+        self._flushed: set[JobId] = set()
+        self._finished_pending: dict[RequestId, RequestTracker] = {}
+        self._released: list[RequestId] = []
+        self._loaded: list[RequestId] = []
+        self._load_failed: list[RequestId] = []
+        # GPU block -> store jobs still reading it.
+        self._fence: dict[int, set[JobId]] = {}
+        # Keys being loaded right now, so a second request waits for the first load instead of
+        # loading the same chunks twice (it then finds them in the GPU prefix cache).
+        self._keys_loading: Counter[OffloadKey] = Counter()
+        self._reset_pending = False
+
+    # ------------------------------------------------------------------ admission
+    def get_num_new_matched_tokens(self, request: EngineRequest, num_computed_tokens: int) -> tuple[int | None, bool]:
+        """Tokens beyond ``num_computed_tokens`` that can be loaded from CPU, and whether the load
+        is asynchronous. ``(None, False)`` asks the engine to try again next step: the request's
+        flushed stores are still draining, or its chunks are being loaded by another request."""
+        request_id = request.request_id
+        tracker = self._trackers.get(request_id)
+        if tracker is None:
+            self.manager.on_new_request(request_id)
+            tracker = RequestTracker(request_id, request)
+            self._trackers[request_id] = tracker
+        elif tracker.state == PREEMPTED:
+            if not self.lifecycle.can_fire(tracker, "resume"):
+                self.stats.deferred_lookups += 1
+                return None, False
+            self.lifecycle.fire(tracker, "resume")
+        elif tracker.state != WAITING:
+            raise LifecycleViolation(
+                "LookupOnlyWhenWaiting", request_id, "get_num_new_matched_tokens", tracker.state,
+                "a lookup is only issued for a waiting or preempted request",
+            )
+        if num_computed_tokens < 0 or num_computed_tokens > request.num_tokens:
+            raise ValueError(
+                f"get_num_new_matched_tokens for request {request_id!r}: num_computed_tokens="
+                f"{num_computed_tokens} outside [0, {request.num_tokens}]"
+            )
+        tracker.request = request
+        tracker.local_computed_tokens = num_computed_tokens
+        tracker.lookup_hit_chunks = 0
+        self.stats.lookups += 1
+        if self._reset_pending or num_computed_tokens % self._chunk_tokens:
+            return 0, False
+        start = num_computed_tokens // self._chunk_tokens
+        tracker.lookup_start_chunk = start
+        # At least one token is left for the engine to compute, so it has logits to sample from.
+        last = min(len(request.block_hashes) // self._bpc, (request.num_tokens - 1) // self._chunk_tokens)
+        keys = self._keys(request, start, last)
+        if not keys:
+            return 0, False
+        hits = self.manager.lookup(request_id, keys)
+        if not hits:
+            return 0, False
+        hit_keys = keys[:hits]
+        if any(key in self._keys_loading for key in hit_keys):
+            self.stats.deferred_lookups += 1
+            return None, False
+        self.manager.touch(request_id, hit_keys)
+        tracker.lookup_hit_chunks = hits
+        return hits * self._chunk_tokens, True
+
+    def update_state_after_alloc(
+        self, request: EngineRequest, block_ids: Sequence[int], num_external_tokens: int
+    ) -> None:
+        """The engine allocated ``block_ids`` (all the request's GPU blocks) and will load
+        ``num_external_tokens`` (0 or what the lookup offered) from CPU."""
+        tracker = self._tracker(request.request_id, "update_state_after_alloc")
+        self._fence_check(block_ids)
+        if tracker.state == RUNNING:
+            tracker.gpu_block_ids = list(block_ids)
+            return
+        if tracker.state != WAITING:
+            raise LifecycleViolation(
+                "AllocOnlyWhenWaiting", tracker.request_id, "update_state_after_alloc", tracker.state,
+                "GPU blocks are allocated to a waiting request or a running one after its load",
+            )
+        offered = tracker.lookup_hit_chunks * self._chunk_tokens
+        if num_external_tokens < 0 or num_external_tokens > offered or num_external_tokens % self._chunk_tokens:
+            raise ValueError(
+                f"update_state_after_alloc for request {tracker.request_id!r}: num_external_tokens="
+                f"{num_external_tokens} must be a multiple of {self._chunk_tokens} in [0, {offered}]"
+            )
+        start = tracker.lookup_start_chunk
+        chunks = num_external_tokens // self._chunk_tokens
+        needed_blocks = (start + chunks) * self._bpc
+        if len(block_ids) < needed_blocks:
+            raise ValueError(
+                f"update_state_after_alloc for request {tracker.request_id!r}: {len(block_ids)} GPU "
+                f"blocks cannot hold {start + chunks} chunks of {self._bpc} blocks"
+            )
+        tracker.gpu_block_ids = list(block_ids)
+        if not chunks:
+            tracker.num_computed_tokens = tracker.local_computed_tokens
+            tracker.stored_chunks = 0
+            self.lifecycle.fire(tracker, "schedule")
+            return
+        keys = self._keys(tracker.request, start, start + chunks)
+        cpu_block_ids = self.manager.prepare_load(tracker.request_id, keys)
+        job = self._new_job(
+            tracker, "load", keys, tuple(block_ids[start * self._bpc : needed_blocks]), cpu_block_ids
+        )
+        tracker.load_job = job.job_id
+        self._pending_loads.append(job)
+        self._keys_loading.update(keys)
+        tracker.num_computed_tokens = (start + chunks) * self._chunk_tokens
+        tracker.stored_chunks = start + chunks
+        self.stats.loads += 1
+        self.stats.loaded_chunks += chunks
+        self.stats.hit_tokens += num_external_tokens
+        self.lifecycle.fire(tracker, "load")
+
+    # ------------------------------------------------------------------ finish
+    def request_finished(self, request: EngineRequest, block_ids: Sequence[int]) -> bool:
+        """Record that the request finished or was aborted; ``block_ids`` are its GPU blocks.
+
+        Returns True when the engine must keep those blocks until ``update_connector_output``
+        lists the request as released (its final stores or its load still use them)."""
+        tracker = self._tracker(request.request_id, "request_finished")
+        was = tracker.state
+        self.lifecycle.fire(tracker, "finish")
+        self.stats.finished += 1
+        if was == PREEMPTED:
+            tracker.gpu_block_ids = []
+        elif was in (RUNNING, WAITING):
+            tracker.gpu_block_ids = list(block_ids)
+        in_use = tracker.load_job is not None or tracker.store_jobs or self._chunks_to_store(tracker)
+        tracker.holds_gpu_blocks = bool(in_use)
+        if not tracker.holds_gpu_blocks:
+            tracker.gpu_block_ids = []
+        self._finished_pending[tracker.request_id] = tracker
+        return tracker.holds_gpu_blocks
+
+    # ------------------------------------------------------------------ per step
+    def build_connector_meta(self, scheduler_output: SchedulerOutput) -> ConnectorMetadata:
+        """Turn the engine's decisions for this step into the worker's metadata."""
+        self.step += 1
+        for request_id in scheduler_output.preempted:
+            self._preempt(self._tracker(request_id, "build_connector_meta(preempted)"))
+        for request_id, block_ids in scheduler_output.new_block_ids.items():
+            self._tracker(request_id, "build_connector_meta(new_block_ids)").gpu_block_ids.extend(block_ids)
+            self._fence_check(block_ids)
+        flush = tuple(self._pending_flush)
+        self._pending_flush.clear()
+        self._flushed.update(flush)
+        self.stats.flushes += len(flush)
+
+        stores: list[TransferJob] = []
+        chunk_tokens = self._chunk_tokens
+        for request_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
+            tracker = self._trackers.get(request_id)
+            if tracker is None:
+                raise LifecycleViolation(
+                    "KnownRequest", request_id, "build_connector_meta", "unknown",
+                    "scheduled without get_num_new_matched_tokens",
+                )
+            if tracker.state != RUNNING:
+                # After reset_cache a running request is tracked as waiting; being scheduled again
+                # makes it running. Any other state is an engine bug, which fire() reports.
+                self.lifecycle.fire(tracker, "schedule")
+            if not self._reset_pending and tracker.num_computed_tokens >= (tracker.stored_chunks + 1) * chunk_tokens:
+                self._build_stores(tracker, stores, final=False)
+            tracker.num_computed_tokens += num_tokens
+
+        loads = tuple(self._pending_loads)
+        self._pending_loads.clear()
+        for tracker in list(self._finished_pending.values()):
+            if not self._reset_pending:
+                self._build_stores(tracker, stores, final=True)
+            self._signal(tracker)
+        self._finished_pending.clear()
+        return ConnectorMetadata(self.step, flush, tuple(stores), loads)
+
+    def update_connector_output(self, worker_output: WorkerOutput) -> ConnectorUpdate:
+        """Apply the worker's job outcomes; returns what the engine must act on."""
+        completed = dict(worker_output.completed)
+        for job_id in completed:
+            if job_id not in self._jobs and job_id not in self._stale_jobs:
+                state = "already completed" if 0 < job_id < self._next_job_id else "never issued"
+                raise UnknownJob(f"worker reported job {job_id}, which was {state}; nothing was applied")
+        for job_id, ok in completed.items():
+            self._complete(job_id, bool(ok))
+        if self._reset_pending and not self._stale_jobs:
+            self._finish_reset()
+        update = ConnectorUpdate(tuple(self._loaded), tuple(self._load_failed), tuple(self._released))
+        self._loaded.clear()
+        self._load_failed.clear()
+        self._released.clear()
+        return update
+
+    # ------------------------------------------------------------------ reset
+    def reset_cache(self) -> tuple[RequestId, ...]:
+        """Forget everything offloaded. Returns the requests whose load was cancelled: the engine
+        must recompute those tokens. In-flight jobs become stale and are flushed next step."""
+        self.stats.resets += 1
+        cancelled_loads: list[RequestId] = []
+        for tracker in list(self._trackers.values()):
+            for job_id in self._detach_jobs(tracker):
+                self._stale_jobs[job_id] = self._jobs.pop(job_id)
+                self._pending_flush[job_id] = None
+            if tracker.state == LOADING:
+                cancelled_loads.append(tracker.request_id)
+            if tracker.state in (WAITING, LOADING, RUNNING, PREEMPTED):
+                if tracker.state == LOADING:
+                    tracker.num_computed_tokens = tracker.local_computed_tokens
+                self.lifecycle.fire(tracker, "reset")
+                tracker.stored_chunks = 0
+                continue
+            if tracker.state == FINISHED_PENDING_STORE:
+                self._signal(tracker)
+            elif tracker.state == SIGNALED:
+                self._clean(tracker)
+        self._finished_pending.clear()
+        self._pending_loads = [job for job in self._pending_loads if job.job_id not in self._stale_jobs]
+        if self._stale_jobs:
+            self._reset_pending = True
+        else:
+            self._finish_reset()
+        return tuple(cancelled_loads)
+
+    def _finish_reset(self) -> None:
+        self._reset_pending = False
+        self.manager.reset_cache()
+
+    # ------------------------------------------------------------------ internals
+    def _tracker(self, request_id: RequestId, call: str) -> RequestTracker:
+        tracker = self._trackers.get(request_id)
+        if tracker is None:
+            raise LifecycleViolation(
+                "KnownRequest", request_id, call, "unknown",
+                "the scheduler does not track this request (never looked up, or already cleaned)",
+            )
+        return tracker
+
+    def _keys(self, request: EngineRequest, first_chunk: int, end_chunk: int) -> list[OffloadKey]:
+        hashes = request.block_hashes
+        bpc = self._bpc
+        return [hashes[(chunk + 1) * bpc - 1] for chunk in range(first_chunk, end_chunk)]
+
+    def _storable_chunks(self, tracker: RequestTracker) -> int:
+        return min(
+            tracker.num_computed_tokens // self._chunk_tokens,
+            len(tracker.request.block_hashes) // self._bpc,
+            len(tracker.gpu_block_ids) // self._bpc,
+        )
+
+    def _chunks_to_store(self, tracker: RequestTracker) -> int:
+        return max(0, self._storable_chunks(tracker) - tracker.stored_chunks)
+
+    def _new_job(
+        self,
+        tracker: RequestTracker,
+        kind: str,
+        keys: Sequence[OffloadKey],
+        gpu_block_ids: tuple[int, ...],
+        cpu_block_ids: tuple[int, ...],
+    ) -> TransferJob:
+        job = TransferJob(self._next_job_id, tracker.request_id, kind, tuple(keys), gpu_block_ids, cpu_block_ids)  # type: ignore[arg-type]
+        self._next_job_id += 1
+        self._jobs[job.job_id] = job
+        return job
+
+    def _build_stores(self, tracker: RequestTracker, out: list[TransferJob], final: bool) -> None:
+        first = tracker.stored_chunks
+        end = self._storable_chunks(tracker)
+        if end <= first:
+            return
+        request = tracker.request
+        keys = self._keys(request, first, end)
+        parent = request.block_hashes[first * self._bpc - 1] if first else None
+        plan = self.manager.prepare_store(tracker.request_id, keys, parent)
+        if plan is None:
+            self.stats.store_allocation_failures += 1
+            if final:
+                # Nothing will free blocks for a finished request's sake: give its chunks up.
+                tracker.stored_chunks = end
+            return
+        tracker.stored_chunks = end
+        if not plan.keys_to_store:
+            return
+        chunk_of = {key: first + offset for offset, key in enumerate(keys)}
+        bpc = self._bpc
+        blocks = tracker.gpu_block_ids
+        gpu_block_ids = tuple(
+            block for key in plan.keys_to_store for block in blocks[chunk_of[key] * bpc : (chunk_of[key] + 1) * bpc]
+        )
+        job = self._new_job(tracker, "store", plan.keys_to_store, gpu_block_ids, plan.cpu_block_ids)
+        tracker.store_jobs.add(job.job_id)
+        for block in gpu_block_ids:
+            self._fence.setdefault(block, set()).add(job.job_id)
+        self.stats.stores += 1
+        self.stats.stored_chunks += len(plan.keys_to_store)
+        out.append(job)
+
+    def _fence_check(self, block_ids: Iterable[int]) -> None:
+        fence = self._fence
+        if not fence:
+            return
+        for block in block_ids:
+            readers = fence.get(block)
+            if readers:
+                for job_id in readers:
+                    if job_id not in self._flushed and job_id not in self._pending_flush:
+                        self._pending_flush[job_id] = None
+                        self.stats.fence_flushes += 1
+
+    def _preempt(self, tracker: RequestTracker) -> None:
+        if tracker.state == WAITING:
+            # Only after reset_cache: tracked as waiting, nothing in flight, nothing to undo.
+            tracker.gpu_block_ids = []
+            tracker.num_computed_tokens = 0
+            return
+        self.lifecycle.fire(tracker, "preempt")
+        for job_id in sorted(tracker.store_jobs):
+            if job_id not in self._flushed:
+                self._pending_flush[job_id] = None
+        tracker.gpu_block_ids = []
+        tracker.num_computed_tokens = 0
+
+    def _signal(self, tracker: RequestTracker) -> None:
+        self.lifecycle.fire(tracker, "signal")
+        tracker.signals += 1
+        self.manager.on_request_finished(tracker.request_id)
+        if self.lifecycle.can_fire(tracker, "clean"):
+            self._clean(tracker)
+
+    def _clean(self, tracker: RequestTracker) -> None:
+        self.lifecycle.fire(tracker, "clean")
+        del self._trackers[tracker.request_id]
+        self.stats.cleaned += 1
+        if tracker.holds_gpu_blocks:
+            self._released.append(tracker.request_id)
+
+    def _detach_jobs(self, tracker: RequestTracker) -> list[JobId]:
+        jobs = sorted(tracker.store_jobs)
+        if tracker.load_job is not None:
+            jobs.append(tracker.load_job)
+        tracker.store_jobs = set()
+        tracker.load_job = None
+        return jobs
+
+    def _complete(self, job_id: JobId, ok: bool) -> None:
+        self._flushed.discard(job_id)
+        stale = job_id in self._stale_jobs
+        job = self._stale_jobs.pop(job_id) if stale else self._jobs.pop(job_id)
+        if job.kind == "load":
+            self.manager.complete_load(job.request_id, job.keys)
+            self._keys_loading.subtract(job.keys)
+            self._keys_loading += Counter()  # drop keys whose count reached zero
+        else:
+            # A stale store may have written into a block that reset_cache is about to forget:
+            # report it failed so the manager frees it either way.
+            self.manager.complete_store(job.request_id, job.keys, ok and not stale)
+            for block in job.gpu_block_ids:
+                readers = self._fence.get(block)
+                if readers is not None:
+                    readers.discard(job_id)
+                    if not readers:
+                        del self._fence[block]
+        if stale:
+            self.stats.stale_completions += 1
+            return
+        tracker = self._trackers[job.request_id]
+        if job.kind == "load":
+            tracker.load_job = None
+            if tracker.state == LOADING:
+                self.lifecycle.fire(tracker, "load_done")
+            if ok:
+                self._loaded.append(job.request_id)
+            else:
+                self.stats.load_failures += 1
+                tracker.num_computed_tokens = tracker.local_computed_tokens
+                tracker.stored_chunks = tracker.lookup_start_chunk
+                self._load_failed.append(job.request_id)
+        else:
+            tracker.store_jobs.discard(job_id)
+            if not ok:
+                self.stats.store_failures += 1
+        if tracker.state == SIGNALED and self.lifecycle.can_fire(tracker, "clean"):
+            self._clean(tracker)
+
+    # ------------------------------------------------------------------ introspection
+    def take_events(self) -> list[OffloadEvent]:
+        """CPU-tier changes (stored / removed keys) since the last call."""
+        return self.manager.take_events()
+
+    def has_pending_work(self) -> bool:
+        """True while any request is tracked or any job or flush is outstanding."""
+        return bool(self._trackers or self._jobs or self._stale_jobs or self._pending_flush or self._pending_loads)
+
+    def is_tracked(self, request_id: RequestId) -> bool:
+        return request_id in self._trackers
+
+    def tracker(self, request_id: RequestId) -> RequestTracker:
+        """The live record of a tracked request (read it; do not change it)."""
+        return self._tracker(request_id, "tracker")
+
+    @property
+    def trackers(self) -> dict[RequestId, RequestTracker]:
+        return self._trackers
+
+    @property
+    def jobs_in_flight(self) -> dict[JobId, TransferJob]:
+        return {**self._jobs, **self._stale_jobs}
+
+    def leaks(self) -> list[str]:
+        """What is left that should not be, once the engine has no request left."""
+        found = [f"request {rid!r} still tracked in state {t.state}" for rid, t in self._trackers.items()]
+        found += [f"job {job_id} still in flight" for job_id in self.jobs_in_flight]
+        if self._fence:
+            found.append(f"{len(self._fence)} GPU block(s) still fenced")
+        if +self._keys_loading:
+            found.append(f"{len(+self._keys_loading)} key(s) still marked as loading")
+        if self._pending_flush or self._pending_loads:
+            found.append("flushes or loads never handed to the worker")
+        return found
+
+    def snapshot(self, gpu_writes_under_store: Sequence[str] = ()) -> SystemSnapshot:
+        """The state the invariants of kvoffload.spec read."""
+        manager = self.manager
+        requests = tuple(
+            RequestView(
+                t.request_id,
+                t.state,
+                t.load_job,
+                frozenset(t.store_jobs),
+                self._chunks_to_store(t),
+                t.signals,
+                manager.is_known(t.request_id),
+            )
+            for t in self._trackers.values()
+        )
+        jobs = tuple(
+            JobView(j.job_id, j.request_id, j.kind, j.keys, j.cpu_block_ids, j.gpu_block_ids, stale=stale)
+            for stale, table in ((False, self._jobs), (True, self._stale_jobs))
+            for j in table.values()
+        )
+        entries = {}
+        for key in manager.resident_keys:
+            entry = manager.entry(key)
+            assert entry is not None
+            entries[key] = ManagerEntryView(entry.block_id, entry.ref_cnt, entry.write_pending)
+        return SystemSnapshot(
+            requests=requests,
+            jobs=jobs,
+            manager_entries=entries,
+            manager_free_blocks=tuple(manager._free),
+            manager_requests_in_flight=frozenset(manager.requests_in_flight()),
+            num_cpu_blocks=manager.num_blocks,
+            manager_leaks=tuple(manager.leaks()),
+            scheduler_leaks=tuple(self.leaks()),
+            gpu_writes_under_store=tuple(gpu_writes_under_store),
+        )

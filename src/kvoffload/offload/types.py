@@ -1,0 +1,158 @@
+"""Plain data shared by the scheduler, the manager, the worker and the engine adapter.
+
+A *chunk* is ``blocks_per_chunk`` consecutive GPU blocks of one request; it is the unit of
+offloading, and one CPU block holds one chunk. A chunk's key is the chained block hash of its last
+GPU block, so equal keys mean equal token prefixes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+OffloadKey = int
+JobId = int
+RequestId = str
+JobKind = Literal["load", "store"]
+
+
+class EngineRequest(Protocol):
+    """What the scheduler reads of an engine request (vLLM's ``Request`` has these)."""
+
+    @property
+    def request_id(self) -> RequestId: ...
+
+    @property
+    def block_hashes(self) -> Sequence[int]:
+        """One chained hash per *full* GPU block of the request's tokens so far."""
+        ...
+
+    @property
+    def num_tokens(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class OffloadConfig:
+    """Sizes of the offloading tier.
+
+    ``gpu_block_size`` tokens per GPU block; ``blocks_per_chunk`` GPU blocks per CPU block;
+    ``num_cpu_blocks`` CPU blocks (chunks) in the pool; ``policy`` the eviction policy's name.
+    """
+
+    gpu_block_size: int = 16
+    blocks_per_chunk: int = 1
+    num_cpu_blocks: int = 1024
+    policy: str = "lru"
+
+    def __post_init__(self) -> None:
+        for name in ("gpu_block_size", "blocks_per_chunk", "num_cpu_blocks"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"OffloadConfig.{name} must be a positive integer, got {value!r}")
+
+    @classmethod
+    def from_block_sizes(
+        cls, gpu_block_size: int, offloaded_block_size: int, num_cpu_blocks: int, policy: str = "lru"
+    ) -> OffloadConfig:
+        """Build from token counts, as engines configure it: the offloaded (CPU) block size must be
+        a whole number of GPU blocks."""
+        if gpu_block_size < 1 or offloaded_block_size < 1:
+            raise ValueError(
+                f"block sizes must be positive (gpu_block_size={gpu_block_size}, "
+                f"offloaded_block_size={offloaded_block_size})"
+            )
+        if offloaded_block_size % gpu_block_size:
+            raise ValueError(
+                f"offloaded_block_size={offloaded_block_size} is not a multiple of "
+                f"gpu_block_size={gpu_block_size}: a CPU block must hold whole GPU blocks"
+            )
+        return cls(gpu_block_size, offloaded_block_size // gpu_block_size, num_cpu_blocks, policy)
+
+    @property
+    def chunk_tokens(self) -> int:
+        return self.gpu_block_size * self.blocks_per_chunk
+
+
+@dataclass(frozen=True, slots=True)
+class TransferJob:
+    """One batched copy of whole chunks: ``gpu_block_ids[i]`` <-> sub-block ``i`` of the chunks.
+
+    ``cpu_block_ids`` are manager CPU blocks (one per chunk); the GPU side lists
+    ``blocks_per_chunk`` GPU blocks per chunk, in order.
+    """
+
+    job_id: JobId
+    request_id: RequestId
+    kind: JobKind
+    keys: tuple[OffloadKey, ...]
+    gpu_block_ids: tuple[int, ...]
+    cpu_block_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ConnectorMetadata:
+    """What the scheduler tells the worker for one engine step, in the worker's order:
+    wait for ``flush`` jobs, then submit ``stores``, then ``loads``."""
+
+    step: int
+    flush: tuple[JobId, ...] = ()
+    stores: tuple[TransferJob, ...] = ()
+    loads: tuple[TransferJob, ...] = ()
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.flush or self.stores or self.loads)
+
+
+@dataclass(frozen=True)
+class WorkerOutput:
+    """Job outcomes reported by the worker: ``{job_id: True (done) | False (failed)}``."""
+
+    completed: Mapping[JobId, bool] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SchedulerOutput:
+    """The engine's decisions for one step, as the connector needs them.
+
+    ``num_scheduled_tokens``: tokens each running request computes this step;
+    ``new_block_ids``: GPU blocks newly allocated this step to requests already running;
+    ``preempted``: requests whose GPU blocks the engine took back this step.
+    """
+
+    num_scheduled_tokens: Mapping[RequestId, int] = field(default_factory=dict)
+    new_block_ids: Mapping[RequestId, Sequence[int]] = field(default_factory=dict)
+    preempted: Sequence[RequestId] = ()
+
+
+@dataclass(frozen=True)
+class ConnectorUpdate:
+    """What ``update_connector_output`` tells the engine back.
+
+    ``loaded``: requests whose load finished (their external tokens are in GPU memory);
+    ``load_failed``: requests whose load failed: the engine must recompute those tokens;
+    ``released``: finished requests whose GPU blocks the engine may now free (their stores drained).
+    """
+
+    loaded: tuple[RequestId, ...] = ()
+    load_failed: tuple[RequestId, ...] = ()
+    released: tuple[RequestId, ...] = ()
+
+
+@dataclass(frozen=True)
+class StorePlan:
+    """The manager's answer to ``prepare_store``: which keys to write, where, and what it evicted."""
+
+    keys_to_store: tuple[OffloadKey, ...]
+    cpu_block_ids: tuple[int, ...]
+    evicted_keys: tuple[OffloadKey, ...]
+
+
+@dataclass(frozen=True)
+class OffloadEvent:
+    """A change of the CPU tier, for KV-cache event consumers (routers, metrics)."""
+
+    keys: tuple[OffloadKey, ...]
+    removed: bool
+    medium: str = "CPU"

@@ -1,0 +1,82 @@
+"""A seeded multi-turn chat workload: each user's next turn extends its previous prompt and answer.
+
+That is the traffic offloading exists for: by the time a user's next turn arrives, the GPU prefix
+cache has usually evicted the conversation, and the CPU tier serves it instead of recomputing.
+All users share a system prompt, so concurrent requests also share a prefix.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from kvoffload.sim.engine import Engine
+from kvoffload.sim.request import SimRequest
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    users: int = 24
+    turns: int = 4
+    system_prompt_tokens: int = 64
+    message_tokens: tuple[int, int] = (24, 96)
+    output_tokens: tuple[int, int] = (8, 48)
+    think_steps: tuple[int, int] = (5, 40)
+    arrival_spread_steps: int = 60
+    seed: int = 0
+
+
+@dataclass
+class _User:
+    history: list[int] = field(default_factory=list)
+    turns_left: int = 0
+    due_step: int = 0
+    active: str | None = None
+
+
+class MultiTurnWorkload:
+    """Feeds an :class:`Engine` step by step; ``done`` once every user finished every turn."""
+
+    def __init__(self, config: WorkloadConfig) -> None:
+        self.config = config
+        self.rng = random.Random(config.seed)
+        system = [self.rng.randrange(1, 32000) for _ in range(config.system_prompt_tokens)]
+        self.users = [
+            _User(list(system), config.turns, self.rng.randrange(config.arrival_spread_steps + 1))
+            for _ in range(config.users)
+        ]
+        self._by_request: dict[str, _User] = {}
+        self._step = 0
+
+    @property
+    def done(self) -> bool:
+        return all(u.turns_left == 0 and u.active is None for u in self.users)
+
+    @property
+    def total_turns(self) -> int:
+        return self.config.users * self.config.turns
+
+    def attach(self, engine: Engine) -> None:
+        engine.on_finished.append(self._finished)
+
+    def tick(self, engine: Engine) -> None:
+        """Add the turns that are due at this step."""
+        self._step += 1
+        low, high = self.config.message_tokens
+        for user in self.users:
+            if user.active is None and user.turns_left and user.due_step <= self._step:
+                user.history += [self.rng.randrange(1, 32000) for _ in range(self.rng.randint(low, high))]
+                max_tokens = self.rng.randint(*self.config.output_tokens)
+                request = engine.add_request(user.history, max_tokens)
+                user.active = request.request_id
+                user.turns_left -= 1
+                self._by_request[request.request_id] = user
+
+    def _finished(self, request: SimRequest, aborted: bool) -> None:
+        user = self._by_request.pop(request.request_id, None)
+        if user is None:
+            return
+        # An aborted turn keeps what was generated: the user re-asks from there next turn.
+        user.history = list(request.prompt) + list(request.output)
+        user.active = None
+        user.due_step = self._step + self.rng.randint(*self.config.think_steps)
