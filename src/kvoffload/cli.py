@@ -53,4 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Import through the package, so commands and this entry point share one CommandError class.
+    from kvoffload.cli import main as package_main
+
+    sys.exit(package_main())

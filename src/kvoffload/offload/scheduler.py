@@ -159,6 +159,11 @@ class OffloadingScheduler:
         is asynchronous. ``(None, False)`` asks the engine to try again next step: the request's
         flushed stores are still draining, or its chunks are being loaded by another request."""
         request_id = request.request_id
+        if num_computed_tokens < 0 or num_computed_tokens > request.num_tokens:
+            raise ValueError(
+                f"get_num_new_matched_tokens for request {request_id!r}: num_computed_tokens="
+                f"{num_computed_tokens} outside [0, {request.num_tokens}]"
+            )
         tracker = self._trackers.get(request_id)
         if tracker is None:
             self.manager.on_new_request(request_id)
@@ -173,11 +178,6 @@ class OffloadingScheduler:
             raise LifecycleViolation(
                 "LookupOnlyWhenWaiting", request_id, "get_num_new_matched_tokens", tracker.state,
                 "a lookup is only issued for a waiting or preempted request",
-            )
-        if num_computed_tokens < 0 or num_computed_tokens > request.num_tokens:
-            raise ValueError(
-                f"get_num_new_matched_tokens for request {request_id!r}: num_computed_tokens="
-                f"{num_computed_tokens} outside [0, {request.num_tokens}]"
             )
         tracker.request = request
         tracker.local_computed_tokens = num_computed_tokens

@@ -220,7 +220,8 @@ class Engine:
         skipped: list[SimRequest] = []
         # As vLLM does: no admission in a step that preempted, so a preempted request is never
         # re-admitted before the connector heard about its preemption.
-        while not preempted and self.waiting and budget > 0 and len(self.running) + len(self.loading) < self.config.max_running:
+        max_running = self.config.max_running
+        while not preempted and self.waiting and budget > 0 and len(self.running) + len(self.loading) < max_running:
             request = self.waiting[0]
             n = self._admit(request, budget)
             if n is None:
