@@ -31,7 +31,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--faults", type=float, default=0.0, metavar="RATE",
         help="inject transfer failures at RATE, plus aborts and reset_cache calls",
     )
-    parser.add_argument("--backend", choices=("model", "torch"), default="model",
+    parser.add_argument("--backend", choices=("model", "torch"), default="torch",
                         help="model: contents tracked as hashes; torch: real tensors through the mover")
     parser.add_argument("--trace", metavar="FILE", help="write every lifecycle transition as ndjson")
     parser.add_argument("--max-steps", type=int, default=200_000)

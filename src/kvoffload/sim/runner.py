@@ -23,7 +23,7 @@ class SimulationOptions:
     policy: str = "lru"
     delay: int = 1
     faults: float = 0.0
-    backend: str = "model"
+    backend: str = "torch"
     trace_path: str | None = None
     max_steps: int = 200_000
 

@@ -1,0 +1,77 @@
+"""The worker side of the connector: turns the scheduler's metadata into copies and reports them.
+
+Per engine step, in vLLM's order: wait for the jobs the scheduler asked to flush (their GPU blocks
+are about to be handed to new work), then submit the step's stores, then its loads; finally poll
+the mover and report every finished job once, ``True`` for done and ``False`` for failed. The
+scheduler's CPU blocks hold whole chunks; the mover's CPU blocks hold one GPU block each, so
+CPU block ``c`` of the scheduler is mover blocks ``c * blocks_per_chunk ...``.
+"""
+
+from __future__ import annotations
+
+from kvoffload.offload.mover import BlockMover
+from kvoffload.offload.types import ConnectorMetadata, JobId, TransferJob, WorkerOutput
+
+
+class OffloadingWorker:
+    """Runs :class:`ConnectorMetadata` on a :class:`BlockMover`."""
+
+    def __init__(self, mover: BlockMover, blocks_per_chunk: int) -> None:
+        if blocks_per_chunk < 1:
+            raise ValueError(f"blocks_per_chunk must be >= 1, got {blocks_per_chunk}")
+        self.mover = mover
+        self.blocks_per_chunk = blocks_per_chunk
+        self._stores: dict[JobId, TransferJob] = {}
+        self._loads: dict[JobId, TransferJob] = {}
+        self.bytes_moved = 0
+        self.failed_jobs = 0
+
+    def execute(self, metadata: ConnectorMetadata) -> WorkerOutput:
+        """Flush, submit stores, submit loads, then report whatever finished."""
+        flush = [job_id for job_id in metadata.flush if job_id in self._stores or job_id in self._loads]
+        if flush:
+            self.mover.wait(flush)
+        for job in metadata.stores:
+            self._submit(job)
+        for job in metadata.loads:
+            self._submit(job)
+        return self.poll()
+
+    def poll(self) -> WorkerOutput:
+        """Jobs finished since the last call: ``{job_id: ok}``."""
+        done: dict[JobId, bool] = {}
+        for result in self.mover.poll():
+            self._stores.pop(result.job_id, None)
+            self._loads.pop(result.job_id, None)
+            done[result.job_id] = result.ok
+            if result.ok:
+                self.bytes_moved += result.bytes
+            else:
+                self.failed_jobs += 1
+        return WorkerOutput(done)
+
+    def in_flight(self) -> set[JobId]:
+        return set(self._stores) | set(self._loads)
+
+    def blocks_read_by_stores(self) -> dict[int, set[JobId]]:
+        """GPU block -> in-flight store jobs reading it (what the GPU block fence protects)."""
+        readers: dict[int, set[JobId]] = {}
+        for job in self._stores.values():
+            for block in job.gpu_block_ids:
+                readers.setdefault(block, set()).add(job.job_id)
+        return readers
+
+    def _submit(self, job: TransferJob) -> None:
+        bpc = self.blocks_per_chunk
+        if len(job.gpu_block_ids) != len(job.cpu_block_ids) * bpc:
+            raise ValueError(
+                f"{job.kind} job {job.job_id} of request {job.request_id!r}: {len(job.gpu_block_ids)} GPU blocks "
+                f"for {len(job.cpu_block_ids)} chunks of {bpc} blocks"
+            )
+        mover_blocks = [chunk * bpc + offset for chunk in job.cpu_block_ids for offset in range(bpc)]
+        if job.kind == "store":
+            self.mover.store(job.job_id, job.gpu_block_ids, mover_blocks)
+            self._stores[job.job_id] = job
+        else:
+            self.mover.load(job.job_id, mover_blocks, job.gpu_block_ids)
+            self._loads[job.job_id] = job
