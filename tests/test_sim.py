@@ -11,14 +11,14 @@ import pytest
 
 from kvoffload.offload import OffloadingScheduler, RequestTracker
 from kvoffload.offload.types import OffloadConfig
-from kvoffload.sim import Engine, EngineConfig
+from kvoffload.sim import Engine, EngineConfig, MultiTurnWorkload, WorkloadConfig
 from kvoffload.sim.block_pool import BlockPool
 from kvoffload.sim.request import SimRequest, chain_hash
 from kvoffload.sim.runner import SimulationOptions, simulate
 
 
 def test_default_workload_reuses_offloaded_prefixes_without_violations_or_leaks() -> None:
-    result = simulate(SimulationOptions())
+    result = simulate(SimulationOptions())  # the demo: real tensors through the worker and mover
     assert result["violations"] == 0, result["violation_messages"]
     assert result["leaks"] == 0
     assert result["offload_hit_tokens"] > 0
@@ -44,19 +44,34 @@ def test_faults_aborts_and_resets_leave_no_violation_or_leak(seed: int, delay: i
         )
     )
     assert (result["violations"], result["leaks"], result["integrity_failures"]) == (0, 0, 0), result
-    assert result["aborted"] > 0 and result["resets"] > 0
+    assert result["aborted"] > 0
     assert result["load_failures"] + result["store_failures"] > 0
 
 
+@pytest.mark.parametrize("seed", [4, 5])
+def test_frequent_reset_cache_during_transfers_is_safe(seed: int) -> None:
+    config = EngineConfig(num_gpu_blocks=48, num_cpu_blocks=40, job_delay_steps=2, reset_probability=0.15, seed=seed)
+    engine = Engine(config)
+    workload = MultiTurnWorkload(WorkloadConfig(users=8, turns=3, seed=seed))
+    workload.attach(engine)
+    while not (workload.done and engine.idle):
+        workload.tick(engine)
+        engine.step()
+    engine.drain()
+    assert engine.stats.resets > 5
+    assert engine.scheduler.stats.stale_completions > 0, "some resets happened with transfers in flight"
+    assert (engine.stats.violations, engine.leaks(), engine.stats.integrity_failures) == (0, [], 0)
+
+
 def test_runs_repeat_exactly_for_a_seed() -> None:
-    first = simulate(SimulationOptions(users=8, turns=2, seed=7, faults=0.05))
-    second = simulate(SimulationOptions(users=8, turns=2, seed=7, faults=0.05))
+    first = simulate(SimulationOptions(users=8, turns=2, seed=7, faults=0.05, backend="model"))
+    second = simulate(SimulationOptions(users=8, turns=2, seed=7, faults=0.05, backend="model"))
     assert first == second
 
 
 def test_offloading_saves_prompt_compute_against_a_run_without_cpu_hits() -> None:
-    tiny_cpu = simulate(SimulationOptions(cpu_blocks=1))
-    normal = simulate(SimulationOptions())
+    tiny_cpu = simulate(SimulationOptions(cpu_blocks=1, backend="model"))
+    normal = simulate(SimulationOptions(backend="model"))
     assert normal["computed_tokens"] < tiny_cpu["computed_tokens"]
 
 
@@ -125,7 +140,8 @@ def test_engine_rejects_duplicate_ids_and_unknown_aborts() -> None:
 
 def test_simulate_command_prints_one_json_object() -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "kvoffload.cli", "simulate", "--json", "--users", "6", "--turns", "2"],
+        [sys.executable, "-m", "kvoffload.cli", "simulate", "--json", "--users", "6", "--turns", "2",
+         "--backend", "model"],
         capture_output=True,
         text=True,
         check=False,

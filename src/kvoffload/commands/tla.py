@@ -1,5 +1,408 @@
-"""TODO(owner): replace this placeholder with the real command."""
+"""``kvoffload tla``: model-check the TLA+ spec with TLC or with the embedded checker.
+
+``kvoffload tla check SPEC.tla [--config MODEL.cfg]`` checks one model and exits with TLC's exit
+code (0 success, 11 deadlock, 12 safety, 13 liveness, ...). ``kvoffload tla check-all DIR`` checks
+every ``.cfg`` in DIR against the outcome its ``\\* expect: ...`` comment announces, and exits 0
+only if every model met its expectation (``make tla``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvoffload.statemachine.checkresult import (
+    EXIT_ERROR_CONFIG_PARSE,
+    EXIT_ERROR_SPEC_PARSE,
+    EXIT_SUCCESS,
+    CheckResult,
+)
+
+ENGINES = ("auto", "tlc", "embedded")
+_EXPECT_RE = re.compile(r"^\s*\\\*\s*expect:\s*(.+?)\s*$", re.MULTILINE)
+_SPEC_RE = re.compile(r"^\s*\\\*\s*spec:\s*(\S+)\s*$", re.MULTILINE)
+_OUTCOMES = ("success", "safety failure", "liveness failure", "deadlock failure", "error")
 
 
-def add_parser(subparsers) -> None:  # noqa: ANN001
-    return None
+def _command_error(message: str) -> Exception:
+    # Imported lazily: kvoffload.cli imports this module while building its parser.
+    from kvoffload.cli import CommandError
+
+    return CommandError(message)
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``kvoffload tla`` and its ``check`` / ``check-all`` subcommands."""
+    parser = subparsers.add_parser(
+        "tla",
+        help="model-check the TLA+ spec (TLC when a tla2tools.jar is found, else the embedded checker)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = parser.add_subparsers(dest="tla_command", required=True, metavar="ACTION")
+
+    def common(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--engine",
+            choices=ENGINES,
+            default="auto",
+            help="auto: TLC if a jar and java are found, else embedded (default: auto)",
+        )
+        sub.add_argument("--jar", type=Path, help="path to tla2tools.jar (else $TLA2TOOLS_JAR, else cache)")
+        sub.add_argument("--json", action="store_true", help="print the result as JSON")
+        sub.add_argument("--max-states", type=int, default=None, help="embedded engine: stop after N states")
+
+    check = actions.add_parser("check", help="check one spec with one model (.cfg)")
+    check.add_argument("spec", type=Path, help="the .tla module")
+    check.add_argument("--config", type=Path, help="the model (default: SPEC.cfg beside the spec)")
+    common(check)
+    check.set_defaults(func=run_check)
+
+    check_all = actions.add_parser("check-all", help="check every .cfg of a directory against its expectation")
+    check_all.add_argument("directory", type=Path, help="directory with .tla modules and .cfg models")
+    common(check_all)
+    check_all.set_defaults(func=run_check_all)
+
+
+# --- engines ----------------------------------------------------------------------------------
+
+
+def choose_engine(engine: str, jar: Path | None) -> tuple[str, str | None]:
+    """Resolve ``auto`` to ``tlc`` or ``embedded``. Returns ``(engine, note)``; the note says why
+    ``auto`` fell back to the embedded checker. ``tlc`` without a jar or java raises CommandError
+    with the how-to-get-the-jar message."""
+    from kvoffload.statemachine import tlc
+
+    if engine == "embedded":
+        return "embedded", None
+    try:
+        tlc.find_tlc(jar)
+    except tlc.TlcNotFound as error:
+        if engine == "tlc" or jar is not None:
+            raise _command_error(str(error)) from error
+        reason = "java not found" if "java not found" in str(error) else "no tla2tools.jar found"
+        return "embedded", (
+            f"TLC not available ({reason}); using the embedded checker "
+            f"(to use TLC, put tla2tools.jar at ~/.cache/kvoffload/ or set {tlc.JAR_ENV})"
+        )
+    return "tlc", None
+
+
+def run_engine(
+    engine: str,
+    spec: Path,
+    config: Path,
+    *,
+    jar: Path | None = None,
+    max_states: int | None = None,
+) -> CheckResult:
+    """Check ``spec`` with ``config`` on a resolved engine (``tlc`` or ``embedded``).
+
+    Errors in the inputs (a spec or config that does not parse or names something undefined)
+    raise CommandError with one line naming the file and line, whichever engine found them.
+    """
+    if engine == "tlc":
+        from kvoffload.statemachine import tlc
+
+        try:
+            result = tlc.run_tlc(spec, config, jar=jar)
+        except tlc.TlcNotFound as error:
+            raise _command_error(str(error)) from error
+        return _reject_input_errors(result, spec, config)
+    try:
+        from kvoffload.statemachine.tlaplus import TlaError, check_model
+    except ImportError as error:
+        raise _command_error(
+            f"the embedded TLA+ checker is not available ({error}); use --engine tlc with a tla2tools.jar"
+        ) from error
+    started = time.perf_counter()
+    try:
+        result = check_model(spec, config, max_states=max_states)
+    except TlaError as error:
+        raise _command_error(format_tla_error(error)) from error
+    if not result.seconds:
+        result.seconds = time.perf_counter() - started
+    return _reject_input_errors(result, spec, config)
+
+
+def _reject_input_errors(result: CheckResult, spec: Path, config: Path) -> CheckResult:
+    """A spec or config that does not parse is the user's input error (one line, exit 2), not a
+    model-checking outcome; the message names the file (and line, where the engine knows it)."""
+    if result.exit_code not in (EXIT_ERROR_SPEC_PARSE, EXIT_ERROR_CONFIG_PARSE):
+        return result
+    message = " ".join(part.strip() for part in result.message.splitlines() if part.strip())
+    if not re.match(r"\S+\.(tla|cfg)\b", message):
+        where = str(spec) if result.exit_code == EXIT_ERROR_SPEC_PARSE else _config_location(config, message)
+        message = f"{where}: {message}"
+    raise _command_error(message)
+
+
+def _config_location(config: Path, message: str) -> str:
+    """``MODEL.cfg:LINE`` of the name a config error is about (TLC reports no line for these)."""
+    named = re.search(r"\b(?:invariant|property|constant|parameter|operator|definition)\s+(\w+)", message, re.I)
+    if named:
+        try:
+            lines = config.read_text().splitlines()
+        except OSError:
+            return str(config)
+        pattern = re.compile(rf"^(?!\s*\\\*).*\b{re.escape(named.group(1))}\b")
+        for number, line in enumerate(lines, start=1):
+            if pattern.match(line):
+                return f"{config}:{number}"
+    return str(config)
+
+
+def format_tla_error(error: Exception) -> str:
+    """One line, ``FILE:LINE:COLUMN: message``, for an embedded-checker TlaError."""
+    file = getattr(error, "file", None)
+    line = getattr(error, "line", None)
+    column = getattr(error, "column", None)
+    message = " ".join(part.strip() for part in str(error).splitlines() if part.strip())
+    location = ":".join(str(part) for part in (file, line, column) if part not in (None, ""))
+    if location and not message.startswith(location) and (file is None or str(file) not in message):
+        return f"{location}: {message}"
+    return message
+
+
+# --- check ------------------------------------------------------------------------------------
+
+
+def _resolve_inputs(spec: Path, config: Path | None) -> tuple[Path, Path]:
+    if spec.suffix == ".cfg":
+        raise _command_error(f"{spec}: SPEC must be the .tla module (pass the model with --config)")
+    if not spec.is_file():
+        raise _command_error(f"{spec}: no such spec file")
+    config = config if config is not None else spec.with_suffix(".cfg")
+    if not config.is_file():
+        raise _command_error(f"{config}: no such model file (pass --config MODEL.cfg)")
+    return spec, config
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """``kvoffload tla check``: print the report (or JSON); exit with the result's exit code."""
+    spec, config = _resolve_inputs(args.spec, args.config)
+    engine, note = choose_engine(args.engine, args.jar)
+    if note:
+        print(f"kvoffload tla: {note}", file=sys.stderr)
+    result = run_engine(engine, spec, config, jar=args.jar, max_states=args.max_states)
+    result.spec = result.spec or str(spec)
+    result.config = result.config or str(config)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        print(format_report(result))
+    return result.exit_code
+
+
+def _changed(previous: dict[str, str] | None, state: dict[str, str]) -> dict[str, str]:
+    if previous is None:
+        return dict(state)
+    return {name: value for name, value in state.items() if previous.get(name) != value}
+
+
+def format_report(result: CheckResult) -> str:
+    """A TLC-style human report: what was checked, the verdict, the counterexample as numbered
+    actions with the variables each one changed, and the statistics."""
+    lines = [
+        f"Model checking {Path(result.spec).name or '?'} with {Path(result.config).name or '?'} "
+        f"(engine: {result.engine})"
+    ]
+    if result.result == "success":
+        lines.append("Model checking completed. No error has been found.")
+    elif result.result == "error":
+        lines.append(f"Error: {result.message}")
+    else:
+        headline = {
+            "safety failure": f"Invariant {result.violated} is violated.",
+            "liveness failure": f"Temporal property {result.violated} is violated.",
+            "deadlock failure": "Deadlock reached.",
+        }[result.result]
+        lines.append(f"Error: {headline}")
+        if result.trace:
+            lines.append("Error: The behavior up to this point is:")
+    previous: dict[str, str] | None = None
+    for number, step in enumerate(result.trace, start=1):
+        marker = ""
+        if result.loop_back_to is not None and number - 1 == result.loop_back_to:
+            marker = "   <- loop starts here"
+        lines.append(f"{number}: {step.action}{marker}")
+        changed = _changed(previous, step.state)
+        if not changed and previous is not None:
+            lines.append("     (no variable changed)")
+        for name, value in changed.items():
+            lines.append(f"     {name} = {value}")
+        previous = step.state
+    if result.loop_back_to is not None and result.trace:
+        lines.append(f"Back to state {result.loop_back_to + 1}: the behavior repeats from there forever.")
+    lines.append(
+        f"{result.states_generated} states generated, {result.distinct_states} distinct states found, "
+        f"{result.states_left_on_queue} states left on queue."
+    )
+    lines.append(f"The depth of the complete state graph search is {result.depth}.")
+    lines.append(f"Finished in {result.seconds:.2f}s (exit status {result.exit_code}).")
+    return "\n".join(lines)
+
+
+# --- check-all --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What a model's ``\\* expect: ...`` comment announces: an outcome, and for violations
+    optionally the name of the violated invariant/property."""
+
+    result: str
+    violated: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.result} {self.violated}" if self.violated else self.result
+
+    def met_by(self, result: CheckResult) -> bool:
+        """True when ``result`` is the announced outcome (and names the announced violation)."""
+        if result.result != self.result:
+            return False
+        return self.violated is None or result.violated == self.violated
+
+
+def parse_expectation(text: str) -> Expectation:
+    """Parse ``success``, ``safety failure NoManagerCallAfterSignal``, ``deadlock failure``, ..."""
+    text = " ".join(text.split())
+    for outcome in sorted(_OUTCOMES, key=len, reverse=True):
+        if text == outcome:
+            return Expectation(outcome)
+        if text.startswith(outcome + " "):
+            name = text[len(outcome) + 1 :].strip()
+            if outcome == "success" or " " in name:
+                break
+            return Expectation(outcome, name)
+    raise ValueError(f"unknown expectation {text!r} (expected one of: {', '.join(_OUTCOMES)} [NAME])")
+
+
+def read_expectation(config: Path) -> Expectation | None:
+    """The expectation of a ``.cfg``, or None if it has no ``\\* expect:`` line."""
+    match = _EXPECT_RE.search(config.read_text())
+    return parse_expectation(match.group(1)) if match else None
+
+
+def spec_for_config(config: Path) -> Path:
+    """The module a model checks: its ``\\* spec: X.tla`` comment, else the .tla named like the
+    cfg up to its first ``_``, else the only .tla of the directory."""
+    directory = config.parent
+    match = _SPEC_RE.search(config.read_text())
+    if match:
+        named = directory / match.group(1)
+        if not named.is_file():
+            raise _command_error(f"{config}: names spec {match.group(1)}, which is not in {directory}")
+        return named
+    by_name = directory / (config.stem.split("_", 1)[0] + ".tla")
+    if by_name.is_file():
+        return by_name
+    modules = sorted(directory.glob("*.tla"))
+    if len(modules) == 1:
+        return modules[0]
+    raise _command_error(f"{config}: cannot tell which .tla it checks (add a line '\\* spec: X.tla')")
+
+
+@dataclass
+class ModelOutcome:
+    """One line of ``check-all``."""
+
+    model: str
+    spec: str
+    expected: str
+    got: str
+    ok: bool
+    distinct_states: int
+    seconds: float
+    result: CheckResult | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "spec": self.spec,
+            "expected": self.expected,
+            "got": self.got,
+            "ok": self.ok,
+            "distinct_states": self.distinct_states,
+            "seconds": self.seconds,
+            "result": self.result.to_json() if self.result else None,
+        }
+
+
+def check_one_model(config: Path, engine: str, jar: Path | None, max_states: int | None) -> ModelOutcome:
+    """Check one ``.cfg`` and compare with its expectation; input errors become ``got: error``."""
+    from kvoffload.cli import CommandError
+
+    started = time.perf_counter()
+    spec_name = "?"
+    expected = "?"
+    try:
+        expectation = read_expectation(config)
+        if expectation is None:
+            raise _command_error(f"{config}: no '\\* expect: ...' line")
+        expected = str(expectation)
+        spec = spec_for_config(config)
+        spec_name = spec.name
+        result = run_engine(engine, spec, config, jar=jar, max_states=max_states)
+    except (CommandError, ValueError) as error:
+        # A model expected to be rejected (e.g. a deliberately broken cfg) may say "expect: error".
+        return ModelOutcome(
+            model=config.name,
+            spec=spec_name,
+            expected=expected,
+            got=f"error: {error}",
+            ok=expected == "error",
+            distinct_states=0,
+            seconds=time.perf_counter() - started,
+            result=None,
+        )
+    got = f"{result.result} {result.violated}" if result.violated else result.result
+    return ModelOutcome(
+        model=config.name,
+        spec=spec_name,
+        expected=expected,
+        got=got,
+        ok=expectation.met_by(result),
+        distinct_states=result.distinct_states,
+        seconds=result.seconds or (time.perf_counter() - started),
+        result=result,
+    )
+
+
+def run_check_all(args: argparse.Namespace) -> int:
+    """``kvoffload tla check-all``: one line per model; exit 0 only if every model met its
+    expectation."""
+    directory: Path = args.directory
+    if not directory.is_dir():
+        raise _command_error(f"{directory}: no such directory")
+    configs = sorted(directory.glob("*.cfg"))
+    if not configs:
+        raise _command_error(f"{directory}: no .cfg models")
+    engine, note = choose_engine(args.engine, args.jar)
+    if note:
+        print(f"kvoffload tla: {note}", file=sys.stderr)
+    outcomes: list[ModelOutcome] = []
+    width = max(len(config.name) for config in configs)
+    for config in configs:
+        outcome = check_one_model(config, engine, args.jar, args.max_states)
+        outcomes.append(outcome)
+        if not args.json:
+            verdict = "ok" if outcome.ok else "UNEXPECTED"
+            print(
+                f"{outcome.model:<{width}}  expected: {outcome.expected:<45} got: {outcome.got:<45} "
+                f"{outcome.distinct_states:>8} states {outcome.seconds:8.2f}s  {verdict}",
+                flush=True,
+            )
+    all_ok = all(outcome.ok for outcome in outcomes)
+    if args.json:
+        print(json.dumps({"engine": engine, "ok": all_ok, "models": [o.to_json() for o in outcomes]}, indent=2))
+    else:
+        met = sum(outcome.ok for outcome in outcomes)
+        print(f"{met}/{len(outcomes)} models met their expectation (engine: {engine}).")
+    return EXIT_SUCCESS if all_ok else 1

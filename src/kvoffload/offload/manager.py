@@ -48,8 +48,9 @@ class RequestRecord:
     """The manager's view of one request: its in-flight loads and stores, by key."""
 
     finished: bool = False
-    loading: Counter[OffloadKey] = field(default_factory=Counter)
-    storing: Counter[OffloadKey] = field(default_factory=Counter)
+    # key -> number of in-flight loads / stores of this request on that key (never zero).
+    loading: dict[OffloadKey, int] = field(default_factory=dict)
+    storing: dict[OffloadKey, int] = field(default_factory=dict)
 
     @property
     def drained(self) -> bool:
@@ -76,7 +77,7 @@ class ManagerStats:
 class CPUOffloadingManager:
     """A fixed pool of ``num_blocks`` CPU blocks, each holding one chunk."""
 
-    def __init__(self, num_blocks: int, policy: str | EvictionPolicy = "lru") -> None:
+    def __init__(self, num_blocks: int, policy: str | EvictionPolicy = "lru", enable_events: bool = True) -> None:
         if not isinstance(num_blocks, int) or num_blocks < 1:
             raise ValueError(f"num_blocks must be a positive integer, got {num_blocks!r}")
         self.num_blocks = num_blocks
@@ -86,6 +87,8 @@ class CPUOffloadingManager:
         self._entries: dict[OffloadKey, BlockEntry] = {}
         self._requests: dict[RequestId, RequestRecord] = {}
         self._retired: OrderedDict[RequestId, None] = OrderedDict()
+        # Off for engines that publish no KV events: otherwise they pile up until take_events().
+        self.enable_events = enable_events
         self._events: list[OffloadEvent] = []
         self.stats = ManagerStats()
 
@@ -161,7 +164,7 @@ class CPUOffloadingManager:
         for key in keys:
             entry = self._entries[key]
             entry.ref_cnt += 1
-            record.loading[key] += 1
+            record.loading[key] = record.loading.get(key, 0) + 1
             block_ids.append(entry.block_id)
         self.stats.loaded_keys += len(keys)
         return tuple(block_ids)
@@ -171,14 +174,16 @@ class CPUOffloadingManager:
         record = self._record(request_id, "complete_load")
         needed = Counter(keys)
         for key, count in needed.items():
-            if record.loading[key] < count:
+            if record.loading.get(key, 0) < count:
                 raise LifecycleViolation(
                     "KnownJob", request_id, "complete_load", "loading" if record.loading else "no loads",
                     f"key {key:#x} has no such load in flight",
                 )
         for key, count in needed.items():
-            record.loading[key] -= count
-            if not record.loading[key]:
+            left = record.loading[key] - count
+            if left:
+                record.loading[key] = left
+            else:
                 del record.loading[key]
             self._entries[key].ref_cnt -= count
         self._drop_if_drained(request_id, record)
@@ -192,64 +197,77 @@ class CPUOffloadingManager:
         ``keys`` are consecutive chunks of one prefix; ``parent`` is the key before ``keys[0]``.
         """
         record = self._active(request_id, "prepare_store")
-        if len(set(keys)) != len(keys):
+        if len(keys) > 1 and len(set(keys)) != len(keys):
             raise ValueError(f"prepare_store for request {request_id!r}: duplicate keys in {list(keys)}")
-        self.stats.store_offered_keys += len(keys)
+        stats = self.stats
+        stats.store_offered_keys += len(keys)
+        entries = self._entries
+        admit = self.policy.admit
         wanted: list[tuple[OffloadKey, OffloadKey | None]] = []
         previous = parent
         for key in keys:
-            if key not in self._entries:
-                if self.policy.admit(key):
+            if key not in entries:
+                if admit(key):
                     wanted.append((key, previous))
                 else:
-                    self.stats.rejected_by_admission += 1
+                    stats.rejected_by_admission += 1
             previous = key
-        shortfall = len(wanted) - len(self._free)
+        free = self._free
+        shortfall = len(wanted) - len(free)
         evicted: list[OffloadKey] = []
         if shortfall > 0:
             protected = set(keys)
             victims = self.policy.victims(shortfall, lambda k: self._evictable(k, protected), keys)
             if victims is None:
-                self.stats.allocation_failures += 1
+                stats.allocation_failures += 1
                 return None
             for key in victims:
                 self._remove(key)
             evicted = victims
-            self.stats.evictions += len(victims)
-            self._events.append(OffloadEvent(tuple(victims), removed=True))
+            stats.evictions += len(victims)
+            self._emit(tuple(victims), removed=True)
+        on_insert = self.policy.on_insert
+        storing = record.storing
+        keys_to_store = []
         block_ids = []
         for key, key_parent in wanted:
-            block_id = self._free.pop()
-            self._entries[key] = BlockEntry(block_id, write_pending=True)
-            self.policy.on_insert(key, key_parent)
-            record.storing[key] += 1
+            block_id = free.pop()
+            entries[key] = BlockEntry(block_id, 0, True)
+            on_insert(key, key_parent)
+            storing[key] = storing.get(key, 0) + 1
+            keys_to_store.append(key)
             block_ids.append(block_id)
-        return StorePlan(tuple(k for k, _ in wanted), tuple(block_ids), tuple(evicted))
+        return StorePlan(tuple(keys_to_store), tuple(block_ids), tuple(evicted))
 
     def complete_store(self, request_id: RequestId, keys: Sequence[OffloadKey], success: bool) -> None:
         """A store of ``keys`` finished: mark them ready, or on failure free their blocks."""
         record = self._record(request_id, "complete_store")
+        entries = self._entries
+        storing = record.storing
         for key in keys:
-            entry = self._entries.get(key)
-            if record.storing[key] < 1 or entry is None or not entry.write_pending:
+            entry = entries.get(key)
+            if storing.get(key, 0) < 1 or entry is None or not entry.write_pending:
                 raise LifecycleViolation(
-                    "KnownJob", request_id, "complete_store", "storing" if record.storing else "no stores",
+                    "KnownJob", request_id, "complete_store", "storing" if storing else "no stores",
                     f"key {key:#x} has no store in flight",
                 )
         for key in keys:
-            record.storing[key] -= 1
-            if not record.storing[key]:
-                del record.storing[key]
-            self._entries[key].write_pending = False
+            left = storing[key] - 1
+            if left:
+                storing[key] = left
+            else:
+                del storing[key]
+            entries[key].write_pending = False
             if not success:
                 self._remove(key)
         if success:
             self.stats.stored_keys += len(keys)
             if keys:
-                self._events.append(OffloadEvent(tuple(keys), removed=False))
+                self._emit(tuple(keys), removed=False)
         else:
             self.stats.failed_store_keys += len(keys)
-        self._drop_if_drained(request_id, record)
+        if record.finished and not storing and not record.loading:
+            del self._requests[request_id]
 
     # ----------------------------------------------------------------- housekeeping
     def reset_cache(self) -> None:
@@ -261,11 +279,15 @@ class CPUOffloadingManager:
                 f"{len(busy)} request(s) still have loads or stores in flight; flush them first",
             )
         if self._entries:
-            self._events.append(OffloadEvent(tuple(self._entries), removed=True))
+            self._emit(tuple(self._entries), removed=True)
         self._entries.clear()
         self._free = list(range(self.num_blocks - 1, -1, -1))
         self.policy.reset()
         self.stats.resets += 1
+
+    def _emit(self, keys: tuple[OffloadKey, ...], removed: bool) -> None:
+        if self.enable_events:
+            self._events.append(OffloadEvent(keys, removed))
 
     def take_events(self) -> list[OffloadEvent]:
         events, self._events = self._events, []

@@ -290,8 +290,12 @@ class OffloadingScheduler:
 
         stores: list[TransferJob] = []
         chunk_tokens = self._chunk_tokens
+        trackers = self._trackers
+        storing = not self._reset_pending
+        # The hot loop: one pass per running request per step, so only a few attribute reads
+        # unless a chunk just filled up.
         for request_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
-            tracker = self._trackers.get(request_id)
+            tracker = trackers.get(request_id)
             if tracker is None:
                 raise LifecycleViolation(
                     "KnownRequest", request_id, "build_connector_meta", "unknown",
@@ -301,14 +305,15 @@ class OffloadingScheduler:
                 # After reset_cache a running request is tracked as waiting; being scheduled again
                 # makes it running. Any other state is an engine bug, which fire() reports.
                 self.lifecycle.fire(tracker, "schedule")
-            if not self._reset_pending and tracker.num_computed_tokens >= (tracker.stored_chunks + 1) * chunk_tokens:
+            computed = tracker.num_computed_tokens
+            if storing and computed >= (tracker.stored_chunks + 1) * chunk_tokens:
                 self._build_stores(tracker, stores, final=False)
-            tracker.num_computed_tokens += num_tokens
+            tracker.num_computed_tokens = computed + num_tokens
 
         loads = tuple(self._pending_loads)
         self._pending_loads.clear()
         for tracker in list(self._finished_pending.values()):
-            if not self._reset_pending:
+            if storing:
                 self._build_stores(tracker, stores, final=True)
             self._signal(tracker)
         self._finished_pending.clear()

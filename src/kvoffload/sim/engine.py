@@ -68,6 +68,7 @@ class EngineStats:
     load_failures: int = 0
     integrity_checked_blocks: int = 0
     integrity_failures: int = 0
+    kv_events: int = 0
     violations: int = 0
     violation_messages: list[str] = field(default_factory=list)
 
@@ -154,6 +155,7 @@ class Engine:
         worker_output = self.backend.execute(metadata)
         self._compute(output)
         self._apply(self.scheduler.update_connector_output(worker_output))
+        self.stats.kv_events += len(self.scheduler.take_events())
         finished = self._sample(output)
         violations: tuple[Violation, ...] = ()
         if self.config.check_invariants:

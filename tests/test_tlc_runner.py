@@ -1,0 +1,425 @@
+"""The TLC runner: output parsing (on fixtures written from TLC's documented format), jar
+discovery, the command line, and, when a tla2tools.jar and java are present, real TLC runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvoffload.statemachine import tlc
+from kvoffload.statemachine.checkresult import (
+    EXIT_ERROR_CONFIG_PARSE,
+    EXIT_ERROR_SPEC_PARSE,
+    EXIT_SUCCESS,
+    EXIT_VIOLATION_DEADLOCK,
+    EXIT_VIOLATION_LIVENESS,
+    EXIT_VIOLATION_SAFETY,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "tlc"
+REPO = Path(__file__).parent.parent
+TLA_DIR = REPO / "tla"
+
+
+def fixture(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+# --- parsing ----------------------------------------------------------------------------------
+
+
+def test_success() -> None:
+    result = tlc.parse_tlc_output(fixture("success.out"), EXIT_SUCCESS)
+    assert result.engine == "tlc"
+    assert result.result == "success"
+    assert result.exit_code == EXIT_SUCCESS
+    # The final statistics line, not the earlier progress lines.
+    assert result.states_generated == 113763
+    assert result.distinct_states == 23600
+    assert result.states_left_on_queue == 0
+    assert result.depth == 25
+    assert result.violated is None
+    assert result.trace == []
+    assert result.loop_back_to is None
+    assert "No error has been found" in result.message
+
+
+def test_safety_from_text() -> None:
+    result = tlc.parse_tlc_output(fixture("safety.out"), EXIT_VIOLATION_SAFETY)
+    assert result.result == "safety failure"
+    assert result.violated == "NoManagerCallAfterSignal"
+    assert (result.states_generated, result.distinct_states, result.states_left_on_queue) == (299, 124, 31)
+    assert result.depth == 5
+    assert [step.action for step in result.trace] == [
+        "Initial predicate",
+        "Admit",
+        "ComputeChunk",
+        "Finish",
+        "BuildMeta",
+    ]
+    first = result.trace[0].state
+    assert list(first) == [
+        "sched",
+        "computed",
+        "storeBuilt",
+        "mgr",
+        "signals",
+        "cpu",
+        "jobs",
+        "afterSignal",
+    ]
+    assert first["sched"] == '(r1 :> "waiting" @@ r2 :> "waiting")'
+    assert first["cpu"] == "{}"
+    assert result.trace[3].state["mgr"] == '(r1 :> "finished" @@ r2 :> "unknown")'
+    assert result.trace[4].state["afterSignal"] == '{[req |-> r1, call |-> "prepare_store"]}'
+    assert result.loop_back_to is None
+    assert "NoManagerCallAfterSignal" in result.message
+
+
+def test_safety_prefers_dump_trace_json() -> None:
+    result = tlc.parse_tlc_output(fixture("safety.out"), EXIT_VIOLATION_SAFETY, trace_json=fixture("safety.json"))
+    # The JSON action set is unordered (TLC normalises sets); the trace is in state order.
+    assert [step.action for step in result.trace] == [
+        "Initial predicate",
+        "Admit",
+        "ComputeChunk",
+        "Finish",
+        "BuildMeta",
+    ]
+    assert result.trace[0].state["sched"] == '[r1 |-> "waiting", r2 |-> "waiting"]'
+    assert result.trace[3].state["signals"] == "[r1 |-> 1, r2 |-> 0]"
+    assert result.trace[4].state["afterSignal"] == '<<[req |-> "r1", call |-> "prepare_store"]>>'
+    assert result.trace[0].state["cpu"] == "<<>>"  # JSON cannot tell a set from a sequence
+    assert result.loop_back_to is None
+
+
+def test_multi_line_values_and_one_variable_specs() -> None:
+    text = (
+        "Error: Invariant NoEvictWhileInUse is violated.\n"
+        "Error: The behavior up to this point is:\n"
+        "State 1: <Initial predicate>\n"
+        "/\\ cpu = {}\n"
+        '/\\ jobs = { [req |-> r1, kind |-> "store", chunk |-> 1],\n'
+        '  [req |-> r1, kind |-> "store", chunk |-> 2] }\n'
+        "\n"
+        "State 2: <JobDone line 3, col 5 to line 9, col 40 of module KVOffload>\n"
+        "/\\ cpu = {[req |-> r1, chunk |-> 1, ready |-> TRUE]}\n"
+        '/\\ jobs = {[req |-> r1, kind |-> "store", chunk |-> 2]}\n'
+        "\n"
+    )
+    steps, loop, loop_action = tlc.parse_text_trace(text)
+    assert [step.action for step in steps] == ["Initial predicate", "JobDone"]
+    assert steps[0].state["jobs"] == (
+        '{ [req |-> r1, kind |-> "store", chunk |-> 1], [req |-> r1, kind |-> "store", chunk |-> 2] }'
+    )
+    assert steps[1].state["cpu"] == "{[req |-> r1, chunk |-> 1, ready |-> TRUE]}"
+    assert (loop, loop_action) == (None, None)
+
+
+def test_dump_trace_json_wrapped_in_array_and_garbage() -> None:
+    data = json.loads(fixture("safety.json"))
+    steps, loop = tlc.parse_dump_trace_json([data])
+    assert len(steps) == 5 and loop is None
+    assert tlc.parse_dump_trace_json({"nothing": 1}) == ([], None)
+    # A truncated dump falls back to the text.
+    result = tlc.parse_tlc_output(fixture("safety.out"), EXIT_VIOLATION_SAFETY, trace_json="{ broken")
+    assert len(result.trace) == 5
+    assert result.trace[0].state["sched"] == '(r1 :> "waiting" @@ r2 :> "waiting")'
+
+
+def test_liveness_lasso_from_text() -> None:
+    result = tlc.parse_tlc_output(fixture("liveness.out"), EXIT_VIOLATION_LIVENESS, properties=["EventuallyCleaned"])
+    assert result.result == "liveness failure"
+    assert result.exit_code == EXIT_VIOLATION_LIVENESS
+    assert result.violated == "EventuallyCleaned"
+    assert [step.action for step in result.trace] == [
+        "Initial predicate",
+        "Admit",
+        "Abort",
+        "Admit",
+        "Preempt",
+        "Readmit",
+    ]
+    # "Back to state 4" is 1-based in TLC; loop_back_to is 0-based.
+    assert result.loop_back_to == 3
+    assert "loops back to state 4 by Admit" in result.message
+    assert result.trace[5].state["sched"] == '(r1 :> "finished_pending_store" @@ r2 :> "waiting")'
+    assert result.distinct_states == 23600
+
+
+def test_liveness_lasso_from_json() -> None:
+    result = tlc.parse_tlc_output(fixture("liveness.out"), EXIT_VIOLATION_LIVENESS, trace_json=fixture("liveness.json"))
+    assert [step.action for step in result.trace] == [
+        "Initial predicate",
+        "Admit",
+        "Abort",
+        "Admit",
+        "Preempt",
+        "Readmit",
+    ]
+    assert result.loop_back_to == 3
+    # Without a single named property in the config, TLC's own words are used.
+    assert result.violated == "temporal properties"
+
+
+def test_liveness_stuttering() -> None:
+    result = tlc.parse_tlc_output(fixture("liveness_stuttering.out"), EXIT_VIOLATION_LIVENESS)
+    assert result.result == "liveness failure"
+    assert [step.action for step in result.trace] == ["Initial predicate", "Abort", "Stuttering"]
+    assert result.trace[2].state == result.trace[1].state
+    assert result.loop_back_to == 2
+
+
+def test_deadlock_single_variable_states() -> None:
+    result = tlc.parse_tlc_output(fixture("deadlock.out"), EXIT_VIOLATION_DEADLOCK)
+    assert result.result == "deadlock failure"
+    assert result.violated == "deadlock"
+    assert [step.action for step in result.trace] == ["Initial predicate", "Incr", "Incr"]
+    assert [step.state for step in result.trace] == [{"x": "0"}, {"x": "1"}, {"x": "2"}]
+    assert (result.states_generated, result.distinct_states, result.depth) == (4, 3, 3)
+
+
+def test_parse_error() -> None:
+    result = tlc.parse_tlc_output(fixture("parse_error.out"), EXIT_ERROR_SPEC_PARSE)
+    assert result.result == "error"
+    assert result.exit_code == EXIT_ERROR_SPEC_PARSE
+    assert result.trace == []
+    assert result.message.startswith("parse error in module Broken:")
+    assert "line 12, column 1" in result.message
+
+
+def test_semantic_error() -> None:
+    result = tlc.parse_tlc_output(fixture("semantic_error.out"), EXIT_ERROR_SPEC_PARSE)
+    assert result.result == "error"
+    assert result.message == (
+        "semantic error at line 14, col 12 to line 14, col 18 of module Broken: Unknown operator: `Missing'."
+    )
+
+
+def test_config_error() -> None:
+    result = tlc.parse_tlc_output(fixture("config_error.out"), EXIT_ERROR_CONFIG_PARSE)
+    assert result.result == "error"
+    assert result.exit_code == EXIT_ERROR_CONFIG_PARSE
+    assert result.message == (
+        "The invariant NoSuchInvariant specified in the configuration file is not defined in the specification."
+    )
+
+
+def test_unknown_exit_code_reads_the_verdict_from_the_text() -> None:
+    # Old TLC versions exit 1 on any violation.
+    assert tlc.parse_tlc_output(fixture("safety.out"), 1).result == "safety failure"
+    assert tlc.parse_tlc_output(fixture("liveness.out"), 1).result == "liveness failure"
+    assert tlc.parse_tlc_output(fixture("deadlock.out"), 1).result == "deadlock failure"
+    assert tlc.parse_tlc_output(fixture("success.out"), 1).result == "success"
+    assert tlc.parse_tlc_output("garbage", 1).result == "error"
+
+
+def test_config_properties() -> None:
+    assert tlc.config_properties(TLA_DIR / "KVOffload.cfg") == ["EventuallyCleaned"]
+    assert tlc.config_properties(TLA_DIR / "KVOffload_EagerSignal.cfg") == []
+    assert tlc.config_properties(FIXTURES / "missing.cfg") == []
+
+
+def test_tla_value_from_json() -> None:
+    value = {"a": [1, True, "x"], "b": {}}
+    assert tlc.tla_value_from_json(value) == '[a |-> <<1, TRUE, "x">>, b |-> []]'
+
+
+# --- finding TLC ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_tlc_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A HOME without a cached jar and no TLA2TOOLS_JAR."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv(tlc.JAR_ENV, raising=False)
+    return home
+
+
+def _touch(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"PK")
+    return path
+
+
+def test_jar_discovery_order(tmp_path: Path, no_tlc_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cached = _touch(no_tlc_env / ".cache" / "kvoffload" / "tla2tools.jar")
+    assert tlc.default_jar_path() == cached
+    assert tlc.find_jar() == cached
+    from_env = _touch(tmp_path / "env" / "tla2tools.jar")
+    monkeypatch.setenv(tlc.JAR_ENV, str(from_env))
+    assert tlc.find_jar() == from_env
+    explicit = _touch(tmp_path / "explicit" / "tla2tools.jar")
+    assert tlc.find_jar(explicit) == explicit
+    assert tlc.find_jar(str(explicit)) == explicit
+
+
+def test_missing_jar_message(no_tlc_env: Path) -> None:
+    with pytest.raises(tlc.TlcNotFound) as info:
+        tlc.find_jar()
+    message = str(info.value)
+    assert "tla2tools.jar" in message
+    assert "github.com/tlaplus/tlaplus/releases" in message
+    assert "~/.cache/kvoffload/tla2tools.jar" in message
+    assert "TLA2TOOLS_JAR" in message
+    assert not tlc.tlc_available()
+
+
+def test_asked_for_jar_that_is_missing_is_an_error(
+    tmp_path: Path, no_tlc_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _touch(no_tlc_env / ".cache" / "kvoffload" / "tla2tools.jar")
+    with pytest.raises(tlc.TlcNotFound, match="given by --jar"):
+        tlc.find_jar(tmp_path / "nope.jar")
+    monkeypatch.setenv(tlc.JAR_ENV, str(tmp_path / "nope.jar"))
+    with pytest.raises(tlc.TlcNotFound, match=r"TLA2TOOLS_JAR=.*names no file"):
+        tlc.find_jar()
+
+
+def test_missing_java(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tlc.shutil, "which", lambda name: None)
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    with pytest.raises(tlc.TlcNotFound, match="java not found"):
+        tlc.find_java()
+
+
+# --- running TLC (subprocess replaced) --------------------------------------------------------
+
+
+class FakeTlc:
+    """Stands in for subprocess.run: records the call, writes the JSON trace TLC would write."""
+
+    def __init__(self, output: str, exit_code: int, trace_json: str | None = None) -> None:
+        self.output = output
+        self.exit_code = exit_code
+        self.trace_json = trace_json
+        self.calls: list[tuple[list[str], dict[str, Any]]] = []
+
+    def __call__(self, command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        self.calls.append((command, kwargs))
+        if self.trace_json is not None:
+            Path(command[command.index("-dumpTrace") + 2]).write_text(self.trace_json)
+        return subprocess.CompletedProcess(command, self.exit_code, stdout=self.output, stderr="")
+
+
+@pytest.fixture
+def fake_jar(tmp_path: Path, no_tlc_env: Path) -> Path:
+    return _touch(no_tlc_env / ".cache" / "kvoffload" / "tla2tools.jar")
+
+
+def test_run_tlc_command_line_and_result(fake_jar: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeTlc(fixture("safety.out"), EXIT_VIOLATION_SAFETY, trace_json=fixture("safety.json"))
+    monkeypatch.setattr(tlc.subprocess, "run", fake)
+    result = tlc.run_tlc(TLA_DIR / "KVOffload.tla", TLA_DIR / "KVOffload_EagerSignal.cfg", java="/usr/bin/java")
+    command, kwargs = fake.calls[0]
+    assert command[0] == "/usr/bin/java"
+    assert command[command.index("-cp") + 1] == str(fake_jar)
+    assert command[command.index("-cp") + 2] == "tlc2.TLC"
+    assert command[command.index("-config") + 1] == str((TLA_DIR / "KVOffload_EagerSignal.cfg").resolve())
+    assert command[command.index("-dumpTrace") + 1] == "json"
+    assert command[command.index("-workers") + 1] == "1"
+    assert "-metadir" in command
+    assert "-deadlock" not in command
+    assert command[-1] == "KVOffload.tla"
+    assert kwargs["cwd"] == TLA_DIR.resolve()
+    assert result.engine == "tlc"
+    assert result.result == "safety failure"
+    assert result.exit_code == EXIT_VIOLATION_SAFETY
+    assert result.violated == "NoManagerCallAfterSignal"
+    assert result.trace[3].action == "Finish"
+    assert result.trace[3].state["sched"] == '[r1 |-> "signaled", r2 |-> "waiting"]'  # from the JSON
+    assert result.spec == str((TLA_DIR / "KVOffload.tla").resolve())
+    assert result.config.endswith("KVOffload_EagerSignal.cfg")
+    assert result.seconds >= 0
+
+
+def test_run_tlc_defaults_and_options(fake_jar: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeTlc(fixture("liveness.out"), EXIT_VIOLATION_LIVENESS)
+    monkeypatch.setattr(tlc.subprocess, "run", fake)
+    monkeypatch.setattr(tlc, "find_java", lambda: "java")
+    result = tlc.run_tlc(TLA_DIR / "KVOffload.tla", check_deadlock=False, workers=4)
+    command, _ = fake.calls[0]
+    assert command[command.index("-config") + 1] == str((TLA_DIR / "KVOffload.cfg").resolve())
+    assert command[command.index("-workers") + 1] == "4"
+    assert "-deadlock" in command
+    # The cfg names a single temporal property, so the violation is named after it.
+    assert result.violated == "EventuallyCleaned"
+    assert result.loop_back_to == 3
+
+
+def test_run_tlc_missing_inputs(fake_jar: Path, tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        tlc.run_tlc(tmp_path / "Nope.tla")
+    spec = tmp_path / "Lonely.tla"
+    spec.write_text("---- MODULE Lonely ----\n====\n")
+    with pytest.raises(FileNotFoundError, match=r"Lonely\.cfg"):
+        tlc.run_tlc(spec)
+
+
+def test_run_tlc_without_jar(no_tlc_env: Path) -> None:
+    with pytest.raises(tlc.TlcNotFound, match="TLA2TOOLS_JAR"):
+        tlc.run_tlc(TLA_DIR / "KVOffload.tla")
+
+
+# --- real TLC ---------------------------------------------------------------------------------
+
+requires_tlc = pytest.mark.skipif(not tlc.tlc_available(), reason="tla2tools.jar not found: set TLA2TOOLS_JAR")
+
+
+@requires_tlc
+def test_real_tlc_deadlock(tmp_path: Path) -> None:
+    for name in ("Counter.tla", "Counter.cfg"):
+        (tmp_path / name).write_text(fixture(name))
+    result = tlc.run_tlc(tmp_path / "Counter.tla", timeout=300)
+    assert result.result == "deadlock failure", result.message
+    assert result.exit_code == EXIT_VIOLATION_DEADLOCK
+    assert [step.state.get("x") for step in result.trace] == ["0", "1", "2"]
+    assert result.distinct_states == 3
+    # TLC's metadata went to a temporary directory, not beside the spec.
+    assert not (tmp_path / "states").exists()
+
+
+@requires_tlc
+@pytest.mark.slow
+def test_real_tlc_project_models() -> None:
+    fixed = tlc.run_tlc(TLA_DIR / "KVOffload.tla", TLA_DIR / "KVOffload.cfg", timeout=600)
+    assert fixed.result == "success", fixed.message
+    eager = tlc.run_tlc(TLA_DIR / "KVOffload.tla", TLA_DIR / "KVOffload_EagerSignal.cfg", timeout=600)
+    assert eager.result == "safety failure"
+    assert eager.violated == "NoManagerCallAfterSignal"
+    assert [step.action for step in eager.trace][-2:] == ["Finish", "BuildMeta"]
+
+
+def test_run_tlc_through_a_real_subprocess(tmp_path: Path, fake_jar: Path) -> None:
+    """The whole subprocess path with a stand-in ``java`` script: arguments, working directory,
+    the -dumpTrace file and the exit code."""
+    java = tmp_path / "java"
+    log = tmp_path / "args.txt"
+    java.write_text(
+        "#!/bin/sh\n"
+        f'pwd > "{log}"\n'
+        f'printf "%s\\n" "$@" >> "{log}"\n'
+        'while [ "$#" -gt 0 ]; do\n'
+        '  if [ "$1" = "-dumpTrace" ]; then cp "' + str(FIXTURES / "safety.json") + '" "$3"; fi\n'
+        "  shift\n"
+        "done\n"
+        f'cat "{FIXTURES / "safety.out"}"\n'
+        "exit 12\n"
+    )
+    java.chmod(0o755)
+    result = tlc.run_tlc(TLA_DIR / "KVOffload.tla", TLA_DIR / "KVOffload_EagerSignal.cfg", java=str(java))
+    cwd, *args = log.read_text().splitlines()
+    assert Path(cwd) == TLA_DIR.resolve()
+    assert args[args.index("-cp") + 1 :][:2] == [str(fake_jar), "tlc2.TLC"]
+    assert args[-1] == "KVOffload.tla"
+    assert result.exit_code == EXIT_VIOLATION_SAFETY
+    assert result.violated == "NoManagerCallAfterSignal"
+    assert result.trace[0].state["sched"] == '[r1 |-> "waiting", r2 |-> "waiting"]'  # read from the JSON
+    # The temporary directory with the trace and TLC's metadata is gone.
+    assert not Path(args[args.index("-dumpTrace") + 2]).exists()
