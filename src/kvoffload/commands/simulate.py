@@ -64,14 +64,46 @@ def _print_table(result: dict[str, Any], options_dict: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="kvoffload simulate", show_header=True)
-    table.add_column("metric")
+    admitted = max(1, result["admitted_tokens"])
+
+    def share(key: str) -> str:
+        return f"{result[key]} ({result[key] / admitted:.1%})"
+
+    sections: list[tuple[str, list[tuple[str, str]]]] = [
+        ("workload", [
+            ("requests finished / aborted", f"{result['finished']} / {result['aborted']}"),
+            ("engine steps", str(result["steps"])),
+            ("preemptions / reset_cache calls", f"{result['preemptions']} / {result['resets']}"),
+        ]),
+        ("tokens needing KV at admission", [
+            ("total (re-admissions after preemption count again)", str(result["admitted_tokens"])),
+            ("served by the GPU prefix cache", share("gpu_hit_tokens")),
+            ("served by CPU offload", share("offload_hit_tokens")),
+        ]),
+        ("transfers", [
+            ("chunks stored / loaded", f"{result['stored_chunks']} / {result['loaded_chunks']}"),
+            ("failed stores / loads", f"{result['store_failures']} / {result['load_failures']}"),
+            ("stale completions after reset", str(result["stale_completions"])),
+            ("policy", str(result["policy"])),
+        ]),
+        ("checks", [
+            ("invariant violations", str(result["violations"])),
+            ("leaks after drain", str(result["leaks"])),
+            ("loaded blocks checked byte for byte", str(result["integrity_checked_blocks"])),
+            ("integrity failures", str(result["integrity_failures"])),
+        ]),
+    ]
+    table = Table(title=f"kvoffload simulate ({options_dict['users']} users x {options_dict['turns']} turns, "
+                  f"{options_dict['backend']} backend)")
+    table.add_column("")
     table.add_column("value", justify="right")
-    for key, value in result.items():
-        if key == "violation_messages":
-            continue
-        table.add_row(key, f"{value:.3f}" if isinstance(value, float) else str(value))
+    for title, rows in sections:
+        table.add_row(f"[bold]{title}[/bold]", "")
+        for label, value in rows:
+            table.add_row(f"  {label}", value)
     console = Console()
     console.print(table)
+    ok = result["violations"] == 0 and result["leaks"] == 0 and result["integrity_failures"] == 0
+    console.print("[green]OK: no violation, no leak, every loaded block intact[/green]" if ok else "[red]FAILED[/red]")
     for message in result.get("violation_messages", []):
         console.print(f"[red]{message}[/red]")

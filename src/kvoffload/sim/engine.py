@@ -62,6 +62,8 @@ class EngineStats:
     resets: int = 0
     deferred_admissions: int = 0
     prompt_tokens: int = 0
+    # Tokens whose KV was needed at each admission (a preempted request is admitted again).
+    admitted_tokens: int = 0
     gpu_hit_tokens: int = 0
     offload_hit_tokens: int = 0
     computed_tokens: int = 0
@@ -258,6 +260,7 @@ class Engine:
         request.block_ids = local + blocks
         self.scheduler.update_state_after_alloc(request, request.block_ids, external)
         self.stats.admitted += 1
+        self.stats.admitted_tokens += request.num_tokens
         request.local_hit_tokens = computed
         request.external_tokens = external
         request.num_computed_tokens = computed

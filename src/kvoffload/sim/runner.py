@@ -109,6 +109,7 @@ def summarise(engine: Engine) -> dict[str, Any]:
         "offload_hit_tokens": stats.offload_hit_tokens,
         "gpu_hit_tokens": stats.gpu_hit_tokens,
         "prompt_tokens": stats.prompt_tokens,
+        "admitted_tokens": stats.admitted_tokens,
         "computed_tokens": stats.computed_tokens,
         "preemptions": stats.preemptions,
         "resets": stats.resets,
