@@ -1,9 +1,189 @@
-"""TODO placeholder benchmark."""
+"""BlockMover throughput vs a contiguous copy and a naive per-block loop (scattered block ids).
+
+For each block size (bytes per block summed over layers) the same number of bytes is moved four
+ways, in the same run: through the mover (store GPU->CPU and load CPU->GPU, random scattered ids
+on both sides), as one contiguous ``copy_`` of that many bytes (the ceiling), and as a naive loop
+of one ``copy_`` per block per layer (the floor). ``gather_*`` figures repeat the mover runs with
+scattered GPU ids but consecutive CPU ids, the common case when the CPU pool hands out fresh
+blocks. Every figure is the median of ``--repeats`` timed runs after one warm-up run; the runs of
+all variants are interleaved, so a change of machine load hits them alike.
+
+On CUDA, host memory is pinned (for the reference too), every timing ends with a synchronize,
+``contiguous_gbps`` is the device->host copy and ``contiguous_h2d_gbps`` the host->device copy;
+``load_ratio`` is taken against the latter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported inside the functions: this module is imported to build `kvoffload --help`,
+# which must stay fast.
+
+DEFAULT_BLOCK_SIZES = (4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20)
 
 
-def add_arguments(parser) -> None:  # noqa: ANN001
-    return None
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``kvoffload bench mover``."""
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="where the 'GPU' side lives")
+    parser.add_argument(
+        "--total-mib",
+        type=int,
+        default=None,
+        help="MiB moved per measurement and direction (default: cpu 64, cuda 256)",
+    )
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per figure (the median is reported)")
+    parser.add_argument("--layers", type=int, default=2, help="layers the block bytes are split over")
+    parser.add_argument(
+        "--block-sizes",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=list(DEFAULT_BLOCK_SIZES),
+        help="comma-separated bytes per block over all layers",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random block ids")
 
 
-def run(args) -> dict:  # noqa: ANN001
-    raise NotImplementedError
+def _device(name: str) -> torch.device:
+    import torch
+
+    from kvoffload.cli import CommandError
+
+    if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise CommandError(
+                f"--device cuda, but torch {torch.__version__} sees no CUDA device "
+                f"(torch.version.cuda={torch.version.cuda})"
+            )
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _median_seconds(
+    variants: dict[str, Callable[[], object]], repeats: int, sync: Callable[[], None]
+) -> dict[str, float]:
+    """Median seconds of each variant. Repeats are interleaved (every variant once per round), so
+    a change of machine load during the run shifts all variants alike and the ratios stay fair."""
+    for fn in variants.values():
+        fn()  # warm-up: first-touch page faults, allocator caches, lazy CUDA init
+    sync()
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(repeats):
+        for name, fn in variants.items():
+            sync()
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def _gbps(nbytes: int, seconds: float) -> float:
+    return round(nbytes / seconds / 1e9, 3)
+
+
+def _measure(
+    device: torch.device, block_bytes: int, total: int, layers: int, repeats: int, seed: int
+) -> dict[str, Any]:
+    import torch
+
+    from kvoffload.cli import CommandError
+    from kvoffload.offload.mover import BlockMover
+
+    cuda = device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    if block_bytes % (2 * layers):
+        raise CommandError(f"block size {block_bytes} is not a multiple of 2 x {layers} layers (float16 rows)")
+    blocks = max(1, total // block_bytes)
+    pool = 2 * blocks  # ids are drawn from a pool twice as large, so they are truly scattered
+    nbytes = blocks * block_bytes
+    elems = block_bytes // layers // 2
+    gpu = [torch.randn(pool, elems, dtype=torch.float16, device=device) for _ in range(layers)]
+    mover = BlockMover(gpu, pool)
+    gen = torch.Generator().manual_seed(seed)
+    gpu_ids = torch.randperm(pool, generator=gen)[:blocks].tolist()
+    cpu_ids = torch.randperm(pool, generator=gen)[:blocks].tolist()
+    run_ids = list(range(blocks))
+    next_id = iter(range(1 << 62))
+
+    def job(kind: str, src: list[int], dst: list[int]) -> Callable[[], None]:
+        def go() -> None:
+            jid = next(next_id)
+            (mover.store if kind == "store" else mover.load)(jid, src, dst)
+            mover.wait([jid])
+            (result,) = mover.poll()
+            if not result.ok:
+                raise RuntimeError(f"mover {kind} failed: {result.error}")
+
+        return go
+
+    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=cuda)
+    other = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    cpu_rows, gpu_rows = mover.cpu_layers, gpu
+
+    def naive() -> None:
+        for c, g in zip(cpu_rows, gpu_rows, strict=True):
+            for gi, ci in zip(gpu_ids, cpu_ids, strict=True):
+                c[ci].copy_(g[gi], non_blocking=cuda)
+
+    variants: dict[str, Callable[[], object]] = {
+        "store": job("store", gpu_ids, cpu_ids),
+        "load": job("load", cpu_ids, gpu_ids),
+        "gather_store": job("store", gpu_ids, run_ids),
+        "gather_load": job("load", run_ids, gpu_ids),
+        "d2h": lambda: host.copy_(other, non_blocking=cuda),
+        "naive": naive,
+    }
+    if cuda:
+        variants["h2d"] = lambda: other.copy_(host, non_blocking=cuda)
+    t = _median_seconds(variants, repeats, sync)
+    store_s, load_s, naive_s, d2h_s = t["store"], t["load"], t["naive"], t["d2h"]
+    gather_store_s, gather_load_s = t["gather_store"], t["gather_load"]
+    h2d_s = t.get("h2d", d2h_s)
+    mover.close()
+    out: dict[str, Any] = {
+        "block_bytes": block_bytes,
+        "blocks": blocks,
+        "store_gbps": _gbps(nbytes, store_s),
+        "load_gbps": _gbps(nbytes, load_s),
+        "contiguous_gbps": _gbps(nbytes, d2h_s),
+        "naive_gbps": _gbps(nbytes, naive_s),
+        "store_ratio": round(d2h_s / store_s, 3),
+        "load_ratio": round(h2d_s / load_s, 3),
+        "naive_ratio": round(d2h_s / naive_s, 3),
+        "gather_store_gbps": _gbps(nbytes, gather_store_s),
+        "gather_load_gbps": _gbps(nbytes, gather_load_s),
+        "gather_store_ratio": round(d2h_s / gather_store_s, 3),
+        "gather_load_ratio": round(h2d_s / gather_load_s, 3),
+    }
+    if cuda:
+        out["contiguous_h2d_gbps"] = _gbps(nbytes, h2d_s)
+    return out
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Measure every block size and return the figures as a JSON-ready dict."""
+    import torch
+
+    device = _device(args.device)
+    cuda = device.type == "cuda"
+    total = (args.total_mib if args.total_mib is not None else (256 if cuda else 64)) << 20
+    name = f"cuda:{device.index} {torch.cuda.get_device_name(device)}" if cuda else "cpu"
+    results = [
+        _measure(device, bb, total, args.layers, args.repeats, args.seed + i) for i, bb in enumerate(args.block_sizes)
+    ]
+    return {
+        "device": name,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "total_mib": total >> 20,
+        "layers": args.layers,
+        "repeats": args.repeats,
+        "results": results,
+    }

@@ -1,0 +1,464 @@
+"""BlockMover: byte-exact round trips, ordering, validation before any byte moves, failure reporting."""
+
+from __future__ import annotations
+
+import math
+import random
+import warnings
+from collections.abc import Callable, Sequence
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvoffload.offload import mover as mover_mod
+from kvoffload.offload.mover import BlockMover, TransferResult
+
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+DEVICES = ["cpu", pytest.param("cuda", marks=[needs_cuda, pytest.mark.cuda])]
+
+DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.uint8]
+if hasattr(torch, "float8_e4m3fn"):
+    DTYPES.append(torch.float8_e4m3fn)
+
+NUM_GPU = 24
+NUM_CPU = 20
+
+
+def rand_layer(n: int, shape: Sequence[int], dtype: torch.dtype, device: str, seed: int = 0) -> torch.Tensor:
+    """Random BYTES viewed as ``dtype`` (NaN patterns included: we compare bytes, not values)."""
+    g = torch.Generator().manual_seed(seed)
+    esize = torch.empty(0, dtype=dtype).element_size()
+    raw = torch.randint(0, 256, (n, math.prod(shape) * esize), dtype=torch.uint8, generator=g)
+    return raw.view(dtype).reshape(n, *shape).to(device)
+
+
+def as_bytes(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().cpu().contiguous().reshape(t.shape[0], -1).view(torch.uint8).clone()
+
+
+def snapshot(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    return [as_bytes(t) for t in tensors]
+
+
+def assert_same(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert torch.equal(x, y)
+
+
+def finish(m: BlockMover, *job_ids: int) -> dict[int, TransferResult]:
+    m.wait(job_ids)
+    results = {r.job_id: r for r in m.poll()}
+    assert set(job_ids) <= set(results)
+    return results
+
+
+def multi_layers(device: str, seed: int = 0) -> list[torch.Tensor]:
+    # Different shapes and dtypes per layer; 5 uint8 bytes forces the byte-row path.
+    return [
+        rand_layer(NUM_GPU, (2, 4), torch.float16, device, seed),
+        rand_layer(NUM_GPU, (3,), torch.float32, device, seed + 1),
+        rand_layer(NUM_GPU, (5,), torch.uint8, device, seed + 2),
+        rand_layer(NUM_GPU, (2, 2, 2), torch.bfloat16, device, seed + 3),
+    ]
+
+
+PATTERNS: dict[str, tuple[list[int], list[int]]] = {
+    "single": ([5], [11]),
+    "run": (list(range(3, 15)), list(range(4, 16))),
+    "scattered": ([17, 2, 9, 0, 23, 11, 6], [3, 19, 0, 12, 7, 8, 1]),
+    "dst run": ([19, 0, 7, 3, 12, 5, 16, 9, 1, 14], list(range(6, 16))),
+    "src run": (list(range(2, 12)), [19, 0, 7, 3, 12, 5, 16, 9, 1, 14]),
+    "mixed": ([*range(0, 10), 20, 15, 13, *range(16, 20)], [*range(5, 15), 0, 2, 19, 15, 16, 17, 18]),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("pattern", list(PATTERNS))
+def test_round_trip_bytes(device: str, dtype: torch.dtype, pattern: str) -> None:
+    gpu_ids, cpu_ids = PATTERNS[pattern]
+    layers = [rand_layer(NUM_GPU, (4, 8), dtype, device, 1), rand_layer(NUM_GPU, (16,), dtype, device, 2)]
+    before = snapshot(layers)
+    m = BlockMover(layers, NUM_CPU)
+    m.store(1, gpu_ids, cpu_ids)
+    r = finish(m, 1)[1]
+    assert r.ok and r.direction == "store" and r.error is None
+    for b, c in zip(before, m.cpu_layers, strict=True):
+        assert torch.equal(as_bytes(c)[cpu_ids], b[gpu_ids])
+    # Overwrite the GPU blocks, then load back into different GPU blocks.
+    for layer in layers:
+        layer.view(torch.uint8).fill_(0)
+    targets = list(reversed(range(NUM_GPU)))[: len(cpu_ids)]
+    m.load(2, cpu_ids, targets)
+    assert finish(m, 2)[2].ok
+    for b, layer in zip(before, layers, strict=True):
+        assert torch.equal(as_bytes(layer)[targets], b[gpu_ids])
+    m.close()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("pattern", list(PATTERNS))
+def test_multi_layer_store_overwrite_load_restores(device: str, pattern: str) -> None:
+    gpu_ids, cpu_ids = PATTERNS[pattern]
+    layers = multi_layers(device)
+    before = snapshot(layers)
+    m = BlockMover(layers, NUM_CPU)
+    assert m.block_bytes == 2 * 4 * 2 + 3 * 4 + 5 + 8 * 2
+    m.store(1, gpu_ids, cpu_ids)
+    finish(m, 1)
+    for i, layer in enumerate(layers):
+        layer.copy_(rand_layer(NUM_GPU, layer.shape[1:], layer.dtype, device, 99 + i))
+    m.load(2, cpu_ids, gpu_ids)
+    assert finish(m, 2)[2].ok
+    for b, layer in zip(before, layers, strict=True):
+        assert torch.equal(as_bytes(layer)[gpu_ids], b[gpu_ids])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_reused_cpu_block_gives_new_bytes(device: str) -> None:
+    layers = multi_layers(device)
+    before = snapshot(layers)
+    m = BlockMover(layers, NUM_CPU)
+    m.store(1, [0, 1], [7, 8])
+    m.store(2, [4, 5], [8, 7])  # evict: CPU blocks 7 and 8 now hold GPU blocks 5 and 4
+    finish(m, 1, 2)
+    m.load(3, [7, 8], [20, 21])
+    finish(m, 3)
+    for b, layer in zip(before, layers, strict=True):
+        assert torch.equal(as_bytes(layer)[[20, 21]], b[[5, 4]])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_load_into_blocks_an_in_flight_store_reads_is_ordered(device: str) -> None:
+    big = 4096 if device == "cuda" else 64  # bigger blocks on CUDA make a race more likely to show
+    layers = [rand_layer(NUM_GPU, (big,), torch.float16, device, 3)]
+    before = snapshot(layers)
+    m = BlockMover(layers, NUM_CPU)
+    m.store(1, list(range(8)), list(range(8, 16)))
+    finish(m, 1)
+    new = as_bytes(m.cpu_layers[0])[8:16]  # blocks 0..7 as stored
+    m.store(2, list(range(8, 16)), list(range(8)))  # reads GPU 8..15
+    m.load(3, list(range(8, 16)), list(range(8, 16)))  # overwrites GPU 8..15 with old 0..7
+    results = finish(m, 2, 3)
+    assert results[2].ok and results[3].ok
+    assert torch.equal(as_bytes(m.cpu_layers[0])[:8], before[0][8:16])  # the pre-load bytes
+    assert torch.equal(as_bytes(layers[0])[8:16], new)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_poll_reports_each_job_once_with_bytes(device: str) -> None:
+    layers = multi_layers(device)
+    m = BlockMover(layers, NUM_CPU)
+    m.store(10, [1, 2, 3], [0, 1, 2])
+    m.store(11, [], [])
+    m.load(12, [5], [6])
+    assert m.in_flight() == {10, 11, 12}
+    m.wait([10, 11, 12])
+    results = m.poll()
+    assert sorted(r.job_id for r in results) == [10, 11, 12]
+    by_id = {r.job_id: r for r in results}
+    assert by_id[10].bytes == 3 * m.block_bytes and by_id[10].direction == "store"
+    assert by_id[11].bytes == 0 and by_id[11].ok
+    assert by_id[12].bytes == m.block_bytes and by_id[12].direction == "load"
+    assert all(r.ok and r.seconds >= 0 for r in results)
+    assert m.poll() == []
+    assert m.in_flight() == set()
+    m.store(10, [1], [0])  # a polled id may be reused
+    assert [r.job_id for r in finish(m, 10).values()] == [10]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_wait_on_unknown_id_errors(device: str) -> None:
+    m = BlockMover(multi_layers(device), NUM_CPU)
+    with pytest.raises(KeyError, match="unknown job id"):
+        m.wait([42])
+    m.store(1, [0], [0])
+    m.wait([1])
+    m.poll()
+    with pytest.raises(KeyError, match=r"\[1\]"):
+        m.wait([1])  # already polled
+
+
+Invalid = Callable[[BlockMover], None]
+INVALID_SUBMITS: dict[str, tuple[type[Exception], str, Invalid]] = {
+    "negative gpu id": (ValueError, "job 5: gpu_block_ids contains -1", lambda m: m.store(5, [0, -1], [0, 1])),
+    "gpu id too big": (ValueError, f"contains {NUM_GPU}", lambda m: m.store(5, [0, NUM_GPU], [0, 1])),
+    "cpu id too big": (ValueError, f"cpu_block_ids contains {NUM_CPU}", lambda m: m.store(5, [0, 1], [0, NUM_CPU])),
+    "load gpu id too big": (ValueError, "job 5: gpu_block_ids", lambda m: m.load(5, [0, 1], [2, 99])),
+    "load negative cpu": (ValueError, "cpu_block_ids contains -3", lambda m: m.load(5, [-3, 1], [2, 3])),
+    "lengths": (
+        ValueError,
+        "job 5: gpu_block_ids has 3 ids but cpu_block_ids has 2",
+        lambda m: m.store(5, [0, 1, 2], [0, 1]),
+    ),
+    "duplicate dst": (ValueError, "job 5: duplicate destination id 4", lambda m: m.store(5, [0, 1, 2], [4, 3, 4])),
+    "duplicate load dst": (ValueError, "duplicate destination id 9", lambda m: m.load(5, [0, 1], [9, 9])),
+    "non-int id": (TypeError, "job 5: gpu_block_ids must contain ints, got 1.5", lambda m: m.store(5, [1.5], [0])),
+    "non-int job id": (TypeError, "job id must be an int", lambda m: m.store("5", [0], [0])),  # type: ignore[arg-type]
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", list(INVALID_SUBMITS))
+def test_invalid_submit_raises_before_any_byte_moves(device: str, case: str) -> None:
+    exc, msg, submit = INVALID_SUBMITS[case]
+    layers = multi_layers(device)
+    m = BlockMover(layers, NUM_CPU)
+    for c in m.cpu_layers:
+        c.view(torch.uint8).fill_(0xAB)
+    gpu_before, cpu_before = snapshot(layers), snapshot(m.cpu_layers)
+    with pytest.raises(exc, match=msg):
+        submit(m)
+    assert m.in_flight() == set() and m.poll() == []
+    assert_same(snapshot(layers), gpu_before)
+    assert_same(snapshot(m.cpu_layers), cpu_before)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_job_id_reused_while_in_flight(device: str) -> None:
+    layers = multi_layers(device)
+    m = BlockMover(layers, NUM_CPU)
+    m.store(7, [0, 1], [0, 1])
+    m.wait([7])
+    cpu_before = snapshot(m.cpu_layers)
+    with pytest.raises(ValueError, match="job 7 is still in flight"):
+        m.store(7, [2, 3], [2, 3])
+    with pytest.raises(ValueError, match="job 7 is still in flight"):
+        m.load(7, [0], [5])
+    assert_same(snapshot(m.cpu_layers), cpu_before)
+    assert [r.job_id for r in m.poll()] == [7]
+
+
+def test_constructor_validation() -> None:
+    layer = rand_layer(NUM_GPU, (4,), torch.float16, "cpu")
+    with pytest.raises(ValueError, match="at least one GPU layer"):
+        BlockMover([], 4)
+    with pytest.raises(ValueError, match="layer 1 has 23 blocks, layer 0 has 24"):
+        BlockMover([layer, rand_layer(NUM_GPU - 1, (4,), torch.float16, "cpu")], 4)
+    with pytest.raises(ValueError, match="not contiguous"):
+        BlockMover([rand_layer(NUM_GPU, (4, 2), torch.float16, "cpu").transpose(1, 2)], 4)
+    with pytest.raises(ValueError, match="num_cpu_blocks or cpu_layers"):
+        BlockMover([layer])
+    with pytest.raises(TypeError, match=r"expected a torch\.Tensor"):
+        BlockMover([layer, [1, 2]], 4)  # type: ignore[list-item]
+
+
+def test_provided_cpu_tensor_validation() -> None:
+    layer = rand_layer(NUM_GPU, (4,), torch.float16, "cpu")
+    with pytest.raises(ValueError, match="too small: 3 blocks, need 8"):
+        BlockMover([layer], 8, cpu_layers=[torch.zeros(3, 4, dtype=torch.float16)])
+    with pytest.raises(ValueError, match="has shape"):
+        BlockMover([layer], 8, cpu_layers=[torch.zeros(8, 5, dtype=torch.float16)])
+    with pytest.raises(TypeError, match=r"dtype torch\.float32"):
+        BlockMover([layer], 8, cpu_layers=[torch.zeros(8, 4, dtype=torch.float32)])
+    with pytest.raises(ValueError, match="1 CPU layer tensors for 2 GPU layers"):
+        BlockMover([layer, layer.clone()], 8, cpu_layers=[torch.zeros(8, 4, dtype=torch.float16)])
+    # A larger provided tensor is fine: the mover uses its first num_cpu_blocks rows, in place.
+    provided = torch.zeros(10, 4, dtype=torch.float16)
+    m = BlockMover([layer], 8, cpu_layers=[provided])
+    assert m.num_cpu_blocks == 8
+    m.store(1, [3], [7])
+    finish(m, 1)
+    assert torch.equal(provided[7], layer[3]) and not provided[8:].any()
+    with pytest.raises(ValueError, match="cpu_block_ids contains 8"):
+        m.store(2, [3], [8])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_injected_fault_is_reported_and_leaves_destination(device: str) -> None:
+    layers = multi_layers(device)
+    calls: list[tuple[int, str]] = []
+
+    def injector(job_id: int, direction: str) -> bool:
+        calls.append((job_id, direction))
+        return job_id == 2
+
+    m = BlockMover(layers, NUM_CPU, fault_injector=injector)
+    m.store(1, [0, 1], [0, 1])
+    finish(m, 1)
+    cpu_before = snapshot(m.cpu_layers)
+    gpu_before = snapshot(layers)
+    m.store(2, [2, 3], [0, 1])
+    r = finish(m, 2)[2]
+    assert not r.ok and r.error == "injected fault" and r.direction == "store"
+    assert r.bytes == 2 * m.block_bytes
+    assert_same(snapshot(m.cpu_layers), cpu_before)
+    m.load(3, [0, 1], [5, 6])
+    assert finish(m, 3)[3].ok
+    assert calls == [(1, "store"), (2, "store"), (3, "load")]
+    assert torch.equal(snapshot(layers)[0][[5, 6]], gpu_before[0][[0, 1]])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("primitive", ["copy_", "index_select", "index_select threaded"])
+def test_copy_raising_inside_torch_is_reported_failed(
+    device: str, primitive: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    layers = multi_layers(device)
+    m = BlockMover(layers, NUM_CPU)
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise RuntimeError(f"simulated {primitive.split()[0]} failure")
+
+    if primitive == "index_select threaded":
+        monkeypatch.setattr(mover_mod, "_PARALLEL_MIN_BYTES", 1)
+        monkeypatch.setattr(mover_mod, "_CHUNK_BYTES", 64)
+    if primitive == "copy_":
+        gpu_ids, cpu_ids = list(range(10)), list(range(10))  # one run -> slice copy_
+        monkeypatch.setattr(torch.Tensor, "copy_", boom)
+    else:
+        gpu_ids, cpu_ids = [9, 3, 14], [0, 5, 2]  # scattered -> gather
+        monkeypatch.setattr(torch, "index_select", boom)
+        monkeypatch.setattr(torch.Tensor, "index_select", boom)
+    threads = torch.get_num_threads()
+    m.store(1, gpu_ids, cpu_ids)
+    monkeypatch.undo()
+    assert torch.get_num_threads() == threads  # restored after the failure
+    results = finish(m, 1)
+    assert not results[1].ok and results[1].error is not None
+    assert f"simulated {primitive.split()[0]} failure" in results[1].error
+    # The mover stays usable after a failed job.
+    m.store(2, gpu_ids, cpu_ids)
+    assert finish(m, 2)[2].ok
+
+
+def test_pinning_failure_falls_back_with_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_empty = torch.empty
+
+    def empty(*args: object, pin_memory: bool = False, **kwargs: object) -> torch.Tensor:
+        if pin_memory:
+            raise RuntimeError("cannot pin")
+        return real_empty(*args, **kwargs)  # type: ignore[call-overload, no-any-return]
+
+    monkeypatch.setattr(torch, "empty", empty)
+    with pytest.warns(RuntimeWarning, match="pinning .* failed"):
+        m = BlockMover([rand_layer(NUM_GPU, (4,), torch.float16, "cpu")], 4, pin_memory=True)
+    monkeypatch.undo()
+    assert not m.cpu_layers[0].is_pinned()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        BlockMover([rand_layer(NUM_GPU, (4,), torch.float16, "cpu")], 4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_large_block_and_chunked_paths(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Force single-block slice copies and many small staging chunks on tiny tensors.
+    layers = multi_layers(device, seed=5)
+    before = snapshot(layers)
+    monkeypatch.setattr(mover_mod, "_MIN_RUN_BYTES", 1)
+    m = BlockMover(layers, NUM_CPU)
+    gpu_ids, cpu_ids = PATTERNS["scattered"]
+    m.store(1, gpu_ids, cpu_ids)
+    finish(m, 1)
+    monkeypatch.setattr(mover_mod, "_MIN_RUN_BYTES", 1 << 30)
+    monkeypatch.setattr(mover_mod, "_STAGING_BYTES", 1)
+    m.load(2, cpu_ids, [0, 1, 2, 3, 4, 5, 6])
+    finish(m, 2)
+    for b, layer in zip(before, layers, strict=True):
+        assert torch.equal(as_bytes(layer)[:7], b[gpu_ids])
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_random_mappings_match_per_block_reference(data: st.DataObject) -> None:
+    n = data.draw(st.integers(0, 16))
+    gpu_ids = data.draw(st.lists(st.integers(0, NUM_GPU - 1), min_size=n, max_size=n))
+    cpu_ids = data.draw(st.lists(st.integers(0, NUM_CPU - 1), min_size=n, max_size=n, unique=True))
+    layers = multi_layers("cpu", seed=7)
+    m = BlockMover(layers, NUM_CPU)
+    expected = snapshot(m.cpu_layers)
+    src = snapshot(layers)
+    for g, c in zip(gpu_ids, cpu_ids, strict=True):
+        for e, s in zip(expected, src, strict=True):
+            e[c] = s[g]
+    m.store(1, gpu_ids, cpu_ids)
+    assert finish(m, 1)[1].ok
+    assert_same(snapshot(m.cpu_layers), expected)
+
+
+@needs_cuda
+@pytest.mark.cuda
+def test_cuda_pinned_and_store_waits_for_compute_stream() -> None:
+    layer = torch.zeros(NUM_GPU, 1 << 16, dtype=torch.float16, device="cuda")
+    m = BlockMover([layer], NUM_CPU)
+    assert m.cpu_layers[0].is_pinned()
+    assert m.device.type == "cuda"
+    torch.cuda.synchronize()
+    # The compute stream is busy, then writes the block: the store must see the write.
+    torch.cuda._sleep(50_000_000)
+    layer[3].fill_(7.0)
+    m.store(1, [3], [0])
+    r = finish(m, 1)[1]
+    assert r.ok
+    assert bool((m.cpu_layers[0][0] == 7.0).all())
+    m.close()
+
+
+def structured_mapping(rng: random.Random, pool_src: int, pool_dst: int, n: int) -> tuple[list[int], list[int]]:
+    """A mapping mixing runs on both sides, runs on one side and scattered pairs (unique dst)."""
+    dst_pool = list(range(pool_dst))
+    chunks = [dst_pool[i : i + rng.randint(1, 12)] for i in range(0, pool_dst, 12)]
+    rng.shuffle(chunks)
+    src: list[int] = []
+    dst: list[int] = []
+    for chunk in chunks:
+        if len(dst) >= n:
+            break
+        kind = rng.choice(["both", "dst", "src", "scattered"])
+        chunk = chunk[: n - len(dst)]
+        if kind in ("src", "scattered"):
+            rng.shuffle(chunk)
+        if kind in ("both", "src"):
+            start = rng.randrange(0, pool_src - len(chunk) + 1)
+            src += range(start, start + len(chunk))
+        else:
+            src += [rng.randrange(pool_src) for _ in chunk]
+        dst += chunk
+    return src, dst
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("planner", ["python", "torch"])
+@pytest.mark.parametrize("mode", ["staged", "big blocks", "threaded"])
+def test_structured_mappings_match_reference(
+    device: str, planner: str, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if planner == "torch":
+        monkeypatch.setattr(mover_mod, "_SMALL_JOB", 0)
+    if mode == "big blocks":
+        monkeypatch.setattr(mover_mod, "_MIN_RUN_BYTES", 1)  # lone blocks become slice copies
+    elif mode == "staged":
+        monkeypatch.setattr(mover_mod, "_STAGING_BYTES", 256)  # several staging chunks
+    else:  # scattered pairs split in small chunks over worker threads (when torch has >1 thread)
+        monkeypatch.setattr(mover_mod, "_PARALLEL_MIN_BYTES", 1)
+        monkeypatch.setattr(mover_mod, "_CHUNK_BYTES", 64)
+    n_gpu, n_cpu = 150, 120
+    layers = [
+        rand_layer(n_gpu, (3, 2), torch.float16, device, 11),
+        rand_layer(n_gpu, (7,), torch.uint8, device, 12),
+    ]
+    m = BlockMover(layers, n_cpu)
+    rng = random.Random(f"{planner}-{mode}")
+    job = 0
+    for _ in range(6):
+        for direction in ("store", "load"):
+            job += 1
+            n = rng.randint(0, 100)
+            if direction == "store":
+                src, dst = structured_mapping(rng, n_gpu, n_cpu, n)
+                src_t, dst_t = layers, m.cpu_layers
+            else:
+                src, dst = structured_mapping(rng, n_cpu, n_gpu, n)
+                src_t, dst_t = m.cpu_layers, layers
+            expected = snapshot(dst_t)
+            source = snapshot(src_t)
+            for s, d in zip(src, dst, strict=True):
+                for e, b in zip(expected, source, strict=True):
+                    e[d] = b[s]
+            (m.store if direction == "store" else m.load)(job, src, dst)
+            assert finish(m, job)[job].ok
+            assert_same(snapshot(dst_t), expected)
