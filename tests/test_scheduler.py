@@ -386,3 +386,17 @@ def test_chunks_of_several_gpu_blocks_are_keyed_by_their_last_block() -> None:
     complete(s, store.job_id)
     assert s.get_num_new_matched_tokens(b, 4) == (0, False)
     assert s.get_num_new_matched_tokens(b, 8) == (8, True)
+
+
+def test_reset_between_admission_and_build_cancels_a_load_the_worker_never_saw() -> None:
+    s = scheduler()
+    _stored_prefix(s, [1, 2], [0, 1, 2])
+    b = request("b", [1, 2], extra_tokens=2)
+    admit(s, b, [5, 6, 7])
+    assert s.reset_cache() == ("b",)
+    assert s.manager.stats.resets == 1, "nothing was in flight: the manager is reset at once"
+    assert s.manager.requests_in_flight() == {}
+    meta = step(s, {"b": 10})
+    assert (meta.flush, meta.loads) == ((), ())
+    assert view(s) == {"b": ("running", None, ())}
+    assert s.stats.stale_completions == 1

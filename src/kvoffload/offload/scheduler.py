@@ -359,7 +359,12 @@ class OffloadingScheduler:
             elif tracker.state == SIGNALED:
                 self._clean(tracker)
         self._finished_pending.clear()
-        self._pending_loads = [job for job in self._pending_loads if job.job_id not in self._stale_jobs]
+        # Loads prepared this step but not yet handed to the worker never start: unpin them now
+        # instead of flushing a job the worker never saw.
+        for job in self._pending_loads:
+            del self._pending_flush[job.job_id]
+            self._complete(job.job_id, False)
+        self._pending_loads = []
         if self._stale_jobs:
             self._reset_pending = True
         else:
