@@ -24,21 +24,26 @@ from kvoffload.statemachine.declaration import LifecycleDeclaration
 
 
 class LifecycleError(RuntimeError):
-    """Base class of errors raised when a trigger cannot be fired."""
+    """A trigger that cannot be fired; names the lifecycle, the instance, its state and the trigger."""
+
+    def __init__(self, lifecycle: str, instance_id: object, state: str, trigger: str, reason: str) -> None:
+        self.lifecycle = lifecycle
+        self.instance_id = instance_id
+        self.state = state
+        self.trigger = trigger
+        super().__init__(
+            f"{lifecycle} {instance_id!r}: trigger {trigger!r} {reason}; nothing was changed"
+        )
 
 
 class IllegalTransition(LifecycleError):
     """A trigger that the declaration does not accept in the instance's current state."""
 
     def __init__(self, lifecycle: str, instance_id: object, state: str, trigger: str, allowed: tuple[str, ...]):
-        self.lifecycle = lifecycle
-        self.instance_id = instance_id
-        self.state = state
-        self.trigger = trigger
         self.allowed = allowed
         super().__init__(
-            f"{lifecycle} {instance_id!r}: trigger {trigger!r} is not allowed in state {state!r} "
-            f"(allowed here: {', '.join(allowed) or 'none'}); nothing was changed"
+            lifecycle, instance_id, state, trigger,
+            f"is not allowed in state {state!r} (allowed here: {', '.join(allowed) or 'none'})",
         )
 
 
@@ -46,14 +51,9 @@ class GuardRejected(LifecycleError):
     """A declared transition whose guard does not hold right now."""
 
     def __init__(self, lifecycle: str, instance_id: object, state: str, trigger: str, guard: str):
-        self.lifecycle = lifecycle
-        self.instance_id = instance_id
-        self.state = state
-        self.trigger = trigger
         self.guard = guard
         super().__init__(
-            f"{lifecycle} {instance_id!r}: trigger {trigger!r} from state {state!r} needs guard "
-            f"{guard!r}, which does not hold; nothing was changed"
+            lifecycle, instance_id, state, trigger, f"from state {state!r} needs guard {guard!r}, which does not hold"
         )
 
 
