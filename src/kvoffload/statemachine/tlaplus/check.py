@@ -1,0 +1,591 @@
+"""Breadth-first explicit-state model checking with TLC's semantics and counters."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..checkresult import (
+    EXIT_ERROR_CONFIG_PARSE,
+    EXIT_ERROR_SPEC_PARSE,
+    EXIT_ERROR_STATESPACE_TOO_LARGE,
+    EXIT_FAILURE_SPEC_EVAL,
+    EXIT_VIOLATION_ASSUMPTION,
+    EXIT_VIOLATION_DEADLOCK,
+    EXIT_VIOLATION_LIVENESS,
+    EXIT_VIOLATION_SAFETY,
+    CheckResult,
+    TraceStep,
+)
+from .compile import EMPTY, UNSET, Compiler, Ctx, Gen, _bool
+from .config import ModelConfig, Named, parse_config
+from .errors import EvalError, TlaError
+from .liveness import FairInfo, LivenessSearch
+from .modules import ModuleLoader, OpDef, Scope, pos
+from .temporal import Piece, TemporalAnalyzer
+from .values import Fn, Value, permute, render, sortkey, to_set
+
+State = tuple[Value, ...]
+Pred = Callable[[Ctx, dict[str, Value]], Value]
+
+
+@dataclass
+class Compiled:
+    """A spec compiled against one model."""
+
+    comp: Compiler
+    variables: list[str]
+    init: Gen
+    next: Gen
+    invariants: list[tuple[str, Pred, dict[str, Value]]]
+    implied_actions: list[tuple[str, Pred, dict[str, Value]]]
+    constraints: list[Pred]
+    action_constraints: list[Pred]
+    liveness: list[tuple[str, str, Pred, Pred | None, dict[str, Value]]]
+    fairness: list[tuple[str, Gen, Pred, Pred, dict[str, Value]]]
+    symmetry: list[dict[Value, Value]] = field(default_factory=list)
+    check_deadlock: bool = True
+    init_props: list[tuple[str, Pred, dict[str, Value]]] = field(default_factory=list)
+
+
+def _named(comp: Compiler, root: Scope, cfg: ModelConfig, item: Named, what: str) -> OpDef:
+    d = root.defs.get(item.name)
+    if not isinstance(d, OpDef):
+        raise TlaError(
+            f"{what} {item.name} named in the config is not defined in module {root.module}",
+            cfg.path, item.line, 1, kind="config",
+        )
+    return d
+
+
+def _ident(name: str, node: Any) -> Any:
+    from .compile import _Var
+
+    return _Var(name, node)
+
+
+def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
+    loader = ModuleLoader(spec_path.parent)
+    root = loader.load_root(spec_path)
+    # CONST <- Def substitutions replace the constant by a definition of the spec.
+    for name, target in cfg.substitutions.items():
+        d = root.defs.get(target)
+        if d is None:
+            raise TlaError(f"substitution {name} <- {target}: {target} is not defined", cfg.path,
+                           cfg.const_lines.get(name, 0), 1, kind="config")
+        root.defs[name] = d
+    constants: dict[str, Value] = {}
+    for name, v in cfg.constants.items():
+        if name not in root.defs:
+            raise TlaError(f"config assigns {name}, which the spec does not declare", cfg.path,
+                           cfg.const_lines.get(name, 0), 1, kind="config")
+        constants[name] = v
+    comp = Compiler(root, constants)
+    for name in root.constants:
+        decl = root.defs[name]
+        if getattr(decl, "node", None) is not None and getattr(decl.node, "arguments", None) and (
+            name not in cfg.substitutions
+        ):
+            raise TlaError(f"operator constant {name} needs a substitution ({name} <- Def) in {cfg.path}",
+                           root.file, *pos(decl.node), kind="config")
+        if name not in constants and name not in cfg.substitutions:
+            raise TlaError(f"constant {name} is not assigned a value in {cfg.path}", root.file, *pos(decl.node),
+                           kind="config")
+    # ASSUME: checked before anything else, like TLC.
+    for node, scope in root.assumes:
+        fn, _ = comp.expr(node, scope, {}, False)
+        try:
+            ok = fn(Ctx(None, None), EMPTY)
+        except EvalError as exc:
+            raise TlaError(f"evaluating ASSUME: {exc}", scope.file, *pos(node), kind="eval") from exc
+        if ok is not True:
+            raise TlaError("ASSUME is violated", scope.file, *pos(node), kind="assume")
+
+    ta = TemporalAnalyzer(comp)
+    if cfg.specification is not None:
+        spec_def = _named(comp, root, cfg, cfg.specification, "SPECIFICATION")
+        dec = ta.decompose(spec_def.body, spec_def.scope, cfg.specification.name, is_spec=True)
+        if len(dec.nexts) != 1 or not dec.inits:
+            raise TlaError(
+                f"SPECIFICATION {cfg.specification.name} must have the form Init /\\ [][Next]_vars /\\ fairness",
+                cfg.path, cfg.specification.line, 1, kind="config",
+            )
+        if dec.invariants or dec.actions or dec.liveness:
+            raise TlaError(f"unsupported conjunct in SPECIFICATION {cfg.specification.name}", cfg.path,
+                           cfg.specification.line, 1, kind="unsupported")
+        init_pieces = dec.inits
+        next_piece = dec.nexts[0]
+        next_node = next_piece.node.action
+        fair = dec.fairness
+    else:
+        if cfg.init is None or cfg.next is None:
+            raise TlaError("config needs SPECIFICATION or both INIT and NEXT", cfg.path, 1, 1, kind="config")
+        idef = _named(comp, root, cfg, cfg.init, "INIT")
+        ndef = _named(comp, root, cfg, cfg.next, "NEXT")
+        init_pieces = [Piece(_ident(idef.name, idef.node), root, {}, {}, idef.name)]
+        next_piece = Piece(_ident(ndef.name, ndef.node), root, {}, {}, ndef.name)
+        next_node = next_piece.node
+        fair = []
+
+    init_gens = [comp.action(p.node, p.scope, p.locals, True) for p in init_pieces]
+    init_envs = [p.env for p in init_pieces]
+
+    def init(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+        def rec(k: int) -> Iterator[str | None]:
+            if k == len(init_gens):
+                yield None
+                return
+            for _ in init_gens[k](c, init_envs[k]):
+                yield from rec(k + 1)
+
+        yield from rec(0)
+
+    next_gen = comp.action(next_node, next_piece.scope, next_piece.locals, False)
+    next_env = next_piece.env
+
+    def nxt(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+        return next_gen(c, next_env)
+
+    invariants = []
+    for item in cfg.invariants:
+        d = _named(comp, root, cfg, item, "invariant")
+        if ta.is_temporal(d.body, d.scope):
+            raise TlaError(f"invariant {item.name} is a temporal formula; list it under PROPERTY",
+                           cfg.path, item.line, 1, kind="config")
+        fn, _ = comp.expr(_ident(item.name, d.node), root, {}, False)
+        # Evaluation errors inside the invariant then name its definition's location.
+        comp.file_stack.append(d.file or root.file)
+        fn = comp.located(fn, d.node, item.name)
+        comp.file_stack.pop()
+        invariants.append((item.name, fn, EMPTY))
+    implied: list[tuple[str, Pred, dict[str, Value]]] = []
+    init_props: list[tuple[str, Pred, dict[str, Value]]] = []
+    liveness: list[tuple[str, str, Pred, Pred | None, dict[str, Value]]] = []
+    for item in cfg.properties:
+        d = _named(comp, root, cfg, item, "property")
+        dec = ta.decompose(d.body, d.scope, item.name, is_spec=False)
+        for pc in dec.inits:
+            # A state predicate (no []) in a PROPERTY is a claim about the initial states only.
+            if ta.is_temporal(pc.node, pc.scope) or _has_prime(pc.node):
+                raise TlaError(f"unsupported PROPERTY {item.name}: action outside [][...]_v",
+                               cfg.path, item.line, 1, kind="unsupported")
+            fn, _ = comp.expr(pc.node, pc.scope, pc.locals, False)
+            init_props.append((item.name, fn, pc.env))
+        for pc in dec.invariants:
+            fn, _ = comp.expr(pc.node, pc.scope, pc.locals, False)
+            invariants.append((item.name, fn, pc.env))
+        for pc in dec.actions:
+            fn, _ = comp.expr(pc.node, pc.scope, pc.locals, False)
+            implied.append((item.name, fn, pc.env))
+        for lv in dec.liveness:
+            p, _ = comp.expr(lv.p.node, lv.p.scope, lv.p.locals, False)
+            q = None
+            if lv.q is not None:
+                q, _ = comp.expr(lv.q.node, lv.q.scope, lv.q.locals, False)
+            liveness.append((item.name, lv.kind, p, q, lv.p.env))
+    fairness = []
+    for f in fair:
+        gen = comp.action(f.action.node, f.action.scope, f.action.locals, False)
+        v, _ = comp.expr(f.subscript.node, f.subscript.scope, f.subscript.locals, False)
+        vp, _ = comp.expr(f.subscript.node, f.subscript.scope, f.subscript.locals, True)
+        fairness.append((f.kind, gen, v, vp, f.action.env))
+    constraints = []
+    for item in cfg.constraints:
+        d = _named(comp, root, cfg, item, "constraint")
+        constraints.append(comp.expr(_ident(item.name, d.node), root, {}, False)[0])
+    action_constraints = []
+    for item in cfg.action_constraints:
+        d = _named(comp, root, cfg, item, "action constraint")
+        action_constraints.append(comp.expr(_ident(item.name, d.node), root, {}, False)[0])
+    symmetry: list[dict[Value, Value]] = []
+    if cfg.symmetry is not None:
+        d = _named(comp, root, cfg, cfg.symmetry, "symmetry")
+        fn, _ = comp.expr(_ident(cfg.symmetry.name, d.node), root, {}, False)
+        try:
+            perms = to_set(fn(Ctx(None, None), EMPTY))
+        except EvalError as exc:
+            raise TlaError(f"evaluating SYMMETRY {cfg.symmetry.name}: {exc}", cfg.path, cfg.symmetry.line, 1,
+                           kind="eval") from exc
+        for p in perms:
+            if type(p) is Fn:
+                symmetry.append(dict(p.d))
+            elif type(p) is tuple:
+                symmetry.append({i + 1: x for i, x in enumerate(p)})
+        if liveness:
+            raise TlaError("SYMMETRY together with liveness PROPERTY is unsupported (TLC may also miss "
+                           "violations in this case)", cfg.path, cfg.symmetry.line, 1, kind="unsupported")
+    return Compiled(
+        comp, comp.variables, init, nxt, invariants, implied, constraints, action_constraints, liveness,
+        fairness, symmetry, cfg.check_deadlock, init_props,
+    )
+
+
+def _has_prime(node: Any) -> bool:
+    if node is None or isinstance(node, str | int | bool):
+        return False
+    if isinstance(node, list) or (isinstance(node, tuple) and not hasattr(node, "_fields")):
+        return any(_has_prime(x) for x in node)
+    if getattr(node, "operator", None) in ("'", "UNCHANGED"):
+        return True
+    fields = [f for f in getattr(node, "_fields", ()) if f not in ("symbol", "start", "end")]
+    return any(_has_prime(getattr(node, f)) for f in fields)
+
+
+class _Stop(Exception):
+    def __init__(self, result: str, violated: str | None, trace_idx: list[int], extra: State | None,
+                 extra_label: str, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.result, self.violated, self.trace_idx = result, violated, trace_idx
+        self.extra, self.extra_label, self.message, self.exit_code = extra, extra_label, message, exit_code
+
+
+class Checker:
+    def __init__(self, model: Compiled, progress: bool = False, max_states: int | None = None) -> None:
+        self.m = model
+        self.progress = progress
+        self.max_states = max_states
+        self.states: list[State] = []
+        self.parent: list[int] = []
+        self.label: list[str] = []
+        self.depth: list[int] = []
+        self.seen: dict[Any, int] = {}
+        self.generated = 0
+        self.queue: deque[int] = deque()
+        self.succ: list[list[tuple[int, str]]] | None = [] if model.liveness else None
+        self.max_depth = 0
+        self.init_ids: list[int] = []
+        self.current = -1
+
+    # ---- helpers -----------------------------------------------------------------------------
+    def key(self, t: State) -> Any:
+        if not self.m.symmetry:
+            return t
+        best, best_k = t, None
+        for perm in self.m.symmetry:
+            cand = tuple(permute(v, perm) for v in t)
+            k = sortkey(cand)
+            if best_k is None or k < best_k:
+                best, best_k = cand, k
+        return best
+
+    def path_to(self, i: int) -> list[int]:
+        out = [i]
+        while self.parent[out[-1]] >= 0:
+            out.append(self.parent[out[-1]])
+        return out[::-1]
+
+    def check_state(self, t: State, at: int, label: str, stored: bool) -> None:
+        """Check the invariants on t; ``at`` is t's index when stored, else its parent's (-1: none).
+        The trace is only built on a violation."""
+        c = Ctx(t, None)
+        for name, fn, env in self.m.invariants:
+            try:
+                ok = fn(c, env)
+            except EvalError as exc:
+                trace_idx = self.path_to(at) if at >= 0 else []
+                raise _Stop("error", name, trace_idx, None if stored else t, label,
+                            f"error evaluating invariant {name}: {exc}", EXIT_FAILURE_SPEC_EVAL) from exc
+            if ok is not True:
+                trace_idx = self.path_to(at) if at >= 0 else []
+                raise _Stop("safety failure", name, trace_idx, None if stored else t, label,
+                            f"Invariant {name} is violated.", EXIT_VIOLATION_SAFETY)
+
+    def in_model(self, t: State, c_step: Ctx | None) -> bool:
+        if self.m.constraints:
+            c = Ctx(t, None)
+            for fn in self.m.constraints:
+                if not _bool(fn(c, EMPTY), "CONSTRAINT"):
+                    return False
+        if c_step is not None and self.m.action_constraints:
+            for fn in self.m.action_constraints:
+                if not _bool(fn(c_step, EMPTY), "ACTION_CONSTRAINT"):
+                    return False
+        return True
+
+    def add(self, t: State, key: Any, parent: int, label: str, depth: int) -> int:
+        i = len(self.states)
+        self.states.append(t)
+        self.parent.append(parent)
+        self.label.append(label)
+        self.depth.append(depth)
+        self.seen[key] = i
+        if self.succ is not None:
+            self.succ.append([])
+        if depth > self.max_depth:
+            self.max_depth = depth
+        self.queue.append(i)
+        return i
+
+    # ---- the search --------------------------------------------------------------------------
+    def run(self) -> None:
+        nv = len(self.m.variables)
+        variables = self.m.variables
+        c = Ctx(None, [UNSET] * nv)
+        for lab in self.m.init(c, EMPTY):
+            t = tuple(c.n)  # type: ignore[arg-type]
+            if any(v is UNSET for v in t):
+                missing = variables[t.index(UNSET)]
+                raise _Stop("error", None, [], None, "", f"initial state does not assign {missing}",
+                            EXIT_FAILURE_SPEC_EVAL)
+            self.generated += 1
+            del lab
+            for name, fn, env in self.m.init_props:
+                if fn(Ctx(t, None), env) is not True:
+                    raise _Stop("safety failure", name, [], t, "Initial predicate",
+                                f"Property {name} is violated by the initial state.", EXIT_VIOLATION_SAFETY)
+            if self.in_model(t, None):
+                k = self.key(t)
+                if k in self.seen:
+                    continue
+                i = self.add(t, k, -1, "Initial predicate", 1)
+                self.init_ids.append(i)
+                self.check_state(t, i, "Initial predicate", True)
+            else:
+                self.check_state(t, -1, "Initial predicate", False)
+        invariants = bool(self.m.invariants)
+        implied = self.m.implied_actions
+        constrained = bool(self.m.constraints or self.m.action_constraints)
+        symmetric = bool(self.m.symmetry)
+        seen = self.seen
+        succ = self.succ
+        nxt = self.m.next
+        unset_id = id(UNSET)
+        bar = self._bar()
+        with bar as progress_bar:
+            task = progress_bar.add_task("states", total=None) if progress_bar is not None else None
+            last = time.monotonic()
+            while self.queue:
+                i = self.queue.popleft()
+                s = self.states[i]
+                d = self.depth[i]
+                self.current = i  # for the trace of an evaluation error in Next
+                c = Ctx(s, [UNSET] * nv)
+                any_succ = False
+                for lab in nxt(c, EMPTY):
+                    t = tuple(c.n)  # type: ignore[arg-type]
+                    # Identity test via id(): `UNSET in t` would call __eq__ on every value.
+                    if unset_id in map(id, t):
+                        missing = variables[next(k for k, v in enumerate(t) if v is UNSET)]
+                        raise _Stop("error", None, self.path_to(i), None, "",
+                                    f"successor state is not completely specified: {missing}' is not assigned "
+                                    f"by action {lab or 'Next'}", EXIT_FAILURE_SPEC_EVAL)
+                    any_succ = True
+                    self.generated += 1
+                    label = lab or "Next"
+                    # TLC's order: constraints, then invariants on unseen states, then implied
+                    # actions on every step, then (in model, unseen) enqueue.
+                    if constrained and not self.in_model(t, c):
+                        self.check_state(t, i, label, False)
+                        j = -1
+                    else:
+                        k = self.key(t) if symmetric else t
+                        j = seen.get(k, -1)
+                        if j < 0:
+                            j = self.add(t, k, i, label, d + 1)
+                            if invariants:
+                                self.check_state(t, j, label, True)
+                            if self.max_states is not None and len(self.states) >= self.max_states:
+                                raise _Stop("error", None, [], None, "",
+                                            f"stopped after max_states={self.max_states} distinct states; "
+                                            "no violation found so far (the check is incomplete)",
+                                            EXIT_ERROR_STATESPACE_TOO_LARGE)
+                    for name, fn, env in implied:
+                        if fn(c, env) is not True:
+                            raise _Stop("safety failure", name, self.path_to(i), t, label,
+                                        f"Action property {name} is violated.", EXIT_VIOLATION_SAFETY)
+                    if succ is not None and j >= 0:
+                        succ[i].append((j, label))
+                if not any_succ and self.m.check_deadlock:
+                    raise _Stop("deadlock failure", "Deadlock", self.path_to(i), None, "", "Deadlock reached.",
+                                EXIT_VIOLATION_DEADLOCK)
+                if progress_bar is not None and time.monotonic() - last > 0.2:
+                    last = time.monotonic()
+                    progress_bar.update(
+                        task, description=f"{len(self.states)} distinct, {len(self.queue)} queued, depth {d}"
+                    )
+
+    def _bar(self) -> AbstractContextManager[Any]:
+        if not self.progress:
+            return nullcontext(None)
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        # stderr only: stdout must stay clean for --json.
+        return Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                        console=Console(file=sys.stderr), transient=True)
+
+    # ---- liveness ----------------------------------------------------------------------------
+    def liveness(self) -> tuple[_Stop, int] | None:
+        """Check the liveness properties on the explored graph: a violation and the index (in its
+        trace) of the state the lasso loops back to, or None."""
+        assert self.succ is not None
+        n = len(self.states)
+        nv = len(self.m.variables)
+        fair: list[FairInfo] = []
+        index = {t: k for k, t in enumerate(self.states)}
+        for kind, gen, v, vp, env in self.m.fairness:
+            # One enumeration of <<A>>_v per state gives both ENABLED and the A-steps taken.
+            enabled = []
+            taken: set[tuple[int, int]] = set()
+            for a, s in enumerate(self.states):
+                c = Ctx(s, [UNSET] * nv)
+                vs = v(c, env)
+                en = False
+                for _ in gen(c, env):
+                    if vp(c, env) != vs:
+                        en = True
+                        b = index.get(tuple(c.n))  # type: ignore[arg-type]
+                        if b is not None and b != a:
+                            taken.add((a, b))
+                enabled.append(en)
+            fair.append(FairInfo(kind, enabled, taken))
+        search = LivenessSearch(self.succ, fair)
+        everything = set(range(n))
+        for name, kind, p, q, env in self.m.liveness:
+            pv = [p(Ctx(s, None), env) is True for s in self.states]
+            qv = [q(Ctx(s, None), env) is True for s in self.states] if q is not None else None
+            if kind == "<>":
+                region = {i for i in range(n) if not pv[i]}
+                found = search.search([i for i in self.init_ids if not pv[i]], region, None, self.depth)
+            elif kind == "[]<>":
+                region = {i for i in range(n) if not pv[i]}
+                found = search.search(sorted(region), region, None, self.depth)
+            elif kind == "<>[]":
+                must = {i for i in range(n) if not pv[i]}
+                found = search.search(list(range(n)), everything, must, self.depth)
+            else:
+                assert qv is not None
+                region = {i for i in range(n) if not qv[i]}
+                found = search.search([i for i in range(n) if pv[i] and not qv[i]], region, None, self.depth)
+            if found is None:
+                continue
+            s, to_comp, cycle = found
+            idx = self.path_to(s) + to_comp[1:]
+            loop = len(idx) - 1
+            if len(cycle) > 1:
+                idx += cycle[1:-1]
+            return _Stop("liveness failure", name, idx, None, "", f"Temporal property {name} is violated.",
+                         EXIT_VIOLATION_LIVENESS), loop
+        return None
+
+    def edge_label(self, a: int, b: int) -> str:
+        assert self.succ is not None
+        for j, lab in self.succ[a]:
+            if j == b:
+                return lab
+        return self.label[b]
+
+
+def _trace(checker: Checker, stop: _Stop, lasso: bool) -> list[TraceStep]:
+    variables = checker.m.variables
+    steps: list[TraceStep] = []
+    prev = None
+    for k, i in enumerate(stop.trace_idx):
+        if k == 0:
+            label = "Initial predicate"
+        elif lasso and checker.succ is not None:
+            label = checker.edge_label(prev, i)  # type: ignore[arg-type]
+        else:
+            label = checker.label[i]
+        steps.append(TraceStep(label, {v: render(x) for v, x in zip(variables, checker.states[i], strict=True)}))
+        prev = i
+    if stop.extra is not None:
+        label = stop.extra_label if steps else "Initial predicate"
+        steps.append(TraceStep(label, {v: render(x) for v, x in zip(variables, stop.extra, strict=True)}))
+    return steps
+
+
+_KIND_EXIT = {
+    "parse": EXIT_ERROR_SPEC_PARSE,
+    "semantic": EXIT_ERROR_SPEC_PARSE,
+    "unsupported": EXIT_ERROR_SPEC_PARSE,
+    "config": EXIT_ERROR_CONFIG_PARSE,
+    "eval": EXIT_FAILURE_SPEC_EVAL,
+    "assume": EXIT_VIOLATION_ASSUMPTION,
+}
+
+
+def check_model(
+    spec_path: Path,
+    config_path: Path | None = None,
+    *,
+    progress: bool = False,
+    max_states: int | None = None,
+) -> CheckResult:
+    """Model-check ``spec_path`` under ``config_path`` (default: SPEC.cfg beside the spec).
+
+    Returns a :class:`CheckResult` with ``engine="embedded"`` and TLC's verdicts, counters and
+    exit codes. Parse errors, unsupported constructs and configuration errors are returned as
+    ``result="error"`` with the located message (call :func:`load_model` to get them raised as
+    :class:`TlaError` instead). ``progress=True`` draws a progress bar on stderr.
+    """
+    spec_path = Path(spec_path)
+    config_path = Path(config_path) if config_path is not None else spec_path.with_suffix(".cfg")
+    start = time.monotonic()
+    base = {"engine": "embedded", "spec": str(spec_path), "config": str(config_path)}
+    try:
+        model = load_model(spec_path, config_path)
+    except TlaError as exc:
+        return CheckResult(result="error", message=str(exc), exit_code=_KIND_EXIT.get(exc.kind, 255),
+                           seconds=time.monotonic() - start, **base)  # type: ignore[arg-type]
+    checker = Checker(model, progress=progress, max_states=max_states)
+    stop: _Stop | None = None
+    lasso_loop: int | None = None
+    try:
+        try:
+            checker.run()
+        except _Stop as s:
+            stop = s
+        if stop is None and model.liveness:
+            found = checker.liveness()
+            if found is not None:
+                stop, lasso_loop = found
+    except EvalError as exc:
+        where = checker.path_to(checker.current) if checker.current >= 0 else []
+        stop = _Stop("error", None, where, None, "", f"evaluation error: {exc}", EXIT_FAILURE_SPEC_EVAL)
+    except (TypeError, ValueError, KeyError, IndexError, RecursionError) as exc:
+        where = checker.path_to(checker.current) if checker.current >= 0 else []
+        stop = _Stop("error", None, where, None, "", f"evaluation error: {type(exc).__name__}: {exc}",
+                     EXIT_FAILURE_SPEC_EVAL)
+    summary = (f"{checker.generated} states generated, {len(checker.states)} distinct states found, "
+               f"{len(checker.queue)} states left on queue.")
+    result = CheckResult(
+        distinct_states=len(checker.states),
+        states_generated=checker.generated,
+        states_left_on_queue=len(checker.queue),
+        depth=checker.max_depth,
+        seconds=time.monotonic() - start,
+        result="success",
+        **base,  # type: ignore[arg-type]
+    )
+    if stop is None or stop.result == "success":
+        result.message = (stop.message + "\n" if stop is not None else "") + \
+            "Model checking completed. No error has been found.\n" + summary + \
+            f"\nThe depth of the complete state graph search is {checker.max_depth}."
+        return result
+    result.result = stop.result  # type: ignore[assignment]
+    result.violated = stop.violated
+    result.exit_code = stop.exit_code
+    result.trace = _trace(checker, stop, lasso_loop is not None) if (stop.trace_idx or stop.extra) else []
+    result.loop_back_to = lasso_loop
+    result.message = f"Error: {stop.message}\n{summary}"
+    return result
+
+
+def load_model(spec_path: Path, config_path: Path | None = None) -> Compiled:
+    """Parse and compile a spec and its model; raises :class:`TlaError` on any static problem."""
+    spec_path = Path(spec_path)
+    config_path = Path(config_path) if config_path is not None else spec_path.with_suffix(".cfg")
+    if not spec_path.exists():
+        raise TlaError("spec file not found", str(spec_path), 0, 0, kind="parse")
+    if not config_path.exists():
+        raise TlaError("config file not found", str(config_path), 0, 0, kind="config")
+    cfg = parse_config(config_path)
+    return compile_model(spec_path, cfg)
+

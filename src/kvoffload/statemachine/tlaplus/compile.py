@@ -1,0 +1,1638 @@
+"""Compile TLA+ syntax trees to Python closures, once.
+
+Every expression becomes ``f(c, e) -> value`` where ``c`` is a :class:`Ctx` (current state tuple
+``c.s`` and the next state being built ``c.n``) and ``e`` a dict of bound names (quantified
+variables, operator parameters, LET definitions). Nothing walks the syntax tree per state.
+
+Actions become generators ``g(c, e)`` that assign primed variables in ``c.n`` and yield once per
+successor (the label of the innermost named sub-action, or None), undoing their assignments when
+resumed: ``x' = e`` assigns when ``x'`` is unassigned and compares otherwise, ``x' \\in S``
+enumerates, ``\\E`` enumerates its bindings, disjunction concatenates, conjunction nests. Init is
+compiled the same way with unprimed variables as the assignment targets.
+
+Constant sub-expressions (no state, no bound names) are evaluated once and cached.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from . import builtins as B
+from .errors import EvalError, TlaError
+from .modules import Decl, InstanceRef, OpDef, Scope, pos
+from .values import (
+    BOOLEAN,
+    STRING,
+    Fn,
+    FnSet,
+    LazyFn,
+    ProductSet,
+    RecordSet,
+    Value,
+    apply,
+    iter_set,
+    mkfn,
+    norm,
+    render,
+    sortkey,
+    update,
+)
+
+UNSET: Any = type("Unset", (), {"__repr__": lambda self: "<unassigned>"})()
+STATE, NEXT, ENV = 1, 2, 4
+EMPTY: dict[str, Value] = {}
+
+Fun = Callable[["Ctx", dict[str, Value]], Value]
+Gen = Callable[["Ctx", dict[str, Value]], Iterator[str | None]]
+
+
+class Ctx:
+    """The evaluation context: current state ``s`` and next state ``n`` (a list with UNSET)."""
+
+    __slots__ = ("n", "s")
+
+    def __init__(self, s: tuple[Value, ...] | None, n: list[Value] | None) -> None:
+        self.s = s
+        self.n = n
+
+
+class Thunk:
+    """A zero-arity LET definition, evaluated at most once per LET entry (unless it reads
+    primed variables, which may change while an action is being enumerated)."""
+
+    __slots__ = ("c", "e", "fn", "memo", "v")
+    _NO = object()
+
+    def __init__(self, fn: Fun, c: Ctx, e: dict[str, Value], memo: bool) -> None:
+        self.fn, self.c, self.e, self.memo, self.v = fn, c, e, memo, Thunk._NO
+
+    def get(self) -> Value:
+        v = self.v
+        if v is Thunk._NO:
+            v = self.fn(self.c, self.e)
+            if self.memo:
+                self.v = v
+        return v
+
+
+class Local:
+    """Compile-time information about a bound name."""
+
+    __slots__ = ("body", "kind", "locals", "name", "params", "scope")
+
+    def __init__(
+        self,
+        kind: str,
+        name: str = "",
+        params: list[tuple[str, int]] | None = None,
+        body: Any = None,
+        scope: Scope | None = None,
+        locals_: dict[str, Local] | None = None,
+    ) -> None:
+        # kind: "val" (value in e), "thunk" (Thunk in e), "letop" (LET operator with params),
+        # "opparam" (higher-order parameter: a callable(c, args) in e)
+        self.kind = kind
+        self.name = name
+        self.params = params or []
+        self.body = body
+        self.scope = scope
+        self.locals = locals_ or {}
+
+
+def _tname(node: Any) -> str:
+    n = type(node).__name__
+    # Synthetic identifier nodes (implicit INSTANCE substitutions, eta-expansions) behave as
+    # the parser's nullary OperatorApplication.
+    return "OperatorApplication" if n in ("_Ident", "_Var") else n
+
+
+def _unescape(s: str) -> str:
+    body = s[1:-1]
+    out, i = [], 0
+    while i < len(body):
+        ch = body[i]
+        if ch == "\\" and i + 1 < len(body):
+            nxt = body[i + 1]
+            out.append({"n": "\n", "t": "\t", "r": "\r", "f": "\f"}.get(nxt, nxt))
+            i += 2
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+def _bool(v: Value, what: str) -> bool:
+    if v is True or v is False:
+        return v
+    raise EvalError(f"{what} evaluated to the non-boolean {render(v)}")
+
+
+def _fold(fn: Fun, deps: int) -> Fun:
+    """Evaluate a constant expression (no state, no bound names) once, at compile time, so
+    that it costs nothing per state. If it fails it may legitimately be unused (e.g. a CHOOSE
+    in a branch never taken), so fall back to evaluating it lazily and caching the value."""
+    if deps:
+        return fn
+    try:
+        v = fn(None, EMPTY)  # type: ignore[arg-type]
+    except Exception:
+        box: list[Value] = []
+
+        def const(c: Ctx, e: dict[str, Value]) -> Value:
+            if box:
+                return box[0]
+            v = fn(c, e)
+            box.append(v)
+            return v
+
+        return const
+    return lambda c, e: v
+
+
+def _const_value(fn: Fun) -> tuple[bool, Value]:
+    try:
+        return True, fn(None, EMPTY)  # type: ignore[arg-type]
+    except Exception:  # not usable as a compile-time constant
+        return False, None
+
+
+def ordered(s: Value) -> list[Value]:
+    """Enumerate a set in a canonical order (deterministic successor order and traces,
+    independent of Python's per-process string hashing)."""
+    items = list(iter_set(s))
+    if len(items) > 1:
+        items.sort(key=sortkey)
+    return items
+
+
+class Compiler:
+    """Compiles the definitions of a loaded root scope against a model's constants."""
+
+    def __init__(self, root: Scope, constants: dict[str, Value]) -> None:
+        self.root = root
+        self.constants = constants
+        self.variables = list(root.variables)
+        self.var_index = {v: i for i, v in enumerate(self.variables)}
+        self.cache: dict[tuple[Any, ...], Any] = {}
+        self.file_stack: list[str] = [root.file]
+        # Quantifier bounds that are constant, pre-sorted once (keyed by the bound's closure).
+        self.const_sets: dict[int, tuple[Fun, list[Value]]] = {}
+
+    # ---- errors -------------------------------------------------------------------------
+    def err(self, msg: str, node: Any, kind: str = "semantic") -> TlaError:
+        line, col = pos(node)
+        return TlaError(msg, self.file_stack[-1], line, col, kind=kind)
+
+    def unsupported(self, what: str, node: Any) -> TlaError:
+        return self.err(f"unsupported construct: {what}", node, kind="unsupported")
+
+    def where(self, node: Any) -> str:
+        line, col = pos(node)
+        return f"{self.file_stack[-1]}:{line}:{col}"
+
+    def located(self, fn: Fun, node: Any, what: str) -> Fun:
+        where = f"{self.where(node)} ({what})"
+
+        def g(c: Ctx, e: dict[str, Value]) -> Value:
+            try:
+                return fn(c, e)
+            except EvalError as exc:
+                if exc.where is None:
+                    exc.where = where
+                    exc.args = (f"{where}: {exc.bare_message}",)
+                raise
+            except (TypeError, ValueError) as exc:
+                raise EvalError(f"{where}: {exc}", where) from exc
+
+        return g
+
+    # ---- name resolution ------------------------------------------------------------------
+    def lookup(self, name: str, scope: Scope) -> Any:
+        d = scope.defs.get(name)
+        if d is not None:
+            return d
+        if name in B.FUNCTIONS or name in B.CONSTANTS:
+            return ("builtin", name)
+        return None
+
+    def assignable(self, node: Any, scope: Scope, locals_: dict[str, Local]) -> int | None:
+        """The state-variable index an identifier denotes (following INSTANCE substitutions)."""
+        while _tname(node) == "Parentheses":
+            node = node.expression
+        if _tname(node) != "OperatorApplication" or node.arguments:
+            return None
+        name = node.operator
+        if name in locals_:
+            return None
+        d = scope.defs.get(name)
+        if isinstance(d, Decl) and d.kind == "var":
+            if d.scope.subst is None:
+                return self.var_index[name]
+            sub, outer = d.scope.subst[name]
+            return self.assignable(sub, outer, {})
+        return None
+
+    # ---- operator bodies -------------------------------------------------------------------
+    def op_body(self, opdef: OpDef, primed: bool) -> tuple[Fun, int]:
+        key = ("op", id(opdef), primed)
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit
+        cell: list[Fun] = []
+
+        def indirect(c: Ctx, e: dict[str, Value]) -> Value:
+            return cell[0](c, e)
+
+        # While compiling (recursion) assume the worst so nothing gets wrongly folded.
+        self.cache[key] = (indirect, STATE | NEXT | ENV)
+        locals_ = {p: Local("opparam" if ar else "val", p) for p, ar in opdef.params}
+        self.file_stack.append(opdef.file or opdef.scope.file)
+        try:
+            if opdef.node is not None and opdef.node.function:
+                fn, deps = self.function_def(opdef.name, opdef.body, opdef.scope, locals_, primed)
+            else:
+                fn, deps = self.expr(opdef.body, opdef.scope, locals_, primed)
+        finally:
+            self.file_stack.pop()
+        cell.append(fn)
+        self.cache[key] = (fn, deps)
+        return fn, deps
+
+    def function_def(
+        self, name: str, fnode: Any, scope: Scope, locals_: dict[str, Local], primed: bool
+    ) -> tuple[Fun, int]:
+        """``f[x \\in S] == body``: a (possibly recursive, possibly infinite) lazy function."""
+        binds, bdeps = self.bounds(fnode.declaration, scope, locals_, primed)
+        if len(binds) != 1 or not isinstance(binds[0][0], str):
+            raise self.unsupported("recursive function definition with several arguments", fnode)
+        var, sfn = binds[0]
+        inner = dict(locals_)
+        inner[var] = Local("val", var)
+        body, deps = self.expr(fnode.value, scope, inner, primed)
+
+        def make(c: Ctx, e: dict[str, Value]) -> Value:
+            dom = sfn(c, e)
+
+            def at(x: Value) -> Value:
+                e2 = dict(e)
+                e2[var] = x
+                return body(c, e2)
+
+            return LazyFn(dom, at)
+
+        return make, (deps | bdeps) & ~ENV if not locals_ else deps | bdeps
+
+    # ---- bounds ----------------------------------------------------------------------------
+    def bounds(
+        self, decls: Any, scope: Scope, locals_: dict[str, Local], primed: bool
+    ) -> tuple[list[tuple[Any, Fun]], int]:
+        if not isinstance(decls, list):
+            decls = [decls]
+        out: list[tuple[Any, Fun]] = []
+        pending: list[Any] = []
+        deps = 0
+        for d in decls:
+            if _tname(d) == "OperatorApplication" and d.operator == "\\in" and len(d.arguments or []) == 2:
+                pat = self.pattern(d.arguments[0])
+                sfn, sd = self.expr(d.arguments[1], scope, locals_, primed)
+                deps |= sd
+                if sd == 0:
+                    ok, sv = _const_value(sfn)
+                    if ok:
+                        with contextlib.suppress(EvalError):
+                            self.const_sets[id(sfn)] = (sfn, ordered(sv))
+                for p in pending:
+                    out.append((p, sfn))
+                pending = []
+                out.append((pat, sfn))
+            elif _tname(d) == "OperatorApplication" and not d.arguments:
+                pending.append(d.operator)
+            elif _tname(d) == "Tuple":
+                pending.append(self.pattern(d))
+            else:
+                raise self.unsupported(f"binding form {_tname(d)}", d)
+        if pending:
+            raise self.unsupported("unbounded quantifier or CHOOSE (x without \\in S)", decls[0])
+        return out, deps
+
+    def pattern(self, node: Any) -> Any:
+        if _tname(node) == "OperatorApplication" and not node.arguments:
+            return node.operator
+        if _tname(node) == "Tuple":
+            return tuple(self.pattern(x) for x in node.items)
+        raise self.unsupported(f"binding pattern {_tname(node)}", node)
+
+    @staticmethod
+    def bound_names(binds: list[tuple[Any, Fun]]) -> list[str]:
+        out: list[str] = []
+
+        def walk(p: Any) -> None:
+            if isinstance(p, str):
+                out.append(p)
+            else:
+                for q in p:
+                    walk(q)
+
+        for p, _ in binds:
+            walk(p)
+        return out
+
+    @staticmethod
+    def bind(e: dict[str, Value], pat: Any, v: Value) -> None:
+        if isinstance(pat, str):
+            e[pat] = v
+            return
+        if type(v) is not tuple or len(v) != len(pat):
+            raise EvalError(f"cannot bind {render(v)} to a tuple of {len(pat)} names")
+        for p, x in zip(pat, v, strict=True):
+            Compiler.bind(e, p, x)
+
+    def env_iter(
+        self, binds: list[tuple[Any, Fun]], canonical: bool = False
+    ) -> Callable[[Ctx, dict[str, Value]], Iterator[dict[str, Value]]]:
+        enum = ordered if canonical else iter_set
+        if len(binds) == 1 and isinstance(binds[0][0], str):
+            (name, sfn), = binds
+            hit = self.const_sets.get(id(sfn)) if canonical else None
+            if hit is not None and hit[0] is sfn:
+                values = hit[1]
+
+                def one_const(c: Ctx, e: dict[str, Value]) -> Iterator[dict[str, Value]]:
+                    for v in values:
+                        e2 = dict(e)
+                        e2[name] = v
+                        yield e2
+
+                return one_const
+
+            def one(c: Ctx, e: dict[str, Value]) -> Iterator[dict[str, Value]]:
+                for v in enum(sfn(c, e)):
+                    e2 = dict(e)
+                    e2[name] = v
+                    yield e2
+
+            return one
+        bind = self.bind
+
+        def many(c: Ctx, e: dict[str, Value], k: int = 0) -> Iterator[dict[str, Value]]:
+            if k == len(binds):
+                yield e
+                return
+            pat, sfn = binds[k]
+            for v in enum(sfn(c, e)):
+                e2 = dict(e)
+                bind(e2, pat, v)
+                yield from many(c, e2, k + 1)
+
+        return many
+
+    def with_bound(self, locals_: dict[str, Local], binds: list[tuple[Any, Fun]]) -> dict[str, Local]:
+        inner = dict(locals_)
+        for n in self.bound_names(binds):
+            inner[n] = Local("val", n)
+        return inner
+
+    # ---- expressions -----------------------------------------------------------------------
+    def expr(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
+        fn, deps = self._expr(node, scope, locals_, primed)
+        return _fold(fn, deps), deps
+
+    def _expr(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
+        if isinstance(node, str):
+            if node == "@":
+                if "@" not in locals_:
+                    raise self.err("@ used outside EXCEPT", None)
+                return (lambda c, e: e["@"]), ENV
+            raise self.unsupported(f"bare token {node!r}", None)
+        t = _tname(node)
+        meth = getattr(self, f"x_{t}", None)
+        if meth is None:
+            raise self.unsupported(_describe(t), node)
+        return meth(node, scope, locals_, primed)
+
+    def x_Parentheses(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        return self._expr(node.expression, scope, lc, pr)
+
+    def x_IntegralNumeral(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        v = int(node.value)
+        return (lambda c, e: v), 0
+
+    def x_StringLiteral(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        v = _unescape(node.value)
+        return (lambda c, e: v), 0
+
+    def x_BooleanLiteral(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        v = node.value == "TRUE"
+        return (lambda c, e: v), 0
+
+    def x_SetOfBooleans(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        return (lambda c, e: BOOLEAN), 0
+
+    def x_SetOfStrings(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        return (lambda c, e: STRING), 0
+
+    def many(self, nodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[list[Fun], int]:
+        fns, deps = [], 0
+        for n in nodes:
+            f, d = self.expr(n, scope, lc, pr)
+            fns.append(f)
+            deps |= d
+        return fns, deps
+
+    def x_SetEnumeration(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        fns, deps = self.many(node.items or [], scope, lc, pr)
+        if len(fns) == 1:
+            f0 = fns[0]
+            return (lambda c, e: frozenset((norm(f0(c, e)),))), deps
+        return (lambda c, e: frozenset([norm(f(c, e)) for f in fns])), deps
+
+    def x_Tuple(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        fns, deps = self.many(node.items or [], scope, lc, pr)
+        if len(fns) == 2:
+            f0, f1 = fns
+            return (lambda c, e: (f0(c, e), f1(c, e))), deps
+        return (lambda c, e: tuple([f(c, e) for f in fns])), deps
+
+    def x_Record(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        keys = [k for k, _ in node.key_values]
+        fns, deps = self.many([v for _, v in node.key_values], scope, lc, pr)
+        pairs = list(zip(keys, fns, strict=True))
+
+        def record(c: Ctx, e: dict[str, Value]) -> Value:
+            d = {}
+            for k, f in pairs:
+                d[k] = norm(f(c, e))
+            return Fn(d)
+
+        return record, deps
+
+    def x_SetOfRecords(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        keys = [kb.name for kb in node.key_bounds]
+        fns, deps = self.many([kb.bound for kb in node.key_bounds], scope, lc, pr)
+        pairs = list(zip(keys, fns, strict=True))
+        return (lambda c, e: RecordSet({k: f(c, e) for k, f in pairs})), deps
+
+    def x_SetOfFunctions(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        d, dd = self.expr(node.domain, scope, lc, pr)
+        r, rd = self.expr(node.codomain, scope, lc, pr)
+        return (lambda c, e: FnSet(d(c, e), r(c, e))), dd | rd
+
+    def x_If(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        p, pd = self.expr(node.predicate, scope, lc, pr)
+        t, td = self.expr(node.then, scope, lc, pr)
+        f, fd = self.expr(node.else_, scope, lc, pr)
+
+        def ite(c: Ctx, e: dict[str, Value]) -> Value:
+            return t(c, e) if _bool(p(c, e), "IF condition") else f(c, e)
+
+        return ite, pd | td | fd
+
+    def x_Cases(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        arms, deps = [], 0
+        for item in node.cases:
+            p, pd = self.expr(item.predicate, scope, lc, pr)
+            v, vd = self.expr(item.expression, scope, lc, pr)
+            arms.append((p, v))
+            deps |= pd | vd
+        other = None
+        if node.other is not None:
+            other, od = self.expr(node.other, scope, lc, pr)
+            deps |= od
+        where = self.where(node)
+
+        def case(c: Ctx, e: dict[str, Value]) -> Value:
+            for p, v in arms:
+                if _bool(p(c, e), "CASE guard"):
+                    return v(c, e)
+            if other is not None:
+                return other(c, e)
+            raise EvalError("no CASE arm applies and there is no OTHER", where)
+
+        return case, deps
+
+    def let_locals(
+        self, defs: list[Any], scope: Scope, lc: dict[str, Local], pr: bool
+    ) -> tuple[dict[str, Local], list[tuple[str, Fun, bool]], int]:
+        """Compile-time bindings of a LET, and the zero-arity definitions to thunk on entry."""
+        inner = dict(lc)
+        thunks: list[tuple[str, Fun, bool]] = []
+        deps = ENV
+        for d in defs:
+            k = _tname(d)
+            if k == "RecursiveOperators":
+                continue
+            if k != "OperatorDefinition":
+                raise self.unsupported(f"{k} inside LET", d)
+            if _tname(d.definiens) == "Instance":
+                raise self.unsupported("INSTANCE inside LET", d)
+            if d.arity:
+                params = [(p.operator, len(p.arguments or []) if p.nonfix else 0) if not isinstance(p, str)
+                          else (p, 0) for p in d.arity]
+                inner[d.name] = Local("letop", d.name, params, d.definiens, scope, None)
+                inner[d.name].locals = inner  # later defs and recursion see each other
+                continue
+            inner[d.name] = Local("thunk", d.name, [], d, scope, None)
+            if d.function:
+                fn, fd = self.function_def(d.name, d.definiens, scope, inner, pr)
+            else:
+                fn, fd = self.expr(d.definiens, scope, inner, pr)
+            thunks.append((d.name, fn, not (fd & NEXT)))
+            deps |= fd
+        return inner, thunks, deps
+
+    @staticmethod
+    def enter_let(thunks: list[tuple[str, Fun, bool]], c: Ctx, e: dict[str, Value]) -> dict[str, Value]:
+        e2 = dict(e)
+        for name, fn, memo in thunks:
+            e2[name] = Thunk(fn, c, e2, memo)
+        return e2
+
+    def x_Let(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        inner, thunks, deps = self.let_locals(node.definitions, scope, lc, pr)
+        body, bd = self.expr(node.expression, scope, inner, pr)
+        enter = self.enter_let
+        if not thunks:
+            return body, bd | deps
+        return (lambda c, e: body(c, enter(thunks, c, e))), bd | deps
+
+    def x_Quantification(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        binds, bd = self.bounds(node.declarations, scope, lc, pr)
+        body, pd = self.expr(node.predicate, scope, self.with_bound(lc, binds), pr)
+        it = self.env_iter(binds)
+        deps = bd | pd if lc else bd | (pd & ~ENV)
+        if len(binds) == 1 and isinstance(binds[0][0], str) and node.quantifier in ("\\E", "\\A"):
+            (name, sfn), = binds
+            want = node.quantifier == "\\E"
+
+            def quant1(c: Ctx, e: dict[str, Value]) -> Value:
+                e2 = dict(e)
+                for v in iter_set(sfn(c, e)):
+                    e2[name] = v
+                    r = body(c, e2)
+                    if r is want:
+                        return want
+                    if r is not (not want):
+                        _bool(r, "quantifier body")
+                return not want
+
+            return quant1, deps
+        if node.quantifier == "\\E":
+            def exists(c: Ctx, e: dict[str, Value]) -> Value:
+                return any(_bool(body(c, e2), "\\E body") for e2 in it(c, e))
+
+            return exists, deps
+        if node.quantifier == "\\A":
+            def forall(c: Ctx, e: dict[str, Value]) -> Value:
+                return all(_bool(body(c, e2), "\\A body") for e2 in it(c, e))
+
+            return forall, deps
+        raise self.unsupported(f"temporal quantifier {node.quantifier}", node)
+
+    def x_Choose(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        binds, bd = self.bounds(node.declaration, scope, lc, pr)
+        if len(binds) != 1:
+            raise self.unsupported("CHOOSE over several bindings", node)
+        body, pd = self.expr(node.predicate, scope, self.with_bound(lc, binds), pr)
+        pat, sfn = binds[0]
+        bind = self.bind
+        where = self.where(node)
+
+        def choose(c: Ctx, e: dict[str, Value]) -> Value:
+            # TLC picks a fixed element; we pick the least in our canonical order.
+            for v in ordered(sfn(c, e)):
+                e2 = dict(e)
+                bind(e2, pat, v)
+                if _bool(body(c, e2), "CHOOSE body"):
+                    return v
+            raise EvalError("CHOOSE found no element satisfying its predicate", where)
+
+        return choose, bd | pd if lc else bd | (pd & ~ENV)
+
+    def x_SetSlice(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        binds, bd = self.bounds(node.declaration, scope, lc, pr)
+        body, pd = self.expr(node.predicate, scope, self.with_bound(lc, binds), pr)
+        pat, sfn = binds[0]
+        if isinstance(pat, str):
+            def filt(c: Ctx, e: dict[str, Value]) -> Value:
+                out = []
+                e2 = dict(e)
+                for v in iter_set(sfn(c, e)):
+                    e2[pat] = v
+                    if _bool(body(c, e2), "set filter"):
+                        out.append(v)
+                return frozenset(out)
+        else:
+            bind = self.bind
+
+            def filt(c: Ctx, e: dict[str, Value]) -> Value:
+                out = []
+                e2 = dict(e)
+                for v in iter_set(sfn(c, e)):
+                    bind(e2, pat, v)
+                    if _bool(body(c, e2), "set filter"):
+                        out.append(v)
+                return frozenset(out)
+
+        return filt, bd | pd if lc else bd | (pd & ~ENV)
+
+    def x_SetComprehension(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        binds, bd = self.bounds(node.declarations, scope, lc, pr)
+        body, pd = self.expr(node.item, scope, self.with_bound(lc, binds), pr)
+        it = self.env_iter(binds)
+        return (lambda c, e: frozenset([norm(body(c, e2)) for e2 in it(c, e)])), (
+            bd | pd if lc else bd | (pd & ~ENV)
+        )
+
+    def x_Function(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        binds, bd = self.bounds(node.declaration, scope, lc, pr)
+        body, pd = self.expr(node.value, scope, self.with_bound(lc, binds), pr)
+        deps = bd | pd if lc else bd | (pd & ~ENV)
+        if len(binds) == 1 and isinstance(binds[0][0], str):
+            (name, sfn), = binds
+
+            def fn1(c: Ctx, e: dict[str, Value]) -> Value:
+                e2 = dict(e)
+                d = {}
+                for v in iter_set(sfn(c, e)):
+                    e2[name] = v
+                    d[v] = norm(body(c, e2))
+                return mkfn(d)
+
+            return fn1, deps
+        it = self.env_iter(binds)
+        names = [p for p, _ in binds]
+
+        def key(e2: dict[str, Value]) -> Value:
+            vals = [_rebuild(p, e2) for p in names]
+            return vals[0] if len(vals) == 1 else tuple(vals)
+
+        return (lambda c, e: mkfn({key(e2): norm(body(c, e2)) for e2 in it(c, e)})), deps
+
+    def x_FunctionApplication(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        f, fd = self.expr(node.function, scope, lc, pr)
+        args, ad = self.many(node.arguments, scope, lc, pr)
+        if len(args) == 1:
+            a = args[0]
+            fast = self.fast_application(node, scope, lc, pr)
+            if fast is not None:
+                return fast, fd | ad
+
+            def fn(c: Ctx, e: dict[str, Value]) -> Value:
+                fv = f(c, e)
+                if type(fv) is Fn:
+                    # Fast path for the commonest case; apply() handles errors and the rest.
+                    r = fv.d.get(a(c, e), UNSET)
+                    if r is not UNSET:
+                        return r
+                    return apply(fv, a(c, e))
+                return apply(fv, a(c, e))
+        else:
+            fn = lambda c, e: apply(f(c, e), tuple([x(c, e) for x in args]))  # noqa: E731
+        return fn, fd | ad
+
+    def fast_application(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> Fun | None:
+        """``v[x]`` with v an unprimed state variable and x a bound name or a constant (``sched[r]``,
+        the commonest application in specs): read both directly instead of via two closures."""
+        if pr:
+            return None
+        fnode, anode = node.function, node.arguments[0]
+        i = self.assignable(fnode, scope, lc) if _tname(fnode) == "OperatorApplication" else None
+        if i is None or (_tname(fnode) == "OperatorApplication" and fnode.operator not in self.var_index):
+            return None
+        if _tname(anode) == "OperatorApplication" and not anode.arguments and anode.operator in lc:
+            loc = lc[anode.operator]
+            if loc.kind != "val":
+                return None
+            name = anode.operator
+
+            def app_env(c: Ctx, e: dict[str, Value]) -> Value:
+                fv = c.s[i]  # type: ignore[index]
+                x = e[name]
+                if type(fv) is Fn:
+                    r = fv.d.get(x, UNSET)
+                    if r is not UNSET:
+                        return r
+                return apply(fv, x)
+
+            return app_env
+        return None
+
+    def x_Field(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        r, rd = self.expr(node.expression, scope, lc, pr)
+        name = node.name
+
+        def field(c: Ctx, e: dict[str, Value]) -> Value:
+            v = r(c, e)
+            if type(v) is Fn:
+                try:
+                    return v.d[name]
+                except KeyError:
+                    pass
+            raise EvalError(f"record {render(v)} has no field {name}")
+
+        return field, rd
+
+    def x_Except(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        f, deps = self.expr(node.function, scope, lc, pr)
+        changes = []
+        inner = dict(lc)
+        inner["@"] = Local("val", "@")
+        for ch in node.changes:
+            path = []
+            for item in ch.item:
+                if isinstance(item, str):
+                    k = item
+                    path.append(lambda c, e, k=k: k)
+                else:
+                    ks, kd = self.many(item, scope, lc, pr)
+                    deps |= kd
+                    if len(ks) == 1:
+                        path.append(ks[0])
+                    else:
+                        path.append(lambda c, e, ks=ks: tuple([k(c, e) for k in ks]))
+            v, vd = self.expr(ch.expression, scope, inner, pr)
+            deps |= vd & ~ENV if not lc else vd
+            changes.append((path, v))
+
+        def setp(c: Ctx, e: dict[str, Value], fv: Value, keys: list[Value], vfn: Fun) -> Value:
+            k = keys[0]
+            try:
+                old = apply(fv, k)
+            except EvalError:
+                return fv  # a key outside the domain leaves the function unchanged
+            if len(keys) == 1:
+                e2 = dict(e)
+                e2["@"] = old
+                return update(fv, k, norm(vfn(c, e2)))
+            return update(fv, k, setp(c, e, old, keys[1:], vfn))
+
+        def ex(c: Ctx, e: dict[str, Value]) -> Value:
+            fv = f(c, e)
+            for path, vfn in changes:
+                fv = setp(c, e, fv, [k(c, e) for k in path], vfn)
+            return fv
+
+        return ex, deps
+
+    def x_VerticalList(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        items = [it.expression for it in node.arguments]
+        return self.junction(node.operator, items, scope, lc, pr)
+
+    def junction(self, op: str, items: list[Any], scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        fns, deps = self.many(items, scope, lc, pr)
+        if op in ("/\\", "\\land"):
+            def conj(c: Ctx, e: dict[str, Value]) -> Value:
+                for f in fns:
+                    v = f(c, e)
+                    if v is not True:
+                        if v is False:
+                            return False
+                        _bool(v, "conjunct")
+                return True
+
+            return conj, deps
+
+        def disj(c: Ctx, e: dict[str, Value]) -> Value:
+            for f in fns:
+                v = f(c, e)
+                if v is not False:
+                    if v is True:
+                        return True
+                    _bool(v, "disjunct")
+            return False
+
+        return disj, deps
+
+    def x_SubscriptedAction(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        a, ad = self.expr(node.action, scope, lc, pr)
+        v, vd = self.expr(node.subscript, scope, lc, False)
+        vp, vpd = self.expr(node.subscript, scope, lc, True)
+        if node.operator == "[":
+            return (lambda c, e: _bool(a(c, e), "action") or vp(c, e) == v(c, e)), ad | vd | vpd
+        return (lambda c, e: _bool(a(c, e), "action") and vp(c, e) != v(c, e)), ad | vd | vpd
+
+    def x_SubexpressionReference(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        opdef, _target, argnodes = self.resolve_instance_path(node, scope)
+        return self.call(opdef, argnodes, scope, lc, pr, node)
+
+    def resolve_instance_path(self, node: Any, scope: Scope) -> tuple[Any, Scope, list[Any]]:
+        items = list(node.items)
+        cur = scope
+        for i, item in enumerate(items):
+            name = item if isinstance(item, str) else item.operator
+            args = [] if isinstance(item, str) else (item.arguments or [])
+            d = cur.defs.get(name)
+            last = i == len(items) - 1
+            if isinstance(d, InstanceRef) and not last:
+                if d.params or args:
+                    raise self.unsupported("parameterised INSTANCE", node)
+                cur = d.target
+                continue
+            if not last or not isinstance(d, OpDef):
+                if last and d is None and name in B.FUNCTIONS:
+                    return ("builtin", name), cur, args
+                raise self.err(f"unknown or unsupported reference {name} in {'!'.join(_nm(x) for x in items)}", node)
+            return d, cur, args
+        raise self.err("empty module reference", node)
+
+    def x_Lambda(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        raise self.unsupported("LAMBDA outside an operator argument", node)
+
+    def x_Fairness(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        raise self.unsupported("fairness formula (WF_/SF_) inside an expression", node)
+
+    # ---- operator application ----------------------------------------------------------------
+    def x_OperatorApplication(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        op = node.operator
+        args = node.arguments or []
+        if not args:
+            return self.ident(node, scope, lc, pr)
+        op = B.ALIASES.get(op, op)
+        if op in ("/\\", "\\/"):
+            return self.junction(op, args, scope, lc, pr)
+        if op == "=>":
+            a, ad = self.expr(args[0], scope, lc, pr)
+            b, bd = self.expr(args[1], scope, lc, pr)
+            return (lambda c, e: (not _bool(a(c, e), "=>")) or _bool(b(c, e), "=>")), ad | bd
+        if op == "<=>":
+            a, ad = self.expr(args[0], scope, lc, pr)
+            b, bd = self.expr(args[1], scope, lc, pr)
+            return (lambda c, e: _bool(a(c, e), "<=>") == _bool(b(c, e), "<=>")), ad | bd
+        if op == "~":
+            a, ad = self.expr(args[0], scope, lc, pr)
+            return (lambda c, e: not _bool(a(c, e), "~")), ad
+        if op == "'":
+            if pr:
+                raise self.unsupported("double prime (x'')", node)
+            return self.expr(args[0], scope, lc, True)
+        if op == "UNCHANGED":
+            v, vd = self.expr(args[0], scope, lc, False)
+            vp, vpd = self.expr(args[0], scope, lc, True)
+            return (lambda c, e: vp(c, e) == v(c, e)), vd | vpd
+        if op == "ENABLED":
+            return self.enabled(args[0], scope, lc)
+        if op in ("[]", "<>", "~>", "-+->", "\\cdot"):
+            raise self.unsupported(f"temporal operator {op} inside an expression", node)
+        if op == "\\X":
+            parts = _flatten_product(node)
+            fns, deps = self.many(parts, scope, lc, pr)
+            return (lambda c, e: ProductSet([f(c, e) for f in fns])), deps
+        # User definitions (and LET / parameters) shadow the standard operators.
+        target = lc.get(op) or scope.defs.get(op)
+        if target is not None:
+            return self.call(target, args, scope, lc, pr, node)
+        if len(args) == 2 and op in B.BINARY:
+            f = B.BINARY[op]
+            a, ad = self.expr(args[0], scope, lc, pr)
+            b, bd = self.expr(args[1], scope, lc, pr)
+            if bd == 0 and ad != 0:
+                # Constant right operand (e.g. pc[p] = "cs"): bake the value in, saving a call.
+                ok, bv = _const_value(b)
+                if ok:
+                    if op == "=":
+                        return (lambda c, e: a(c, e) == bv), ad
+                    if op == "#":
+                        return (lambda c, e: a(c, e) != bv), ad
+                    if op == "\\in":
+                        return (lambda c, e: a(c, e) in bv), ad
+                    return (lambda c, e: f(a(c, e), bv)), ad
+            if op == "=":
+                return (lambda c, e: a(c, e) == b(c, e)), ad | bd
+            if op == "#":
+                return (lambda c, e: a(c, e) != b(c, e)), ad | bd
+            if op == "\\in":
+                return (lambda c, e: a(c, e) in b(c, e)), ad | bd
+            return (lambda c, e: f(a(c, e), b(c, e))), ad | bd
+        if len(args) == 1 and op in B.UNARY:
+            f1 = B.UNARY[op]
+            a, ad = self.expr(args[0], scope, lc, pr)
+            return (lambda c, e: f1(a(c, e))), ad
+        if op in B.FUNCTIONS:
+            return self.call(("builtin", op), args, scope, lc, pr, node)
+        if op == "TLCEval" and len(args) == 1:
+            return self.expr(args[0], scope, lc, pr)
+        if op in _UNSUPPORTED_OPS:
+            raise self.unsupported(f"operator {op}", node)
+        raise self.err(f"unknown operator {op}", node)
+
+    def ident(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        name = node.operator
+        loc = lc.get(name)
+        if loc is not None:
+            if loc.kind == "val":
+                return (lambda c, e: e[name]), ENV
+            if loc.kind == "thunk":
+                return (lambda c, e: e[name].get()), ENV
+            raise self.err(f"operator {name} used without arguments", node)
+        d = scope.defs.get(name)
+        if d is None:
+            if name in B.CONSTANTS:
+                v = B.CONSTANTS[name]
+                return (lambda c, e: v), 0
+            raise self.err(f"unknown identifier {name}", node)
+        if isinstance(d, Decl):
+            return self.decl(d, node, pr)
+        if isinstance(d, OpDef):
+            return self.call(d, [], scope, lc, pr, node)
+        raise self.err(f"{name} is a module instance, not a value", node)
+
+    def decl(self, d: Decl, node: Any, pr: bool) -> tuple[Fun, int]:
+        name = d.name
+        if d.scope.subst is not None:
+            key = ("subst", id(d.scope), name, pr)
+            hit = self.cache.get(key)
+            if hit is None:
+                sub, outer = d.scope.subst[name]
+                hit = self.expr(sub, outer, {}, pr)
+                self.cache[key] = hit
+            return hit
+        if d.kind == "const":
+            if name not in self.constants:
+                raise TlaError(
+                    f"constant {name} is not assigned a value in the config", self.root.file, *pos(d.node),
+                    kind="config",
+                )
+            v = self.constants[name]
+            return (lambda c, e: v), 0
+        i = self.var_index[name]
+        if pr:
+            def nxt(c: Ctx, e: dict[str, Value]) -> Value:
+                v = c.n[i]  # type: ignore[index]
+                if v is UNSET:
+                    raise EvalError(f"{name}' is read before it is assigned")
+                return v
+
+            return nxt, NEXT
+        return (lambda c, e: c.s[i]), STATE  # type: ignore[index]
+
+    def op_value(self, node: Any, arity: int, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        """An operator passed as an argument: produces a callable ``(c, args) -> value``."""
+        while _tname(node) == "Parentheses":
+            node = node.expression
+        if _tname(node) == "Lambda":
+            params = [p.operator if not isinstance(p, str) else p for p in node.parameters]
+            inner = dict(lc)
+            for p in params:
+                inner[p] = Local("val", p)
+            body, _ = self.expr(node.expression, scope, inner, pr)
+
+            def mk_lambda(c: Ctx, e: dict[str, Value]) -> Value:
+                def lam(c2: Ctx, args: tuple[Value, ...]) -> Value:
+                    e2 = dict(e)
+                    e2.update(zip(params, args, strict=True))
+                    return body(c2, e2)
+
+                return lam
+
+            return mk_lambda, ENV
+        if _tname(node) == "OperatorApplication" and not node.arguments:
+            name = node.operator
+            loc = lc.get(name)
+            if loc is not None and loc.kind == "opparam":
+                return (lambda c, e: e[name]), ENV
+            target = loc or scope.defs.get(name)
+            if target is None and (name in B.BINARY or name in B.FUNCTIONS or name in B.UNARY):
+                target = ("builtin", name)
+            if target is None:
+                raise self.err(f"unknown operator {name} passed as an argument", node)
+            fake_args = [f"#arg{i}" for i in range(arity)]
+            inner = dict(lc)
+            for a in fake_args:
+                inner[a] = Local("val", a)
+            argnodes = [_Var(a, node) for a in fake_args]
+            body, _ = self.call(target, argnodes, scope, inner, pr, node)
+
+            def mk_ref(c: Ctx, e: dict[str, Value]) -> Value:
+                def ref(c2: Ctx, args: tuple[Value, ...]) -> Value:
+                    e2 = dict(e)
+                    e2.update(zip(fake_args, args, strict=True))
+                    return body(c2, e2)
+
+                return ref
+
+            return mk_ref, ENV
+        raise self.unsupported(f"operator argument of form {_tname(node)}", node)
+
+    def call(
+        self, target: Any, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool, node: Any
+    ) -> tuple[Fun, int]:
+        if isinstance(target, tuple) and target[0] == "builtin":
+            name = target[1]
+            if name in B.CONSTANTS and not argnodes:
+                v = B.CONSTANTS[name]
+                return (lambda c, e: v), 0
+            if name in B.BINARY and len(argnodes) == 2:
+                bf = B.BINARY[name]
+                fns, deps = self.many(argnodes, scope, lc, pr)
+                a0, a1 = fns
+                return (lambda c, e: bf(a0(c, e), a1(c, e))), deps
+            arity, fn, opargs = B.FUNCTIONS[name]
+            if len(argnodes) != arity:
+                raise self.err(f"{name} expects {arity} arguments, got {len(argnodes)}", node)
+            fns, deps = [], 0
+            for i, a in enumerate(argnodes):
+                f, d = self.op_value(a, 1 if name == "SelectSeq" else 2, scope, lc, pr) if i in opargs else self.expr(
+                    a, scope, lc, pr
+                )
+                fns.append(f)
+                deps |= d
+            if name in ("Print", "PrintT", "Assert"):
+                deps |= ENV  # side effects / failures must happen each time, never folded
+            return self.located(lambda c, e: fn(c, *[f(c, e) for f in fns]), node, name), deps
+        if isinstance(target, Local):
+            if target.kind == "opparam":
+                fns, deps = self.many(argnodes, scope, lc, pr)
+                name = target.name
+                return (lambda c, e: e[name](c, tuple([f(c, e) for f in fns]))), deps | ENV
+            if target.kind == "letop":
+                return self.call_letop(target, argnodes, scope, lc, pr, node)
+            if target.kind in ("val", "thunk") and not argnodes:
+                return self.ident(node, scope, lc, pr)
+            raise self.err(f"{target.name} is not an operator", node)
+        if isinstance(target, Decl):
+            if argnodes:
+                raise self.err(f"{target.name} is a {target.kind}, not an operator", node)
+            return self.decl(target, node, pr)
+        if isinstance(target, InstanceRef):
+            raise self.err(f"{target.name} is a module instance; use {target.name}!Op", node)
+        if not isinstance(target, OpDef):
+            raise self.err(f"cannot apply {target!r}", node)
+        if len(argnodes) != len(target.params):
+            raise self.err(
+                f"operator {target.name} expects {len(target.params)} arguments, got {len(argnodes)}", node
+            )
+        body, bdeps = self.op_body(target, pr)
+        if not argnodes:
+            return (lambda c, e: body(c, EMPTY)), bdeps & ~ENV
+        fns, deps = [], 0
+        for (_p, ar), a in zip(target.params, argnodes, strict=True):
+            f, d = self.op_value(a, ar, scope, lc, pr) if ar else self.expr(a, scope, lc, pr)
+            fns.append(f)
+            deps |= d
+        names = [p for p, _ in target.params]
+        deps |= bdeps & ~ENV
+        if len(fns) == 1:
+            n0, f0 = names[0], fns[0]
+            return (lambda c, e: body(c, {n0: f0(c, e)})), deps
+        if len(fns) == 2:
+            n0, f0 = names[0], fns[0]
+            n1, f1 = names[1], fns[1]
+            return (lambda c, e: body(c, {n0: f0(c, e), n1: f1(c, e)})), deps
+        pairs = list(zip(names, fns, strict=True))
+        return (lambda c, e: body(c, {n: f(c, e) for n, f in pairs})), deps
+
+    def letop_body(self, target: Local, pr: bool) -> tuple[Fun, int]:
+        key = ("letop", id(target.body), pr)
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit
+        cell: list[Fun] = []
+        self.cache[key] = ((lambda c, e: cell[0](c, e)), STATE | NEXT | ENV)
+        inner = dict(target.locals)
+        for p, ar in target.params:
+            inner[p] = Local("opparam" if ar else "val", p)
+        assert target.scope is not None
+        fn, deps = self.expr(target.body, target.scope, inner, pr)
+        cell.append(fn)
+        self.cache[key] = (fn, deps | ENV)
+        return fn, deps | ENV
+
+    def call_letop(
+        self, target: Local, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool, node: Any
+    ) -> tuple[Fun, int]:
+        if len(argnodes) != len(target.params):
+            raise self.err(f"operator {target.name} expects {len(target.params)} arguments", node)
+        body, bdeps = self.letop_body(target, pr)
+        fns, deps = [], bdeps
+        for (_p, ar), a in zip(target.params, argnodes, strict=True):
+            f, d = self.op_value(a, ar, scope, lc, pr) if ar else self.expr(a, scope, lc, pr)
+            fns.append(f)
+            deps |= d
+        pairs = list(zip([p for p, _ in target.params], fns, strict=True))
+
+        def letcall(c: Ctx, e: dict[str, Value]) -> Value:
+            e2 = dict(e)
+            for n, f in pairs:
+                e2[n] = f(c, e)
+            return body(c, e2)
+
+        return letcall, deps
+
+    def enabled(self, anode: Any, scope: Scope, lc: dict[str, Local]) -> tuple[Fun, int]:
+        gen = self.action(anode, scope, lc, False)
+        nv = len(self.variables)
+
+        def en(c: Ctx, e: dict[str, Value]) -> Value:
+            c2 = Ctx(c.s, [UNSET] * nv)
+            for _ in gen(c2, e):
+                return True
+            return False
+
+        return en, STATE | ENV
+
+    # ---- actions ---------------------------------------------------------------------------
+    def action(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> Gen:
+        """Compile an action (or, with ``pr``, an initial predicate) to a successor generator."""
+        kind, fn = self.act(node, scope, lc, pr)
+        if kind == "pred":
+            return _pred_gen(fn)
+        return fn
+
+    def act(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[str, Any]:
+        t = _tname(node) if not isinstance(node, str) else "str"
+        if t == "Parentheses":
+            return self.act(node.expression, scope, lc, pr)
+        if t == "VerticalList":
+            items = [it.expression for it in node.arguments]
+            op = B.ALIASES.get(node.operator, node.operator)
+            return self.act_junction(op, items, scope, lc, pr)
+        if t == "OperatorApplication":
+            op = B.ALIASES.get(node.operator, node.operator)
+            args = node.arguments or []
+            if op in ("/\\", "\\/") and args:
+                return self.act_junction(op, _flatten(op, node), scope, lc, pr)
+            if op in ("=", "\\in") and len(args) == 2:
+                lhs = args[0]
+                idx = None
+                if pr:
+                    idx = self.assignable(lhs, scope, lc)
+                elif _tname(lhs) == "OperatorApplication" and lhs.operator == "'" and lhs.arguments:
+                    idx = self.assignable(lhs.arguments[0], scope, lc)
+                if idx is not None:
+                    # In Init (pr) the right-hand side reads the partially assigned new state.
+                    rhs, _ = self.expr(args[1], scope, lc, pr)
+                    return "act", (_assign(idx, rhs) if op == "=" else _assign_in(idx, rhs))
+            if op == "UNCHANGED" and len(args) == 1 and not pr:
+                idxs = self.unchanged_vars(args[0], scope, lc)
+                if idxs is not None:
+                    return "act", _unchanged(idxs)
+            if op not in B.BINARY and op not in B.UNARY and op not in ("'", "~", "=>", "<=>", "ENABLED", "UNCHANGED"):
+                target = lc.get(op) if op in lc else scope.defs.get(op)
+                if isinstance(target, OpDef):
+                    return self.act_call(target, args, scope, lc, pr, node)
+                if isinstance(target, Local) and target.kind == "thunk" and not args:
+                    assert target.body is not None
+                    return self.act(target.body.definiens, target.scope or scope, lc, pr)
+                if isinstance(target, Local) and target.kind == "letop":
+                    return self.act_letcall(target, args, scope, lc, pr)
+        elif t == "SubexpressionReference":
+            opdef, _target, argnodes = self.resolve_instance_path(node, scope)
+            if isinstance(opdef, OpDef):
+                return self.act_call(opdef, argnodes, scope, lc, pr, node)
+        elif t == "Quantification" and node.quantifier == "\\A":
+            binds, _ = self.bounds(node.declarations, scope, lc, pr)
+            kind, body = self.act(node.predicate, scope, self.with_bound(lc, binds), pr)
+            if kind == "act":
+                if len(binds) != 1 or not isinstance(binds[0][0], str):
+                    raise self.unsupported("\\A over an action with several bindings", node)
+                (name, sfn), = binds
+
+                def forall(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+                    # \A x \in S : A(x) is the conjunction of A(v) for every v in S.
+                    vals = ordered(sfn(c, e))
+
+                    def rec(k: int) -> Iterator[str | None]:
+                        if k == len(vals):
+                            yield None
+                            return
+                        e2 = dict(e)
+                        e2[name] = vals[k]
+                        for _ in body(c, e2):
+                            yield from rec(k + 1)
+
+                    yield from rec(0)
+
+                return "act", forall
+        elif t == "Quantification" and node.quantifier == "\\E":
+            binds, _ = self.bounds(node.declarations, scope, lc, pr)
+            kind, body = self.act(node.predicate, scope, self.with_bound(lc, binds), pr)
+            if kind == "act":
+                it = self.env_iter(binds, canonical=True)
+                hit = self.const_sets.get(id(binds[0][1])) if len(binds) == 1 else None
+                if hit is not None and hit[0] is binds[0][1] and isinstance(binds[0][0], str):
+                    # \E x \in <constant set>: one generator layer less per action instance.
+                    values, name = hit[1], binds[0][0]
+
+                    def exists_const(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+                        for v in values:
+                            e2 = dict(e)
+                            e2[name] = v
+                            yield from body(c, e2)
+
+                    return "act", exists_const
+
+                def exists(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+                    for e2 in it(c, e):
+                        yield from body(c, e2)
+
+                return "act", exists
+        elif t == "If":
+            p, _ = self.expr(node.predicate, scope, lc, pr)
+            k1, a = self.act(node.then, scope, lc, pr)
+            k2, b = self.act(node.else_, scope, lc, pr)
+            if k1 == "act" or k2 == "act":
+                ga = a if k1 == "act" else _pred_gen(a)
+                gb = b if k2 == "act" else _pred_gen(b)
+
+                def ite(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+                    if _bool(p(c, e), "IF condition"):
+                        yield from ga(c, e)
+                    else:
+                        yield from gb(c, e)
+
+                return "act", ite
+        elif t == "Cases":
+            arms = []
+            any_act = False
+            for item in node.cases:
+                p, _ = self.expr(item.predicate, scope, lc, pr)
+                k, a = self.act(item.expression, scope, lc, pr)
+                any_act |= k == "act"
+                arms.append((p, a if k == "act" else _pred_gen(a)))
+            other = None
+            if node.other is not None:
+                k, o = self.act(node.other, scope, lc, pr)
+                any_act |= k == "act"
+                other = o if k == "act" else _pred_gen(o)
+            if any_act:
+                where = self.where(node)
+
+                def case(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+                    for p, a in arms:
+                        if _bool(p(c, e), "CASE guard"):
+                            yield from a(c, e)
+                            return
+                    if other is None:
+                        raise EvalError("no CASE arm applies and there is no OTHER", where)
+                    yield from other(c, e)
+
+                return "act", case
+        elif t == "Let":
+            inner, thunks, _ = self.let_locals(node.definitions, scope, lc, pr)
+            kind, body = self.act(node.expression, scope, inner, pr)
+            if kind == "act":
+                enter = self.enter_let
+
+                def let(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+                    yield from body(c, enter(thunks, c, e))
+
+                if getattr(body, "guard", None) is not None and getattr(body, "prep", None) is None:
+                    # Expose the body's leading guard (with the LET bindings as an env step) so
+                    # that a disabled action costs no generator at all (see act_call).
+                    let.prep = lambda c, e: enter(thunks, c, e)  # type: ignore[attr-defined]
+                    let.guard = body.guard  # type: ignore[attr-defined]
+                    let.rest = body.rest  # type: ignore[attr-defined]
+                return "act", let
+        elif t == "SubscriptedAction":
+            kind, a = self.act(node.action, scope, lc, pr)
+            ga = a if kind == "act" else _pred_gen(a)
+            v, _ = self.expr(node.subscript, scope, lc, False)
+            vp, _ = self.expr(node.subscript, scope, lc, True)
+            if node.operator == "[":
+                idxs = self.unchanged_vars(node.subscript, scope, lc)
+                if idxs is None:
+                    raise self.unsupported("[A]_e where e is not a tuple of variables", node)
+                unch = _unchanged(idxs)
+
+                def box(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+                    yield from ga(c, e)
+                    yield from unch(c, e)
+
+                return "act", box
+
+            def angle(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+                for lab in ga(c, e):
+                    if vp(c, e) != v(c, e):
+                        yield lab
+
+            return "act", angle
+        fn, _ = self.expr(node, scope, lc, pr)
+        return "pred", fn
+
+    def unchanged_vars(self, node: Any, scope: Scope, lc: dict[str, Local]) -> list[int] | None:
+        """The variables of ``UNCHANGED e`` when e is (a definition of) a tuple of variables."""
+        while _tname(node) == "Parentheses":
+            node = node.expression
+        t = _tname(node)
+        if t == "Tuple":
+            out: list[int] = []
+            for it in node.items:
+                sub = self.unchanged_vars(it, scope, lc)
+                if sub is None:
+                    return None
+                out.extend(sub)
+            return out
+        if t == "OperatorApplication" and not node.arguments:
+            idx = self.assignable(node, scope, lc)
+            if idx is not None:
+                return [idx]
+            d = scope.defs.get(node.operator) if node.operator not in lc else None
+            if isinstance(d, OpDef) and not d.params:
+                return self.unchanged_vars(d.body, d.scope, {})
+        return None
+
+    def act_junction(self, op: str, items: list[Any], scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[str, Any]:
+        parts = [self.act(it, scope, lc, pr) for it in items]
+        if all(k == "pred" for k, _ in parts):
+            fns = [f for _, f in parts]
+            if op == "/\\":
+                return "pred", (lambda c, e: all(_bool(f(c, e), "conjunct") for f in fns))
+            return "pred", (lambda c, e: any(_bool(f(c, e), "disjunct") for f in fns))
+        if op == "\\/":
+            gens = [f if k == "act" else _pred_gen(f) for k, f in parts]
+
+            def disj(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+                for g in gens:
+                    yield from g(c, e)
+
+            return "act", disj
+        return "act", _conj(parts)
+
+    def act_call(
+        self, opdef: OpDef, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool, node: Any
+    ) -> tuple[str, Any]:
+        if len(argnodes) != len(opdef.params):
+            raise self.err(f"operator {opdef.name} expects {len(opdef.params)} arguments", node)
+        key = ("act", id(opdef), pr)
+        hit = self.cache.get(key)
+        if hit is None:
+            self.cache[key] = ("pending", None)
+            locals_ = {p: Local("opparam" if ar else "val", p) for p, ar in opdef.params}
+            self.file_stack.append(opdef.file or opdef.scope.file)
+            try:
+                hit = self.act(opdef.body, opdef.scope, locals_, pr)
+            finally:
+                self.file_stack.pop()
+            self.cache[key] = hit
+        elif hit[0] == "pending":
+            raise self.unsupported(f"recursive action {opdef.name}", node)
+        kind, body = hit
+        if kind == "pred":
+            fn, _ = self.call(opdef, argnodes, scope, lc, pr, node)
+            return "pred", fn
+        name = opdef.name
+        fns = []
+        for (_p, ar), a in zip(opdef.params, argnodes, strict=True):
+            f, _ = self.op_value(a, ar, scope, lc, pr) if ar else self.expr(a, scope, lc, pr)
+            fns.append(f)
+        pairs = list(zip([p for p, _ in opdef.params], fns, strict=True))
+        where = f"{self.where(node)} ({name})"
+
+        n0, f0 = pairs[0] if len(pairs) == 1 else ("", None)
+        # A body that starts with a guard: test it before building the generator chain, since
+        # most actions are disabled in most states.
+        guard: Fun | None = getattr(body, "guard", None)
+        rest: Gen | None = getattr(body, "rest", None)
+        prep: Fun | None = getattr(body, "prep", None)
+        once = (None,)
+
+        def call(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+            if f0 is not None:
+                e2 = {n0: f0(c, e)}
+            elif pairs:
+                e2 = {}
+                for n, f in pairs:
+                    e2[n] = f(c, e)
+            else:
+                e2 = EMPTY
+            try:
+                if guard is not None:
+                    if prep is not None:
+                        e2 = prep(c, e2)
+                    v = guard(c, e2)
+                    if v is not True:
+                        if v is not False:
+                            _bool(v, "action guard")
+                        return
+                    inner = rest(c, e2) if rest is not None else once
+                else:
+                    inner = body(c, e2)
+                for lab in inner:
+                    yield lab or name
+            except EvalError as exc:
+                if exc.where is None:
+                    exc.where = where
+                    exc.args = (f"{where}: {exc.bare_message}",)
+                raise
+
+        return "act", call
+
+    def act_letcall(
+        self, target: Local, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool
+    ) -> tuple[str, Any]:
+        inner = dict(target.locals)
+        for p, ar in target.params:
+            inner[p] = Local("opparam" if ar else "val", p)
+        assert target.scope is not None
+        kind, body = self.act(target.body, target.scope, inner, pr)
+        if kind == "pred":
+            fn, _ = self.call_letop(target, argnodes, scope, lc, pr, None)
+            return "pred", fn
+        fns = [self.op_value(a, ar, scope, lc, pr)[0] if ar else self.expr(a, scope, lc, pr)[0]
+               for (_p, ar), a in zip(target.params, argnodes, strict=True)]
+        pairs = list(zip([p for p, _ in target.params], fns, strict=True))
+
+        def call(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+            e2 = dict(e)
+            for n, f in pairs:
+                e2[n] = f(c, e)
+            yield from body(c, e2)
+
+        return "act", call
+
+
+class _Var:
+    """A synthetic reference to a bound name (used to eta-expand operators passed as values)."""
+
+    def __init__(self, name: str, like: Any) -> None:
+        self.operator = name
+        self.arguments = None
+        self.nonfix = None
+        self.start = getattr(like, "start", None)
+
+
+
+_UNSUPPORTED_OPS = frozenset(
+    {"TLCGet", "TLCSet", "RandomElement", "JavaTime", "Any", "PrintTLCState", "TLCModelValue",
+     "JsonSerialize", "JsonDeserialize", "IOExec", "\\cdot", "-+->"}
+)
+
+
+def _rebuild(p: Any, e: dict[str, Value]) -> Value:
+    if isinstance(p, str):
+        return e[p]
+    return tuple(_rebuild(q, e) for q in p)
+
+
+def _nm(x: Any) -> str:
+    return x if isinstance(x, str) else x.operator
+
+
+def _describe(t: str) -> str:
+    return {
+        "FloatNumeral": "real numbers",
+        "TemporalQuantification": "temporal quantification (\\EE / \\AA)",
+        "Pick": "PICK",
+        "Instance": "INSTANCE in an expression",
+    }.get(t, t)
+
+
+def _flatten(op: str, node: Any) -> list[Any]:
+    """``a /\\ b /\\ c`` (nested binary applications) -> [a, b, c]."""
+    out: list[Any] = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if (
+            _tname(n) == "OperatorApplication"
+            and B.ALIASES.get(n.operator, n.operator) == op
+            and len(n.arguments or []) == 2
+        ):
+            stack.append(n.arguments[1])
+            stack.append(n.arguments[0])
+        else:
+            out.append(n)
+    return out
+
+
+def _flatten_product(node: Any) -> list[Any]:
+    a, b = node.arguments
+    if _tname(a) == "OperatorApplication" and B.ALIASES.get(a.operator, a.operator) == "\\X" and a.arguments:
+        return [*_flatten_product(a), b]
+    return [a, b]
+
+
+def _pred_gen(p: Fun) -> Gen:
+    return _guarded(p, None)
+
+
+def _assign(i: int, rhs: Fun) -> Gen:
+    def g(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+        n = c.n
+        v = rhs(c, e)
+        cur = n[i]  # type: ignore[index]
+        if cur is UNSET:
+            n[i] = norm(v)  # type: ignore[index]
+            yield None
+            n[i] = UNSET  # type: ignore[index]
+        elif cur == v:
+            yield None
+
+    return g
+
+
+def _assign_in(i: int, rhs: Fun) -> Gen:
+    def g(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+        n = c.n
+        s = rhs(c, e)
+        cur = n[i]  # type: ignore[index]
+        if cur is UNSET:
+            for v in ordered(s):
+                n[i] = norm(v)  # type: ignore[index]
+                yield None
+            n[i] = UNSET  # type: ignore[index]
+        elif cur in s:
+            yield None
+
+    return g
+
+
+def _unchanged(idxs: list[int]) -> Gen:
+    def g(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+        n, s = c.n, c.s
+        done = []
+        for i in idxs:
+            cur = n[i]  # type: ignore[index]
+            if cur is UNSET:
+                n[i] = s[i]  # type: ignore[index]
+                done.append(i)
+            elif cur != s[i]:  # type: ignore[index]
+                for j in done:
+                    n[j] = UNSET  # type: ignore[index]
+                return
+        yield None
+        for j in done:
+            n[j] = UNSET  # type: ignore[index]
+
+    return g
+
+
+def _conj(parts: list[tuple[str, Any]]) -> Gen:
+    """Nest conjuncts left to right; runs of predicates become a single guard."""
+    groups: list[tuple[str, Any]] = []
+    for k, f in parts:
+        if k == "pred" and groups and groups[-1][0] == "pred":
+            prev = groups[-1][1]
+            groups[-1] = ("pred", [*prev, f])
+        elif k == "pred":
+            groups.append(("pred", [f]))
+        else:
+            groups.append(("act", f))
+
+    def guard(fns: list[Fun]) -> Fun:
+        if len(fns) == 1:
+            return fns[0]
+
+        def all_of(c: Ctx, e: dict[str, Value]) -> Value:
+            for f in fns:
+                v = f(c, e)
+                if v is not True:
+                    if v is False:
+                        return False
+                    _bool(v, "conjunct")
+            return True
+
+        return all_of
+
+    gen: Gen | None = None
+    for k, f in reversed(groups):
+        if k == "pred":
+            p = guard(f)
+            gen = _guarded(p, gen)
+        else:
+            gen = _seq(f, gen)
+    assert gen is not None
+    return gen
+
+
+def _guarded(p: Fun, rest: Gen | None) -> Gen:
+    if rest is None:
+        def g0(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+            v = p(c, e)
+            if v is True:
+                yield None
+            elif v is not False:
+                _bool(v, "action conjunct")
+
+        g0.guard = p  # type: ignore[attr-defined]
+        g0.rest = None  # type: ignore[attr-defined]
+        return g0
+
+    def g(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+        v = p(c, e)
+        if v is True:
+            for _ in rest(c, e):
+                yield None
+        elif v is not False:
+            _bool(v, "action conjunct")
+
+    g.guard = p  # type: ignore[attr-defined]
+    g.rest = rest  # type: ignore[attr-defined]
+    return g
+
+
+def _seq(a: Gen, rest: Gen | None) -> Gen:
+    if rest is None:
+        def g0(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+            for _ in a(c, e):
+                yield None
+
+        return g0
+
+    def g(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+        for _ in a(c, e):
+            yield from rest(c, e)
+
+    return g

@@ -1,0 +1,212 @@
+"""Decomposition of temporal formulas (SPECIFICATION and PROPERTY) into the pieces the checker
+handles: the initial predicate, the next-state action, fairness conditions, invariants implied
+by ``[]P``, action properties ``[][A]_v`` and the liveness forms ``<>P``, ``[]<>P``, ``<>[]P`` and
+``P ~> Q`` (also written ``[](P => <>Q)``). Anything else is reported as unsupported."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .compile import EMPTY, Compiler, Local, _tname
+from .errors import TlaError
+from .modules import OpDef, Scope, pos
+from .values import Value
+
+TEMPORAL_OPS = frozenset({"[]", "<>", "~>", "-+->", "\\cdot"})
+
+
+@dataclass
+class Piece:
+    """A leaf of a temporal formula, with the (constant) bindings of enclosing ``\\A``."""
+
+    node: Any
+    scope: Scope
+    locals: dict[str, Local]
+    env: dict[str, Value]
+    label: str
+
+
+@dataclass
+class Fairness:
+    kind: str  # "WF" | "SF"
+    action: Piece
+    subscript: Piece
+
+
+@dataclass
+class Liveness:
+    kind: str  # "<>" | "[]<>" | "<>[]" | "~>"
+    p: Piece
+    q: Piece | None
+    name: str
+
+
+@dataclass
+class Decomposed:
+    inits: list[Piece] = field(default_factory=list)
+    nexts: list[Piece] = field(default_factory=list)
+    fairness: list[Fairness] = field(default_factory=list)
+    invariants: list[Piece] = field(default_factory=list)  # []P
+    actions: list[Piece] = field(default_factory=list)  # [][A]_v (the SubscriptedAction node)
+    liveness: list[Liveness] = field(default_factory=list)
+
+
+class TemporalAnalyzer:
+    def __init__(self, comp: Compiler) -> None:
+        self.comp = comp
+
+    def err(self, msg: str, node: Any, scope: Scope) -> TlaError:
+        line, col = pos(node)
+        return TlaError(msg, scope.file, line, col, kind="unsupported")
+
+    def is_temporal(self, node: Any, scope: Scope, seen: frozenset[int] = frozenset()) -> bool:
+        """Does the formula contain a temporal operator (looking through definitions)?"""
+        if node is None or isinstance(node, str | int | bool):
+            return False
+        if isinstance(node, list | tuple) and not hasattr(node, "_fields"):
+            return any(self.is_temporal(x, scope, seen) for x in node)
+        t = _tname(node)
+        if t in ("Fairness", "TemporalQuantification"):
+            return True
+        if t == "OperatorApplication":
+            if node.operator in TEMPORAL_OPS:
+                return True
+            d = scope.defs.get(node.operator)
+            if isinstance(d, OpDef) and id(d) not in seen and self.is_temporal(d.body, d.scope, seen | {id(d)}):
+                return True
+        fields = getattr(node, "_fields", ())
+        return any(
+            self.is_temporal(getattr(node, f), scope, seen) for f in fields if f not in ("symbol", "start", "end")
+        )
+
+    def split(
+        self, node: Any, scope: Scope, locals_: dict[str, Local], env: dict[str, Value], label: str
+    ) -> list[Piece]:
+        """Conjuncts, looking through definitions, parentheses and ``\\A x \\in S``."""
+        t = _tname(node)
+        if t == "Parentheses":
+            return self.split(node.expression, scope, locals_, env, label)
+        if t == "VerticalList" and node.operator in ("/\\", "\\land"):
+            out: list[Piece] = []
+            for it in node.arguments:
+                out += self.split(it.expression, scope, locals_, env, label)
+            return out
+        if t == "OperatorApplication":
+            op = node.operator
+            args = node.arguments or []
+            if op in ("/\\", "\\land") and len(args) == 2:
+                return self.split(args[0], scope, locals_, env, label) + self.split(args[1], scope, locals_, env, label)
+            d = scope.defs.get(op) if op not in locals_ else None
+            if isinstance(d, OpDef) and self.is_temporal(d.body, d.scope):
+                vals = {}
+                for (p, ar), a in zip(d.params, args, strict=True):
+                    if ar:
+                        raise self.err("operator arguments in temporal formulas", node, scope)
+                    fn, _ = self.comp.expr(a, scope, locals_, False)
+                    vals[p] = fn(None, env)  # type: ignore[arg-type]
+                inner = {p: Local("val", p) for p in vals}
+                return self.split(d.body, d.scope, inner, vals, op)
+        if t == "Quantification" and node.quantifier == "\\A" and self.is_temporal(node.predicate, scope):
+            binds, _ = self.comp.bounds(node.declarations, scope, locals_, False)
+            inner = self.comp.with_bound(locals_, binds)
+            out = []
+            for e2 in self.comp.env_iter(binds, canonical=True)(None, env):  # type: ignore[arg-type]
+                out += self.split(node.predicate, scope, inner, e2, label)
+            return out
+        return [Piece(node, scope, locals_, env, label)]
+
+    def unwrap(self, piece: Piece) -> Piece:
+        """Look through parentheses and zero-arity definitions of a single formula."""
+        node, scope = piece.node, piece.scope
+        while True:
+            t = _tname(node)
+            if t == "Parentheses":
+                node = node.expression
+                continue
+            if t == "OperatorApplication" and not node.arguments and node.operator not in piece.locals:
+                d = scope.defs.get(node.operator)
+                if isinstance(d, OpDef) and not d.params and self.is_temporal(d.body, d.scope):
+                    node, scope = d.body, d.scope
+                    continue
+            break
+        return Piece(node, scope, piece.locals if scope is piece.scope else {}, piece.env, piece.label)
+
+    def decompose(self, node: Any, scope: Scope, name: str, *, is_spec: bool) -> Decomposed:
+        out = Decomposed()
+        for raw in self.split(node, scope, {}, dict(EMPTY), name):
+            pc = self.unwrap(raw)
+            n, sc = pc.node, pc.scope
+            t = _tname(n)
+            if t == "Fairness":
+                if not is_spec:
+                    raise self.err("fairness (WF_/SF_) in a PROPERTY", n, sc)
+                sub = Piece(n.subscript, sc, pc.locals, pc.env, pc.label)
+                act = Piece(n.action, sc, pc.locals, pc.env, pc.label)
+                out.fairness.append(Fairness(n.operator.rstrip("_"), act, sub))
+                continue
+            if not self.is_temporal(n, sc):
+                out.inits.append(pc)
+                continue
+            if t == "OperatorApplication" and n.operator == "[]":
+                arg = self.unwrap(Piece(n.arguments[0], sc, pc.locals, pc.env, pc.label))
+                at = _tname(arg.node)
+                if at == "SubscriptedAction" and arg.node.operator == "[":
+                    (out.nexts if is_spec and not out.nexts else out.actions).append(arg)
+                    continue
+                if not self.is_temporal(arg.node, arg.scope):
+                    out.invariants.append(arg)
+                    continue
+                if at == "OperatorApplication" and arg.node.operator == "=>":
+                    lhs, rhs = arg.node.arguments
+                    r = self.unwrap(Piece(rhs, arg.scope, arg.locals, arg.env, pc.label))
+                    if (
+                        not self.is_temporal(lhs, arg.scope)
+                        and _tname(r.node) == "OperatorApplication"
+                        and r.node.operator == "<>"
+                        and not self.is_temporal(r.node.arguments[0], r.scope)
+                    ):
+                        out.liveness.append(
+                            Liveness(
+                                "~>",
+                                Piece(lhs, arg.scope, arg.locals, arg.env, pc.label),
+                                Piece(r.node.arguments[0], r.scope, r.locals, r.env, pc.label),
+                                pc.label,
+                            )
+                        )
+                        continue
+                if at == "OperatorApplication" and arg.node.operator == "<>":
+                    inner = self.unwrap(Piece(arg.node.arguments[0], arg.scope, arg.locals, arg.env, pc.label))
+                    if not self.is_temporal(inner.node, inner.scope):
+                        out.liveness.append(Liveness("[]<>", inner, None, pc.label))
+                        continue
+            elif t == "OperatorApplication" and n.operator == "<>":
+                arg = self.unwrap(Piece(n.arguments[0], sc, pc.locals, pc.env, pc.label))
+                if not self.is_temporal(arg.node, arg.scope):
+                    out.liveness.append(Liveness("<>", arg, None, pc.label))
+                    continue
+                if _tname(arg.node) == "OperatorApplication" and arg.node.operator == "[]":
+                    inner = self.unwrap(Piece(arg.node.arguments[0], arg.scope, arg.locals, arg.env, pc.label))
+                    if not self.is_temporal(inner.node, inner.scope):
+                        out.liveness.append(Liveness("<>[]", inner, None, pc.label))
+                        continue
+            elif t == "OperatorApplication" and n.operator == "~>":
+                lhs, rhs = n.arguments
+                if not self.is_temporal(lhs, sc) and not self.is_temporal(rhs, sc):
+                    out.liveness.append(
+                        Liveness(
+                            "~>",
+                            Piece(lhs, sc, pc.locals, pc.env, pc.label),
+                            Piece(rhs, sc, pc.locals, pc.env, pc.label),
+                            pc.label,
+                        )
+                    )
+                    continue
+            raise self.err(
+                "unsupported temporal formula (supported: []P, [][A]_v, <>P, []<>P, <>[]P, P ~> Q, "
+                "WF/SF, conjunctions and \\A over constant sets of these)",
+                n,
+                sc,
+            )
+        return out
+

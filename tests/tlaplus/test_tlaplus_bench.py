@@ -1,0 +1,19 @@
+"""The ``kvoffload bench tla`` module: shape of its JSON, and skipping a missing model."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from kvoffload.benchmarks import tla as bench
+
+
+def test_bench_reports_rates_and_skips_missing_models(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    args = parser.parse_args(["--tla-dir", str(tmp_path)])
+    out = bench.run(args)
+    kv, conformance = out["results"]
+    assert kv["model"] == "tla/KVOffload.cfg" and "skipped" in kv
+    assert conformance["result"] == "success" and conformance["distinct_states"] == 1568
+    assert conformance["seconds"] > 0 and conformance["distinct_states_per_s"] > 0
