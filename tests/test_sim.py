@@ -136,6 +136,14 @@ def test_engine_rejects_duplicate_ids_and_unknown_aborts() -> None:
         engine.add_request([1], 2, request_id="x")
     with pytest.raises(KeyError, match="no live request 'y'"):
         engine.abort("y")
+    with pytest.raises(ValueError, match="needs 1537 tokens; the GPU pool holds 1536"):
+        engine.add_request([1] * 1500, 37)
+
+
+def test_conversations_that_outgrow_the_gpu_pool_end_instead_of_hanging() -> None:
+    result = simulate(SimulationOptions(users=6, turns=6, gpu_blocks=24, seed=5, backend="model"))
+    assert (result["violations"], result["leaks"]) == (0, 0)
+    assert result["finished"] + result["aborted"] < 36, "some conversations were cut"
 
 
 def test_simulate_command_prints_one_json_object() -> None:

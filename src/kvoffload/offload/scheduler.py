@@ -182,11 +182,12 @@ class OffloadingScheduler:
         tracker.request = request
         tracker.local_computed_tokens = num_computed_tokens
         tracker.lookup_hit_chunks = 0
+        # Set before any early return: update_state_after_alloc reads it for this admission.
+        start = num_computed_tokens // self._chunk_tokens
+        tracker.lookup_start_chunk = start
         self.stats.lookups += 1
         if self._reset_pending or num_computed_tokens % self._chunk_tokens:
             return 0, False
-        start = num_computed_tokens // self._chunk_tokens
-        tracker.lookup_start_chunk = start
         # At least one token is left for the engine to compute, so it has logits to sample from.
         last = min(len(request.block_hashes) // self._bpc, (request.num_tokens - 1) // self._chunk_tokens)
         keys = self._keys(request, start, last)

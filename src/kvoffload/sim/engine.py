@@ -119,6 +119,12 @@ class Engine:
             self._next_id += 1
         if request_id in self.requests or request_id in self.held:
             raise ValueError(f"request id {request_id!r} is already in use")
+        if len(prompt) + max_tokens > self.max_model_tokens:
+            # Like an engine's max_model_len check: such a request could never be admitted.
+            raise ValueError(
+                f"request {request_id!r} needs {len(prompt) + max_tokens} tokens; the GPU pool holds "
+                f"{self.max_model_tokens}"
+            )
         request = SimRequest(request_id, list(prompt), max_tokens, self.config.gpu_block_size)
         self.requests[request_id] = request
         self.waiting.append(request)
@@ -140,6 +146,11 @@ class Engine:
             request = self.loading.pop(request_id, None)
             if request is not None:
                 self._resume_after_failed_load(request)
+
+    @property
+    def max_model_tokens(self) -> int:
+        """The longest request (prompt + output) the GPU pool can hold."""
+        return self.config.num_gpu_blocks * self.config.gpu_block_size
 
     @property
     def idle(self) -> bool:

@@ -47,6 +47,7 @@ class MultiTurnWorkload:
         ]
         self._by_request: dict[str, _User] = {}
         self._step = 0
+        self.truncated_conversations = 0
 
     @property
     def done(self) -> bool:
@@ -67,6 +68,11 @@ class MultiTurnWorkload:
             if user.active is None and user.turns_left and user.due_step <= self._step:
                 user.history += [self.rng.randrange(1, 32000) for _ in range(self.rng.randint(low, high))]
                 max_tokens = self.rng.randint(*self.config.output_tokens)
+                if len(user.history) + max_tokens > engine.max_model_tokens:
+                    # The conversation outgrew the context: the user stops, as a chat UI would.
+                    user.turns_left = 0
+                    self.truncated_conversations += 1
+                    continue
                 request = engine.add_request(user.history, max_tokens)
                 user.active = request.request_id
                 user.turns_left -= 1
