@@ -1,5 +1,217 @@
-"""TODO(owner): replace this placeholder with the real command."""
+"""``kvoffload replay TRACE.jsonl``: replay a Mooncake block trace through the real scheduler.
+
+Every request goes through the real OffloadingScheduler, CPUOffloadingManager and lifecycle, one
+at a time in timestamp order, with a 512-token block as the scheduling unit, a vLLM-like GPU prefix
+cache of --gpu-blocks blocks in front and the CPU tier of --cpu-blocks blocks behind it. Reports
+the fraction of full prompt blocks served from GPU or CPU instead of recomputed, next to Belady's
+offline bound (one cache of G + C blocks) and the infinite-cache bound; counts invariant
+violations and leaks (exit status 1 if any). --sweep replays every policy over a range of CPU
+sizes and plots hit ratio vs capacity.
+
+Trace format: one JSON object per line with timestamp (ms), input_length, output_length and
+hash_ids (one prefix block hash per 512-token block), as in kvcache-ai/Mooncake, folder
+FAST25-release/traces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from kvoffload.offload.policies import POLICIES
+from kvoffload.offload.types import OffloadConfig
+
+# How many skipped-line messages go to stderr (the count is always reported).
+SHOWN_SKIPPED = 5
 
 
-def add_parser(subparsers) -> None:  # noqa: ANN001
-    return None
+def _command_error(message: str) -> Exception:
+    # Imported lazily: kvoffload.cli imports this module while building its parser.
+    from kvoffload.cli import CommandError
+
+    return CommandError(message)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(_positive(part) for part in text.split(",") if part.strip())
+    except argparse.ArgumentTypeError as error:
+        raise argparse.ArgumentTypeError(f"--cpu-sizes: {error}") from None
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``kvoffload replay``."""
+    parser = subparsers.add_parser(
+        "replay",
+        help="replay a Mooncake trace through the real scheduler; hit ratio vs Belady and infinite cache",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("trace", help="Mooncake-format .jsonl trace")
+    parser.add_argument("--gpu-blocks", type=_positive, default=1000, help="GPU prefix cache blocks (default 1000)")
+    parser.add_argument("--cpu-blocks", type=_positive, default=4000, help="CPU tier blocks (default 4000)")
+    parser.add_argument(
+        "--policy",
+        default=OffloadConfig().policy,
+        help=f"CPU eviction policy: {', '.join(POLICIES)} (default {OffloadConfig().policy})",
+    )
+    parser.add_argument("--limit", type=_positive, help="replay only the first N usable requests of the file")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    parser.add_argument("--strict", action="store_true", help="stop at the first malformed line")
+    parser.add_argument("--sweep", action="store_true", help="every policy over --cpu-sizes, with a plot")
+    parser.add_argument(
+        "--cpu-sizes", type=_sizes, default=None, help="sweep: comma-separated CPU sizes (default 1000,...,16000)"
+    )
+    parser.add_argument("--policies", default=None, help="sweep: comma-separated policies (default: all)")
+    parser.add_argument("--plot", default=None, help="sweep: PNG path (default replay_sweep.png)")
+    parser.add_argument(
+        "--check-every", type=_positive, default=100, help="check the invariants every N requests (default 100)"
+    )
+    parser.set_defaults(func=run)
+
+
+def _policies(names: str | None, fallback: Sequence[str]) -> tuple[str, ...]:
+    chosen = tuple(n.strip() for n in names.split(",") if n.strip()) if names else tuple(fallback)
+    unknown = [name for name in chosen if name not in POLICIES]
+    if unknown or not chosen:
+        raise _command_error(
+            f"unknown eviction policy {', '.join(map(repr, unknown)) or '(none)'}; known: {', '.join(POLICIES)}"
+        )
+    return chosen
+
+
+@contextmanager
+def _progress(total: int, description: str) -> Iterator[Callable[[int], None]]:
+    """A rich progress bar on stderr (never stdout, which may carry JSON)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, transient=True, disable=not console.is_terminal,
+    ) as progress:
+        task = progress.add_task(description, total=total)
+        pending = 0
+
+        def advance(count: int) -> None:
+            # Redrawing per request would cost more than replaying it.
+            nonlocal pending
+            pending += count
+            if pending >= 50:
+                progress.advance(task, pending)
+                pending = 0
+
+        yield advance
+
+
+def run(args: argparse.Namespace) -> int:
+    from kvoffload.sim.mooncake import TraceError, read_trace
+    from kvoffload.sim.trace_replay import ReplayError
+
+    try:
+        trace = read_trace(args.trace, strict=args.strict, limit=args.limit)
+    except TraceError as error:
+        raise _command_error(str(error)) from None
+    for message in trace.skipped[:SHOWN_SKIPPED]:
+        print(f"kvoffload replay: skipped {message}", file=sys.stderr)
+    if trace.skipped_lines > SHOWN_SKIPPED:
+        print(f"kvoffload replay: ... {trace.skipped_lines - SHOWN_SKIPPED} more malformed line(s)", file=sys.stderr)
+    try:
+        if args.sweep:
+            return _sweep(args, trace)
+        return _single(args, trace)
+    except ReplayError as error:
+        raise _command_error(str(error)) from None
+
+
+def _single(args: argparse.Namespace, trace: Any) -> int:
+    from kvoffload.sim.trace_replay import replay_trace
+
+    (policy,) = _policies(args.policy, ())
+    with _progress(len(trace.requests), f"replay {policy}") as advance:
+        result = replay_trace(
+            trace.requests, args.gpu_blocks, args.cpu_blocks, policy, progress=advance, check_every=args.check_every
+        )
+    data = {"trace": trace.path, **result.as_dict(), "skipped_lines": trace.skipped_lines}
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        _print_single(data)
+    return 0 if not (result.violations or result.leaks) else 1
+
+
+def _print_single(data: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="kvoffload replay", show_header=False)
+    for key in (
+        "trace", "policy", "gpu_blocks", "cpu_blocks", "requests", "blocks", "hit_ratio", "gpu_hit_ratio",
+        "cpu_hit_ratio", "belady_hit_ratio", "infinite_hit_ratio", "ratio_to_belady", "violations", "leaks",
+        "skipped_lines", "seconds",
+    ):
+        value = data[key]
+        table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+    console = Console()
+    console.print(table)
+    for message in [*data["violation_messages"], *data["leak_messages"]]:
+        console.print(f"[red]{message}[/red]", highlight=False)
+
+
+def _sweep(args: argparse.Namespace, trace: Any) -> int:
+    from kvoffload.sim.sweep import DEFAULT_CPU_SIZES, plot_sweep, run_sweep
+
+    policies = _policies(args.policies, tuple(POLICIES))
+    sizes = args.cpu_sizes or DEFAULT_CPU_SIZES
+    with _progress(len(trace.requests) * len(policies) * len(sizes), "sweep") as advance:
+        result = run_sweep(trace.requests, args.gpu_blocks, sizes, policies, advance, args.check_every)
+    plot_path = plot_sweep(result, args.plot or "replay_sweep.png")
+    data = {"trace": trace.path, **result.as_dict(), "skipped_lines": trace.skipped_lines, "plot": str(plot_path)}
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        _print_sweep(data)
+    return 0 if not (result.violations or result.leaks) else 1
+
+
+def _print_sweep(data: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    sizes = data["cpu_sizes"]
+    table = Table(
+        title=f"hit ratio, {data['requests']} requests, {data['blocks']} blocks, GPU {data['gpu_blocks']} blocks"
+    )
+    table.add_column("policy")
+    for size in sizes:
+        table.add_column(f"C={size}", justify="right")
+    table.add_column("violations", justify="right")
+    table.add_column("leaks", justify="right")
+    for policy in data["policies"]:
+        runs = {run["cpu_blocks"]: run for run in data["runs"] if run["policy"] == policy}
+        table.add_row(
+            policy,
+            *(f"{runs[size]['hit_ratio']:.4f}" for size in sizes),
+            str(sum(run["violations"] for run in runs.values())),
+            str(sum(run["leaks"] for run in runs.values())),
+        )
+    table.add_row("belady", *(f"{data['belady_hit_ratio'][str(size)]:.4f}" for size in sizes), "", "")
+    table.add_row("infinite", *(f"{data['infinite_hit_ratio']:.4f}" for _ in sizes), "", "")
+    console = Console()
+    console.print(table)
+    console.print(f"plot: {data['plot']}", highlight=False)

@@ -14,10 +14,23 @@ a policy only orders candidates. Contract, in the order the manager calls it:
 - ``reset()``: forget everything.
 
 Policies are deterministic and copyable: the explorer copies and compares them.
+
+Shipped policies (``POLICIES``), measured by ``kvoffload replay`` on the Mooncake conversation trace:
+
+- ``lru``: least recently used; right when the tier holds the working set.
+- ``arc``: adaptive recency/frequency; best of these when the tier is large next to the reuse set.
+- ``prefix_lru``: LRU over the leaves of the prefix tree (chains shrink from the tail, orphans go
+  first), as SGLang's radix cache.
+- ``doorkeeper``: LRU with second-sighting admission (once full); best when the tier is small next
+  to the traffic, where most blocks are never reused.
+- ``doorkeeper_adaptive``: switches between doorkeeper and LRU by measuring how soon first reuses
+  come; within a few percent of the better of the two at every size.
+- ``s3fifo``: S3-FIFO, small + main FIFO queues with ghosts; scan resistant, no per-hit reordering.
 """
 
 from __future__ import annotations
 
+import heapq
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Hashable
@@ -176,11 +189,417 @@ class ARCPolicy(EvictionPolicy):
         return (self.target_t1, tuple(self._t1), tuple(self._t2), tuple(self._b1), tuple(self._b2))
 
 
+
+
+class PrefixLRUPolicy(EvictionPolicy):
+    """LRU over the leaves of the prefix tree, as SGLang's radix cache: a key is evicted only once
+    no resident key extends it, so a chain shrinks from its tail and its head stays servable.
+    Orphans (a parent that is not resident) go first: after a CPU miss on the parent they can
+    never be hit."""
+
+    name = "prefix_lru"
+
+    def __init__(self) -> None:
+        self._clock = 0
+        self._stamp: dict[OffloadKey, int] = {}
+        self._parent: dict[OffloadKey, OffloadKey | None] = {}
+        self._kids: dict[OffloadKey, set[OffloadKey]] = {}
+        self._orphans: OrderedDict[OffloadKey, None] = OrderedDict()
+        # Leaves by last use; stale entries are skipped when popped (lazy deletion).
+        self._heap: list[tuple[int, OffloadKey]] = []
+
+    def _push(self, key: OffloadKey) -> None:
+        heapq.heappush(self._heap, (self._stamp[key], key))
+        if len(self._heap) > 4 * len(self._stamp) + 64:
+            self._heap = [(self._stamp[k], k) for k in self._stamp if not self._kids[k]]
+            heapq.heapify(self._heap)
+
+    def on_insert(self, key: OffloadKey, parent: OffloadKey | None) -> None:
+        self._clock += 1
+        self._stamp[key] = self._clock
+        self._parent[key] = parent
+        self._kids[key] = set()
+        if parent is not None:
+            if parent in self._stamp:
+                self._kids[parent].add(key)
+            else:
+                self._orphans[key] = None
+        self._push(key)
+
+    def on_hit(self, key: OffloadKey) -> None:
+        if key in self._stamp:
+            self._clock += 1
+            self._stamp[key] = self._clock
+            if not self._kids[key]:
+                self._push(key)
+
+    def on_remove(self, key: OffloadKey) -> None:
+        if key not in self._stamp:
+            return
+        del self._stamp[key]
+        self._orphans.pop(key, None)
+        for kid in self._kids.pop(key):
+            self._orphans[kid] = None
+        parent = self._parent.pop(key)
+        if parent is not None and parent in self._stamp:
+            siblings = self._kids[parent]
+            siblings.discard(key)
+            if not siblings:
+                self._push(parent)
+
+    def victims(
+        self, count: int, evictable: Evictable, incoming: Collection[OffloadKey]
+    ) -> list[OffloadKey] | None:
+        chosen: dict[OffloadKey, None] = {}
+        for key in self._orphans:
+            if len(chosen) == count:
+                return list(chosen)
+            if evictable(key):
+                chosen[key] = None
+        # Children as if the chosen keys were gone, so one call can empty a chain tail to head.
+        gone_kids: dict[OffloadKey, int] = {}
+        skipped: list[tuple[int, OffloadKey]] = []
+        popped: list[tuple[int, OffloadKey]] = []
+        heap = self._heap
+        while heap and len(chosen) < count:
+            entry = heapq.heappop(heap)
+            stamp, key = entry
+            if key in chosen or self._stamp.get(key) != stamp:
+                continue
+            if len(self._kids[key]) > gone_kids.get(key, 0):
+                continue  # not a leaf: pushed again when its last child goes
+            if not evictable(key):
+                skipped.append(entry)
+                continue
+            chosen[key] = None
+            popped.append(entry)
+            parent = self._parent[key]
+            if parent is not None and parent in self._stamp:
+                gone_kids[parent] = gone_kids.get(parent, 0) + 1
+                if gone_kids[parent] == len(self._kids[parent]):
+                    heapq.heappush(heap, (self._stamp[parent], parent))
+        for entry in skipped:
+            heapq.heappush(heap, entry)
+        if len(chosen) < count:
+            # The leaves cannot make room (their tails are in use): any evictable key, LRU first,
+            # so None really means "fewer than count evictable keys".
+            for key in sorted(self._stamp, key=self._stamp.__getitem__):
+                if len(chosen) == count:
+                    break
+                if key not in chosen and evictable(key):
+                    chosen[key] = None
+        if len(chosen) < count:
+            for entry in popped:
+                heapq.heappush(heap, entry)
+            return None
+        return list(chosen)
+
+    def reset(self) -> None:
+        self._clock = 0
+        self._stamp.clear()
+        self._parent.clear()
+        self._kids.clear()
+        self._orphans.clear()
+        self._heap.clear()
+
+    def fingerprint(self) -> Hashable:
+        return (
+            self._clock,
+            tuple(sorted((k, s, self._parent[k]) for k, s in self._stamp.items())),
+            tuple(self._orphans),
+        )
+
+
+class _Ghosts:
+    """A bounded FIFO set of keys no longer (or not yet) resident: the history admission reads."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        self._keys: OrderedDict[OffloadKey, None] = OrderedDict()
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys
+
+    def add(self, key: OffloadKey) -> None:
+        self._keys[key] = None
+        self._keys.move_to_end(key)
+        while len(self._keys) > self.capacity:
+            self._keys.popitem(last=False)
+
+    def discard(self, key: OffloadKey) -> None:
+        self._keys.pop(key, None)
+
+    def clear(self) -> None:
+        self._keys.clear()
+
+    def fingerprint(self) -> Hashable:
+        return tuple(self._keys)
+
+
+class DoorkeeperLRUPolicy(LRUPolicy):
+    """LRU with second-sighting admission: once the tier is full, a key is stored only when it is
+    offered again while remembered (a bounded history of ``ghost_factor`` x capacity rejected or
+    evicted keys). Three in four prefix blocks of production traffic are never reused; this keeps
+    them from flushing the ones that are, and the GPU prefix cache in front still serves quick
+    first reuses. While there is free room everything is admitted: refusing costs a hit then."""
+
+    name = "doorkeeper"
+
+    def __init__(self, capacity: int, ghost_factor: int = 4) -> None:
+        super().__init__()
+        self.capacity = capacity
+        self._seen = _Ghosts(ghost_factor * capacity)
+        # Free-room admissions granted in the current prepare_store and not inserted yet; every
+        # batch ends in on_insert calls or in victims(), so this is 0 when a batch starts.
+        self._promised = 0
+
+    def admit(self, key: OffloadKey) -> bool:
+        if len(self._order) + self._promised < self.capacity:
+            self._promised += 1
+            return True
+        if key in self._seen:
+            self._seen.discard(key)
+            return True
+        self._seen.add(key)
+        return False
+
+    def on_insert(self, key: OffloadKey, parent: OffloadKey | None) -> None:
+        self._promised = max(0, self._promised - 1)
+        self._seen.discard(key)
+        super().on_insert(key, parent)
+
+    def victims(
+        self, count: int, evictable: Evictable, incoming: Collection[OffloadKey]
+    ) -> list[OffloadKey] | None:
+        self._promised = 0
+        chosen = super().victims(count, evictable, incoming)
+        for key in chosen or ():
+            # An evicted key was worth admitting once: offered again, it comes straight back.
+            self._seen.add(key)
+        return chosen
+
+    def reset(self) -> None:
+        super().reset()
+        self._seen.clear()
+        self._promised = 0
+
+    def fingerprint(self) -> Hashable:
+        return (super().fingerprint(), self._seen.fingerprint(), self._promised)
+
+
+class AdaptiveDoorkeeperPolicy(LRUPolicy):
+    """A doorkeeper that learns whether second-sighting admission pays, from the first reuses of
+    keys: a CPU hit on a key stored at first sight, or the re-offer of a rejected or evicted key
+    never reused before. It keeps a moving share of those first reuses that came within
+    ``capacity`` offers (the ones an LRU of this size could have served). At or above
+    ``threshold`` it admits every key (plain LRU); below, only second sightings (the doorkeeper).
+    So a tier that is small next to the reuse distance filters one-off prefixes, and one that can
+    hold them does not give up the hits of second uses."""
+
+    name = "doorkeeper_adaptive"
+
+    # Fixed-point share (ONE = 100%), so the state is exact and hashable.
+    ONE = 1 << 16
+
+    def __init__(self, capacity: int, ghost_factor: int = 4, threshold: float = 0.5, smoothing_shift: int = 8) -> None:
+        super().__init__()
+        self.capacity = capacity
+        self.ghost_capacity = max(1, ghost_factor * capacity)
+        self.threshold = int(threshold * self.ONE)
+        self.smoothing_shift = smoothing_shift
+        self._clock = 0  # offers of non-resident keys
+        self._share = 0  # starts strict; free room is admitted regardless
+        self._promised = 0
+        # Resident keys not reused since they were stored at first sight -> offer clock then.
+        self._first: dict[OffloadKey, int] = {}
+        # Rejected or evicted keys -> (offer clock at first sighting or eviction, never reused yet).
+        self._ghosts: OrderedDict[OffloadKey, tuple[int, bool]] = OrderedDict()
+        self._returning: set[OffloadKey] = set()
+
+    @property
+    def strict(self) -> bool:
+        """True while first sightings are refused (once the tier is full)."""
+        return self._share < self.threshold
+
+    def _sample(self, distance: int) -> None:
+        # An exponential moving average in integers; the shift rounds towards the old value.
+        delta = (self.ONE if distance <= self.capacity else 0) - self._share
+        step = abs(delta) >> self.smoothing_shift
+        self._share += step if delta > 0 else -step
+
+    def _remember(self, key: OffloadKey, stamp: int, never_reused: bool) -> None:
+        self._ghosts[key] = (stamp, never_reused)
+        self._ghosts.move_to_end(key)
+        while len(self._ghosts) > self.ghost_capacity:
+            self._ghosts.popitem(last=False)
+
+    def admit(self, key: OffloadKey) -> bool:
+        self._clock += 1
+        ghost = self._ghosts.pop(key, None)
+        if ghost is not None:
+            stamp, never_reused = ghost
+            if never_reused:
+                self._sample(self._clock - stamp)
+            self._returning.add(key)
+            return True
+        if len(self._order) + self._promised < self.capacity:
+            self._promised += 1
+            return True
+        if not self.strict:
+            return True
+        self._remember(key, self._clock, True)
+        return False
+
+    def on_insert(self, key: OffloadKey, parent: OffloadKey | None) -> None:
+        self._promised = max(0, self._promised - 1)
+        if key in self._returning:
+            self._returning.discard(key)
+        else:
+            self._first[key] = self._clock
+        super().on_insert(key, parent)
+
+    def on_hit(self, key: OffloadKey) -> None:
+        stamp = self._first.pop(key, None)
+        if stamp is not None:
+            self._sample(self._clock - stamp)
+        super().on_hit(key)
+
+    def on_remove(self, key: OffloadKey) -> None:
+        self._first.pop(key, None)
+        super().on_remove(key)
+
+    def victims(
+        self, count: int, evictable: Evictable, incoming: Collection[OffloadKey]
+    ) -> list[OffloadKey] | None:
+        self._promised = 0
+        chosen = super().victims(count, evictable, incoming)
+        if chosen is None:
+            # The batch will not be inserted: its returning keys are not coming.
+            self._returning.clear()
+            return None
+        for key in chosen:
+            stamp = self._first.get(key)
+            self._remember(key, self._clock if stamp is None else stamp, stamp is not None)
+        return chosen
+
+    def reset(self) -> None:
+        super().reset()
+        self._clock = self._share = self._promised = 0
+        self._first.clear()
+        self._ghosts.clear()
+        self._returning.clear()
+
+    def fingerprint(self) -> Hashable:
+        return (
+            super().fingerprint(),
+            self._clock,
+            self._share,
+            self._promised,
+            tuple(sorted(self._first.items())),
+            tuple(self._ghosts.items()),
+            tuple(sorted(self._returning)),
+        )
+
+
+class S3FIFOPolicy(EvictionPolicy):
+    """S3-FIFO (Yang et al., SOSP'23): new keys enter a small FIFO (10%); a key used there moves to
+    the main FIFO on eviction, an unused one leaves a ghost; a key re-inserted while a ghost goes
+    straight to main; main keys with a use left are reinserted (2-bit frequency). Quick demotion
+    of one-hit prefixes, with no per-hit reordering.
+
+    ``victims`` promotes, ages and rotates keys while it searches, even when it then returns None:
+    that changes the order only, never the resident set."""
+
+    name = "s3fifo"
+
+    def __init__(self, capacity: int, small_fraction: float = 0.1, ghost_factor: int = 4) -> None:
+        self.capacity = capacity
+        self.small_target = max(1, int(capacity * small_fraction))
+        self._small: OrderedDict[OffloadKey, None] = OrderedDict()
+        self._main: OrderedDict[OffloadKey, None] = OrderedDict()
+        self._freq: dict[OffloadKey, int] = {}
+        self._ghosts = _Ghosts(ghost_factor * capacity)
+
+    def on_insert(self, key: OffloadKey, parent: OffloadKey | None) -> None:
+        if key in self._ghosts:
+            self._ghosts.discard(key)
+            self._main[key] = None
+        else:
+            self._small[key] = None
+        self._freq[key] = 0
+
+    def on_hit(self, key: OffloadKey) -> None:
+        if key in self._freq:
+            self._freq[key] = min(3, self._freq[key] + 1)
+
+    def on_remove(self, key: OffloadKey) -> None:
+        self._small.pop(key, None)
+        self._main.pop(key, None)
+        self._freq.pop(key, None)
+
+    def victims(
+        self, count: int, evictable: Evictable, incoming: Collection[OffloadKey]
+    ) -> list[OffloadKey] | None:
+        chosen: dict[OffloadKey, None] = {}
+        from_small: set[OffloadKey] = set()
+        freq = self._freq
+        small, main = self._small, self._main
+        # The small FIFO gives victims while it is over its share (or main is empty). Keys are
+        # looked at from the head and rotated to the tail, so no queue is ever copied.
+        for _ in range(len(small)):
+            if len(chosen) == count or (len(small) - len(from_small) <= self.small_target and main):
+                break
+            key = next(iter(small))
+            if freq[key] > 0:
+                del small[key]
+                freq[key] = 0
+                main[key] = None
+                continue
+            if evictable(key):
+                chosen[key] = None
+                from_small.add(key)
+            small.move_to_end(key)
+        # Main, CLOCK-like: a key with uses left is aged and rotated; 4 rounds age any key to 0.
+        for _ in range(4 * len(main)):
+            if len(chosen) == count:
+                break
+            key = next(iter(main))
+            if freq[key] > 0:
+                freq[key] -= 1
+            elif key not in chosen and evictable(key):
+                chosen[key] = None
+            main.move_to_end(key)
+        if len(chosen) < count:
+            for key in (*small, *main):
+                if len(chosen) == count:
+                    break
+                if key not in chosen and evictable(key):
+                    chosen[key] = None
+                    if key in small:
+                        from_small.add(key)
+        if len(chosen) < count:
+            return None
+        for key in from_small:
+            self._ghosts.add(key)
+        return list(chosen)
+
+    def reset(self) -> None:
+        self._small.clear()
+        self._main.clear()
+        self._freq.clear()
+        self._ghosts.clear()
+
+    def fingerprint(self) -> Hashable:
+        return (tuple(self._small), tuple(self._main), tuple(sorted(self._freq.items())), self._ghosts.fingerprint())
 PolicyFactory = Callable[[int], EvictionPolicy]
 
 POLICIES: dict[str, PolicyFactory] = {
     "lru": lambda capacity: LRUPolicy(),
     "arc": ARCPolicy,
+    "prefix_lru": lambda capacity: PrefixLRUPolicy(),
+    "doorkeeper": DoorkeeperLRUPolicy,
+    "doorkeeper_adaptive": AdaptiveDoorkeeperPolicy,
+    "s3fifo": S3FIFOPolicy,
 }
 
 

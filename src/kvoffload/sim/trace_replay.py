@@ -1,0 +1,374 @@
+"""Replay a Mooncake block trace through the REAL offloading scheduler, manager and lifecycle.
+
+Model (fast mode, documented choices):
+
+- Unit: one 512-token block is one scheduling unit. The scheduler runs with ``gpu_block_size=1``
+  and ``blocks_per_chunk=1``, so a "token" of the scheduler is a 512-token block and a chunk (one
+  CPU block) is one block. A request of ``input_length`` tokens has ``n = input_length // 512`` full
+  blocks, keyed by the chained trace hash ids, plus one more unit: the partial tail (or, for a
+  block-aligned prompt, the last token, which an engine always recomputes to get logits). So every
+  full block can be a hit, the same measure as the offline bounds.
+- Decode is compressed to one step of one unit: output tokens are never reused by the trace (a
+  later turn's prompt carries them under its own hash ids), so only their scheduling is modelled.
+- Concurrency: sequential. Each request, in timestamp order (stable), is looked up in the GPU
+  prefix cache, then in the CPU tier through the connector, loads, prefills, decodes one step,
+  finishes, and its stores drain before the next request arrives. The arrival times only order the
+  requests. This is the simplest model in which prefix reuse and eviction are exact, and it makes
+  the run deterministic.
+- GPU tier: the engine's prefix cache of ``gpu_blocks`` blocks, modelled on vLLM's block pool:
+  blocks of the running request are pinned; freed blocks stay cached (by chained key) in an LRU
+  free queue until reallocated; a request's blocks are freed tail first, so eviction eats a
+  prefix from its end and the head stays servable.
+- CPU tier: the real ``CPUOffloadingManager`` of ``cpu_blocks`` blocks with the named policy.
+- Worker: completes every job successfully ``worker_delay`` steps after the step that issued it
+  (default 1), so stores are still in flight when the request finishes and the scheduler's
+  hold-and-release path for GPU blocks is exercised.
+
+Invariants of ``kvoffload.spec`` are checked on a snapshot every ``check_every`` requests while
+stores are in flight, and once at the end (quiescent, so NoLeak too). A LifecycleViolation or any
+other error from the scheduler stops the replay and is reported as a violation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvoffload.offload.manager import CPUOffloadingManager
+from kvoffload.offload.scheduler import OffloadingScheduler
+from kvoffload.offload.types import (
+    ConnectorMetadata,
+    JobId,
+    OffloadConfig,
+    SchedulerOutput,
+    WorkerOutput,
+)
+from kvoffload.sim.bounds import belady, infinite_cache
+from kvoffload.sim.mooncake import TraceRequest, block_chains
+from kvoffload.spec.invariants import check_invariants
+
+# How many violation messages a result keeps (the count is always complete).
+MAX_MESSAGES = 20
+
+
+# A request that needs more engine steps than this to load or drain means the scheduler stopped
+# making progress: reported as a violation instead of looping forever.
+MAX_WAIT_STEPS = 1000
+
+
+class ReplayError(RuntimeError):
+    """The replay cannot run with these sizes (e.g. a request larger than the GPU tier)."""
+
+
+class ReplayAnomaly(RuntimeError):
+    """The real scheduler did something an engine cannot accept (reported as a violation)."""
+
+
+@dataclass(slots=True)
+class _Request:
+    """What the scheduler reads of an engine request (the EngineRequest protocol)."""
+
+    request_id: str
+    block_hashes: list[int]
+    num_tokens: int
+
+
+class GpuPrefixCache:
+    """vLLM-like block pool: ``capacity`` blocks, an LRU queue of free blocks that keep their cached
+    key until reallocated, and a key -> block map for prefix hits."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        # Free blocks, least recently freed first: the allocation (and so eviction) order.
+        self._free: OrderedDict[int, None] = OrderedDict((block, None) for block in range(capacity))
+        self._key_of: dict[int, int] = {}
+        self._block_of: dict[int, int] = {}
+
+    def match(self, keys: Sequence[int]) -> list[int]:
+        """Blocks holding the longest cached prefix of ``keys``."""
+        blocks = []
+        for key in keys:
+            block = self._block_of.get(key)
+            if block is None:
+                break
+            blocks.append(block)
+        return blocks
+
+    def allocate(self, hit_blocks: Sequence[int], count: int) -> list[int]:
+        """Pin ``hit_blocks`` and ``count`` fresh blocks (evicting their cached keys)."""
+        for block in hit_blocks:
+            self._free.pop(block)
+        if count > len(self._free):
+            raise ReplayError(f"GPU tier too small: {count} more blocks needed, {len(self._free)} free")
+        fresh = []
+        for _ in range(count):
+            block, _ = self._free.popitem(last=False)
+            key = self._key_of.pop(block, None)
+            if key is not None:
+                del self._block_of[key]
+            fresh.append(block)
+        return fresh
+
+    def cache(self, block: int, key: int) -> None:
+        """The block now holds ``key``'s KV; a key already cached elsewhere keeps its first block."""
+        if key not in self._block_of:
+            self._block_of[key] = block
+            self._key_of[block] = key
+
+    def free(self, blocks: Sequence[int]) -> None:
+        """Unpin a request's blocks; the tail goes first in the eviction order (as vLLM frees)."""
+        for block in reversed(blocks):
+            self._free[block] = None
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+
+@dataclass
+class ReplayResult:
+    """Counts of one replay; ``as_dict`` is the JSON the command prints. ``seconds`` is the replay
+    through the scheduler alone; ``bounds_seconds`` the offline bounds."""
+
+    policy: str
+    gpu_blocks: int
+    cpu_blocks: int
+    requests: int = 0
+    blocks: int = 0
+    gpu_hits: int = 0
+    cpu_hits: int = 0
+    violations: int = 0
+    violation_messages: list[str] = field(default_factory=list)
+    leaks: int = 0
+    leak_messages: list[str] = field(default_factory=list)
+    invariant_checks: int = 0
+    steps: int = 0
+    stored_blocks: int = 0
+    evictions: int = 0
+    rejected_by_admission: int = 0
+    store_allocation_failures: int = 0
+    seconds: float = 0.0
+    bounds_seconds: float = 0.0
+    belady_hit_ratio: float | None = None
+    infinite_hit_ratio: float | None = None
+    error: str | None = None
+
+    @property
+    def hit_ratio(self) -> float:
+        return (self.gpu_hits + self.cpu_hits) / self.blocks if self.blocks else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        blocks = self.blocks or 1
+        ratio_to_belady = self.hit_ratio / self.belady_hit_ratio if self.belady_hit_ratio else None
+        return {
+            "requests": self.requests,
+            "blocks": self.blocks,
+            "hit_ratio": self.hit_ratio,
+            "gpu_hit_ratio": self.gpu_hits / blocks,
+            "cpu_hit_ratio": self.cpu_hits / blocks,
+            "belady_hit_ratio": self.belady_hit_ratio,
+            "infinite_hit_ratio": self.infinite_hit_ratio,
+            "ratio_to_belady": ratio_to_belady,
+            "violations": self.violations,
+            "violation_messages": self.violation_messages,
+            "leaks": self.leaks,
+            "leak_messages": self.leak_messages,
+            "invariant_checks": self.invariant_checks,
+            "seconds": self.seconds,
+            "bounds_seconds": self.bounds_seconds,
+            "policy": self.policy,
+            "gpu_blocks": self.gpu_blocks,
+            "cpu_blocks": self.cpu_blocks,
+            "steps": self.steps,
+            "stored_blocks": self.stored_blocks,
+            "evictions": self.evictions,
+            "rejected_by_admission": self.rejected_by_admission,
+            "store_allocation_failures": self.store_allocation_failures,
+            "error": self.error,
+        }
+
+
+class _Worker:
+    """Completes every job it was handed ``delay`` steps later, always successfully."""
+
+    def __init__(self, delay: int) -> None:
+        self.delay = delay
+        self._queue: list[list[JobId]] = []
+
+    def run(self, meta: ConnectorMetadata) -> WorkerOutput:
+        # Flushed jobs were already handed out; waiting for them means completing them now.
+        jobs = [job.job_id for job in (*meta.stores, *meta.loads)]
+        flush = set(meta.flush)
+        done: list[JobId] = []
+        if flush:
+            for pending in self._queue:
+                done += [job for job in pending if job in flush]
+                pending[:] = [job for job in pending if job not in flush]
+        self._queue.append(jobs)
+        while len(self._queue) > self.delay:
+            done += self._queue.pop(0)
+        return WorkerOutput({job: True for job in done})
+
+    @property
+    def idle(self) -> bool:
+        return not any(self._queue)
+
+
+ProgressCallback = Callable[[int], None]
+
+
+class TraceReplay:
+    """Drives the real ``OffloadingScheduler`` over a block trace; see the module docstring."""
+
+    def __init__(
+        self,
+        gpu_blocks: int,
+        cpu_blocks: int,
+        policy: str = "lru",
+        *,
+        worker_delay: int = 1,
+        check_every: int = 100,
+    ) -> None:
+        if gpu_blocks < 2:
+            raise ReplayError(f"gpu_blocks must be at least 2, got {gpu_blocks}")
+        if worker_delay < 0 or check_every < 1:
+            raise ReplayError("worker_delay must be >= 0 and check_every >= 1")
+        # One scheduler "token" is one 512-token block: see the module docstring.
+        self.config = OffloadConfig(gpu_block_size=1, blocks_per_chunk=1, num_cpu_blocks=cpu_blocks, policy=policy)
+        self.manager = CPUOffloadingManager(cpu_blocks, policy)
+        self.scheduler = OffloadingScheduler(self.config, self.manager)
+        self.gpu = GpuPrefixCache(gpu_blocks)
+        self.worker = _Worker(worker_delay)
+        self.check_every = check_every
+        self.result = ReplayResult(policy, gpu_blocks, cpu_blocks)
+        self._waited = 0
+
+    # ------------------------------------------------------------------ engine loop
+    def _step(self, scheduled: dict[str, int]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        meta = self.scheduler.build_connector_meta(SchedulerOutput(num_scheduled_tokens=scheduled))
+        self.result.steps += 1
+        update = self.scheduler.update_connector_output(self.worker.run(meta))
+        if update.load_failed:
+            raise ReplayAnomaly(f"loads failed for {update.load_failed} although the worker never fails")
+        return update.loaded, update.released
+
+    def _wait(self, request_id: str, what: str) -> None:
+        self._waited += 1
+        if self._waited > MAX_WAIT_STEPS:
+            raise ReplayAnomaly(f"request {request_id}: {MAX_WAIT_STEPS} steps without {what}")
+
+    def _check(self) -> None:
+        self.result.invariant_checks += 1
+        for violation in check_invariants(self.scheduler.snapshot()):
+            self._violation(str(violation))
+
+    def _violation(self, message: str) -> None:
+        self.result.violations += 1
+        if len(self.result.violation_messages) < MAX_MESSAGES:
+            self.result.violation_messages.append(message)
+
+    def replay_request(self, index: int, keys: list[int]) -> None:
+        """One request, from lookup to drained stores."""
+        result = self.result
+        scheduler = self.scheduler
+        gpu = self.gpu
+        request_id = f"r{index}"
+        num_tokens = len(keys) + 1
+        if num_tokens > gpu.capacity:
+            raise ReplayError(
+                f"request {index} needs {num_tokens} GPU blocks but the GPU tier has {gpu.capacity}; "
+                "raise --gpu-blocks"
+            )
+        request = _Request(request_id, keys, num_tokens)
+        hit_blocks = gpu.match(keys)
+        gpu_hits = len(hit_blocks)
+        external, _ = scheduler.get_num_new_matched_tokens(request, gpu_hits)
+        if external is None:
+            raise ReplayAnomaly(f"request {request_id}: lookup deferred although nothing else is in flight")
+        block_ids = hit_blocks + gpu.allocate(hit_blocks, num_tokens - gpu_hits)
+        scheduler.update_state_after_alloc(request, block_ids, external)
+        computed = gpu_hits + external
+        if external:
+            loaded: tuple[str, ...] = ()
+            while request_id not in loaded:
+                self._wait(request_id, "its load to complete")
+                loaded, _ = self._step({})
+        result.blocks += len(keys)
+        result.gpu_hits += gpu_hits
+        result.cpu_hits += external
+        self._step({request_id: num_tokens - computed})  # prefill
+        self._step({request_id: 1})  # decode, compressed; builds the stores of the prefill
+        if index % self.check_every == 0:
+            self._check()
+        holds = scheduler.request_finished(request, block_ids)
+        released: tuple[str, ...] = ()
+        while holds and request_id not in released:
+            self._wait(request_id, "the release of its GPU blocks")
+            _, released = self._step({})
+        while scheduler.has_pending_work() or not self.worker.idle:
+            self._wait(request_id, "the scheduler to drain")
+            self._step({})
+        self._waited = 0
+        for block, key in zip(block_ids, keys, strict=False):
+            gpu.cache(block, key)
+        gpu.free(block_ids)
+        result.requests += 1
+
+    def run(
+        self,
+        chains: Sequence[list[int]],
+        progress: ProgressCallback | None = None,
+    ) -> ReplayResult:
+        """Replay every request (chained keys of its full blocks) in order."""
+        started = time.perf_counter()
+        result = self.result
+        try:
+            for index, keys in enumerate(chains):
+                self.replay_request(index, keys)
+                if progress is not None:
+                    progress(1)
+        except ReplayError:
+            raise
+        except Exception as error:
+            # Every failure of the real scheduler or manager is a finding, reported as a violation.
+            result.error = f"{type(error).__name__}: {error}"
+            self._violation(result.error)
+        if result.error is None:
+            self._check()
+        leaks = [*self.scheduler.leaks(), *self.manager.leaks()]
+        result.leaks = len(leaks)
+        result.leak_messages = leaks[:MAX_MESSAGES]
+        stats = self.manager.stats
+        result.stored_blocks = stats.stored_keys
+        result.evictions = stats.evictions
+        result.rejected_by_admission = stats.rejected_by_admission
+        result.store_allocation_failures = self.scheduler.stats.store_allocation_failures
+        result.seconds = time.perf_counter() - started
+        return result
+
+
+def replay_trace(
+    requests: Sequence[TraceRequest],
+    gpu_blocks: int,
+    cpu_blocks: int,
+    policy: str = "lru",
+    *,
+    bounds: bool = True,
+    progress: ProgressCallback | None = None,
+    worker_delay: int = 1,
+    check_every: int = 100,
+) -> ReplayResult:
+    """Replay ``requests`` (already in arrival order) and, if ``bounds``, add the Belady bound for
+    one cache of ``gpu_blocks + cpu_blocks`` blocks and the infinite-cache bound."""
+    chains = block_chains(requests)
+    replay = TraceReplay(gpu_blocks, cpu_blocks, policy, worker_delay=worker_delay, check_every=check_every)
+    result = replay.run(chains, progress)
+    if bounds:
+        started = time.perf_counter()
+        result.belady_hit_ratio = belady(chains, gpu_blocks + cpu_blocks).hit_ratio
+        result.infinite_hit_ratio = infinite_cache(chains).hit_ratio
+        result.bounds_seconds = time.perf_counter() - started
+    return result

@@ -1,0 +1,259 @@
+"""Eviction policies: the EvictionPolicy contract for every registered policy, and one behaviour
+test per policy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvoffload.offload.manager import CPUOffloadingManager
+from kvoffload.offload.policies import (
+    POLICIES,
+    AdaptiveDoorkeeperPolicy,
+    ARCPolicy,
+    DoorkeeperLRUPolicy,
+    EvictionPolicy,
+    LRUPolicy,
+    PrefixLRUPolicy,
+    S3FIFOPolicy,
+    make_policy,
+)
+
+ALL = sorted(POLICIES)
+EXPECTED = {"lru", "arc", "prefix_lru", "doorkeeper", "doorkeeper_adaptive", "s3fifo"}
+
+# An op: ("insert", key, parent) | ("hit", key) | ("evict", count, blocked-mask) | ("remove", key)
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("insert"), st.integers(0, 15), st.one_of(st.none(), st.integers(0, 15))),
+        st.tuples(st.just("hit"), st.integers(0, 15)),
+        st.tuples(st.just("evict"), st.integers(1, 4), st.integers(0, 0xFFFF)),
+        st.tuples(st.just("remove"), st.integers(0, 15)),
+    ),
+    max_size=60,
+)
+
+
+def _drive(policy: EvictionPolicy, script: list[tuple]) -> list[object]:
+    """Run ``script`` as a manager would (a resident set, admission, victims then removals) and
+    check the contract on every victims() answer. Returns the observable outcomes."""
+    resident: set[int] = set()
+    seen: list[object] = []
+    for op in script:
+        if op[0] == "insert":
+            _, key, parent = op
+            if key in resident:
+                continue
+            admitted = policy.admit(key)
+            seen.append(("admit", key, admitted))
+            if admitted:
+                resident.add(key)
+                policy.on_insert(key, parent)
+        elif op[0] == "hit":
+            if op[1] in resident:
+                policy.on_hit(op[1])
+        elif op[0] == "remove":
+            if op[1] in resident:
+                resident.discard(op[1])
+                policy.on_remove(op[1])
+        else:
+            _, count, mask = op
+
+            def evictable(key: int, mask: int = mask) -> bool:
+                return key in resident and not (mask >> key) & 1
+
+            incoming = (16, 17)
+            victims = policy.victims(count, evictable, incoming)
+            possible = sum(1 for key in resident if evictable(key))
+            if victims is None:
+                assert possible < count, f"None although {possible} keys were evictable for {count}"
+            else:
+                assert len(victims) == count and len(set(victims)) == count
+                assert all(evictable(key) for key in victims), "victims returned a non-evictable key"
+                for key in victims:
+                    resident.discard(key)
+                    policy.on_remove(key)
+            seen.append(("victims", victims))
+    return seen
+
+
+@pytest.mark.parametrize("name", ALL)
+@settings(max_examples=60, deadline=None)
+@given(script=ops)
+def test_contract(name: str, script: list[tuple]) -> None:
+    first, second = make_policy(name, 6), make_policy(name, 6)
+    outcome = _drive(first, script)
+    # Deterministic: the same calls give the same answers and the same state.
+    assert _drive(second, script) == outcome
+    assert first.fingerprint() == second.fingerprint()
+    hash(first.fingerprint())
+    first.reset()
+    assert first.fingerprint() == make_policy(name, 6).fingerprint()
+
+
+def test_registry() -> None:
+    assert set(POLICIES) >= EXPECTED
+    with pytest.raises(ValueError, match="unknown eviction policy"):
+        make_policy("nope", 4)
+    for name in ALL:
+        assert make_policy(name, 4).name == name
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_none_when_nothing_evictable(name: str) -> None:
+    policy = make_policy(name, 4)
+    for key in range(4):
+        if policy.admit(key):
+            policy.on_insert(key, key - 1 if key else None)
+    assert policy.victims(1, lambda key: False, ()) is None
+    assert policy.victims(5, lambda key: True, ()) is None
+
+
+@pytest.mark.parametrize("name", ALL)
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 40), min_size=1, max_size=6), max_size=30))
+def test_inside_the_real_manager(name: str, requests: list[list[int]]) -> None:
+    manager = CPUOffloadingManager(8, name)
+    for index, keys in enumerate(requests):
+        keys = list(dict.fromkeys(keys))
+        rid = f"r{index}"
+        manager.on_new_request(rid)
+        hits = manager.lookup(rid, keys)
+        if hits:
+            manager.touch(rid, keys[:hits])
+            manager.prepare_load(rid, keys[:hits])
+        plan = manager.prepare_store(rid, keys[hits:], keys[hits - 1] if hits else None)
+        manager.on_request_finished(rid)
+        if hits:
+            manager.complete_load(rid, keys[:hits])
+        if plan is not None and plan.keys_to_store:
+            manager.complete_store(rid, plan.keys_to_store, success=True)
+        assert len(manager.resident_keys) <= 8
+    assert manager.leaks() == []
+
+
+def _fill(policy: EvictionPolicy, keys: list[int], parent: Callable[[int], int | None] = lambda k: None) -> None:
+    for key in keys:
+        assert policy.admit(key)
+        policy.on_insert(key, parent(key))
+
+
+def ANY(key: int) -> bool:
+    return True
+
+
+def test_lru_evicts_least_recently_used() -> None:
+    policy = LRUPolicy()
+    _fill(policy, [1, 2, 3])
+    policy.on_hit(1)
+    assert policy.victims(2, ANY, ()) == [2, 3]
+
+
+def test_arc_keeps_a_frequent_key_over_a_scan() -> None:
+    arc, lru = ARCPolicy(4), LRUPolicy()
+    for policy in (arc, lru):
+        resident: set[int] = set()
+
+        def use(key: int, policy: EvictionPolicy = policy, resident: set[int] = resident) -> None:
+            if key in resident:
+                policy.on_hit(key)
+                return
+            if len(resident) == 4:
+                (victim,) = policy.victims(1, lambda k: k in resident, (key,)) or [None]
+                resident.discard(victim)
+                policy.on_remove(victim)
+            resident.add(key)
+            policy.on_insert(key, None)
+
+        for _ in range(3):
+            use(0)
+        for key in range(100, 110):  # a scan of one-off prefixes
+            use(key)
+            use(0) if key % 3 == 0 else None
+        for key in range(200, 205):
+            use(key)
+        assert (0 in resident) == (policy is arc)
+
+
+def test_prefix_lru_evicts_chains_from_the_tail_and_orphans_first() -> None:
+    policy = PrefixLRUPolicy()
+    _fill(policy, [1, 2, 3], lambda k: k - 1 if k > 1 else None)  # chain 1 <- 2 <- 3
+    _fill(policy, [10])
+    for key in (1, 2, 3):  # a request reads the chain in order: the head is the oldest of the three
+        policy.on_hit(key)
+    assert policy.victims(1, ANY, ()) == [10]
+    policy.on_remove(10)
+    assert policy.victims(2, ANY, ()) == [3, 2]  # plain LRU would take 1 and 2, killing the chain
+    policy.on_remove(3)
+    policy.on_remove(2)
+    _fill(policy, [21], lambda k: 20)  # parent 20 is not resident: an orphan, never servable
+    assert policy.victims(1, ANY, ()) == [21]
+    policy.on_remove(21)
+    _fill(policy, [2], lambda k: 1)  # chain 1 <- 2 again
+    # A leaf that cannot go (a store is writing it) does not block: any evictable key will do.
+    assert policy.victims(1, lambda k: k != 2, ()) == [1]
+
+
+def test_doorkeeper_admits_on_second_sighting_once_full() -> None:
+    policy = DoorkeeperLRUPolicy(capacity=2)
+    _fill(policy, [1, 2])  # free room: admitted at first sight
+    assert policy.admit(3) is False  # full: first sighting remembered, not stored
+    assert policy.admit(3) is True  # offered again while remembered
+    policy.on_insert(3, None)
+    victims = policy.victims(1, ANY, (3,))
+    assert victims == [1]
+    policy.on_remove(1)
+    assert policy.admit(1) is True  # an evicted key comes straight back
+
+
+def test_s3fifo_demotes_one_hit_keys_and_promotes_used_ones() -> None:
+    policy = S3FIFOPolicy(capacity=10, small_fraction=0.2)
+    _fill(policy, list(range(10)))
+    policy.on_hit(0)  # used while in the small FIFO: moves to main instead of leaving
+    victims = policy.victims(3, ANY, ())
+    assert victims is not None and 0 not in victims
+    for key in victims:
+        policy.on_remove(key)
+    # An evicted one-hit key that comes back is a ghost hit: it goes straight to main.
+    policy.on_insert(victims[0], None)
+    assert victims[0] in policy._main
+
+
+def test_adaptive_doorkeeper_learns_from_how_soon_first_reuses_come() -> None:
+    policy = AdaptiveDoorkeeperPolicy(capacity=4)
+    resident = set(range(4))
+    _fill(policy, sorted(resident))
+    assert policy.strict and policy.admit(100) is False  # full, and nothing learned yet: doorkeeper
+
+    def store(key: int) -> None:
+        victims = policy.victims(1, lambda k: k in resident, (key,))
+        assert victims is not None
+        for victim in victims:
+            resident.discard(victim)
+            policy.on_remove(victim)
+        resident.add(key)
+        policy.on_insert(key, None)
+
+    # Every rejected key comes back at once: an LRU of 4 would have served all those reuses.
+    for key in range(200, 600):
+        if policy.admit(key):
+            store(key)
+        else:
+            assert policy.admit(key) is True
+            store(key)
+    assert not policy.strict
+    assert policy.admit(7000) is True  # first sighting, admitted: plain LRU now
+    store(7000)
+    # Now every key comes back only after 10 other offers: further than a 4-block LRU reaches.
+    for start in range(10_000, 14_000, 10):
+        batch = range(start, start + 10)
+        for key in batch:
+            if policy.admit(key):
+                store(key)
+        for key in batch:
+            if key not in resident and policy.admit(key):
+                store(key)
+    assert policy.strict
