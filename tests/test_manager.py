@@ -26,7 +26,7 @@ def stored(manager: CPUOffloadingManager, request_id: str, keys: list[int]) -> S
 
 
 def test_store_then_lookup_then_load_whole_state_each_step() -> None:
-    manager = CPUOffloadingManager(4)
+    manager = CPUOffloadingManager(4, "lru")
     manager.on_new_request("a")
     plan = manager.prepare_store("a", [10, 11])
     assert plan == StorePlan((10, 11), (0, 1), ())
@@ -47,7 +47,7 @@ def test_store_then_lookup_then_load_whole_state_each_step() -> None:
 
 
 def test_calls_after_on_request_finished_are_violations_that_change_nothing() -> None:
-    manager = CPUOffloadingManager(4)
+    manager = CPUOffloadingManager(4, "lru")
     manager.on_new_request("a")
     stored(manager, "a", [1])
     manager.on_request_finished("a")
@@ -67,7 +67,7 @@ def test_calls_after_on_request_finished_are_violations_that_change_nothing() ->
 
 
 def test_unknown_request_and_unknown_completions_are_violations() -> None:
-    manager = CPUOffloadingManager(4)
+    manager = CPUOffloadingManager(4, "lru")
     with pytest.raises(LifecycleViolation, match="KnownRequest: lookup\\(\\) for request 'x' in state 'unknown'"):
         manager.lookup("x", [1])
     manager.on_new_request("a")
@@ -81,7 +81,7 @@ def test_unknown_request_and_unknown_completions_are_violations() -> None:
 
 
 def test_completions_after_the_finish_signal_drain_then_the_record_goes() -> None:
-    manager = CPUOffloadingManager(4)
+    manager = CPUOffloadingManager(4, "lru")
     manager.on_new_request("a")
     plan = manager.prepare_store("a", [1, 2])
     assert plan is not None
@@ -93,7 +93,7 @@ def test_completions_after_the_finish_signal_drain_then_the_record_goes() -> Non
 
 
 def test_failed_store_frees_its_blocks_exactly_once() -> None:
-    manager = CPUOffloadingManager(2)
+    manager = CPUOffloadingManager(2, "lru")
     manager.on_new_request("a")
     manager.prepare_store("a", [1, 2])
     manager.complete_store("a", [1, 2], success=False)
@@ -106,7 +106,7 @@ def test_failed_store_frees_its_blocks_exactly_once() -> None:
 
 
 def test_prepare_store_never_evicts_blocks_in_use_or_its_own_keys_and_returns_none() -> None:
-    manager = CPUOffloadingManager(3)
+    manager = CPUOffloadingManager(3, "lru")
     manager.on_new_request("a")
     stored(manager, "a", [1, 2])
     manager.prepare_load("a", [1])  # 1 is being loaded from
@@ -123,7 +123,7 @@ def test_prepare_store_never_evicts_blocks_in_use_or_its_own_keys_and_returns_no
 
 
 def test_prepare_store_skips_resident_keys_and_rejects_duplicates() -> None:
-    manager = CPUOffloadingManager(4)
+    manager = CPUOffloadingManager(4, "lru")
     manager.on_new_request("a")
     stored(manager, "a", [1])
     plan = manager.prepare_store("a", [1, 2])
@@ -133,7 +133,7 @@ def test_prepare_store_skips_resident_keys_and_rejects_duplicates() -> None:
 
 
 def test_prepare_load_of_a_key_not_ready_is_an_error_that_changes_nothing() -> None:
-    manager = CPUOffloadingManager(4)
+    manager = CPUOffloadingManager(4, "lru")
     manager.on_new_request("a")
     stored(manager, "a", [1])
     manager.prepare_store("a", [2])
@@ -145,7 +145,7 @@ def test_prepare_load_of_a_key_not_ready_is_an_error_that_changes_nothing() -> N
 
 
 def test_reset_cache_refuses_while_transfers_are_in_flight_and_drops_everything_after() -> None:
-    manager = CPUOffloadingManager(4)
+    manager = CPUOffloadingManager(4, "lru")
     manager.on_new_request("a")
     stored(manager, "a", [1, 2])
     manager.prepare_load("a", [1])
@@ -162,7 +162,7 @@ def test_reset_cache_refuses_while_transfers_are_in_flight_and_drops_everything_
 
 def test_bad_pool_size_is_rejected() -> None:
     with pytest.raises(ValueError, match="num_blocks must be a positive integer"):
-        CPUOffloadingManager(0)
+        CPUOffloadingManager(0, "lru")
     with pytest.raises(ValueError, match="unknown eviction policy 'mru'"):
         CPUOffloadingManager(4, "mru")
 

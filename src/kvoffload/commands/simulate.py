@@ -10,6 +10,7 @@ from dataclasses import asdict
 from typing import Any
 
 from kvoffload.cli import CommandError
+from kvoffload.offload.types import DEFAULT_POLICY
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -25,7 +26,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--cpu-blocks", type=int, default=512)
     parser.add_argument("--block-size", type=int, default=16, help="tokens per GPU block")
     parser.add_argument("--blocks-per-chunk", type=int, default=1, help="GPU blocks per CPU block")
-    parser.add_argument("--policy", default="lru", help="CPU eviction policy")
+    parser.add_argument("--policy", default=DEFAULT_POLICY, help=f"CPU eviction policy (default {DEFAULT_POLICY})")
     parser.add_argument("--delay", type=int, default=1, help="engine steps a transfer job takes")
     parser.add_argument(
         "--faults", type=float, default=0.0, metavar="RATE",

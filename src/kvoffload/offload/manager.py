@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from kvoffload.offload.errors import LifecycleViolation
 from kvoffload.offload.policies import EvictionPolicy, make_policy
-from kvoffload.offload.types import OffloadEvent, OffloadKey, RequestId, StorePlan
+from kvoffload.offload.types import DEFAULT_POLICY, OffloadEvent, OffloadKey, RequestId, StorePlan
 
 # How many retired request ids to remember, so a late call names "after on_request_finished"
 # rather than "unknown request"; bounded so a long-running server does not grow without limit.
@@ -77,7 +77,9 @@ class ManagerStats:
 class CPUOffloadingManager:
     """A fixed pool of ``num_blocks`` CPU blocks, each holding one chunk."""
 
-    def __init__(self, num_blocks: int, policy: str | EvictionPolicy = "lru", enable_events: bool = True) -> None:
+    def __init__(
+        self, num_blocks: int, policy: str | EvictionPolicy = DEFAULT_POLICY, enable_events: bool = True
+    ) -> None:
         if not isinstance(num_blocks, int) or num_blocks < 1:
             raise ValueError(f"num_blocks must be a positive integer, got {num_blocks!r}")
         self.num_blocks = num_blocks

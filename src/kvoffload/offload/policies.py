@@ -35,7 +35,7 @@ from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Hashable
 
-from kvoffload.offload.types import OffloadKey
+from kvoffload.offload.types import DEFAULT_POLICY, OffloadKey
 
 Evictable = Callable[[OffloadKey], bool]
 
@@ -592,6 +592,8 @@ class S3FIFOPolicy(EvictionPolicy):
     def fingerprint(self) -> Hashable:
         return (tuple(self._small), tuple(self._main), tuple(sorted(self._freq.items())), self._ghosts.fingerprint())
 PolicyFactory = Callable[[int], EvictionPolicy]
+
+__all__ = ["DEFAULT_POLICY", "POLICIES", "EvictionPolicy", "make_policy"]
 
 POLICIES: dict[str, PolicyFactory] = {
     "lru": lambda capacity: LRUPolicy(),

@@ -19,6 +19,11 @@ JobId = int
 RequestId = str
 JobKind = Literal["load", "store"]
 
+# The eviction policy of OffloadConfig, the simulator and the commands: best on the Mooncake
+# production trace for CPU tiers up to 8x the GPU cache, and on the simulator under memory
+# pressure (README, "Eviction policies").
+DEFAULT_POLICY = "doorkeeper"
+
 
 class EngineRequest(Protocol):
     """What the scheduler reads of an engine request (vLLM's ``Request`` has these)."""
@@ -46,7 +51,7 @@ class OffloadConfig:
     gpu_block_size: int = 16
     blocks_per_chunk: int = 1
     num_cpu_blocks: int = 1024
-    policy: str = "lru"
+    policy: str = DEFAULT_POLICY
 
     def __post_init__(self) -> None:
         for name in ("gpu_block_size", "blocks_per_chunk", "num_cpu_blocks"):
@@ -56,7 +61,7 @@ class OffloadConfig:
 
     @classmethod
     def from_block_sizes(
-        cls, gpu_block_size: int, offloaded_block_size: int, num_cpu_blocks: int, policy: str = "lru"
+        cls, gpu_block_size: int, offloaded_block_size: int, num_cpu_blocks: int, policy: str = DEFAULT_POLICY
     ) -> OffloadConfig:
         """Build from token counts, as engines configure it: the offloaded (CPU) block size must be
         a whole number of GPU blocks."""

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kvoffload.offload.scheduler import OffloadingScheduler
-from kvoffload.offload.types import ConnectorUpdate, OffloadConfig, SchedulerOutput
+from kvoffload.offload.types import DEFAULT_POLICY, ConnectorUpdate, OffloadConfig, SchedulerOutput
 from kvoffload.sim.block_pool import BlockPool
 from kvoffload.sim.kv_model import KVBackend, ModelWorker
 from kvoffload.sim.request import SimRequest
@@ -35,7 +35,7 @@ class EngineConfig:
     gpu_block_size: int = 16
     blocks_per_chunk: int = 1
     num_cpu_blocks: int = 512
-    policy: str = "lru"
+    policy: str = DEFAULT_POLICY
     max_num_batched_tokens: int = 256
     max_running: int = 8
     eos_probability: float = 0.01

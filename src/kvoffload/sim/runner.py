@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kvoffload.offload.types import DEFAULT_POLICY
 from kvoffload.sim.engine import Engine, EngineConfig
 from kvoffload.sim.workload import MultiTurnWorkload, WorkloadConfig
 
@@ -20,7 +21,7 @@ class SimulationOptions:
     cpu_blocks: int = 512
     block_size: int = 16
     blocks_per_chunk: int = 1
-    policy: str = "lru"
+    policy: str = DEFAULT_POLICY
     delay: int = 1
     faults: float = 0.0
     backend: str = "torch"

@@ -40,6 +40,7 @@ from typing import Any
 from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload.offload.types import (
+    DEFAULT_POLICY,
     ConnectorMetadata,
     JobId,
     OffloadConfig,
@@ -227,7 +228,7 @@ class TraceReplay:
         self,
         gpu_blocks: int,
         cpu_blocks: int,
-        policy: str = "lru",
+        policy: str = DEFAULT_POLICY,
         *,
         worker_delay: int = 1,
         check_every: int = 100,
@@ -354,7 +355,7 @@ def replay_trace(
     requests: Sequence[TraceRequest],
     gpu_blocks: int,
     cpu_blocks: int,
-    policy: str = "lru",
+    policy: str = DEFAULT_POLICY,
     *,
     bounds: bool = True,
     progress: ProgressCallback | None = None,
