@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+import os
 import random
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvoffload.offload import mover as mover_mod
+from kvoffload.offload import mover_cpu_kernel
 from kvoffload.offload.mover import BlockMover, TransferResult
 
 CUDA = torch.cuda.is_available()
@@ -25,6 +28,34 @@ if hasattr(torch, "float8_e4m3fn"):
 
 NUM_GPU = 24
 NUM_CPU = 20
+
+HAS_NUMBA = mover_cpu_kernel._numba_installed()
+needs_numba = pytest.mark.skipif(not HAS_NUMBA, reason="needs numba (extra fast-cpu)")
+CPU_PATHS = [pytest.param("kernel", marks=needs_numba), "torch"]
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count rows copied by the numba kernel (calls go through the module attribute)."""
+    calls: list[int] = []
+    real = mover_cpu_kernel.copy_rows_arrays
+
+    def counting(*args: object) -> None:
+        calls.append(len(args[2]))  # type: ignore[arg-type]
+        real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(mover_cpu_kernel, "copy_rows_arrays", counting)
+    return calls
+
+
+@pytest.fixture(params=CPU_PATHS)
+def cpu_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run the test with the numba kernel, then with the torch fallback (numba 'not installed')."""
+    if request.param == "torch":
+        monkeypatch.setattr(mover_cpu_kernel, "AVAILABLE", False)
+    else:
+        assert mover_cpu_kernel.ready()
+    return str(request.param)
 
 
 def rand_layer(n: int, shape: Sequence[int], dtype: torch.dtype, device: str, seed: int = 0) -> torch.Tensor:
@@ -79,7 +110,7 @@ PATTERNS: dict[str, tuple[list[int], list[int]]] = {
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("pattern", list(PATTERNS))
-def test_round_trip_bytes(device: str, dtype: torch.dtype, pattern: str) -> None:
+def test_round_trip_bytes(device: str, dtype: torch.dtype, pattern: str, cpu_path: str) -> None:
     gpu_ids, cpu_ids = PATTERNS[pattern]
     layers = [rand_layer(NUM_GPU, (4, 8), dtype, device, 1), rand_layer(NUM_GPU, (16,), dtype, device, 2)]
     before = snapshot(layers)
@@ -102,7 +133,7 @@ def test_round_trip_bytes(device: str, dtype: torch.dtype, pattern: str) -> None
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("pattern", list(PATTERNS))
-def test_multi_layer_store_overwrite_load_restores(device: str, pattern: str) -> None:
+def test_multi_layer_store_overwrite_load_restores(device: str, pattern: str, cpu_path: str) -> None:
     gpu_ids, cpu_ids = PATTERNS[pattern]
     layers = multi_layers(device)
     before = snapshot(layers)
@@ -298,6 +329,7 @@ def test_injected_fault_is_reported_and_leaves_destination(device: str) -> None:
 def test_copy_raising_inside_torch_is_reported_failed(
     device: str, primitive: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(mover_cpu_kernel, "AVAILABLE", False)  # the torch path (the kernel: below)
     layers = multi_layers(device)
     m = BlockMover(layers, NUM_CPU)
 
@@ -324,6 +356,89 @@ def test_copy_raising_inside_torch_is_reported_failed(
     # The mover stays usable after a failed job.
     m.store(2, gpu_ids, cpu_ids)
     assert finish(m, 2)[2].ok
+
+
+@needs_numba
+@pytest.mark.parametrize("threaded", [False, True], ids=["one thread", "threaded"])
+def test_kernel_raising_is_reported_failed(threaded: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert mover_cpu_kernel.ready()
+    layers = multi_layers("cpu")
+    m = BlockMover(layers, NUM_CPU)
+    if threaded:
+        monkeypatch.setattr(mover_mod, "_PARALLEL_MIN_BYTES", 1)
+        monkeypatch.setattr(mover_mod, "_KERNEL_CHUNK_BYTES", 1)
+    real = mover_cpu_kernel.copy_rows_arrays
+    calls: list[int] = []
+
+    def boom(*args: object) -> None:
+        calls.append(1)
+        if len(calls) == 2:  # fail mid-job: some layers/chunks were already copied
+            raise RuntimeError("simulated kernel failure")
+        real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(mover_cpu_kernel, "copy_rows_arrays", boom)
+    gpu_ids, cpu_ids = PATTERNS["scattered"]
+    threads = torch.get_num_threads()
+    m.store(1, gpu_ids, cpu_ids)
+    assert torch.get_num_threads() == threads
+    r = finish(m, 1)[1]
+    assert not r.ok and r.error is not None and "simulated kernel failure" in r.error
+    monkeypatch.setattr(mover_cpu_kernel, "copy_rows_arrays", real)
+    m.store(2, gpu_ids, cpu_ids)
+    assert finish(m, 2)[2].ok
+    before = snapshot(layers)
+    for b, c in zip(before, m.cpu_layers, strict=True):
+        assert torch.equal(as_bytes(c)[cpu_ids], b[gpu_ids])
+
+
+def test_kernel_is_used_when_numba_is_installed(kernel_calls: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fails if numba is installed but the mover silently copies scattered blocks with torch."""
+    if not HAS_NUMBA:
+        assert not mover_cpu_kernel.AVAILABLE
+        pytest.skip("numba is not installed: the torch path is the expected one")
+    assert mover_cpu_kernel.ready(), "numba is installed but the copy kernel did not load"
+    layers = multi_layers("cpu")
+    m = BlockMover(layers, NUM_CPU)
+    gpu_ids, cpu_ids = PATTERNS["scattered"]
+    m.store(1, gpu_ids, cpu_ids)
+    assert finish(m, 1)[1].ok
+    assert sum(kernel_calls) == len(gpu_ids) * len(layers)  # every scattered row, every layer
+    kernel_calls.clear()
+    monkeypatch.setattr(mover_mod, "_SMALL_JOB", 0)  # the vectorised planner too
+    gpu_ids = torch.randperm(NUM_GPU, generator=torch.Generator().manual_seed(1))[:NUM_CPU].tolist()
+    m.load(2, list(range(NUM_CPU))[::-1], gpu_ids)
+    assert finish(m, 2)[2].ok
+    assert sum(kernel_calls) == NUM_CPU * len(layers)
+
+
+def test_numba_not_imported_with_kvoffload() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, kvoffload, kvoffload.offload.mover, kvoffload.cli; assert 'numba' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.uint8], ids=str)
+def test_copy_rows_public_api(dtype: torch.dtype) -> None:
+    g = torch.Generator().manual_seed(3)
+    src = torch.randint(0, 100, (30, 9), dtype=torch.int64, generator=g).to(dtype)
+    dst = torch.zeros(25, 9, dtype=dtype)
+    s = torch.tensor([29, 0, 7, 13], dtype=torch.int32)
+    d = torch.tensor([3, 24, 0, 11])
+    mover_cpu_kernel.copy_rows(src, dst, s, d)
+    expected = torch.zeros_like(dst)
+    expected[d] = src[s.long()]
+    assert torch.equal(dst, expected)
+    with pytest.raises(ValueError, match="outside"):
+        mover_cpu_kernel.copy_rows(src, dst, s, torch.tensor([3, 25, 0, 11]))
+    with pytest.raises(ValueError, match="row mismatch"):
+        mover_cpu_kernel.copy_rows(src, torch.zeros(25, 8, dtype=dtype), s, d)
+    with pytest.raises(TypeError, match="dtype"):
+        mover_cpu_kernel.copy_rows(src.float(), dst.float(), s, d)
+    with pytest.raises(ValueError, match="ids but"):
+        mover_cpu_kernel.copy_rows(src, dst, s, d[:3])
 
 
 def test_pinning_failure_falls_back_with_warning(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -362,9 +477,10 @@ def test_large_block_and_chunked_paths(device: str, monkeypatch: pytest.MonkeyPa
         assert torch.equal(as_bytes(layer)[:7], b[gpu_ids])
 
 
+@pytest.mark.parametrize("path", CPU_PATHS)
 @settings(max_examples=40, deadline=None)
 @given(data=st.data())
-def test_random_mappings_match_per_block_reference(data: st.DataObject) -> None:
+def test_random_mappings_match_per_block_reference(data: st.DataObject, path: str) -> None:
     n = data.draw(st.integers(0, 16))
     gpu_ids = data.draw(st.lists(st.integers(0, NUM_GPU - 1), min_size=n, max_size=n))
     cpu_ids = data.draw(st.lists(st.integers(0, NUM_CPU - 1), min_size=n, max_size=n, unique=True))
@@ -375,7 +491,12 @@ def test_random_mappings_match_per_block_reference(data: st.DataObject) -> None:
     for g, c in zip(gpu_ids, cpu_ids, strict=True):
         for e, s in zip(expected, src, strict=True):
             e[c] = s[g]
-    m.store(1, gpu_ids, cpu_ids)
+    saved = mover_cpu_kernel.AVAILABLE
+    mover_cpu_kernel.AVAILABLE = path == "kernel"  # hypothesis forbids function-scoped fixtures
+    try:
+        m.store(1, gpu_ids, cpu_ids)
+    finally:
+        mover_cpu_kernel.AVAILABLE = saved
     assert finish(m, 1)[1].ok
     assert_same(snapshot(m.cpu_layers), expected)
 
@@ -425,7 +546,7 @@ def structured_mapping(rng: random.Random, pool_src: int, pool_dst: int, n: int)
 @pytest.mark.parametrize("planner", ["python", "torch"])
 @pytest.mark.parametrize("mode", ["staged", "big blocks", "threaded"])
 def test_structured_mappings_match_reference(
-    device: str, planner: str, mode: str, monkeypatch: pytest.MonkeyPatch
+    device: str, planner: str, mode: str, cpu_path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if planner == "torch":
         monkeypatch.setattr(mover_mod, "_SMALL_JOB", 0)
@@ -436,6 +557,7 @@ def test_structured_mappings_match_reference(
     else:  # scattered pairs split in small chunks over worker threads (when torch has >1 thread)
         monkeypatch.setattr(mover_mod, "_PARALLEL_MIN_BYTES", 1)
         monkeypatch.setattr(mover_mod, "_CHUNK_BYTES", 64)
+        monkeypatch.setattr(mover_mod, "_KERNEL_CHUNK_BYTES", 64)
     n_gpu, n_cpu = 150, 120
     layers = [
         rand_layer(n_gpu, (3, 2), torch.float16, device, 11),
@@ -462,3 +584,34 @@ def test_structured_mappings_match_reference(
             (m.store if direction == "store" else m.load)(job, src, dst)
             assert finish(m, job)[job].ok
             assert_same(snapshot(dst_t), expected)
+
+
+def test_numba_cache_dir_falls_back_to_user_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A read-only install must not make numba warn or fail: the cache goes to a user directory."""
+    real = mover_cpu_kernel._writable_dir
+    pycache = Path(mover_cpu_kernel.__file__).parent / "__pycache__"
+    monkeypatch.setattr(mover_cpu_kernel, "_writable_dir", lambda p: p != pycache and real(p))
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    mover_cpu_kernel._set_cache_dir()
+    target = tmp_path / "kvoffload" / "numba"
+    assert os.environ["NUMBA_CACHE_DIR"] == str(target) and target.is_dir()
+    monkeypatch.setenv("NUMBA_CACHE_DIR", "/somewhere/else")  # a user's own setting is kept
+    mover_cpu_kernel._set_cache_dir()
+    assert os.environ["NUMBA_CACHE_DIR"] == "/somewhere/else"
+
+
+def test_cpu_tensors_sharing_memory_with_layers_avoid_the_kernel(kernel_calls: list[int]) -> None:
+    """The kernel copies row by row; with source and destination in one buffer a chain of moves
+    would read an overwritten row, so such a mover keeps torch's gather-then-scatter."""
+    half = NUM_GPU // 2
+    buf = rand_layer(NUM_GPU + half, (4,), torch.int64, "cpu", 21)
+    assert BlockMover([buf[:half]], half, cpu_layers=[buf[half:]])._kernel_safe  # disjoint
+    m = BlockMover([buf[:NUM_GPU]], NUM_GPU, cpu_layers=[buf[half:]])  # CPU row c is GPU row half + c
+    assert not m._kernel_safe
+    src, dst = [1, half + 2], [2, 5]  # writes GPU row half + 2, then reads it
+    expected = buf.clone()
+    expected[[half + d for d in dst]] = buf[src]
+    m.store(1, src, dst)
+    assert finish(m, 1)[1].ok
+    assert torch.equal(buf, expected) and kernel_calls == []

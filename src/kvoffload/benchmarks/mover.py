@@ -8,6 +8,11 @@ scattered GPU ids but consecutive CPU ids, the common case when the CPU pool han
 blocks. Every figure is the median of ``--repeats`` timed runs after one warm-up run; the runs of
 all variants are interleaved, so a change of machine load hits them alike.
 
+On CPU, when the numba kernel is in use (extra ``fast-cpu``; see
+:mod:`kvoffload.offload.mover_cpu_kernel`), the ``torch_*`` figures repeat the four mover runs
+with the kernel switched off, in the same interleaved rounds, so the kernel's gain is a ratio
+measured under the same load; ``--no-kernel`` switches it off for every figure.
+
 On CUDA, host memory is pinned (for the reference too), every timing ends with a synchronize,
 ``contiguous_gbps`` is the device->host copy and ``contiguous_h2d_gbps`` the host->device copy;
 ``load_ratio`` is taken against the latter.
@@ -16,6 +21,7 @@ On CUDA, host memory is pinned (for the reference too), every timing ends with a
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -48,6 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="comma-separated bytes per block over all layers",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random block ids")
+    parser.add_argument(
+        "--no-kernel",
+        action="store_true",
+        help="CPU: copy with torch only, not the numba kernel (extra fast-cpu) even if installed",
+    )
 
 
 def _device(name: str) -> torch.device:
@@ -69,13 +80,19 @@ def _median_seconds(
     variants: dict[str, Callable[[], object]], repeats: int, sync: Callable[[], None]
 ) -> dict[str, float]:
     """Median seconds of each variant. Repeats are interleaved (every variant once per round), so
-    a change of machine load during the run shifts all variants alike and the ratios stay fair."""
+    a change of machine load during the run shifts all variants alike and the ratios stay fair.
+    The order is shuffled each round (seeded): a variant right after a multi-threaded torch copy
+    measured up to ~25% slower (the OpenMP workers still spin), which a fixed order pins on one
+    variant."""
     for fn in variants.values():
         fn()  # warm-up: first-touch page faults, allocator caches, lazy CUDA init
     sync()
     times: dict[str, list[float]] = {name: [] for name in variants}
+    rng = random.Random(0)
+    order = list(variants.items())
     for _ in range(repeats):
-        for name, fn in variants.items():
+        rng.shuffle(order)
+        for name, fn in order:
             sync()
             t0 = time.perf_counter()
             fn()
@@ -89,11 +106,12 @@ def _gbps(nbytes: int, seconds: float) -> float:
 
 
 def _measure(
-    device: torch.device, block_bytes: int, total: int, layers: int, repeats: int, seed: int
+    device: torch.device, block_bytes: int, total: int, layers: int, repeats: int, seed: int, kernel: bool
 ) -> dict[str, Any]:
     import torch
 
     from kvoffload.cli import CommandError
+    from kvoffload.offload import mover_cpu_kernel
     from kvoffload.offload.mover import BlockMover
 
     cuda = device.type == "cuda"
@@ -112,10 +130,15 @@ def _measure(
     run_ids = list(range(blocks))
     next_id = iter(range(1 << 62))
 
-    def job(kind: str, src: list[int], dst: list[int]) -> Callable[[], None]:
+    def job(kind: str, src: list[int], dst: list[int], use_kernel: bool = kernel) -> Callable[[], None]:
         def go() -> None:
             jid = next(next_id)
-            (mover.store if kind == "store" else mover.load)(jid, src, dst)
+            # The mover reads the flag at submit; restored at once so other variants are unaffected.
+            saved, mover_cpu_kernel.AVAILABLE = mover_cpu_kernel.AVAILABLE, use_kernel
+            try:
+                (mover.store if kind == "store" else mover.load)(jid, src, dst)
+            finally:
+                mover_cpu_kernel.AVAILABLE = saved
             mover.wait([jid])
             (result,) = mover.poll()
             if not result.ok:
@@ -142,6 +165,11 @@ def _measure(
     }
     if cuda:
         variants["h2d"] = lambda: other.copy_(host, non_blocking=cuda)
+    if kernel:
+        variants["torch_store"] = job("store", gpu_ids, cpu_ids, False)
+        variants["torch_load"] = job("load", cpu_ids, gpu_ids, False)
+        variants["torch_gather_store"] = job("store", gpu_ids, run_ids, False)
+        variants["torch_gather_load"] = job("load", run_ids, gpu_ids, False)
     t = _median_seconds(variants, repeats, sync)
     store_s, load_s, naive_s, d2h_s = t["store"], t["load"], t["naive"], t["d2h"]
     gather_store_s, gather_load_s = t["gather_store"], t["gather_load"]
@@ -164,6 +192,10 @@ def _measure(
     }
     if cuda:
         out["contiguous_h2d_gbps"] = _gbps(nbytes, h2d_s)
+    if kernel:
+        for name in ("store", "load", "gather_store", "gather_load"):
+            ref = d2h_s if name.endswith("store") else h2d_s
+            out[f"torch_{name}_ratio"] = round(ref / t[f"torch_{name}"], 3)
     return out
 
 
@@ -175,12 +207,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cuda = device.type == "cuda"
     total = (args.total_mib if args.total_mib is not None else (256 if cuda else 64)) << 20
     name = f"cuda:{device.index} {torch.cuda.get_device_name(device)}" if cuda else "cpu"
+    kernel = False
+    if not cuda and not args.no_kernel:
+        from kvoffload.offload import mover_cpu_kernel
+
+        kernel = mover_cpu_kernel.AVAILABLE and mover_cpu_kernel.ready()
     results = [
-        _measure(device, bb, total, args.layers, args.repeats, args.seed + i) for i, bb in enumerate(args.block_sizes)
+        _measure(device, bb, total, args.layers, args.repeats, args.seed + i, kernel)
+        for i, bb in enumerate(args.block_sizes)
     ]
     return {
         "device": name,
         "torch": torch.__version__,
+        "cpu_kernel": "numba" if kernel else "torch",
         "threads": torch.get_num_threads(),
         "total_mib": total >> 20,
         "layers": args.layers,
