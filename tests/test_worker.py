@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pytest
 import torch
 
+from kvoffload.offload import OffloadingScheduler, RequestTracker
 from kvoffload.offload.mover import BlockMover
 from kvoffload.offload.types import ConnectorMetadata, TransferJob
 from kvoffload.offload.worker import OffloadingWorker
+from kvoffload.sim.engine import Engine, EngineConfig
 from kvoffload.sim.runner import SimulationOptions, simulate
-from kvoffload.sim.torch_backend import block_pattern
+from kvoffload.sim.torch_backend import TorchBackend, block_pattern
 
 
 def layers(num_blocks: int = 8) -> list[torch.Tensor]:
@@ -104,3 +108,30 @@ def test_simulator_on_real_tensors_checks_every_loaded_block(faults: float) -> N
     assert result["integrity_checked_blocks"] > 0
     if faults:
         assert result["store_failures"] + result["load_failures"] > 0
+
+
+def test_reset_cache_during_real_transfers_leaves_intact_bytes() -> None:
+    result = simulate(SimulationOptions(users=24, turns=4, seed=1, faults=0.05, backend="torch"))
+    assert (result["violations"], result["leaks"], result["integrity_failures"]) == (0, 0, 0), result
+    assert result["resets"] > 0 and result["stale_completions"] > 0, "a reset hit transfers in flight"
+
+
+def test_a_store_reading_a_rewritten_block_is_caught_byte_for_byte() -> None:
+    class NoFence(OffloadingScheduler):
+        def _fence_check(self, block_ids: Iterable[int]) -> None:
+            return None
+
+        def _preempt(self, tracker: RequestTracker) -> None:
+            self.lifecycle.fire(tracker, "preempt")
+            tracker.gpu_block_ids = []
+            tracker.num_computed_tokens = 0
+
+    config = EngineConfig(num_gpu_blocks=12, num_cpu_blocks=64, job_delay_steps=2, max_running=6, policy="lru")
+    engine = Engine(config, scheduler=NoFence(config.offload_config()), backend=TorchBackend.for_engine(config))
+    for user in range(8):
+        engine.add_request([user * 1000 + t for t in range(40)], max_tokens=40)
+    for _ in range(600):
+        if engine.idle:
+            break
+        engine.step()
+    assert engine.stats.integrity_failures > 0, "a corrupted block was loaded back and detected"

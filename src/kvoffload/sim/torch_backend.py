@@ -12,7 +12,7 @@ import random
 import torch
 
 from kvoffload.offload.mover import BlockMover
-from kvoffload.offload.types import ConnectorMetadata, JobId, WorkerOutput
+from kvoffload.offload.types import ConnectorMetadata, JobId, TransferJob, WorkerOutput
 from kvoffload.offload.worker import OffloadingWorker
 from kvoffload.sim.engine import EngineConfig
 
@@ -38,12 +38,24 @@ def block_pattern(content: int, nbytes: int, layer: int) -> torch.Tensor:
 
 
 class TorchBackend:
-    """A :class:`~kvoffload.sim.kv_model.KVBackend` over per-layer KV tensors and a mover."""
+    """A :class:`~kvoffload.sim.kv_model.KVBackend` over per-layer KV tensors and a mover.
 
-    def __init__(self, worker: OffloadingWorker, gpu_layers: list[torch.Tensor]) -> None:
+    The CPU mover copies synchronously, so to keep transfers in flight across steps (as on a GPU,
+    where copies run on their own streams) a job is handed to the worker only ``delay_steps``
+    steps after the scheduler issued it, or at once when the scheduler flushes it. A store then
+    reads its GPU blocks as late as a real asynchronous copy may, so a block rewritten under an
+    unflushed store is caught as corrupt bytes when it is loaded back.
+    """
+
+    def __init__(self, worker: OffloadingWorker, gpu_layers: list[torch.Tensor], delay_steps: int = 0) -> None:
+        if delay_steps < 0:
+            raise ValueError(f"delay_steps must be >= 0, got {delay_steps}")
         self.worker = worker
         self.gpu_layers = gpu_layers
+        self.delay_steps = delay_steps
         self._bytes = [layer[0].numel() * layer.element_size() for layer in gpu_layers]
+        self._held: dict[JobId, tuple[TransferJob, int]] = {}
+        self._step = 0
 
     @classmethod
     def for_engine(
@@ -65,7 +77,7 @@ class TorchBackend:
             return rate > 0 and rng.random() < rate
 
         mover = BlockMover(layers, config.num_cpu_blocks * config.blocks_per_chunk, fault_injector=inject)
-        return cls(OffloadingWorker(mover, config.blocks_per_chunk), layers)
+        return cls(OffloadingWorker(mover, config.blocks_per_chunk), layers, config.job_delay_steps)
 
     def _rows(self, block: int) -> list[torch.Tensor]:
         return [layer[block].view(-1).view(torch.uint8) for layer in self.gpu_layers]
@@ -84,10 +96,33 @@ class TorchBackend:
         )
 
     def execute(self, metadata: ConnectorMetadata) -> WorkerOutput:
-        return self.worker.execute(metadata)
+        self._step += 1
+        for job in (*metadata.stores, *metadata.loads):
+            self._held[job.job_id] = (job, self._step + self.delay_steps)
+        flushed = set(metadata.flush)
+        due = [job for job, at in self._held.values() if job.job_id in flushed or at <= self._step]
+        for job in due:
+            del self._held[job.job_id]
+        # Held jobs that are flushed run first, then whatever is due, stores before loads (the
+        # worker's own order); on the CPU every submitted job completes at once.
+        due.sort(key=lambda job: (job.job_id not in flushed, job.kind == "load"))
+        return self.worker.execute(
+            ConnectorMetadata(
+                metadata.step,
+                flush=tuple(metadata.flush),
+                stores=tuple(job for job in due if job.kind == "store" and job.job_id in flushed)
+                + tuple(job for job in due if job.kind == "store" and job.job_id not in flushed),
+                loads=tuple(job for job in due if job.kind == "load"),
+            )
+        )
 
     def blocks_read_by_stores(self) -> dict[int, set[JobId]]:
-        return self.worker.blocks_read_by_stores()
+        readers = self.worker.blocks_read_by_stores()
+        for job, _ in self._held.values():
+            if job.kind == "store":
+                for block in job.gpu_block_ids:
+                    readers.setdefault(block, set()).add(job.job_id)
+        return readers
 
     def in_flight(self) -> set[JobId]:
-        return self.worker.in_flight()
+        return self.worker.in_flight() | set(self._held)
