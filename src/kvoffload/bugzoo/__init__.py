@@ -1,1 +1,94 @@
-"""placeholder"""
+"""Historical bugs of real KV offloading connectors, each reintroduced as a mutant of our code.
+
+``MUTANTS`` maps a name to a :class:`Mutant`: build the buggy system with
+``mutant.make_scheduler(config)`` (and ``mutant.make_manager(num_blocks, policy)``); a worker-side
+bug sets ``worker_reports_failure_as_done``. The explorer (``kvoffload explore --mutant NAME``)
+must catch every one with a short counterexample; ``tests/test_bugzoo.py`` checks that it does,
+with the invariant each mutant declares.
+"""
+
+from __future__ import annotations
+
+from kvoffload.bugzoo.manager_bugs import (
+    EvictWhileLoadingManager,
+    FailedStoreDoubleFreeManager,
+    FailedStoreLeakManager,
+)
+from kvoffload.bugzoo.mutant import Mutant, explore_model_for
+from kvoffload.bugzoo.scheduler_bugs import (
+    AbortUnscheduledStoresScheduler,
+    DropStateOnFinishScheduler,
+    EagerFinishSignalScheduler,
+    FenceSkippedWithoutExternalTokensScheduler,
+    PreemptWithoutFlushScheduler,
+    ReadmitWhileFlushingScheduler,
+    ResetLeavesStaleJobsScheduler,
+)
+
+_ALL = (
+    Mutant(
+        "eager_finish_signal", "vLLM #49635", "NoManagerCallAfterSignal",
+        "on_request_finished is called in request_finished, before the final store is prepared",
+        scheduler_class=EagerFinishSignalScheduler,
+    ),
+    Mutant(
+        "drop_state_on_finish", "vLLM #46027", "CleanOnlyWhenDrained",
+        "a finished request's state is dropped while its store jobs are still in flight",
+        scheduler_class=DropStateOnFinishScheduler,
+    ),
+    Mutant(
+        "readmit_while_flushing", "vLLM #46014", "JobsExclusive",
+        "a preempted request is re-admitted with a load while its flushed stores have not reported",
+        scheduler_class=ReadmitWhileFlushingScheduler,
+    ),
+    Mutant(
+        "abort_unscheduled_stores", "vLLM #49118", "DataIntegrity",
+        "aborting a never-scheduled request stores keys it has no GPU blocks for",
+        scheduler_class=AbortUnscheduledStoresScheduler,
+    ),
+    Mutant(
+        "reset_leaves_stale_jobs", "vLLM #48090", "EventuallyCleaned",
+        "reset_cache leaves stale jobs attached to live requests, which then wait forever",
+        scheduler_class=ResetLeavesStaleJobsScheduler,
+        # The request that survives reset_cache is signaled with chunks it will never store.
+        also_caught_by=("SignalAfterFinalStore",),
+    ),
+    Mutant(
+        "preempt_without_flush", "vLLM #29870", "GpuBlockFence",
+        "preemption frees GPU blocks without flushing the stores still reading them",
+        scheduler_class=PreemptWithoutFlushScheduler,
+    ),
+    Mutant(
+        "fence_skipped_without_external_tokens", "vLLM #46951", "GpuBlockFence",
+        "the GPU-block fence is skipped when the new request loads no external tokens",
+        scheduler_class=FenceSkippedWithoutExternalTokensScheduler,
+    ),
+    Mutant(
+        "evict_while_loading", "LMCache #3381, SGLang #35769", "NoEvictWhileInUse",
+        "a CPU block being loaded from is evicted and reused",
+        manager_class=EvictWhileLoadingManager,
+        # With one CPU block, the next store must evict the block being loaded from.
+        explore_options=(("cpu_blocks", 1),),
+    ),
+    Mutant(
+        "failed_store_leak", "offloading connectors' store error paths", "NoLeak",
+        "a failed store forgets its keys without returning their CPU blocks",
+        manager_class=FailedStoreLeakManager,
+    ),
+    Mutant(
+        "failed_store_double_free", "offloading connectors' store error paths", "NoLeak",
+        "a failed store returns its CPU blocks to the free list twice",
+        manager_class=FailedStoreDoubleFreeManager,
+        # The pool accounting check (NoLeak) sees it at quiescence; reuse of the block twice, later.
+        also_caught_by=("NoEvictWhileInUse",),
+    ),
+    Mutant(
+        "failure_reported_as_done", "Dynamo #15079", "DataIntegrity",
+        "the worker reports a failed transfer as done, so garbage is loaded or served",
+        worker_reports_failure_as_done=True,
+    ),
+)
+
+MUTANTS: dict[str, Mutant] = {mutant.name: mutant for mutant in _ALL}
+
+__all__ = ["MUTANTS", "Mutant", "explore_model_for"]

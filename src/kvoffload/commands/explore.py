@@ -1,5 +1,85 @@
-"""TODO(owner): replace this placeholder with the real command."""
+"""``kvoffload explore``: model-check the real scheduler + manager over every interleaving within bounds.
+
+Exit status 0 when no invariant is violated, 1 when a counterexample was found (printed as a
+numbered list of actions with the state changes of each), 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
 
 
-def add_parser(subparsers) -> None:  # noqa: ANN001
-    return None
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "explore",
+        help="explore every interleaving of the real scheduler + manager (bounded), shortest counterexample",
+        description=__doc__,
+    )
+    parser.add_argument("--requests", type=int, default=2, help="concurrent requests (default 2)")
+    parser.add_argument("--chunks", type=int, default=3, help="chunks per request (default 3)")
+    parser.add_argument("--mutant", default=None, help="explore a bug-zoo mutant (see `kvoffload mutants`)")
+    parser.add_argument("--max-states", type=int, default=None, help="stop after this many distinct states")
+    parser.add_argument("--max-depth", type=int, default=None, help="do not explore beyond this many actions")
+    parser.add_argument("--cpu-blocks", type=int, default=None, help="CPU pool size (default: chunks - 1, at least 2)")
+    parser.add_argument("--policy", default="lru", help="eviction policy (default lru)")
+    parser.add_argument("--max-resets", type=int, default=1, help="reset_cache calls per run (default 1)")
+    parser.add_argument("--max-preemptions", type=int, default=1, help="preemptions per run (default 1)")
+    parser.add_argument("--no-failures", action="store_true", help="transfers never fail")
+    parser.add_argument(
+        "--drain", choices=("final", "all", "none"), default="final",
+        help="run the EventuallyCleaned/NoLeak drain check on final states (default), every state, or never",
+    )
+    parser.add_argument("--all-violations", action="store_true", help="keep going after the first violation")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kvoffload.bugzoo import MUTANTS, explore_model_for
+    from kvoffload.cli import CommandError
+    from kvoffload.statemachine.explore import explore, format_result
+
+    mutant = None
+    if args.mutant is not None:
+        mutant = MUTANTS.get(args.mutant)
+        if mutant is None:
+            raise CommandError(f"unknown mutant {args.mutant!r}; known: {', '.join(sorted(MUTANTS))}")
+    for name in ("requests", "chunks", "max_states", "max_depth", "cpu_blocks"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise CommandError(f"--{name.replace('_', '-')} must be positive, got {value}")
+    if args.chunks < 2:
+        raise CommandError(f"--chunks must be at least 2, got {args.chunks}")
+    options: dict[str, object] = {
+        "policy": args.policy,
+        "max_resets": args.max_resets,
+        "max_preemptions": args.max_preemptions,
+        "allow_failures": not args.no_failures,
+    }
+    if args.cpu_blocks is not None:
+        options["cpu_blocks"] = args.cpu_blocks
+    try:
+        model = explore_model_for(mutant, args.requests, args.chunks, **options)
+    except ValueError as error:
+        raise CommandError(str(error)) from None
+    result = explore(
+        model,
+        max_depth=args.max_depth,
+        max_states=args.max_states,
+        stop_at_first=not args.all_violations,
+        drain=args.drain,
+    )
+    if args.json:
+        out = result.to_json()
+        out["model"] = {
+            "requests": args.requests, "chunks": args.chunks, "mutant": args.mutant,
+            "cpu_blocks": model.cpu_blocks, "gpu_blocks": model.gpu_blocks, **options,
+        }
+        print(json.dumps(out))
+    else:
+        what = f"mutant {mutant.name} ({mutant.source})" if mutant else "our scheduler + manager"
+        print(f"explore: {what}, {args.requests} request(s) x {args.chunks} chunk(s), "
+              f"{model.cpu_blocks} CPU / {model.gpu_blocks} GPU blocks")
+        print(format_result(result))
+    return 0 if result.ok else 1

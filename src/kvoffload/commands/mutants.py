@@ -1,5 +1,26 @@
-"""TODO(owner): replace this placeholder with the real command."""
+"""``kvoffload mutants``: the bug zoo, historical offloading bugs reintroduced as mutants of our code."""
+
+from __future__ import annotations
+
+import argparse
+import json
 
 
-def add_parser(subparsers) -> None:  # noqa: ANN001
-    return None
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("mutants", help="list the bug-zoo mutants (kvoffload explore --mutant NAME)")
+    parser.add_argument("--json", action="store_true", help='print {"mutants": [...]}')
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kvoffload.bugzoo import MUTANTS
+
+    entries = [mutant.to_json() for mutant in MUTANTS.values()]
+    if args.json:
+        print(json.dumps({"mutants": entries}))
+        return 0
+    width = max(len(entry["name"]) for entry in entries)
+    for entry in entries:
+        print(f"{entry['name']:<{width}}  {entry['source']:<30}  caught by {entry['invariant']}")
+        print(f"{'':<{width}}  {entry['summary']}")
+    return 0

@@ -1,0 +1,297 @@
+"""A breadth-first explorer over any model: every reachable state within bounds, shortest counterexample.
+
+It knows nothing about KV caches. A *model* is any object with
+
+- ``initial() -> S``: the initial state;
+- ``actions(s) -> Iterable[A]``: the actions enabled in ``s`` (``action_name(a)``, if the model has
+  it, names one for traces; otherwise ``str(a)``);
+- ``step(s, a) -> S``: the successor; it must not mutate ``s`` and must be deterministic, because a
+  counterexample is rebuilt by replaying the recorded actions from ``initial()``;
+- ``invariants(s) -> list[(name, message)]``: every violation in ``s`` (empty: all hold);
+- ``fingerprint(s) -> Hashable``: equal fingerprints mean "the same state"; a model does symmetry
+  reduction here (e.g. canonical names for interchangeable processes);
+
+and optionally
+
+- ``describe(s) -> dict[str, str]``: readable variables, diffed between consecutive trace states;
+- ``is_final(s) -> bool``: the state is an intended end state (checked by ``drain`` in "final" mode);
+- ``drain(s) -> list[(name, message)]``: a liveness-ish check run from ``s`` (e.g. "if every job
+  completes, everything is eventually cleaned and nothing leaks").
+
+An exception raised by ``step`` is a violation too: one carrying an ``invariant`` attribute (such as
+``LifecycleViolation``) is reported under that name, any other as ``Crash``.
+
+Breadth-first order makes the first violation found a shortest one: every state of depth ``d`` was
+checked before any state of depth ``d + 1`` is generated. The explorer keeps only the frontier's
+states and one (parent fingerprint, action) pair per state; a trace is rebuilt by replay.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+DrainMode = Literal["all", "final", "none"]
+
+CRASH = "Crash"
+DRAIN_ACTION = "drain (no new requests; every job completes; steps run until quiet)"
+
+
+class ExplorableModel(Protocol):
+    """The minimum a model needs; see the module docstring for the optional methods."""
+
+    def initial(self) -> Any: ...
+
+    def actions(self, state: Any) -> Iterable[Any]: ...
+
+    def step(self, state: Any, action: Any) -> Any: ...
+
+    def invariants(self, state: Any) -> list[tuple[str, str]]: ...
+
+    def fingerprint(self, state: Any) -> Hashable: ...
+
+
+@dataclass(frozen=True)
+class TraceStep:
+    """One action of a counterexample and the variables it changed, ``{name: (before, after)}``."""
+
+    action: str
+    changed: dict[str, tuple[str, str]] = field(default_factory=dict)
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"action": self.action, "changed": {k: list(v) for k, v in self.changed.items()}}
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+@dataclass(frozen=True)
+class Counterexample:
+    """A violated invariant and a shortest action sequence from the initial state that violates it."""
+
+    invariant: str
+    message: str
+    trace: tuple[TraceStep, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "invariant": self.invariant,
+            "message": self.message,
+            "trace": [step.to_json() for step in self.trace],
+        }
+
+
+@dataclass
+class ExploreResult:
+    """Figures of one exploration. ``complete`` is False when a bound cut the search short."""
+
+    states: int = 0
+    transitions: int = 0
+    complete: bool = True
+    depth: int = 0
+    seconds: float = 0.0
+    violations: list[Counterexample] = field(default_factory=list)
+
+    @property
+    def states_per_s(self) -> float:
+        return self.states / self.seconds if self.seconds > 0 else float(self.states)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "states": self.states,
+            "transitions": self.transitions,
+            "complete": self.complete,
+            "depth": self.depth,
+            "seconds": round(self.seconds, 3),
+            "states_per_s": round(self.states_per_s, 1),
+            "violations": [v.to_json() for v in self.violations],
+        }
+
+
+def _action_name(model: Any, action: Any) -> str:
+    namer = getattr(model, "action_name", None)
+    return namer(action) if namer is not None else str(action)
+
+
+def _exception_violation(error: BaseException) -> tuple[str, str]:
+    invariant = getattr(error, "invariant", None)
+    if isinstance(invariant, str) and invariant:
+        return invariant, str(error)
+    return CRASH, f"{type(error).__name__}: {error}"
+
+
+def explore(
+    model: ExplorableModel,
+    *,
+    max_depth: int | None = None,
+    max_states: int | None = None,
+    stop_at_first: bool = True,
+    drain: DrainMode = "final",
+) -> ExploreResult:
+    """Breadth-first search of ``model`` within the bounds.
+
+    ``drain``: run ``model.drain`` on every new state ("all"), only on final states ("final":
+    no enabled action, ``is_final``, or the depth bound reached), or never ("none").
+    """
+    started = time.perf_counter()
+    result = ExploreResult()
+    drainer = getattr(model, "drain", None) if drain != "none" else None
+    is_final = getattr(model, "is_final", None)
+    # fingerprint -> (parent fingerprint, action) of the first (hence shortest) path reaching it.
+    parents: dict[Hashable, tuple[Hashable, Any] | None] = {}
+    seen_violations: set[str] = set()
+
+    def report(fp: Hashable, problems: Sequence[tuple[str, str]], extra: tuple[Any, str | None] | None) -> bool:
+        """Record violations; True when the search must stop."""
+        for name, message in problems:
+            if name in seen_violations:
+                continue
+            seen_violations.add(name)
+            result.violations.append(
+                Counterexample(name, message, rebuild_trace(model, _path(parents, fp), extra))
+            )
+        return bool(problems) and stop_at_first
+
+    def finish() -> ExploreResult:
+        result.states = len(parents)
+        result.seconds = time.perf_counter() - started
+        return result
+
+    initial = model.initial()
+    fp0 = model.fingerprint(initial)
+    parents[fp0] = None
+    if report(fp0, model.invariants(initial), None):
+        return finish()
+    if drainer is not None and drain == "all" and report(fp0, drainer(initial), (None, DRAIN_ACTION)):
+        return finish()
+    queue: deque[tuple[Any, Hashable, int]] = deque([(initial, fp0, 0)])
+    while queue:
+        state, fp, depth = queue.popleft()
+        actions = list(model.actions(state))
+        at_bound = max_depth is not None and depth >= max_depth
+        final = not actions or at_bound or bool(is_final is not None and is_final(state))
+        if drainer is not None and drain == "final" and final and report(fp, drainer(state), (None, DRAIN_ACTION)):
+            return finish()
+        if at_bound:
+            # Complete only if nothing new lies beyond the bound.
+            if result.complete and any(_leads_somewhere_new(model, state, a, parents) for a in actions):
+                result.complete = False
+            continue
+        for action in actions:
+            result.transitions += 1
+            try:
+                successor = model.step(state, action)
+            except Exception as error:  # a crash of the system under test is a finding, not our bug
+                if report(fp, [_exception_violation(error)], (action, None)):
+                    return finish()
+                continue
+            child = model.fingerprint(successor)
+            if child in parents:
+                continue
+            if max_states is not None and len(parents) >= max_states:
+                result.complete = False
+                continue
+            parents[child] = (fp, action)
+            result.depth = max(result.depth, depth + 1)
+            if report(child, model.invariants(successor), None):
+                return finish()
+            if drainer is not None and drain == "all" and report(child, drainer(successor), (None, DRAIN_ACTION)):
+                return finish()
+            queue.append((successor, child, depth + 1))
+    return finish()
+
+
+def _leads_somewhere_new(model: ExplorableModel, state: Any, action: Any, parents: dict[Hashable, Any]) -> bool:
+    try:
+        return model.fingerprint(model.step(state, action)) not in parents
+    except Exception:  # beyond the bound: unexplored, not reported
+        return True
+
+
+def _path(parents: dict[Hashable, tuple[Hashable, Any] | None], fp: Hashable) -> list[Any]:
+    actions: list[Any] = []
+    entry = parents[fp]
+    while entry is not None:
+        parent, action = entry
+        actions.append(action)
+        entry = parents[parent]
+    actions.reverse()
+    return actions
+
+
+def _diff(before: dict[str, str], after: dict[str, str]) -> dict[str, tuple[str, str]]:
+    return {
+        name: (before.get(name, "-"), after.get(name, "-"))
+        for name in dict.fromkeys([*before, *after])
+        if before.get(name, "-") != after.get(name, "-")
+    }
+
+
+def rebuild_trace(
+    model: Any, actions: Sequence[Any], extra: tuple[Any, str | None] | None = None
+) -> tuple[TraceStep, ...]:
+    """Replay ``actions`` from ``model.initial()`` and record the variables each one changed.
+
+    ``extra`` is a last step that is not a plain action: ``(action, None)`` for an action whose
+    ``step`` raised, ``(None, label)`` for a drain check run from the last state.
+    """
+    describe = getattr(model, "describe", None)
+    state = model.initial()
+    before = describe(state) if describe is not None else {}
+    steps: list[TraceStep] = []
+    for action in actions:
+        state = model.step(state, action)
+        after = describe(state) if describe is not None else {}
+        steps.append(TraceStep(_action_name(model, action), _diff(before, after)))
+        before = after
+    if extra is not None:
+        action, label = extra
+        if action is not None:
+            error = None
+            try:
+                after = describe(model.step(state, action)) if describe is not None else {}
+            except Exception as exc:  # reproduces the crash the search saw
+                error = f"{type(exc).__name__}: {exc}"
+                after = before
+            steps.append(TraceStep(_action_name(model, action), _diff(before, after), error))
+        else:
+            steps.append(TraceStep(label or DRAIN_ACTION))
+    return tuple(steps)
+
+
+def format_counterexample(violation: Counterexample) -> str:
+    """A numbered list of actions, each followed by the variables it changed (before -> after)."""
+    lines = [f"Invariant {violation.invariant} violated: {violation.message}"]
+    lines.append(f"Shortest counterexample ({len(violation.trace)} step{'s' if len(violation.trace) != 1 else ''}):")
+    if not violation.trace:
+        lines.append("  (the initial state)")
+    width = len(str(len(violation.trace)))
+    for number, step in enumerate(violation.trace, 1):
+        lines.append(f"  {number:>{width}}. {step.action}")
+        pad = " " * (width + 4)
+        for name, (old, new) in step.changed.items():
+            lines.append(f"{pad}{name}: {old} -> {new}")
+        if step.error is not None:
+            lines.append(f"{pad}raised {step.error}")
+    return "\n".join(lines)
+
+
+def format_result(result: ExploreResult) -> str:
+    """A one-paragraph summary followed by every counterexample."""
+    verdict = "no violation" if result.ok else f"{len(result.violations)} violation(s)"
+    coverage = "complete" if result.complete else "INCOMPLETE (a bound was hit)"
+    lines = [
+        f"{result.states} distinct states, {result.transitions} transitions, depth {result.depth}, "
+        f"{result.seconds:.2f} s ({result.states_per_s:.0f} states/s), search {coverage}: {verdict}"
+    ]
+    for violation in result.violations:
+        lines += ["", format_counterexample(violation)]
+    return "\n".join(lines)

@@ -1,0 +1,226 @@
+"""The generic explorer on toy models whose state counts and shortest counterexamples are known."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+import pytest
+
+from kvoffload.offload.errors import LifecycleViolation
+from kvoffload.statemachine.explore import (
+    CRASH,
+    DRAIN_ACTION,
+    Counterexample,
+    TraceStep,
+    explore,
+    format_counterexample,
+    format_result,
+)
+
+
+@dataclass
+class Counter:
+    """0..limit, +1 / -1 / back to 0; ``bad`` is a forbidden value (None: everything is fine)."""
+
+    limit: int
+    bad: int | None = None
+
+    def initial(self) -> int:
+        return 0
+
+    def actions(self, s: int) -> list[str]:
+        return [a for a, ok in (("inc", s < self.limit), ("dec", s > 0), ("zero", s > 0)) if ok]
+
+    def step(self, s: int, a: str) -> int:
+        return {"inc": s + 1, "dec": s - 1, "zero": 0}[a]
+
+    def invariants(self, s: int) -> list[tuple[str, str]]:
+        return [("NotBad", f"counter reached {s}")] if s == self.bad else []
+
+    def fingerprint(self, s: int) -> Hashable:
+        return s
+
+    def describe(self, s: int) -> dict[str, str]:
+        return {"n": str(s)}
+
+
+IDLE, CHECKED, CRIT = "idle", "checked", "crit"
+
+
+@dataclass
+class Mutex:
+    """Two processes. ``atomic``: test-and-set entry (correct); otherwise check, then enter (racy)."""
+
+    atomic: bool = True
+    symmetric: bool = False
+
+    def initial(self) -> tuple[str, str]:
+        return (IDLE, IDLE)
+
+    def actions(self, s: tuple[str, str]) -> list[tuple[str, int]]:
+        out = []
+        for i in (0, 1):
+            other = s[1 - i]
+            if s[i] == IDLE and other != CRIT:
+                out.append(("enter" if self.atomic else "check", i))
+            if s[i] == CHECKED:
+                out.append(("enter", i))
+            if s[i] == CRIT:
+                out.append(("leave", i))
+        return out
+
+    def action_name(self, a: tuple[str, int]) -> str:
+        return f"{a[0]}(p{a[1]})"
+
+    def step(self, s: tuple[str, str], a: tuple[str, int]) -> tuple[str, str]:
+        kind, i = a
+        new = {"check": CHECKED, "enter": CRIT, "leave": IDLE}[kind]
+        pcs = list(s)
+        pcs[i] = new
+        return (pcs[0], pcs[1])
+
+    def invariants(self, s: tuple[str, str]) -> list[tuple[str, str]]:
+        return [("MutualExclusion", "both processes are in the critical section")] if s == (CRIT, CRIT) else []
+
+    def fingerprint(self, s: tuple[str, str]) -> Hashable:
+        # The processes are interchangeable: a state and its mirror image are one state.
+        return tuple(sorted(s)) if self.symmetric else s
+
+    def describe(self, s: tuple[str, str]) -> dict[str, str]:
+        return {"p0": s[0], "p1": s[1]}
+
+
+def test_counter_state_count_and_complete() -> None:
+    result = explore(Counter(limit=5))
+    assert (result.states, result.complete, result.ok) == (6, True, True)
+    # inc from 0..4, dec and zero from 1..5.
+    assert result.transitions == 5 + 5 + 5
+    assert result.depth == 5
+
+
+def test_shortest_counterexample_is_found() -> None:
+    result = explore(Counter(limit=10, bad=4))
+    assert not result.ok
+    (violation,) = result.violations
+    assert violation.invariant == "NotBad"
+    assert [step.action for step in violation.trace] == ["inc"] * 4
+    assert violation.trace[-1].changed == {"n": ("3", "4")}
+
+
+def test_racy_mutex_counterexample() -> None:
+    result = explore(Mutex(atomic=False))
+    (violation,) = result.violations
+    assert violation.invariant == "MutualExclusion"
+    assert len(violation.trace) == 4
+    actions = [step.action for step in violation.trace]
+    assert sorted(actions[:2]) == ["check(p0)", "check(p1)"]
+    assert sorted(actions[2:]) == ["enter(p0)", "enter(p1)"]
+
+
+def test_atomic_mutex_state_counts_and_symmetry_reduction() -> None:
+    plain = explore(Mutex(atomic=True))
+    reduced = explore(Mutex(atomic=True, symmetric=True))
+    # (idle, idle), (crit, idle), (idle, crit); the last two are mirror images.
+    assert (plain.states, plain.complete, plain.ok) == (3, True, True)
+    assert (reduced.states, reduced.complete, reduced.ok) == (2, True, True)
+
+
+def test_racy_mutex_all_states_with_and_without_symmetry() -> None:
+    # Every pair of {idle, checked, crit} is reachable (crit/crit too: keep going after it).
+    plain = explore(Mutex(atomic=False), stop_at_first=False)
+    reduced = explore(Mutex(atomic=False, symmetric=True), stop_at_first=False)
+    assert plain.states == 9
+    assert reduced.states == 6  # unordered pairs of 3 values
+    assert [v.invariant for v in plain.violations] == ["MutualExclusion"]
+
+
+def test_bounds_make_the_search_incomplete() -> None:
+    by_depth = explore(Counter(limit=10), max_depth=3)
+    assert not by_depth.complete
+    assert by_depth.states == 4
+    by_states = explore(Counter(limit=10), max_states=5)
+    assert not by_states.complete
+    assert by_states.states == 5
+    exact = explore(Counter(limit=3), max_depth=3)
+    assert exact.complete  # depth 3 reached, but no action was left there
+
+
+class Raising(Counter):
+    def __init__(self, error: Exception) -> None:
+        super().__init__(limit=5)
+        self.error = error
+
+    def step(self, s: int, a: str) -> int:
+        if s == 2 and a == "inc":
+            raise self.error
+        return super().step(s, a)
+
+
+def test_lifecycle_violation_is_reported_under_its_invariant() -> None:
+    result = explore(Raising(LifecycleViolation("SignalExactlyOnce", "r1", "on_request_finished", "retired")))
+    (violation,) = result.violations
+    assert violation.invariant == "SignalExactlyOnce"
+    assert [step.action for step in violation.trace] == ["inc", "inc", "inc"]
+    assert violation.trace[-1].error is not None and "LifecycleViolation" in violation.trace[-1].error
+
+
+def test_other_exceptions_are_crashes() -> None:
+    result = explore(Raising(KeyError("r1")))
+    (violation,) = result.violations
+    assert violation.invariant == CRASH
+    assert violation.message.startswith("KeyError")
+
+
+class Leaky(Counter):
+    """Drain check: from 3 on, 'cleaning up' fails; the intended end state is the limit."""
+
+    def is_final(self, s: int) -> bool:
+        return s == self.limit
+
+    def drain(self, s: int) -> list[tuple[str, str]]:
+        return [("NoLeak", f"{s} left over")] if s >= 3 else []
+
+
+@pytest.mark.parametrize(("mode", "found"), [("all", True), ("final", True), ("none", False)])
+def test_drain_modes(mode: str, found: bool) -> None:
+    result = explore(Leaky(limit=3), drain=mode)  # type: ignore[arg-type]
+    assert result.ok is not found
+    if found:
+        (violation,) = result.violations
+        assert violation.invariant == "NoLeak"
+        assert violation.trace[-1].action == DRAIN_ACTION
+        assert len(violation.trace) == 4
+
+
+def test_counterexample_printer_format() -> None:
+    violation = Counterexample(
+        "MutualExclusion",
+        "both in",
+        (
+            TraceStep("check(p0)", {"p0": ("idle", "checked")}),
+            TraceStep("enter(p0)", {"p0": ("checked", "crit")}),
+            TraceStep("enter(p1)", {}, error="KeyError: 'p1'"),
+        ),
+    )
+    assert format_counterexample(violation).splitlines() == [
+        "Invariant MutualExclusion violated: both in",
+        "Shortest counterexample (3 steps):",
+        "  1. check(p0)",
+        "     p0: idle -> checked",
+        "  2. enter(p0)",
+        "     p0: checked -> crit",
+        "  3. enter(p1)",
+        "     raised KeyError: 'p1'",
+    ]
+
+
+def test_result_summary_and_json() -> None:
+    result = explore(Mutex(atomic=False))
+    text = format_result(result)
+    assert "distinct states" in text and "1 violation(s)" in text and "1. check(p" in text
+    data = result.to_json()
+    assert set(data) == {"states", "transitions", "complete", "depth", "seconds", "states_per_s", "violations"}
+    (violation,) = data["violations"]
+    assert violation["invariant"] == "MutualExclusion"
+    assert violation["trace"][0]["changed"]
