@@ -9,8 +9,9 @@ import pytest
 
 from kvoffload.cli import main
 from kvoffload.offload.policies import POLICIES
+from kvoffload.sim.block_pool import BlockPool
 from kvoffload.sim.mooncake import TraceRequest, block_chains
-from kvoffload.sim.trace_replay import GpuPrefixCache, ReplayError, TraceReplay, replay_trace
+from kvoffload.sim.trace_replay import ReplayError, TraceReplay, replay_trace
 
 TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
 
@@ -60,13 +61,14 @@ def test_gpu_then_cpu_hits_in_one_request() -> None:
 
 
 def test_gpu_prefix_cache_frees_tail_first() -> None:
-    cache = GpuPrefixCache(4)
-    blocks = cache.allocate([], 3)
+    cache = BlockPool(4)
+    blocks = cache.allocate(3)
+    assert blocks is not None
     for block, key in zip(blocks, (11, 12, 13), strict=True):
-        cache.cache(block, key)
+        cache.register(block, key)
     cache.free(blocks)
-    cache.allocate([], 2)  # block 3 (never used), then the tail block of the chain
-    assert cache.match([11, 12, 13]) == blocks[:2]
+    cache.allocate(2)  # block 3 (never used), then the tail block of the chain
+    assert cache.cached_prefix([11, 12, 13]) == blocks[:2]
 
 
 @pytest.mark.parametrize("policy", sorted(POLICIES))

@@ -5,16 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterable
 
 import pytest
 
-from kvoffload.offload import OffloadingScheduler, RequestTracker
 from kvoffload.offload.types import OffloadConfig
 from kvoffload.sim import Engine, EngineConfig, MultiTurnWorkload, WorkloadConfig
 from kvoffload.sim.block_pool import BlockPool
 from kvoffload.sim.request import SimRequest, chain_hash
 from kvoffload.sim.runner import SimulationOptions, simulate
+from support import NoFenceScheduler
 
 
 def test_default_workload_reuses_offloaded_prefixes_without_violations_or_leaks() -> None:
@@ -76,18 +75,9 @@ def test_offloading_saves_prompt_compute_against_a_run_without_cpu_hits() -> Non
 
 
 def test_a_scheduler_that_breaks_the_fence_is_caught_by_the_engine() -> None:
-    class NoFence(OffloadingScheduler):
-        def _fence_check(self, block_ids: Iterable[int]) -> None:
-            return None
-
-        def _preempt(self, tracker: RequestTracker) -> None:
-            self.lifecycle.fire(tracker, "preempt")
-            tracker.gpu_block_ids = []
-            tracker.num_computed_tokens = 0
-
     # Small GPU pool: requests get preempted while their stores are still in flight.
     config = EngineConfig(num_gpu_blocks=12, num_cpu_blocks=64, job_delay_steps=2, max_running=6)
-    engine = Engine(config, scheduler=NoFence(config.offload_config()))
+    engine = Engine(config, scheduler=NoFenceScheduler(config.offload_config()))
     for user in range(8):
         engine.add_request([user * 1000 + t for t in range(40)], max_tokens=40)
     names = set()

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import pytest
 import torch
 
-from kvoffload.offload import OffloadingScheduler, RequestTracker
 from kvoffload.offload.mover import BlockMover
 from kvoffload.offload.types import ConnectorMetadata, TransferJob
 from kvoffload.offload.worker import OffloadingWorker
 from kvoffload.sim.engine import Engine, EngineConfig
 from kvoffload.sim.runner import SimulationOptions, simulate
 from kvoffload.sim.torch_backend import TorchBackend, block_pattern
+from support import NoFenceScheduler
 
 
 def layers(num_blocks: int = 8) -> list[torch.Tensor]:
@@ -117,17 +115,9 @@ def test_reset_cache_during_real_transfers_leaves_intact_bytes() -> None:
 
 
 def test_a_store_reading_a_rewritten_block_is_caught_byte_for_byte() -> None:
-    class NoFence(OffloadingScheduler):
-        def _fence_check(self, block_ids: Iterable[int]) -> None:
-            return None
-
-        def _preempt(self, tracker: RequestTracker) -> None:
-            self.lifecycle.fire(tracker, "preempt")
-            tracker.gpu_block_ids = []
-            tracker.num_computed_tokens = 0
-
     config = EngineConfig(num_gpu_blocks=12, num_cpu_blocks=64, job_delay_steps=2, max_running=6, policy="lru")
-    engine = Engine(config, scheduler=NoFence(config.offload_config()), backend=TorchBackend.for_engine(config))
+    scheduler = NoFenceScheduler(config.offload_config())
+    engine = Engine(config, scheduler=scheduler, backend=TorchBackend.for_engine(config))
     for user in range(8):
         engine.add_request([user * 1000 + t for t in range(40)], max_tokens=40)
     for _ in range(600):

@@ -32,7 +32,6 @@ other error from the scheduler stops the replay and is reported as a violation.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +46,7 @@ from kvoffload.offload.types import (
     SchedulerOutput,
     WorkerOutput,
 )
+from kvoffload.sim.block_pool import BlockPool
 from kvoffload.sim.bounds import belady, infinite_cache
 from kvoffload.sim.mooncake import TraceRequest, block_chains
 from kvoffload.spec.invariants import check_invariants
@@ -75,58 +75,6 @@ class _Request:
     request_id: str
     block_hashes: list[int]
     num_tokens: int
-
-
-class GpuPrefixCache:
-    """vLLM-like block pool: ``capacity`` blocks, an LRU queue of free blocks that keep their cached
-    key until reallocated, and a key -> block map for prefix hits."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        # Free blocks, least recently freed first: the allocation (and so eviction) order.
-        self._free: OrderedDict[int, None] = OrderedDict((block, None) for block in range(capacity))
-        self._key_of: dict[int, int] = {}
-        self._block_of: dict[int, int] = {}
-
-    def match(self, keys: Sequence[int]) -> list[int]:
-        """Blocks holding the longest cached prefix of ``keys``."""
-        blocks = []
-        for key in keys:
-            block = self._block_of.get(key)
-            if block is None:
-                break
-            blocks.append(block)
-        return blocks
-
-    def allocate(self, hit_blocks: Sequence[int], count: int) -> list[int]:
-        """Pin ``hit_blocks`` and ``count`` fresh blocks (evicting their cached keys)."""
-        for block in hit_blocks:
-            self._free.pop(block)
-        if count > len(self._free):
-            raise ReplayError(f"GPU tier too small: {count} more blocks needed, {len(self._free)} free")
-        fresh = []
-        for _ in range(count):
-            block, _ = self._free.popitem(last=False)
-            key = self._key_of.pop(block, None)
-            if key is not None:
-                del self._block_of[key]
-            fresh.append(block)
-        return fresh
-
-    def cache(self, block: int, key: int) -> None:
-        """The block now holds ``key``'s KV; a key already cached elsewhere keeps its first block."""
-        if key not in self._block_of:
-            self._block_of[key] = block
-            self._key_of[block] = key
-
-    def free(self, blocks: Sequence[int]) -> None:
-        """Unpin a request's blocks; the tail goes first in the eviction order (as vLLM frees)."""
-        for block in reversed(blocks):
-            self._free[block] = None
-
-    @property
-    def num_free(self) -> int:
-        return len(self._free)
 
 
 @dataclass
@@ -241,7 +189,7 @@ class TraceReplay:
         self.config = OffloadConfig(gpu_block_size=1, blocks_per_chunk=1, num_cpu_blocks=cpu_blocks, policy=policy)
         self.manager = CPUOffloadingManager(cpu_blocks, policy)
         self.scheduler = OffloadingScheduler(self.config, self.manager)
-        self.gpu = GpuPrefixCache(gpu_blocks)
+        self.gpu = BlockPool(gpu_blocks)
         self.worker = _Worker(worker_delay)
         self.check_every = check_every
         self.result = ReplayResult(policy, gpu_blocks, cpu_blocks)
@@ -278,18 +226,22 @@ class TraceReplay:
         gpu = self.gpu
         request_id = f"r{index}"
         num_tokens = len(keys) + 1
-        if num_tokens > gpu.capacity:
+        if num_tokens > gpu.num_blocks:
             raise ReplayError(
-                f"request {index} needs {num_tokens} GPU blocks but the GPU tier has {gpu.capacity}; "
+                f"request {index} needs {num_tokens} GPU blocks but the GPU tier has {gpu.num_blocks}; "
                 "raise --gpu-blocks"
             )
         request = _Request(request_id, keys, num_tokens)
-        hit_blocks = gpu.match(keys)
+        hit_blocks = gpu.cached_prefix(keys)
         gpu_hits = len(hit_blocks)
         external, _ = scheduler.get_num_new_matched_tokens(request, gpu_hits)
         if external is None:
             raise ReplayAnomaly(f"request {request_id}: lookup deferred although nothing else is in flight")
-        block_ids = hit_blocks + gpu.allocate(hit_blocks, num_tokens - gpu_hits)
+        gpu.touch(hit_blocks)
+        fresh = gpu.allocate(num_tokens - gpu_hits)
+        if fresh is None:
+            raise ReplayAnomaly(f"request {request_id}: GPU blocks still held by drained requests")
+        block_ids = hit_blocks + fresh
         scheduler.update_state_after_alloc(request, block_ids, external)
         computed = gpu_hits + external
         if external:
@@ -314,7 +266,7 @@ class TraceReplay:
             self._step({})
         self._waited = 0
         for block, key in zip(block_ids, keys, strict=False):
-            gpu.cache(block, key)
+            gpu.register(block, key)
         gpu.free(block_ids)
         result.requests += 1
 
