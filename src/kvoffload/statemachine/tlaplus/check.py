@@ -23,7 +23,7 @@ from ..checkresult import (
     CheckResult,
     TraceStep,
 )
-from .compile import EMPTY, UNSET, Compiler, Ctx, Gen, _bool
+from .compile import EMPTY, UNSET, Compiler, Ctx, Gen, _bool, state_memo
 from .config import ModelConfig, Named, parse_config
 from .errors import EvalError, TlaError
 from .liveness import FairInfo, LivenessSearch
@@ -52,6 +52,11 @@ class Compiled:
     symmetry: list[dict[Value, Value]] = field(default_factory=list)
     check_deadlock: bool = True
     init_props: list[tuple[str, Pred, dict[str, Value]]] = field(default_factory=list)
+    # Per fairness condition: whether its subscript is a tuple of all the variables (then
+    # <<A>>_v holds exactly when the successor differs from the state).
+    fairness_all_vars: list[bool] = field(default_factory=list)
+    # Operators of the fairness actions, whose successors the checker memoises (Compiler.act_memos).
+    fairness_ops: set[int] = field(default_factory=set)
 
 
 def _named(comp: Compiler, root: Scope, cfg: ModelConfig, item: Named, what: str) -> OpDef:
@@ -158,7 +163,9 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
         if ta.is_temporal(d.body, d.scope):
             raise TlaError(f"invariant {item.name} is a temporal formula; list it under PROPERTY",
                            cfg.path, item.line, 1, kind="config")
-        fn, _ = comp.expr(_ident(item.name, d.node), root, {}, False)
+        fn, deps = comp.expr(_ident(item.name, d.node), root, {}, False)
+        # An invariant reading few variables is evaluated once per combination of their values.
+        fn = state_memo(fn, deps, len(comp.variables))
         # Evaluation errors inside the invariant then name its definition's location.
         comp.file_stack.append(d.file or root.file)
         fn = comp.located(fn, d.node, item.name)
@@ -190,11 +197,19 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
                 q, _ = comp.expr(lv.q.node, lv.q.scope, lv.q.locals, False)
             liveness.append((item.name, lv.kind, p, q, lv.p.env))
     fairness = []
+    fairness_all_vars = []
+    fairness_ops: set[int] = set()
     for f in fair:
-        gen = comp.action(f.action.node, f.action.scope, f.action.locals, False)
+        comp.collect_acts = fairness_ops
+        try:
+            gen = comp.action(f.action.node, f.action.scope, f.action.locals, False)
+        finally:
+            comp.collect_acts = None
         v, _ = comp.expr(f.subscript.node, f.subscript.scope, f.subscript.locals, False)
         vp, _ = comp.expr(f.subscript.node, f.subscript.scope, f.subscript.locals, True)
         fairness.append((f.kind, gen, v, vp, f.action.env))
+        idxs = comp.unchanged_vars(f.subscript.node, f.subscript.scope, f.subscript.locals)
+        fairness_all_vars.append(idxs is not None and set(idxs) == set(range(len(comp.variables))))
     constraints = []
     for item in cfg.constraints:
         d = _named(comp, root, cfg, item, "constraint")
@@ -222,7 +237,7 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
                            "violations in this case)", cfg.path, cfg.symmetry.line, 1, kind="unsupported")
     return Compiled(
         comp, comp.variables, init, nxt, invariants, implied, constraints, action_constraints, liveness,
-        fairness, symmetry, cfg.check_deadlock, init_props,
+        fairness, symmetry, cfg.check_deadlock, init_props, fairness_all_vars, fairness_ops,
     )
 
 
@@ -261,6 +276,20 @@ class Checker:
         self.max_depth = 0
         self.init_ids: list[int] = []
         self.current = -1
+        # Remember the successors of the fairness actions met during the search, so that the
+        # liveness pass does not enumerate them again.
+        self.memos: list[list[Any]] = []
+        if model.liveness and model.fairness:
+            for op in model.fairness_ops:
+                box = model.comp.act_memos.get(op)
+                if box is not None:
+                    box[0], box[1] = {}, True
+                    self.memos.append(box)
+
+    def release_memos(self) -> None:
+        for box in self.memos:
+            box[0], box[1] = None, False
+        self.memos = []
 
     # ---- helpers -----------------------------------------------------------------------------
     def key(self, t: State) -> Any:
@@ -428,23 +457,41 @@ class Checker:
         n = len(self.states)
         nv = len(self.m.variables)
         fair: list[FairInfo] = []
-        index = {t: k for k, t in enumerate(self.states)}
-        for kind, gen, v, vp, env in self.m.fairness:
+        # Without symmetry (liveness excludes it) the search's fingerprint table is the state index.
+        index = self.seen if not self.m.symmetry else {t: k for k, t in enumerate(self.states)}
+        for box in self.memos:
+            box[1] = False  # replay what the search recorded; record nothing new
+        unset_id = id(UNSET)
+        all_vars = self.m.fairness_all_vars or [False] * len(self.m.fairness)
+        for (kind, gen, v, vp, env), whole in zip(self.m.fairness, all_vars, strict=True):
             # One enumeration of <<A>>_v per state gives both ENABLED and the A-steps taken.
             enabled = []
             taken: set[tuple[int, int]] = set()
             for a, s in enumerate(self.states):
                 c = Ctx(s, [UNSET] * nv)
-                vs = v(c, env)
                 en = False
-                for _ in gen(c, env):
-                    if vp(c, env) != vs:
-                        en = True
-                        b = index.get(tuple(c.n))  # type: ignore[arg-type]
-                        if b is not None and b != a:
-                            taken.add((a, b))
+                if whole:
+                    # v is the tuple of all variables: <<A>>_v is a step to a different state.
+                    for _ in gen(c, env):
+                        t = tuple(c.n)  # type: ignore[arg-type]
+                        if unset_id in map(id, t):
+                            vp(c, env)  # reports the unassigned variable like the general case
+                        if t != s:
+                            en = True
+                            b = index.get(t)
+                            if b is not None and b != a:
+                                taken.add((a, b))
+                else:
+                    vs = v(c, env)
+                    for _ in gen(c, env):
+                        if vp(c, env) != vs:
+                            en = True
+                            b = index.get(tuple(c.n))  # type: ignore[arg-type]
+                            if b is not None and b != a:
+                                taken.add((a, b))
                 enabled.append(en)
             fair.append(FairInfo(kind, enabled, taken))
+        self.release_memos()
         search = LivenessSearch(self.succ, fair)
         everything = set(range(n))
         for name, kind, p, q, env in self.m.liveness:
@@ -553,6 +600,7 @@ def check_model(
         where = checker.path_to(checker.current) if checker.current >= 0 else []
         stop = _Stop("error", None, where, None, "", f"evaluation error: {type(exc).__name__}: {exc}",
                      EXIT_FAILURE_SPEC_EVAL)
+    checker.release_memos()
     summary = (f"{checker.generated} states generated, {len(checker.states)} distinct states found, "
                f"{len(checker.queue)} states left on queue.")
     result = CheckResult(

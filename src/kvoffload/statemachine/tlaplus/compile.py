@@ -42,6 +42,12 @@ from .values import (
 
 UNSET: Any = type("Unset", (), {"__repr__": lambda self: "<unassigned>"})()
 STATE, NEXT, ENV = 1, 2, 4
+# Reading unprimed variable i also sets bit VAR0 << i (with STATE): an expression whose deps
+# are STATE and a few variable bits only is a function of those variables' values.
+VAR0 = 8
+ALLVARS = ~(VAR0 - 1)
+# Side effects (Print, Assert): never memoised (state_memo). Above every variable bit.
+IMPURE = 1 << 4096
 EMPTY: dict[str, Value] = {}
 
 Fun = Callable[["Ctx", dict[str, Value]], Value]
@@ -179,6 +185,12 @@ class Compiler:
         self.file_stack: list[str] = [root.file]
         # Quantifier bounds that are constant, pre-sorted once (keyed by the bound's closure).
         self.const_sets: dict[int, tuple[Fun, list[Value]]] = {}
+        # Successor memos of actions (see act_call): per operator, a box holding None (off) or
+        # a dict (id(state), arguments) -> (state, [(label, successor)]), and whether to record
+        # new entries; switched on by the checker.
+        self.act_memos: dict[int, list[Any]] = {}
+        # While set, act_call records the operators it is asked to call (fairness actions).
+        self.collect_acts: set[int] | None = None
 
     # ---- errors -------------------------------------------------------------------------
     def err(self, msg: str, node: Any, kind: str = "semantic") -> TlaError:
@@ -246,7 +258,7 @@ class Compiler:
             return cell[0](c, e)
 
         # While compiling (recursion) assume the worst so nothing gets wrongly folded.
-        self.cache[key] = (indirect, STATE | NEXT | ENV)
+        self.cache[key] = (indirect, STATE | NEXT | ENV | ALLVARS)
         locals_ = {p: Local("opparam" if ar else "val", p) for p, ar in opdef.params}
         self.file_stack.append(opdef.file or opdef.scope.file)
         try:
@@ -781,7 +793,11 @@ class Compiler:
         return self.junction(node.operator, items, scope, lc, pr)
 
     def junction(self, op: str, items: list[Any], scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
-        fns, deps = self.many(items, scope, lc, pr)
+        fns, deps = [], 0
+        for n in items:
+            f, d = self.expr(n, scope, lc, pr)
+            fns.append(state_memo(f, d, len(self.variables)))
+            deps |= d
         if op in ("/\\", "\\land"):
             def conj(c: Ctx, e: dict[str, Value]) -> Value:
                 for f in fns:
@@ -965,7 +981,7 @@ class Compiler:
                 return v
 
             return nxt, NEXT
-        return (lambda c, e: c.s[i]), STATE  # type: ignore[index]
+        return (lambda c, e: c.s[i]), STATE | (VAR0 << i)  # type: ignore[index]
 
     def op_value(self, node: Any, arity: int, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
         """An operator passed as an argument: produces a callable ``(c, args) -> value``."""
@@ -1039,7 +1055,7 @@ class Compiler:
                 fns.append(f)
                 deps |= d
             if name in ("Print", "PrintT", "Assert"):
-                deps |= ENV  # side effects / failures must happen each time, never folded
+                deps |= ENV | IMPURE  # side effects / failures must happen each time, never folded
             return self.located(lambda c, e: fn(c, *[f(c, e) for f in fns]), node, name), deps
         if isinstance(target, Local):
             if target.kind == "opparam":
@@ -1065,7 +1081,8 @@ class Compiler:
             )
         body, bdeps = self.op_body(target, pr)
         if not argnodes:
-            return (lambda c, e: body(c, EMPTY)), bdeps & ~ENV
+            # A definition reading a few variables only (e.g. Evictable) is memoised on them.
+            return state_memo(lambda c, e: body(c, EMPTY), bdeps & ~ENV, len(self.variables)), bdeps & ~ENV
         fns, deps = [], 0
         for (_p, ar), a in zip(target.params, argnodes, strict=True):
             f, d = self.op_value(a, ar, scope, lc, pr) if ar else self.expr(a, scope, lc, pr)
@@ -1089,7 +1106,7 @@ class Compiler:
         if hit is not None:
             return hit
         cell: list[Fun] = []
-        self.cache[key] = ((lambda c, e: cell[0](c, e)), STATE | NEXT | ENV)
+        self.cache[key] = ((lambda c, e: cell[0](c, e)), STATE | NEXT | ENV | ALLVARS)
         inner = dict(target.locals)
         for p, ar in target.params:
             inner[p] = Local("opparam" if ar else "val", p)
@@ -1130,7 +1147,7 @@ class Compiler:
                 return True
             return False
 
-        return en, STATE | ENV
+        return en, STATE | ENV | ALLVARS
 
     # ---- actions ---------------------------------------------------------------------------
     def action(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> Gen:
@@ -1377,6 +1394,15 @@ class Compiler:
         for (_p, ar), a in zip(opdef.params, argnodes, strict=True):
             f, _ = self.op_value(a, ar, scope, lc, pr) if ar else self.expr(a, scope, lc, pr)
             fns.append(f)
+        # The successors of an operator's action depend only on the current state and the
+        # argument values when no primed variable is assigned on entry (the body sees its
+        # parameters only). Memoisable when no argument is an operator.
+        box: list[Any] | None = None
+        if not pr and not any(ar for _p, ar in opdef.params):
+            box = self.act_memos.setdefault(id(opdef), [None, False])
+            if self.collect_acts is not None:
+                self.collect_acts.add(id(opdef))
+        nv = len(self.variables)
         pairs = list(zip([p for p, _ in opdef.params], fns, strict=True))
         where = f"{self.where(node)} ({name})"
 
@@ -1387,8 +1413,10 @@ class Compiler:
         rest: Gen | None = getattr(body, "rest", None)
         prep: Fun | None = getattr(body, "prep", None)
         once = (None,)
+        only_name = (name,)
 
         def call(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+            # A plain function returning the iterator: no generator layer of its own.
             if f0 is not None:
                 e2 = {n0: f0(c, e)}
             elif pairs:
@@ -1397,6 +1425,63 @@ class Compiler:
                     e2[n] = f(c, e)
             else:
                 e2 = EMPTY
+            memo = box[0] if box is not None else None
+            if memo is not None:
+                n, s = c.n, c.s
+                if n is not None and s is not None and n.count(UNSET) == nv:
+                    # Keyed by the state's identity (cheap); the entry keeps the state alive,
+                    # so the identity cannot be reused while the entry exists.
+                    key = (id(s), tuple(e2.values()))
+                    hit = memo.get(key)
+                    if hit is not None and hit[0] is s:
+                        return _replay(n, hit[1])
+                    if box[1]:
+                        return _record(c, e2, memo, key)
+            if guard is None:
+                return _call_body(c, e2)
+            # Test the guard right here: a disabled action costs no generator at all.
+            try:
+                if prep is not None:
+                    e2 = prep(c, e2)
+                v = guard(c, e2)
+                if v is not True:
+                    if v is not False:
+                        _bool(v, "action guard")
+                    return ()
+            except EvalError as exc:
+                if exc.where is None:
+                    exc.where = where
+                    exc.args = (f"{where}: {exc.bare_message}",)
+                raise
+            if rest is None:
+                return only_name
+            return _rest_body(c, e2)
+
+        def _rest_body(c: Ctx, e2: dict[str, Value]) -> Iterator[str | None]:
+            try:
+                for lab in rest(c, e2):  # type: ignore[misc]
+                    yield lab or name
+            except EvalError as exc:
+                if exc.where is None:
+                    exc.where = where
+                    exc.args = (f"{where}: {exc.bare_message}",)
+                raise
+
+        def _replay(n: list[Value], rec: list[tuple[str, list[Value]]]) -> Iterator[str | None]:
+            for lab, t in rec:
+                n[:] = t
+                yield lab
+            n[:] = [UNSET] * nv
+
+        def _record(c: Ctx, e2: dict[str, Value], memo: dict[Any, Any], key: Any) -> Iterator[str | None]:
+            n = c.n
+            rec: list[tuple[str, list[Value]]] = []
+            for lab in _call_body(c, e2):
+                rec.append((lab, n[:]))  # type: ignore[index]
+                yield lab
+            memo[key] = (c.s, rec)  # only a complete enumeration is remembered
+
+        def _call_body(c: Ctx, e2: dict[str, Value]) -> Iterator[str | None]:
             try:
                 if guard is not None:
                     if prep is not None:
@@ -1502,6 +1587,41 @@ def _flatten_product(node: Any) -> list[Any]:
     if _tname(a) == "OperatorApplication" and B.ALIASES.get(a.operator, a.operator) == "\\X" and a.arguments:
         return [*_flatten_product(a), b]
     return [a, b]
+
+
+_MISS: Any = object()
+
+
+def state_memo(fn: Fun, deps: int, nvars: int, most: int = 3) -> Fun:
+    """Memoise an expression that depends on at most ``most`` unprimed variables and nothing else
+    (no bound names, no primed variables), keyed by those variables' values."""
+    if deps & (ENV | NEXT) or not deps & STATE:
+        return fn
+    idxs = [i for i in range(nvars) if deps & (VAR0 << i)]
+    if not idxs or len(idxs) > most or deps & ~(STATE | ((1 << (VAR0.bit_length() - 1 + nvars)) - VAR0)):
+        return fn
+    memo: dict[Any, Value] = {}
+    if len(idxs) == 1:
+        i = idxs[0]
+
+        def memo1(c: Ctx, e: dict[str, Value]) -> Value:
+            k = c.s[i]  # type: ignore[index]
+            v = memo.get(k, _MISS)
+            if v is _MISS:
+                v = memo[k] = fn(c, e)
+            return v
+
+        return memo1
+
+    def memok(c: Ctx, e: dict[str, Value]) -> Value:
+        s = c.s
+        k = tuple([s[i] for i in idxs])  # type: ignore[index]
+        v = memo.get(k, _MISS)
+        if v is _MISS:
+            v = memo[k] = fn(c, e)
+        return v
+
+    return memok
 
 
 def _pred_gen(p: Fun) -> Gen:
