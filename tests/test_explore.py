@@ -224,3 +224,43 @@ def test_result_summary_and_json() -> None:
     (violation,) = data["violations"]
     assert violation["invariant"] == "MutualExclusion"
     assert violation["trace"][0]["changed"]
+
+
+@dataclass
+class MutableCounter:
+    """A counter kept in a one-element list, with ``step_owned`` consuming its input."""
+
+    limit: int
+
+    def __post_init__(self) -> None:
+        self.owned_calls: list[int] = []
+
+    def initial(self) -> list[int]:
+        return [0]
+
+    def actions(self, s: list[int]) -> list[str]:
+        return [a for a, ok in (("inc", s[0] < self.limit), ("dec", s[0] > 0), ("zero", s[0] > 0)) if ok]
+
+    def step(self, s: list[int], a: str) -> list[int]:
+        return self.step_owned(list(s), a, record=False)
+
+    def step_owned(self, s: list[int], a: str, record: bool = True) -> list[int]:
+        if record:
+            self.owned_calls.append(s[0])
+        s[0] = {"inc": s[0] + 1, "dec": s[0] - 1, "zero": 0}[a]
+        return s
+
+    def invariants(self, s: list[int]) -> list[tuple[str, str]]:
+        return []
+
+    def fingerprint(self, s: list[int]) -> Hashable:
+        return s[0]
+
+
+def test_step_owned_is_used_once_per_expanded_state() -> None:
+    model = MutableCounter(limit=5)
+    result = explore(model)
+    plain = explore(Counter(limit=5))
+    assert (result.states, result.transitions, result.depth) == (plain.states, plain.transitions, plain.depth)
+    # The last action from each state consumes it: once per expanded state (all of 0..5 have actions).
+    assert sorted(model.owned_calls) == [0, 1, 2, 3, 4, 5]

@@ -37,9 +37,11 @@ The CPU pool is small (``cpu_blocks``) so that stores evict.
 
 Symmetry: requests are interchangeable up to renaming their private keys. The fingerprint orders
 the requests by a permutation-invariant summary of each (its state with itself named "self" and
-the others "other"), tries every order of tied requests, and digests the least resulting state with
-requests, keys and job ids renamed canonically (a job is named by what it copies, not by its
-counter; step and job counters and statistics are left out, since no decision reads them).
+the others "other"), renders the state in that order with requests, keys and job ids renamed
+canonically (a job is named by what it copies, not by its counter; step and job counters and
+statistics are left out, since no decision reads them), and keeps the least digest over every
+order of tied requests. The rendering is a plain tuple read straight from the scheduler's,
+manager's and engine's fields, digested from its ``marshal`` bytes (no text rendering).
 Content of free blocks that no job references is forgotten (set to EMPTY), so stale bytes neither
 split equal states nor mask a read of a block nobody wrote.
 """
@@ -49,13 +51,15 @@ from __future__ import annotations
 import copy
 import hashlib
 import itertools
+import marshal
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
-from kvoffload.offload.manager import CPUOffloadingManager, ManagerStats
-from kvoffload.offload.scheduler import OffloadingScheduler, SchedulerStats
+from kvoffload.offload.manager import BlockEntry, CPUOffloadingManager, ManagerStats, RequestRecord
+from kvoffload.offload.policies import LRUPolicy
+from kvoffload.offload.scheduler import OffloadingScheduler, RequestTracker, SchedulerStats
 from kvoffload.offload.types import OffloadConfig, SchedulerOutput, TransferJob, WorkerOutput
 from kvoffload.spec.invariants import check_invariants
 from kvoffload.spec.lifecycle import CLEANED
@@ -217,6 +221,29 @@ def _copy_record(value: Any) -> Any:
     return clone
 
 
+def _copy_tracker(t: RequestTracker) -> RequestTracker:
+    """:func:`_copy_record` for the scheduler's tracker, written out (the hottest copy)."""
+    if type(t) is not RequestTracker or not _FAST_RECORDS:
+        return _copy_record(t)
+    return RequestTracker(
+        t.request_id, t.request, t.state, t.num_computed_tokens, t.gpu_block_ids.copy(), t.stored_chunks,
+        t.load_job, t.store_jobs.copy(), t.lookup_start_chunk, t.lookup_hit_chunks, t.local_computed_tokens,
+        t.holds_gpu_blocks, t.signals,
+    )
+
+
+def _copy_entry(e: BlockEntry) -> BlockEntry:
+    if type(e) is not BlockEntry or not _FAST_RECORDS:
+        return _copy_record(e)
+    return BlockEntry(e.block_id, e.ref_cnt, e.write_pending)
+
+
+def _copy_request_record(r: RequestRecord) -> RequestRecord:
+    if type(r) is not RequestRecord or not _FAST_RECORDS:
+        return _copy_record(r)
+    return RequestRecord(r.finished, r.loading.copy(), r.storing.copy())
+
+
 # Attributes copied by hand below; any other (a mutant's, or one added later) goes through fast_copy.
 _SCHED_SHALLOW = ("_jobs", "_stale_jobs", "_pending_loads", "_pending_flush", "_flushed", "_released", "_loaded",
                   "_load_failed", "_keys_loading")
@@ -232,21 +259,30 @@ def copy_scheduler(sched: OffloadingScheduler) -> OffloadingScheduler:
     memo: dict[int, Any] = {}
     clone = object.__new__(type(sched))
     state = dict(sched.__dict__)
-    trackers = {rid: _copy_record(t) for rid, t in sched._trackers.items()}
+    trackers = {rid: _copy_tracker(t) for rid, t in sched._trackers.items()}
     by_id = {id(t): trackers[rid] for rid, t in sched._trackers.items()}
     state["_trackers"] = trackers
     state["_finished_pending"] = {
-        rid: by_id.get(id(t)) or _copy_record(t) for rid, t in sched._finished_pending.items()
+        rid: by_id.get(id(t)) or _copy_tracker(t) for rid, t in sched._finished_pending.items()
     }
     for name in _SCHED_SHALLOW:
         if name in state:
-            state[name] = state[name].copy()
+            item = state[name]
+            state[name] = _copy_counter(item) if type(item) is Counter else item.copy()
     state["_fence"] = {block: set(readers) for block, readers in sched._fence.items()}
     state["manager"] = _copy_manager(sched.manager, memo)
-    for name, item in state.items():
-        if name not in _SCHED_KNOWN and not isinstance(item, _IMMUTABLE):
+    for name in state.keys() - _SCHED_KNOWN:
+        item = state[name]
+        if not isinstance(item, _IMMUTABLE):
             state[name] = fast_copy(item, memo)
     clone.__dict__.update(state)
+    return clone
+
+
+def _copy_counter(counter: Counter[Any]) -> Counter[Any]:
+    """``Counter.copy`` without its Python-level ``__init__``/``update`` (same contents, same type)."""
+    clone: Counter[Any] = Counter.__new__(Counter)
+    dict.update(clone, counter)
     return clone
 
 
@@ -256,14 +292,20 @@ def _copy_manager(manager: CPUOffloadingManager, memo: dict[int, Any]) -> CPUOff
     for name in _MANAGER_SHALLOW:
         if name in state:
             state[name] = state[name].copy()
-    state["_entries"] = {key: _copy_record(entry) for key, entry in manager._entries.items()}
-    state["_requests"] = {rid: _copy_record(record) for rid, record in manager._requests.items()}
+    state["_entries"] = {key: _copy_entry(entry) for key, entry in manager._entries.items()}
+    state["_requests"] = {rid: _copy_request_record(record) for rid, record in manager._requests.items()}
     policy = manager.policy
-    state["policy"] = _copy_record(policy) if type(policy).__module__ == "kvoffload.offload.policies" else (
-        fast_copy(policy, memo)
-    )
-    for name, item in state.items():
-        if name not in _MANAGER_KNOWN and not isinstance(item, _IMMUTABLE):
+    if type(policy) is LRUPolicy and policy.__dict__.keys() == {"_order"}:  # the default, written out
+        policy_clone = object.__new__(LRUPolicy)
+        policy_clone.__dict__["_order"] = policy._order.copy()
+        state["policy"] = policy_clone
+    elif type(policy).__module__ == "kvoffload.offload.policies":
+        state["policy"] = _copy_record(policy)
+    else:
+        state["policy"] = fast_copy(policy, memo)
+    for name in state.keys() - _MANAGER_KNOWN:
+        item = state[name]
+        if not isinstance(item, _IMMUTABLE):
             state[name] = fast_copy(item, memo)
     clone.__dict__.update(state)
     return clone
@@ -279,6 +321,20 @@ def _slots(cls: type) -> tuple[str, ...]:
             name for klass in cls.__mro__ for name in getattr(klass, "__slots__", ()) if name != "__weakref__"
         )
     return names
+
+
+# The hand-written record copies above list every field; if a record class gains or loses one they
+# step aside for the generic :func:`_copy_record`, so a new field is never silently dropped.
+_FAST_RECORDS = (
+    _slots(RequestTracker) == (
+        "request_id", "request", "state", "num_computed_tokens", "gpu_block_ids", "stored_chunks", "load_job",
+        "store_jobs", "lookup_start_chunk", "lookup_hit_chunks", "local_computed_tokens", "holds_gpu_blocks",
+        "signals",
+    )
+    and _slots(BlockEntry) == ("block_id", "ref_cnt", "write_pending")
+    and _slots(RequestRecord) == ("finished", "loading", "storing")
+    and not any(hasattr(cls, "__post_init__") for cls in (RequestTracker, BlockEntry, RequestRecord))
+)
 
 
 def _freeze(value: Any, rename: Callable[[Any], Any]) -> Any:
@@ -300,9 +356,33 @@ def _freeze(value: Any, rename: Callable[[Any], Any]) -> Any:
     return repr(value)
 
 
+_EMPTY_FROZEN_DICT = _freeze({}, lambda value: value)
+
+
+def _leaf_renamer(rids: dict[str, Any], keys: dict[Any, Any]) -> Callable[[Any], Any]:
+    """``_freeze``'s ``rename`` for a renaming: request ids and keys, anything else unchanged."""
+
+    def rename_leaf(value: Any) -> Any:
+        if isinstance(value, str):
+            return rids.get(value, value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return keys.get(value, value)
+        return value
+
+    return rename_leaf
+
+
 def _digest(canonical: tuple[Any, ...]) -> bytes:
-    # 128 bits of the canonical form's text: the explorer keeps a digest per state, not the state.
-    return hashlib.blake2b(repr(canonical).encode(), digest_size=16).digest()
+    """128 bits of the canonical form: the explorer keeps a digest per state, not the state.
+
+    ``marshal`` version 0 writes neither back-references nor interning flags, so equal values give
+    equal bytes; anything it cannot write (a mutant's odd value) falls back to the text rendering.
+    """
+    try:
+        data = marshal.dumps(canonical, 0)
+    except ValueError:
+        data = repr(canonical).encode()
+    return hashlib.blake2b(data, digest_size=16).digest()
 
 
 class OffloadExploreModel:
@@ -366,6 +446,7 @@ class OffloadExploreModel:
             )
             for i, rid in enumerate(self.request_ids)
         }
+        self._build_namings()
 
     # ------------------------------------------------------------------ keys and names
     def key(self, request_index: int, chunk: int) -> int:
@@ -460,7 +541,15 @@ class OffloadExploreModel:
         )
 
     def step(self, w: World, action: tuple[Any, ...]) -> World:
-        w = self.clone(w)
+        return self._apply(self.clone(w), action)
+
+    def step_owned(self, w: World, action: tuple[Any, ...]) -> World:
+        """:meth:`step` that may reuse ``w`` itself (the explorer's last action from ``w``, which it
+        never looks at again): one copy fewer per expanded state."""
+        w.problems = []
+        return self._apply(w, action)
+
+    def _apply(self, w: World, action: tuple[Any, ...]) -> World:
         kind = action[0]
         if kind == "admit":
             self._admit(w, action[1], action[2])
@@ -723,117 +812,193 @@ class OffloadExploreModel:
     # ------------------------------------------------------------------ identity
     def fingerprint(self, w: World) -> Hashable:
         """A digest of the canonical state: requests ordered by their permutation-invariant
-        entries, ties broken by trying every order of the tied requests."""
+        entries, ties broken by trying every order of the tied requests (the least digest wins).
+
+        Any orbit-invariant choice among the candidate orders' canonical forms is a canonical form,
+        so taking the least *digest* (rather than the least rendering) identifies exactly the same
+        states; the digest is of ``marshal`` bytes (version 0: no sharing or interning flags, so equal
+        values give equal bytes), several times cheaper than rendering the tuple as text.
+        """
         n = self.num_requests
+        jobs = self._all_jobs(w)
         if not self.symmetry or n == 1:
-            orders: list[tuple[int, ...]] = [tuple(range(n))]
-        else:
-            jobs = self._all_jobs(w)
-            entries = [
-                repr(self._request_entry(w, rid, *self._relative[rid], jobs)) for rid in self.request_ids
-            ]
+            return _digest(self._canonical(w, 0, jobs))
+        if n == 2:
+            # With two requests, the pair of "self"/"other" entries in canonical order says exactly
+            # what the canonically renamed, sorted entries say (each names the other request and
+            # its keys one way only), so it stands in for them and they are not computed again.
+            first, second = self.request_ids
+            e0 = self._request_entry(w, first, self._relative_index[first], jobs)
+            e1 = self._request_entry(w, second, self._relative_index[second], jobs)
+            if e0 != e1:
+                try:
+                    swap = e1 < e0
+                except TypeError:  # parts that do not compare (a mutant's values): order by text
+                    swap = repr(e1) < repr(e0)
+                if swap:
+                    return _digest(self._canonical(w, self._order_index[(1, 0)], jobs, (e1, e0)))
+                return _digest(self._canonical(w, 0, jobs, (e0, e1)))
+            if w.requests[first].status == NEW:  # neither arrived: they touched nothing, either order
+                return _digest(self._canonical(w, 0, jobs, (e0, e1)))
+            pair = (e0, e1)
+            return min(_digest(self._canonical(w, 0, jobs, pair)), _digest(self._canonical(w, 1, jobs, pair)))
+        entries = [self._request_entry(w, rid, self._relative_index[rid], jobs) for rid in self.request_ids]
+        try:
             ranked = sorted(range(n), key=entries.__getitem__)
-            groups = [tuple(g) for _, g in itertools.groupby(ranked, key=entries.__getitem__)]
-            # Requests that never arrived touched nothing: any one order of them will do.
-            options = [
-                [g] if w.requests[self.request_ids[g[0]]].status == NEW else list(itertools.permutations(g))
-                for g in groups
-            ]
-            orders = [tuple(i for part in combo for i in part) for combo in itertools.product(*options)]
-        if len(orders) == 1:
-            return _digest(self._canonical(w, *self._renaming(orders[0])))
-        return _digest(min((self._canonical(w, *self._renaming(order)) for order in orders), key=repr))
+        except TypeError:  # entries whose parts do not compare (a mutant's values): order by text
+            entries = [repr(e) for e in entries]  # type: ignore[misc]
+            ranked = sorted(range(n), key=entries.__getitem__)
+        groups = [tuple(g) for _, g in itertools.groupby(ranked, key=entries.__getitem__)]
+        # Requests that never arrived touched nothing: any one order of them will do.
+        options = [
+            [g] if w.requests[self.request_ids[g[0]]].status == NEW else list(itertools.permutations(g))
+            for g in groups
+        ]
+        orders = [tuple(i for part in combo for i in part) for combo in itertools.product(*options)]
+        return min(_digest(self._canonical(w, self._order_index[order], jobs)) for order in orders)
 
     @staticmethod
     def _all_jobs(w: World) -> dict[int, TransferJob]:
         return {**w.scheduler._jobs, **w.scheduler._stale_jobs, **w.inflight}
 
-    def _request_entry(
-        self, w: World, rid: str, rids: dict[str, Any], keys: dict[Any, Any], jobs: dict[int, TransferJob]
-    ) -> tuple[Any, ...]:
-        def job(job_id: int | None) -> tuple[Any, ...]:
-            if job_id is None:
-                return ()
-            j = jobs.get(job_id)
-            if j is None:
-                return ("?", job_id)
-            return (j.kind, rids[j.request_id], tuple(keys[k] for k in j.keys), j.gpu_block_ids, j.cpu_block_ids)
-
+    def _request_entry(self, w: World, rid: str, naming: int, jobs: dict[int, TransferJob]) -> tuple[Any, ...]:
+        """``rid``'s engine and connector state under renaming ``naming`` (see ``_namings``)."""
+        rids, _, key_tuples = self._namings[naming]
         er = w.requests[rid]
         t = w.scheduler._trackers.get(rid)
         tracker: tuple[Any, ...] = ()
         if t is not None:
+            load_job = t.load_job
+            if load_job is None:
+                load: tuple[Any, ...] = ()
+            else:
+                j = jobs.get(load_job)
+                load = ("?", load_job) if j is None else (
+                    j.kind, rids[j.request_id], key_tuples(j.keys), j.gpu_block_ids, j.cpu_block_ids
+                )
+            stores: tuple[Any, ...] = ()
+            if t.store_jobs:
+                rendered = []
+                for i in t.store_jobs:
+                    j = jobs.get(i)
+                    rendered.append(("?", i) if j is None else (
+                        j.kind, rids[j.request_id], key_tuples(j.keys), j.gpu_block_ids, j.cpu_block_ids
+                    ))
+                stores = tuple(sorted(rendered))
             tracker = (
-                t.state, t.num_computed_tokens, tuple(t.gpu_block_ids), t.stored_chunks, job(t.load_job),
-                tuple(sorted(job(i) for i in t.store_jobs)), t.lookup_start_chunk, t.lookup_hit_chunks,
-                t.local_computed_tokens, t.holds_gpu_blocks, t.signals,
+                t.state, t.num_computed_tokens, tuple(t.gpu_block_ids), t.stored_chunks, load, stores,
+                t.lookup_start_chunk, t.lookup_hit_chunks, t.local_computed_tokens, t.holds_gpu_blocks, t.signals,
             )
         return (rids[rid], er.status, tuple(er.blocks), er.computed, er.load_chunks, tracker)
 
-    def _canonical(self, w: World, rids: dict[str, str], keys: dict[Any, Any]) -> tuple[Any, ...]:
+    def _build_namings(self) -> None:
+        """Every renaming the fingerprint uses, indexed: ``0 .. n!-1`` are the request orders
+        (``order[k]`` becomes request ``k``, with its private keys; 0 is the identity), then one
+        "relative" renaming per request (itself "self", every other "other"). Each is
+        ``(rids, keys, key_tuples)``; ``key_tuples`` renames a tuple of keys, memoised."""
+        self._namings: list[tuple[dict[str, Any], dict[Any, Any], Callable[[tuple[int, ...]], tuple[Any, ...]]]] = []
+        self._order_index: dict[tuple[int, ...], int] = {}
+
+        def naming(rids: dict[str, Any], keys: dict[Any, Any]) -> int:
+            memo: dict[tuple[int, ...], tuple[Any, ...]] = {}
+
+            def key_tuples(ks: tuple[int, ...]) -> tuple[Any, ...]:
+                found = memo.get(ks)
+                if found is None:
+                    found = memo[ks] = tuple(keys[k] for k in ks)
+                return found
+
+            self._namings.append((rids, keys, key_tuples))
+            return len(self._namings) - 1
+
+        for order in itertools.permutations(range(self.num_requests)):
+            self._order_index[order] = naming(*self._renaming(order))
+        self._relative_index = {rid: naming(*self._relative[rid]) for rid in self.request_ids}
+
+    def _canonical(
+        self, w: World, naming: int, jobs: dict[int, TransferJob], per_request: tuple[Any, ...] | None = None
+    ) -> tuple[Any, ...]:
+        """The state under renaming ``naming``; ``per_request``: the request entries, if the caller
+        has an equivalent rendering of them (else the renamed entries, sorted)."""
+        rids, keys, key_tuples = self._namings[naming]
         sched = w.scheduler
         manager = sched.manager
-        jobs = self._all_jobs(w)
+        keys_get = keys.get
 
-        def job(job_id: int | None) -> tuple[Any, ...]:
-            if job_id is None:
-                return ()
-            j = jobs.get(job_id)
-            if j is None:
-                return ("?", job_id)
-            return (j.kind, rids[j.request_id], tuple(keys[k] for k in j.keys), j.gpu_block_ids, j.cpu_block_ids)
+        # Every job rendered once (a job is named by what it copies); an id no job has stays "?".
+        rendered = {
+            job_id: (j.kind, rids[j.request_id], key_tuples(j.keys), j.gpu_block_ids, j.cpu_block_ids)
+            for job_id, j in jobs.items()
+        }
+
+        def job(job_id: int) -> tuple[Any, ...]:
+            found = rendered.get(job_id)
+            return ("?", job_id) if found is None else found
 
         def jobset(ids: Iterable[int]) -> tuple[Any, ...]:
-            return tuple(sorted(job(i) for i in ids))
+            return tuple(sorted([job(i) for i in ids]))
 
-        def rename_leaf(value: Any) -> Any:
-            if isinstance(value, str):
-                return rids.get(value, value)
-            if isinstance(value, int) and not isinstance(value, bool):
-                return keys.get(value, value)
-            return value
-
-        per_request = sorted(self._request_entry(w, rid, rids, keys, jobs) for rid in w.requests)
+        if per_request is None:
+            per_request = tuple(sorted([self._request_entry(w, rid, naming, jobs) for rid in w.requests]))
+        fence = sched._fence
+        keys_loading = sched._keys_loading
         sched_part = (
-            jobset(sched._jobs), jobset(sched._stale_jobs), jobset(j.job_id for j in sched._pending_loads),
-            jobset(sched._pending_flush), jobset(sched._flushed),
-            tuple(sorted(rids[r] for r in sched._finished_pending)),
-            tuple(sorted(rids[r] for r in sched._released)),
-            tuple(sorted(rids[r] for r in sched._loaded)),
-            tuple(sorted(rids[r] for r in sched._load_failed)),
-            tuple(sorted((block, jobset(readers)) for block, readers in sched._fence.items())),
-            tuple(sorted((keys[k], n) for k, n in sched._keys_loading.items() if n)),
+            jobset(sched._jobs) if sched._jobs else (),
+            jobset(sched._stale_jobs) if sched._stale_jobs else (),
+            jobset([j.job_id for j in sched._pending_loads]) if sched._pending_loads else (),
+            jobset(sched._pending_flush) if sched._pending_flush else (),
+            jobset(sched._flushed) if sched._flushed else (),
+            tuple(sorted([rids[r] for r in sched._finished_pending])) if sched._finished_pending else (),
+            tuple(sorted([rids[r] for r in sched._released])) if sched._released else (),
+            tuple(sorted([rids[r] for r in sched._loaded])) if sched._loaded else (),
+            tuple(sorted([rids[r] for r in sched._load_failed])) if sched._load_failed else (),
+            tuple(sorted([(block, jobset(readers)) for block, readers in fence.items()])) if fence else (),
+            tuple(sorted([(keys[k], n) for k, n in keys_loading.items() if n])) if keys_loading else (),
             sched._reset_pending,
         )
+        requests = manager._requests
+        policy_fp = manager.policy.fingerprint()
+        if type(policy_fp) is tuple and all(type(k) is int for k in policy_fp):
+            # What _freeze gives, faster; the identity renaming (naming 0) maps every key to itself.
+            policy_part: Any = policy_fp if naming == 0 else tuple([keys_get(k, k) for k in policy_fp])
+        else:
+            policy_part = _freeze(policy_fp, _leaf_renamer(rids, keys))
         manager_part = (
             tuple(manager._free),
-            tuple(sorted((keys[k], e.block_id, e.ref_cnt, e.write_pending) for k, e in manager._entries.items())),
+            tuple(sorted([(keys[k], e.block_id, e.ref_cnt, e.write_pending) for k, e in manager._entries.items()])),
             tuple(
                 sorted(
-                    (
-                        rids[rid], r.finished,
-                        tuple(sorted((keys[k], n) for k, n in r.loading.items() if n)),
-                        tuple(sorted((keys[k], n) for k, n in r.storing.items() if n)),
-                    )
-                    for rid, r in manager._requests.items()
+                    [
+                        (
+                            rids[rid], r.finished,
+                            tuple(sorted([(keys[k], n) for k, n in r.loading.items() if n])) if r.loading else (),
+                            tuple(sorted([(keys[k], n) for k, n in r.storing.items() if n])) if r.storing else (),
+                        )
+                        for rid, r in requests.items()
+                    ]
                 )
-            ),
-            _freeze(manager.policy.fingerprint(), rename_leaf),
+            ) if requests else (),
+            policy_part,
         )
+        sched_vars = vars(sched)
+        manager_vars = vars(manager)
         extras = (
-            _freeze({k: v for k, v in vars(sched).items() if k not in _SCHED_KNOWN}, rename_leaf),
-            _freeze({k: v for k, v in vars(manager).items() if k not in _MANAGER_KNOWN}, rename_leaf),
+            _freeze({k: sched_vars[k] for k in sched_vars.keys() - _SCHED_KNOWN}, _leaf_renamer(rids, keys))
+            if sched_vars.keys() - _SCHED_KNOWN else _EMPTY_FROZEN_DICT,
+            _freeze({k: manager_vars[k] for k in manager_vars.keys() - _MANAGER_KNOWN}, _leaf_renamer(rids, keys))
+            if manager_vars.keys() - _MANAGER_KNOWN else _EMPTY_FROZEN_DICT,
         )
+        done = w.done
         world_part = (
             tuple(w.gpu_free),
-            tuple(keys.get(c, c) for c in w.gpu_content),
-            tuple(keys.get(c, c) for c in w.cpu_content),
-            jobset(w.inflight),
-            tuple(sorted((job(j), ok) for j, ok in w.done.items())),
+            tuple(w.gpu_content) if naming == 0 else tuple([keys_get(c, c) for c in w.gpu_content]),
+            tuple(w.cpu_content) if naming == 0 else tuple([keys_get(c, c) for c in w.cpu_content]),
+            jobset(w.inflight) if w.inflight else (),
+            tuple(sorted([(job(j), ok) for j, ok in done.items()])) if done else (),
             w.resets,
             w.preemptions,
         )
-        return (tuple(per_request), sched_part, manager_part, extras, world_part)
+        return (per_request, sched_part, manager_part, extras, world_part)
 
     # ------------------------------------------------------------------ readable state
     def describe(self, w: World) -> dict[str, str]:

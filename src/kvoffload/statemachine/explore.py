@@ -16,7 +16,11 @@ and optionally
 - ``describe(s) -> dict[str, str]``: readable variables, diffed between consecutive trace states;
 - ``is_final(s) -> bool``: the state is an intended end state (checked by ``drain`` in "final" mode);
 - ``drain(s) -> list[(name, message)]``: a liveness-ish check run from ``s`` (e.g. "if every job
-  completes, everything is eventually cleaned and nothing leaks").
+  completes, everything is eventually cleaned and nothing leaks");
+- ``step_owned(s, a) -> S``: ``step`` that may consume ``s`` (mutate or reuse it). The explorer calls
+  it for the last action it takes from a state, which it never touches again, so a model that copies
+  its state in ``step`` can skip one copy per expanded state. It must give the same successor as
+  ``step``.
 
 An exception raised by ``step`` is a violation too: one carrying an ``invariant`` attribute (such as
 ``LifecycleViolation``) is reported under that name, any other as ``Crash``.
@@ -145,6 +149,7 @@ def explore(
     result = ExploreResult()
     drainer = getattr(model, "drain", None) if drain != "none" else None
     is_final = getattr(model, "is_final", None)
+    step_owned = getattr(model, "step_owned", None)
     # fingerprint -> (parent fingerprint, action) of the first (hence shortest) path reaching it.
     parents: dict[Hashable, tuple[Hashable, Any] | None] = {}
     seen_violations: set[str] = set()
@@ -185,10 +190,14 @@ def explore(
             if result.complete and any(_leads_somewhere_new(model, state, a, parents) for a in actions):
                 result.complete = False
             continue
-        for action in actions:
+        last = len(actions) - 1
+        for index, action in enumerate(actions):
             result.transitions += 1
             try:
-                successor = model.step(state, action)
+                if step_owned is not None and index == last:
+                    successor = step_owned(state, action)  # consumes state: the last use of it
+                else:
+                    successor = model.step(state, action)
             except Exception as error:  # a crash of the system under test is a finding, not our bug
                 if report(fp, [_exception_violation(error)], (action, None)):
                     return finish()
