@@ -589,6 +589,7 @@ class OffloadingScheduler:
             for stale, table in ((False, self._jobs), (True, self._stale_jobs))
             for j in table.values()
         )
+        quiescent = not requests and not jobs
         entries = {}
         for key in manager.resident_keys:
             entry = manager.entry(key)
@@ -601,7 +602,8 @@ class OffloadingScheduler:
             manager_free_blocks=tuple(manager._free),
             manager_requests_in_flight=frozenset(manager.requests_in_flight()),
             num_cpu_blocks=manager.num_blocks,
-            manager_leaks=tuple(manager.leaks()),
-            scheduler_leaks=tuple(self.leaks()),
+            # Leaks only mean something at quiescence (NoLeak), so only then are they computed.
+            manager_leaks=tuple(manager.leaks()) if quiescent else (),
+            scheduler_leaks=tuple(self.leaks()) if quiescent else (),
             gpu_writes_under_store=tuple(gpu_writes_under_store),
         )
