@@ -112,7 +112,12 @@ def test_request_hashes_chain_over_full_blocks() -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"users": 0}, "--users must be >= 1"), ({"faults": 2.0}, "--faults must be in"), ({"delay": -1}, "--delay")],
+    [
+        ({"users": 0}, "--users must be >= 1"),
+        ({"faults": 2.0}, "--faults must be in"),
+        ({"delay": -1}, "--delay"),
+        ({"policy": "mru"}, "--policy 'mru' is unknown; known: arc, doorkeeper"),
+    ],
 )
 def test_bad_options_are_rejected(kwargs: dict[str, float], message: str) -> None:
     with pytest.raises(ValueError, match=message):

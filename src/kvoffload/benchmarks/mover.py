@@ -203,6 +203,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Measure every block size and return the figures as a JSON-ready dict."""
     import torch
 
+    from kvoffload.cli import CommandError
+
+    for option, value in (("--total-mib", args.total_mib or 1), ("--repeats", args.repeats), ("--layers", args.layers)):
+        if value < 1:
+            raise CommandError(f"{option} must be >= 1, got {value}")
+    bad = [size for size in args.block_sizes if size < args.layers or size % args.layers]
+    if bad:
+        raise CommandError(
+            f"--block-sizes {bad[0]}: a block must split into {args.layers} layers of whole bytes (>= {args.layers})"
+        )
     device = _device(args.device)
     cuda = device.type == "cuda"
     total = (args.total_mib if args.total_mib is not None else (256 if cuda else 64)) << 20

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kvoffload.offload.policies import POLICIES
 from kvoffload.offload.types import DEFAULT_POLICY
 from kvoffload.sim.engine import Engine, EngineConfig
 from kvoffload.sim.workload import MultiTurnWorkload, WorkloadConfig
@@ -36,6 +37,8 @@ class SimulationOptions:
             raise ValueError(f"--delay must be >= 0, got {self.delay}")
         if not 0.0 <= self.faults <= 1.0:
             raise ValueError(f"--faults must be in [0, 1], got {self.faults}")
+        if self.policy not in POLICIES:
+            raise ValueError(f"--policy {self.policy!r} is unknown; known: {', '.join(sorted(POLICIES))}")
         if self.backend not in ("model", "torch"):
             raise ValueError(f"--backend must be model or torch, got {self.backend!r}")
 

@@ -1,0 +1,30 @@
+"""Every command answers bad input with one error line naming what was wrong, and exit status 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["tla", "check", "missing.tla"], "kvoffload tla: error: missing.tla: no such spec file"),
+        (["trace", "check", "missing.ndjson"], "kvoffload trace: error: missing.ndjson: no such file"),
+        (["replay", "missing.jsonl"], "kvoffload replay: error: missing.jsonl: no such file"),
+        (["explore", "--mutant", "nope"], "kvoffload explore: error: unknown mutant 'nope'"),
+        (["simulate", "--policy", "nope"], "kvoffload simulate: error: --policy 'nope' is unknown"),
+        (["simulate", "--blocks-per-chunk", "0"], "kvoffload simulate: error: --blocks-per-chunk must be >= 1"),
+        (["bench", "mover", "--block-sizes", "4095"], "kvoffload bench: error: --block-sizes 4095: a block must"),
+    ],
+)
+def test_bad_input_is_one_clear_line(args: list[str], message: str) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "kvoffload.cli", *args], capture_output=True, text=True, check=False
+    )
+    assert completed.returncode == 2
+    assert completed.stderr.startswith(message), completed.stderr
+    assert "Traceback" not in completed.stderr
+    assert len(completed.stderr.strip().splitlines()) == 1
