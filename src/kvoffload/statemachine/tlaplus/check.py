@@ -385,6 +385,7 @@ class Checker:
         succ = self.succ
         nxt = self.m.next
         unset_id = id(UNSET)
+        pools: list[dict[Value, Value]] = [{} for _ in range(nv)]
         bar = self._bar()
         with bar as progress_bar:
             task = progress_bar.add_task("states", total=None) if progress_bar is not None else None
@@ -416,6 +417,12 @@ class Checker:
                         k = self.key(t) if symmetric else t
                         j = seen.get(k, -1)
                         if j < 0:
+                            if not symmetric:
+                                # Store one object per distinct value of a variable: later
+                                # lookups keyed by state values (fingerprints, state_memo) then
+                                # compare by identity instead of structurally.
+                                t = k = tuple([v if v is sv else pool.setdefault(v, v)
+                                               for v, sv, pool in zip(t, s, pools, strict=True)])
                             j = self.add(t, k, i, label, d + 1)
                             if invariants:
                                 self.check_state(t, j, label, True)
@@ -476,11 +483,14 @@ class Checker:
                         t = tuple(c.n)  # type: ignore[arg-type]
                         if unset_id in map(id, t):
                             vp(c, env)  # reports the unassigned variable like the general case
-                        if t != s:
+                        # A known successor differs from s exactly when its index does.
+                        b = index.get(t)
+                        if b is None:
+                            if t != s:
+                                en = True
+                        elif b != a:
                             en = True
-                            b = index.get(t)
-                            if b is not None and b != a:
-                                taken.add((a, b))
+                            taken.add((a, b))
                 else:
                     vs = v(c, env)
                     for _ in gen(c, env):

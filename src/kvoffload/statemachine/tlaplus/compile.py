@@ -16,13 +16,14 @@ Constant sub-expressions (no state, no bound names) are evaluated once and cache
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from . import builtins as B
 from .errors import EvalError, TlaError
 from .modules import Decl, InstanceRef, OpDef, Scope, pos
 from .values import (
+    _PLAIN,
     BOOLEAN,
     STRING,
     Fn,
@@ -475,7 +476,8 @@ class Compiler:
         def record(c: Ctx, e: dict[str, Value]) -> Value:
             d = {}
             for k, f in pairs:
-                d[k] = norm(f(c, e))
+                v = f(c, e)
+                d[k] = v if type(v) in _PLAIN else norm(v)
             return Fn(d)
 
         return record, deps
@@ -497,7 +499,12 @@ class Compiler:
         f, fd = self.expr(node.else_, scope, lc, pr)
 
         def ite(c: Ctx, e: dict[str, Value]) -> Value:
-            return t(c, e) if _bool(p(c, e), "IF condition") else f(c, e)
+            v = p(c, e)
+            if v is True:
+                return t(c, e)
+            if v is False or not _bool(v, "IF condition"):
+                return f(c, e)
+            return t(c, e)
 
         return ite, pd | td | fd
 
@@ -669,7 +676,8 @@ class Compiler:
                 d = {}
                 for v in iter_set(sfn(c, e)):
                     e2[name] = v
-                    d[v] = norm(body(c, e2))
+                    x = body(c, e2)
+                    d[v] = x if type(x) in _PLAIN else norm(x)
                 return mkfn(d)
 
             return fn1, deps
@@ -786,6 +794,25 @@ class Compiler:
                 fv = setp(c, e, fv, [k(c, e) for k in path], vfn)
             return fv
 
+        if all(len(path) == 1 for path, _ in changes):
+            simple = [(path[0], vfn) for path, vfn in changes]
+
+            def ex1(c: Ctx, e: dict[str, Value]) -> Value:
+                # ![k] = v only: setp's single-key case inlined.
+                fv = f(c, e)
+                for kfn, vfn in simple:
+                    k = kfn(c, e)
+                    try:
+                        old = apply(fv, k)
+                    except EvalError:
+                        continue  # a key outside the domain leaves the function unchanged
+                    e2 = dict(e)
+                    e2["@"] = old
+                    v = vfn(c, e2)
+                    fv = update(fv, k, v if type(v) in _PLAIN else norm(v))
+                return fv
+
+            return ex1, deps
         return ex, deps
 
     def x_VerticalList(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
@@ -1097,6 +1124,11 @@ class Compiler:
             n0, f0 = names[0], fns[0]
             n1, f1 = names[1], fns[1]
             return (lambda c, e: body(c, {n0: f0(c, e), n1: f1(c, e)})), deps
+        if len(fns) == 3:
+            n0, f0 = names[0], fns[0]
+            n1, f1 = names[1], fns[1]
+            n2, f2 = names[2], fns[2]
+            return (lambda c, e: body(c, {n0: f0(c, e), n1: f1(c, e), n2: f2(c, e)})), deps
         pairs = list(zip(names, fns, strict=True))
         return (lambda c, e: body(c, {n: f(c, e) for n, f in pairs})), deps
 
@@ -1355,8 +1387,27 @@ class Compiler:
         if all(k == "pred" for k, _ in parts):
             fns = [f for _, f in parts]
             if op == "/\\":
-                return "pred", (lambda c, e: all(_bool(f(c, e), "conjunct") for f in fns))
-            return "pred", (lambda c, e: any(_bool(f(c, e), "disjunct") for f in fns))
+                def pconj(c: Ctx, e: dict[str, Value]) -> Value:
+                    for f in fns:
+                        v = f(c, e)
+                        if v is not True:
+                            if v is False:
+                                return False
+                            _bool(v, "conjunct")
+                    return True
+
+                return "pred", pconj
+
+            def pdisj(c: Ctx, e: dict[str, Value]) -> Value:
+                for f in fns:
+                    v = f(c, e)
+                    if v is not False:
+                        if v is True:
+                            return True
+                        _bool(v, "disjunct")
+                return False
+
+            return "pred", pdisj
         if op == "\\/":
             gens = [f if k == "act" else _pred_gen(f) for k, f in parts]
 
@@ -1426,6 +1477,7 @@ class Compiler:
             else:
                 e2 = EMPTY
             memo = box[0] if box is not None else None
+            rec_key = None
             if memo is not None:
                 n, s = c.n, c.s
                 if n is not None and s is not None and n.count(UNSET) == nv:
@@ -1436,7 +1488,9 @@ class Compiler:
                     if hit is not None and hit[0] is s:
                         return _replay(n, hit[1])
                     if box[1]:
-                        return _record(c, e2, memo, key)
+                        if guard is None:
+                            return _record(c, memo, key, _call_body(c, e2))
+                        rec_key = key  # test the guard first: a disabled action records []
             if guard is None:
                 return _call_body(c, e2)
             # Test the guard right here: a disabled action costs no generator at all.
@@ -1447,12 +1501,16 @@ class Compiler:
                 if v is not True:
                     if v is not False:
                         _bool(v, "action guard")
+                    if rec_key is not None:
+                        memo[rec_key] = (c.s, [])  # type: ignore[index]
                     return ()
             except EvalError as exc:
                 if exc.where is None:
                     exc.where = where
                     exc.args = (f"{where}: {exc.bare_message}",)
                 raise
+            if rec_key is not None:
+                return _record(c, memo, rec_key, only_name if rest is None else _rest_body(c, e2))  # type: ignore[arg-type]
             if rest is None:
                 return only_name
             return _rest_body(c, e2)
@@ -1473,10 +1531,10 @@ class Compiler:
                 yield lab
             n[:] = [UNSET] * nv
 
-        def _record(c: Ctx, e2: dict[str, Value], memo: dict[Any, Any], key: Any) -> Iterator[str | None]:
+        def _record(c: Ctx, memo: dict[Any, Any], key: Any, inner: Iterable[str | None]) -> Iterator[str | None]:
             n = c.n
             rec: list[tuple[str, list[Value]]] = []
-            for lab in _call_body(c, e2):
+            for lab in inner:
                 rec.append((lab, n[:]))  # type: ignore[index]
                 yield lab
             memo[key] = (c.s, rec)  # only a complete enumeration is remembered
@@ -1640,6 +1698,7 @@ def _assign(i: int, rhs: Fun) -> Gen:
         elif cur == v:
             yield None
 
+    g.steps = ((i, rhs),)  # type: ignore[attr-defined]
     return g
 
 
@@ -1676,11 +1735,54 @@ def _unchanged(idxs: list[int]) -> Gen:
         for j in done:
             n[j] = UNSET  # type: ignore[index]
 
+    g.steps = tuple((i, None) for i in idxs)  # type: ignore[attr-defined]
+    return g
+
+
+def _fused(steps: tuple[tuple[int, Fun | None], ...]) -> Gen:
+    """A run of conjuncts ``x' = e`` and ``UNCHANGED <<...>>`` (each yields at most once) as one
+    generator: the assignments are made in order, one successor is yielded, then undone. Same
+    results as nesting them, without a generator layer per conjunct."""
+    def g(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+        n = c.n
+        done = []
+        for i, rhs in steps:
+            if rhs is None:
+                v = c.s[i]  # type: ignore[index]
+                cur = n[i]  # type: ignore[index]
+                if cur is UNSET:
+                    n[i] = v  # type: ignore[index]
+                    done.append(i)
+                elif cur != v:
+                    break
+            else:
+                v = rhs(c, e)
+                cur = n[i]  # type: ignore[index]
+                if cur is UNSET:
+                    n[i] = v if type(v) in _PLAIN else norm(v)  # type: ignore[index]
+                    done.append(i)
+                elif not cur == v:  # noqa: SIM201 (exactly _assign's test)
+                    break
+        else:
+            yield None
+        for j in done:
+            n[j] = UNSET  # type: ignore[index]
+
+    g.steps = steps  # type: ignore[attr-defined]
     return g
 
 
 def _conj(parts: list[tuple[str, Any]]) -> Gen:
-    """Nest conjuncts left to right; runs of predicates become a single guard."""
+    """Nest conjuncts left to right; runs of predicates become a single guard, runs of
+    deterministic assignments a single generator (_fused)."""
+    merged: list[tuple[str, Any, Any]] = []  # (kind, fn, steps of a run of assignments)
+    for k, f in parts:
+        st = getattr(f, "steps", None) if k == "act" else None
+        if st is not None and merged and merged[-1][2] is not None:
+            merged[-1] = ("act", None, merged[-1][2] + st)
+        else:
+            merged.append((k, f, st))
+    parts = [(k, f if f is not None else _fused(st)) for k, f, st in merged]
     groups: list[tuple[str, Any]] = []
     for k, f in parts:
         if k == "pred" and groups and groups[-1][0] == "pred":
@@ -1744,6 +1846,8 @@ def _guarded(p: Fun, rest: Gen | None) -> Gen:
 
 
 def _seq(a: Gen, rest: Gen | None) -> Gen:
+    if rest is None and getattr(a, "steps", None) is not None:
+        return a  # yields None only already
     if rest is None:
         def g0(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
             for _ in a(c, e):

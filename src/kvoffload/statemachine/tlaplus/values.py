@@ -86,7 +86,8 @@ def mkfn(d: dict[Value, Value]) -> Value:
     n = len(d)
     if n == 0:
         return ()
-    if all(type(k) is int for k in d) and min(d) == 1 and max(d) == n:
+    # The first key decides most cases (records, functions on model values) without a generator.
+    if type(next(iter(d))) is int and all(type(k) is int for k in d) and min(d) == 1 and max(d) == n:
         return tuple(d[i] for i in range(1, n + 1))
     return Fn(d)
 
