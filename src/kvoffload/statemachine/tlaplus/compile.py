@@ -136,6 +136,36 @@ def _bool(v: Value, what: str) -> bool:
     raise EvalError(f"{what} evaluated to the non-boolean {render(v)}")
 
 
+def _all_of(fns: list[Fun]) -> Fun:
+    """A conjunction of compiled predicates: stops at the first FALSE, rejects non-booleans."""
+
+    def conj(c: Ctx, e: dict[str, Value]) -> Value:
+        for f in fns:
+            v = f(c, e)
+            if v is not True:
+                if v is False:
+                    return False
+                _bool(v, "conjunct")
+        return True
+
+    return conj
+
+
+def _any_of(fns: list[Fun]) -> Fun:
+    """A disjunction of compiled predicates: stops at the first TRUE, rejects non-booleans."""
+
+    def disj(c: Ctx, e: dict[str, Value]) -> Value:
+        for f in fns:
+            v = f(c, e)
+            if v is not False:
+                if v is True:
+                    return True
+                _bool(v, "disjunct")
+        return False
+
+    return disj
+
+
 def _fold(fn: Fun, deps: int) -> Fun:
     """Evaluate a constant expression (no state, no bound names) once, at compile time, so
     that it costs nothing per state. If it fails it may legitimately be unused (e.g. a CHOOSE
@@ -826,27 +856,8 @@ class Compiler:
             fns.append(state_memo(f, d, len(self.variables)))
             deps |= d
         if op in ("/\\", "\\land"):
-            def conj(c: Ctx, e: dict[str, Value]) -> Value:
-                for f in fns:
-                    v = f(c, e)
-                    if v is not True:
-                        if v is False:
-                            return False
-                        _bool(v, "conjunct")
-                return True
-
-            return conj, deps
-
-        def disj(c: Ctx, e: dict[str, Value]) -> Value:
-            for f in fns:
-                v = f(c, e)
-                if v is not False:
-                    if v is True:
-                        return True
-                    _bool(v, "disjunct")
-            return False
-
-        return disj, deps
+            return _all_of(fns), deps
+        return _any_of(fns), deps
 
     def x_SubscriptedAction(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
         a, ad = self.expr(node.action, scope, lc, pr)
@@ -1386,28 +1397,7 @@ class Compiler:
         parts = [self.act(it, scope, lc, pr) for it in items]
         if all(k == "pred" for k, _ in parts):
             fns = [f for _, f in parts]
-            if op == "/\\":
-                def pconj(c: Ctx, e: dict[str, Value]) -> Value:
-                    for f in fns:
-                        v = f(c, e)
-                        if v is not True:
-                            if v is False:
-                                return False
-                            _bool(v, "conjunct")
-                    return True
-
-                return "pred", pconj
-
-            def pdisj(c: Ctx, e: dict[str, Value]) -> Value:
-                for f in fns:
-                    v = f(c, e)
-                    if v is not False:
-                        if v is True:
-                            return True
-                        _bool(v, "disjunct")
-                return False
-
-            return "pred", pdisj
+            return "pred", (_all_of(fns) if op == "/\\" else _any_of(fns))
         if op == "\\/":
             gens = [f if k == "act" else _pred_gen(f) for k, f in parts]
 
@@ -1796,17 +1786,7 @@ def _conj(parts: list[tuple[str, Any]]) -> Gen:
     def guard(fns: list[Fun]) -> Fun:
         if len(fns) == 1:
             return fns[0]
-
-        def all_of(c: Ctx, e: dict[str, Value]) -> Value:
-            for f in fns:
-                v = f(c, e)
-                if v is not True:
-                    if v is False:
-                        return False
-                    _bool(v, "conjunct")
-            return True
-
-        return all_of
+        return _all_of(fns)
 
     gen: Gen | None = None
     for k, f in reversed(groups):
