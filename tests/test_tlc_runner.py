@@ -131,19 +131,16 @@ def test_dump_trace_json_wrapped_in_array_and_garbage() -> None:
     assert result.trace[0].state["sched"] == '(r1 :> "waiting" @@ r2 :> "waiting")'
 
 
+# The lasso of the liveness fixtures (text and -dumpTrace json describe the same behaviour).
+LIVENESS_ACTIONS = ["Initial predicate", "Admit", "Abort", "Admit", "Preempt", "Readmit"]
+
+
 def test_liveness_lasso_from_text() -> None:
     result = tlc.parse_tlc_output(fixture("liveness.out"), EXIT_VIOLATION_LIVENESS, properties=["EventuallyCleaned"])
     assert result.result == "liveness failure"
     assert result.exit_code == EXIT_VIOLATION_LIVENESS
     assert result.violated == "EventuallyCleaned"
-    assert [step.action for step in result.trace] == [
-        "Initial predicate",
-        "Admit",
-        "Abort",
-        "Admit",
-        "Preempt",
-        "Readmit",
-    ]
+    assert [step.action for step in result.trace] == LIVENESS_ACTIONS
     # "Back to state 4" is 1-based in TLC; loop_back_to is 0-based.
     assert result.loop_back_to == 3
     assert "loops back to state 4 by Admit" in result.message
@@ -153,14 +150,7 @@ def test_liveness_lasso_from_text() -> None:
 
 def test_liveness_lasso_from_json() -> None:
     result = tlc.parse_tlc_output(fixture("liveness.out"), EXIT_VIOLATION_LIVENESS, trace_json=fixture("liveness.json"))
-    assert [step.action for step in result.trace] == [
-        "Initial predicate",
-        "Admit",
-        "Abort",
-        "Admit",
-        "Preempt",
-        "Readmit",
-    ]
+    assert [step.action for step in result.trace] == LIVENESS_ACTIONS
     assert result.loop_back_to == 3
     # Without a single named property in the config, TLC's own words are used.
     assert result.violated == "temporal properties"
