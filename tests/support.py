@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from kvoffload.offload import OffloadConfig, OffloadingScheduler, RequestTracker
 
@@ -36,3 +37,26 @@ class NoFenceScheduler(OffloadingScheduler):
         self.lifecycle.fire(tracker, "preempt")
         tracker.gpu_block_ids = []
         tracker.num_computed_tokens = 0
+
+
+def full_state(value: Any, _stack: frozenset[int] = frozenset()) -> Any:
+    """Everything reachable from ``value``, as nested tuples that compare by content and order."""
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return value
+    if id(value) in _stack:
+        return ("<cycle>", type(value).__name__)
+    stack = _stack | {id(value)}
+    if isinstance(value, dict):
+        return (type(value).__name__, tuple((full_state(k, stack), full_state(v, stack)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)) or type(value).__name__ == "deque":
+        return (type(value).__name__, tuple(full_state(item, stack) for item in value))
+    if isinstance(value, (set, frozenset)):
+        return (type(value).__name__, tuple(sorted((full_state(item, stack) for item in value), key=repr)))
+    if callable(value) and not hasattr(value, "__dict__"):
+        return ("<callable>", getattr(value, "__qualname__", repr(value)))
+    names = [name for klass in type(value).__mro__ for name in getattr(klass, "__slots__", ())]
+    attributes = {name: getattr(value, name) for name in names if hasattr(value, name)}
+    attributes.update(getattr(value, "__dict__", {}))
+    # The lifecycle runtime is the immutable declaration shared by every scheduler.
+    attributes.pop("lifecycle", None)
+    return (type(value).__name__, tuple((name, full_state(item, stack)) for name, item in sorted(attributes.items())))

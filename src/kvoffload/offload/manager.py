@@ -29,6 +29,12 @@ from kvoffload.offload.errors import LifecycleViolation
 from kvoffload.offload.policies import EvictionPolicy, make_policy
 from kvoffload.offload.types import DEFAULT_POLICY, OffloadEvent, OffloadKey, RequestId, StorePlan
 
+
+def _key_text(key: object) -> str:
+    """A key for an error message: hex for the int keys the manager stores, repr for anything else."""
+    return f"{key:#x}" if isinstance(key, int) and not isinstance(key, bool) else repr(key)
+
+
 # How many retired request ids to remember, so a late call names "after on_request_finished"
 # rather than "unknown request"; bounded so a long-running server does not grow without limit.
 RETIRED_MEMORY = 4096
@@ -159,7 +165,7 @@ class CPUOffloadingManager:
             entry = self._entries.get(key)
             if entry is None or entry.write_pending:
                 raise ValueError(
-                    f"prepare_load for request {request_id!r}: key {key:#x} is "
+                    f"prepare_load for request {request_id!r}: key {_key_text(key)} is "
                     f"{'being written' if entry else 'not stored'}; load only keys that lookup() counted"
                 )
         block_ids = []
@@ -179,7 +185,7 @@ class CPUOffloadingManager:
             if record.loading.get(key, 0) < count:
                 raise LifecycleViolation(
                     "KnownJob", request_id, "complete_load", "loading" if record.loading else "no loads",
-                    f"key {key:#x} has no such load in flight",
+                    f"key {_key_text(key)} has no such load in flight",
                 )
         for key, count in needed.items():
             left = record.loading[key] - count
@@ -201,6 +207,9 @@ class CPUOffloadingManager:
         record = self._active(request_id, "prepare_store")
         if len(keys) > 1 and len(set(keys)) != len(keys):
             raise ValueError(f"prepare_store for request {request_id!r}: duplicate keys in {list(keys)}")
+        for key in keys:
+            if type(key) is not int:
+                raise TypeError(f"prepare_store for request {request_id!r}: key {key!r} is not an int")
         stats = self.stats
         stats.store_offered_keys += len(keys)
         entries = self._entries
@@ -246,12 +255,14 @@ class CPUOffloadingManager:
         record = self._record(request_id, "complete_store")
         entries = self._entries
         storing = record.storing
+        if len(keys) > 1 and len(set(keys)) != len(keys):
+            raise ValueError(f"complete_store for request {request_id!r}: duplicate keys in {list(keys)}")
         for key in keys:
             entry = entries.get(key)
             if storing.get(key, 0) < 1 or entry is None or not entry.write_pending:
                 raise LifecycleViolation(
                     "KnownJob", request_id, "complete_store", "storing" if storing else "no stores",
-                    f"key {key:#x} has no store in flight",
+                    f"key {_key_text(key)} has no store in flight",
                 )
         for key in keys:
             left = storing[key] - 1

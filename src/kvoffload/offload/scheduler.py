@@ -28,6 +28,7 @@ Sans-IO and deterministic: no threads, clocks, randomness or I/O; job ids count 
 
 from __future__ import annotations
 
+import operator
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -58,7 +59,7 @@ from kvoffload.spec.lifecycle import (
     SIGNALED,
     WAITING,
 )
-from kvoffload.statemachine.runtime import DeclaredMachine
+from kvoffload.statemachine.runtime import DeclaredMachine, IllegalTransition
 
 
 @dataclass(slots=True, eq=False)
@@ -103,6 +104,8 @@ class SchedulerStats:
     stale_completions: int = 0
     resets: int = 0
     finished: int = 0
+    # request_finished calls for requests the connector never tracked (aborted before any lookup).
+    unknown_finished: int = 0
     cleaned: int = 0
 
 
@@ -117,6 +120,19 @@ def request_machine() -> DeclaredMachine:
 
 class UnknownJob(ValueError):
     """A worker reported a job the scheduler never handed out, or one already completed."""
+
+
+def _count(value: object, call: str, what: str) -> int:
+    """``value`` as a non-negative int, or a TypeError / ValueError naming ``call`` and ``what``."""
+    if isinstance(value, bool):
+        raise TypeError(f"{call}: {what} must be an int, got {value!r}")
+    try:
+        number = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{call}: {what} must be an int, got {value!r}") from None
+    if number < 0:
+        raise ValueError(f"{call}: {what} must be >= 0, got {number}")
+    return number
 
 
 class OffloadingScheduler:
@@ -159,7 +175,9 @@ class OffloadingScheduler:
         is asynchronous. ``(None, False)`` asks the engine to try again next step: the request's
         flushed stores are still draining, or its chunks are being loaded by another request."""
         request_id = request.request_id
-        if num_computed_tokens < 0 or num_computed_tokens > request.num_tokens:
+        call = f"get_num_new_matched_tokens for request {request_id!r}"
+        num_computed_tokens = _count(num_computed_tokens, call, "num_computed_tokens")
+        if num_computed_tokens > request.num_tokens:
             raise ValueError(
                 f"get_num_new_matched_tokens for request {request_id!r}: num_computed_tokens="
                 f"{num_computed_tokens} outside [0, {request.num_tokens}]"
@@ -210,9 +228,12 @@ class OffloadingScheduler:
         """The engine allocated ``block_ids`` (all the request's GPU blocks) and will load
         ``num_external_tokens`` (0 or what the lookup offered) from CPU."""
         tracker = self._tracker(request.request_id, "update_state_after_alloc")
-        self._fence_check(block_ids)
+        call = f"update_state_after_alloc for request {tracker.request_id!r}"
+        block_ids = [_count(block, call, "a GPU block id") for block in block_ids]
+        num_external_tokens = _count(num_external_tokens, call, "num_external_tokens")
         if tracker.state == RUNNING:
-            tracker.gpu_block_ids = list(block_ids)
+            self._fence_check(block_ids)
+            tracker.gpu_block_ids = block_ids
             return
         if tracker.state != WAITING:
             raise LifecycleViolation(
@@ -220,27 +241,36 @@ class OffloadingScheduler:
                 "GPU blocks are allocated to a waiting request or a running one after its load",
             )
         offered = tracker.lookup_hit_chunks * self._chunk_tokens
-        if num_external_tokens < 0 or num_external_tokens > offered or num_external_tokens % self._chunk_tokens:
+        if num_external_tokens > offered or num_external_tokens % self._chunk_tokens:
             raise ValueError(
-                f"update_state_after_alloc for request {tracker.request_id!r}: num_external_tokens="
-                f"{num_external_tokens} must be a multiple of {self._chunk_tokens} in [0, {offered}]"
+                f"{call}: num_external_tokens={num_external_tokens} must be a multiple of "
+                f"{self._chunk_tokens} in [0, {offered}] (what the last lookup offered)"
+            )
+        if num_external_tokens and self._reset_pending:
+            # The offer came from a lookup before reset_cache: its keys belong to the dropped cache
+            # (pinning them would block the manager's reset). The engine must look up again.
+            raise ValueError(
+                f"{call}: num_external_tokens={num_external_tokens} after reset_cache: look the request up again"
             )
         start = tracker.lookup_start_chunk
         chunks = num_external_tokens // self._chunk_tokens
         needed_blocks = (start + chunks) * self._bpc
         if len(block_ids) < needed_blocks:
             raise ValueError(
-                f"update_state_after_alloc for request {tracker.request_id!r}: {len(block_ids)} GPU "
-                f"blocks cannot hold {start + chunks} chunks of {self._bpc} blocks"
+                f"{call}: {len(block_ids)} GPU blocks cannot hold {start + chunks} chunks of {self._bpc} blocks"
             )
-        tracker.gpu_block_ids = list(block_ids)
         if not chunks:
+            self._fence_check(block_ids)
+            tracker.gpu_block_ids = block_ids
             tracker.num_computed_tokens = tracker.local_computed_tokens
             tracker.stored_chunks = 0
             self.lifecycle.fire(tracker, "schedule")
             return
         keys = self._keys(tracker.request, start, start + chunks)
+        # The last call that may raise (it checks before it pins): nothing was changed before it.
         cpu_block_ids = self.manager.prepare_load(tracker.request_id, keys)
+        self._fence_check(block_ids)
+        tracker.gpu_block_ids = block_ids
         job = self._new_job(
             tracker, "load", keys, tuple(block_ids[start * self._bpc : needed_blocks]), cpu_block_ids
         )
@@ -259,8 +289,14 @@ class OffloadingScheduler:
         """Record that the request finished or was aborted; ``block_ids`` are its GPU blocks.
 
         Returns True when the engine must keep those blocks until ``update_connector_output``
-        lists the request as released (its final stores or its load still use them)."""
-        tracker = self._tracker(request.request_id, "request_finished")
+        lists the request as released (its final stores or its load still use them). A request the
+        connector never tracked (aborted before its lookup) returns False and is counted in
+        ``stats.unknown_finished``; finishing a tracked request twice raises."""
+        tracker = self._trackers.get(request.request_id)
+        if tracker is None:
+            # vLLM frees requests aborted before any lookup too: nothing of theirs to keep.
+            self.stats.unknown_finished += 1
+            return False
         was = tracker.state
         self.lifecycle.fire(tracker, "finish")
         self.stats.finished += 1
@@ -277,12 +313,17 @@ class OffloadingScheduler:
 
     # ------------------------------------------------------------------ per step
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> ConnectorMetadata:
-        """Turn the engine's decisions for this step into the worker's metadata."""
+        """Turn the engine's decisions for this step into the worker's metadata.
+
+        The whole output is checked before anything is applied: an unknown request, a request in a
+        state that cannot be preempted or scheduled, a request both preempted and given work, or a
+        count that is not a non-negative int raises and changes nothing."""
+        scheduled, new_block_ids = self._checked_output(scheduler_output)
         self.step += 1
         for request_id in scheduler_output.preempted:
-            self._preempt(self._tracker(request_id, "build_connector_meta(preempted)"))
-        for request_id, block_ids in scheduler_output.new_block_ids.items():
-            self._tracker(request_id, "build_connector_meta(new_block_ids)").gpu_block_ids.extend(block_ids)
+            self._preempt(self._trackers[request_id])
+        for request_id, block_ids in new_block_ids.items():
+            self._trackers[request_id].gpu_block_ids.extend(block_ids)
             self._fence_check(block_ids)
         flush = tuple(self._pending_flush)
         self._pending_flush.clear()
@@ -295,16 +336,11 @@ class OffloadingScheduler:
         storing = not self._reset_pending
         # The hot loop: one pass per running request per step, so only a few attribute reads
         # unless a chunk just filled up.
-        for request_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
-            tracker = trackers.get(request_id)
-            if tracker is None:
-                raise LifecycleViolation(
-                    "KnownRequest", request_id, "build_connector_meta", "unknown",
-                    "scheduled without get_num_new_matched_tokens",
-                )
+        for request_id, num_tokens in scheduled.items():
+            tracker = trackers[request_id]
             if tracker.state != RUNNING:
                 # After reset_cache a running request is tracked as waiting; being scheduled again
-                # makes it running. Any other state is an engine bug, which fire() reports.
+                # makes it running (_checked_output rejected every other state).
                 self.lifecycle.fire(tracker, "schedule")
             computed = tracker.num_computed_tokens
             if storing and computed >= (tracker.stored_chunks + 1) * chunk_tokens:
@@ -320,15 +356,74 @@ class OffloadingScheduler:
         self._finished_pending.clear()
         return ConnectorMetadata(self.step, flush, tuple(stores), loads)
 
+    def _checked_output(
+        self, scheduler_output: SchedulerOutput
+    ) -> tuple[dict[RequestId, int], dict[RequestId, list[int]]]:
+        """Validate a whole SchedulerOutput; returns its token counts and new blocks as ints."""
+        call = "build_connector_meta"
+        preempted = set()
+        for request_id in scheduler_output.preempted:
+            tracker = self._tracker(request_id, f"{call}(preempted)")
+            if request_id in preempted:
+                raise ValueError(f"{call}: request {request_id!r} is listed twice in preempted")
+            if tracker.state != WAITING:
+                self._require_trigger(tracker, "preempt")
+            preempted.add(request_id)
+        new_block_ids: dict[RequestId, list[int]] = {}
+        for request_id, block_ids in scheduler_output.new_block_ids.items():
+            self._tracker(request_id, f"{call}(new_block_ids)")
+            if request_id in preempted:
+                raise ValueError(f"{call}: request {request_id!r} is both preempted and given new GPU blocks")
+            new_block_ids[request_id] = [
+                _count(block, f"{call} for request {request_id!r}", "a new GPU block id") for block in block_ids
+            ]
+        scheduled: dict[RequestId, int] = {}
+        for request_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
+            tracker = self._trackers.get(request_id)
+            if tracker is None:
+                raise LifecycleViolation(
+                    "KnownRequest", request_id, call, "unknown", "scheduled without get_num_new_matched_tokens"
+                )
+            if request_id in preempted:
+                raise ValueError(f"{call}: request {request_id!r} is both preempted and scheduled")
+            if tracker.state != RUNNING:
+                self._require_trigger(tracker, "schedule")
+            scheduled[request_id] = _count(num_tokens, f"{call} for request {request_id!r}", "num_scheduled_tokens")
+        return scheduled, new_block_ids
+
+    def _require_trigger(self, tracker: RequestTracker, trigger: str) -> None:
+        """Raise what ``lifecycle.fire`` would, without firing (for checks before applying)."""
+        if not self.lifecycle.can_fire(tracker, trigger):
+            raise IllegalTransition(
+                self.lifecycle.declaration.name, tracker.request_id, tracker.state, trigger,
+                self.lifecycle.allowed_triggers(tracker.state),
+            )
+
     def update_connector_output(self, worker_output: WorkerOutput) -> ConnectorUpdate:
-        """Apply the worker's job outcomes; returns what the engine must act on."""
+        """Apply the worker's job outcomes; returns what the engine must act on.
+
+        Every outcome is checked first: a job id that is not an int, a job never issued, already
+        completed, or prepared but not yet handed out in a ConnectorMetadata, or an outcome that is
+        not a bool raises (``UnknownJob`` / ``TypeError``) and nothing is applied. ``loaded`` and
+        ``load_failed`` list only requests still live (a load of a request that finished meanwhile
+        is not reported: the engine frees it through ``released``)."""
         completed = dict(worker_output.completed)
-        for job_id in completed:
+        not_handed_out = {job.job_id for job in self._pending_loads}
+        for job_id, ok in completed.items():
+            if isinstance(job_id, bool) or not isinstance(job_id, int):
+                raise UnknownJob(f"worker reported job {job_id!r}, which is not an int job id; nothing was applied")
+            if not isinstance(ok, bool):
+                raise TypeError(f"worker reported job {job_id} with outcome {ok!r}, not a bool; nothing was applied")
+            if job_id in not_handed_out:
+                raise UnknownJob(
+                    f"worker reported job {job_id}, which was not yet handed out in a ConnectorMetadata; "
+                    f"nothing was applied"
+                )
             if job_id not in self._jobs and job_id not in self._stale_jobs:
                 state = "already completed" if 0 < job_id < self._next_job_id else "never issued"
                 raise UnknownJob(f"worker reported job {job_id}, which was {state}; nothing was applied")
         for job_id, ok in completed.items():
-            self._complete(job_id, bool(ok))
+            self._complete(job_id, ok)
         if self._reset_pending and not self._stale_jobs:
             self._finish_reset()
         update = ConnectorUpdate(tuple(self._loaded), tuple(self._load_failed), tuple(self._released))
@@ -517,15 +612,18 @@ class OffloadingScheduler:
         tracker = self._trackers[job.request_id]
         if job.kind == "load":
             tracker.load_job = None
-            if tracker.state == LOADING:
+            live = tracker.state == LOADING
+            if live:
                 self.lifecycle.fire(tracker, "load_done")
             if ok:
-                self._loaded.append(job.request_id)
+                if live:
+                    self._loaded.append(job.request_id)
             else:
                 self.stats.load_failures += 1
                 tracker.num_computed_tokens = tracker.local_computed_tokens
                 tracker.stored_chunks = tracker.lookup_start_chunk
-                self._load_failed.append(job.request_id)
+                if live:
+                    self._load_failed.append(job.request_id)
         else:
             tracker.store_jobs.discard(job_id)
             if not ok:
