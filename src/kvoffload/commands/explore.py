@@ -1,13 +1,18 @@
 """``kvoffload explore``: model-check the real scheduler + manager over every interleaving within bounds.
 
 Exit status 0 when no invariant is violated, 1 when a counterexample was found (printed as a
-numbered list of actions with the state changes of each), 2 on a usage error.
+numbered list of actions with the state changes of each), 2 on a usage error, 130 when interrupted
+(Ctrl-C; one line with the figures reached so far).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
+
+# The shell's status for a command stopped by SIGINT (128 + 2).
+INTERRUPTED = 130
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -38,6 +43,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from kvoffload.bugzoo import MUTANTS, explore_model_for
     from kvoffload.cli import CommandError
+    from kvoffload.offload.policies import POLICIES
     from kvoffload.statemachine.explore import explore, format_result
 
     mutant = None
@@ -49,6 +55,12 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise CommandError(f"--{name.replace('_', '-')} must be positive, got {value}")
+    for name in ("max_resets", "max_preemptions"):
+        value = getattr(args, name)
+        if value < 0:
+            raise CommandError(f"--{name.replace('_', '-')} must be >= 0, got {value}")
+    if args.policy not in POLICIES:
+        raise CommandError(f"--policy {args.policy!r} is unknown; known: {', '.join(sorted(POLICIES))}")
     if args.chunks < 2:
         raise CommandError(f"--chunks must be at least 2, got {args.chunks}")
     options: dict[str, object] = {
@@ -70,6 +82,13 @@ def run(args: argparse.Namespace) -> int:
         stop_at_first=not args.all_violations,
         drain=args.drain,
     )
+    if result.interrupted:
+        print(
+            f"kvoffload explore: interrupted after {result.seconds:.1f} s: {result.states} states, "
+            f"{result.transitions} transitions, depth {result.depth}, {len(result.violations)} violation(s) so far",
+            file=sys.stderr,
+        )
+        return INTERRUPTED
     if args.json:
         out = result.to_json()
         out["model"] = {

@@ -27,6 +27,8 @@ from kvoffload.offload.types import OffloadConfig
 
 # How many skipped-line messages go to stderr (the count is always reported).
 SHOWN_SKIPPED = 5
+# Formats the sweep's plot is written in (chosen by the --plot extension).
+PLOT_SUFFIXES = (".png", ".pdf", ".svg")
 
 
 def _command_error(message: str) -> Exception:
@@ -77,7 +79,9 @@ def add_parser(subparsers: Any) -> None:
         "--cpu-sizes", type=_sizes, default=None, help="sweep: comma-separated CPU sizes (default 1000,...,16000)"
     )
     parser.add_argument("--policies", default=None, help="sweep: comma-separated policies (default: all)")
-    parser.add_argument("--plot", default=None, help="sweep: PNG path (default replay_sweep.png)")
+    parser.add_argument(
+        "--plot", default=None, help="sweep: plot path ending .png, .pdf or .svg (default replay_sweep.png)"
+    )
     parser.add_argument(
         "--check-every", type=_positive, default=100, help="check the invariants every N requests (default 100)"
     )
@@ -119,10 +123,43 @@ def _progress(total: int, description: str) -> Iterator[Callable[[int], None]]:
         yield advance
 
 
+def _check_sizes(gpu_blocks: int, cpu_blocks: int) -> None:
+    """Refuse pools whose bookkeeping would not fit in memory, before allocating them."""
+    from kvoffload.sim.runner import BOOKKEEPING_BYTES_PER_BLOCK, memory_limit_bytes
+
+    planned, limit = (gpu_blocks + cpu_blocks) * BOOKKEEPING_BYTES_PER_BLOCK, memory_limit_bytes()
+    if planned > limit:
+        raise _command_error(
+            f"--gpu-blocks {gpu_blocks} + --cpu-blocks {cpu_blocks} needs about {planned / 2**30:.1f} GiB, "
+            f"more than the {limit / 2**30:.1f} GiB allowed (half of this machine's memory)"
+        )
+
+
+def _plot_path(args: argparse.Namespace) -> str | None:
+    """The sweep's plot path, checked before the sweep runs (None without --sweep)."""
+    from kvoffload.commands.output_paths import writable_file
+
+    if not args.sweep:
+        if args.plot is not None:
+            raise _command_error("--plot needs --sweep")
+        return None
+    try:
+        return str(writable_file(args.plot or "replay_sweep.png", "--plot", PLOT_SUFFIXES, create_parents=True))
+    except ValueError as error:
+        raise _command_error(str(error)) from None
+
+
 def run(args: argparse.Namespace) -> int:
     from kvoffload.sim.mooncake import TraceError, read_trace
     from kvoffload.sim.trace_replay import ReplayError
 
+    plot = _plot_path(args)
+    if args.sweep:
+        from kvoffload.sim.sweep import DEFAULT_CPU_SIZES
+
+        _check_sizes(args.gpu_blocks, max(args.cpu_sizes or DEFAULT_CPU_SIZES))
+    else:
+        _check_sizes(args.gpu_blocks, args.cpu_blocks)
     try:
         trace = read_trace(args.trace, strict=args.strict, limit=args.limit)
     except TraceError as error:
@@ -132,8 +169,8 @@ def run(args: argparse.Namespace) -> int:
     if trace.skipped_lines > SHOWN_SKIPPED:
         print(f"kvoffload replay: ... {trace.skipped_lines - SHOWN_SKIPPED} more malformed line(s)", file=sys.stderr)
     try:
-        if args.sweep:
-            return _sweep(args, trace)
+        if plot is not None:
+            return _sweep(args, trace, plot)
         return _single(args, trace)
     except ReplayError as error:
         raise _command_error(str(error)) from None
@@ -173,14 +210,17 @@ def _print_single(data: dict[str, Any]) -> None:
         console.print(f"[red]{message}[/red]", highlight=False)
 
 
-def _sweep(args: argparse.Namespace, trace: Any) -> int:
+def _sweep(args: argparse.Namespace, trace: Any, plot: str) -> int:
     from kvoffload.sim.sweep import DEFAULT_CPU_SIZES, plot_sweep, run_sweep
 
     policies = _policies(args.policies, tuple(POLICIES))
     sizes = args.cpu_sizes or DEFAULT_CPU_SIZES
     with _progress(len(trace.requests) * len(policies) * len(sizes), "sweep") as advance:
         result = run_sweep(trace.requests, args.gpu_blocks, sizes, policies, advance, args.check_every)
-    plot_path = plot_sweep(result, args.plot or "replay_sweep.png")
+    try:
+        plot_path = plot_sweep(result, plot)
+    except OSError as error:
+        raise _command_error(f"--plot {plot}: cannot write: {error.strerror or error}") from None
     data = {"trace": trace.path, **result.as_dict(), "skipped_lines": trace.skipped_lines, "plot": str(plot_path)}
     if args.json:
         print(json.dumps(data, indent=2))

@@ -12,6 +12,9 @@ from typing import Any
 from kvoffload.cli import CommandError
 from kvoffload.offload.types import DEFAULT_POLICY
 
+# The shell's status for a command stopped by SIGINT (128 + 2).
+INTERRUPTED = 130
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -40,25 +43,47 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvoffload.sim.runner import SimulationOptions, simulate
+    from kvoffload.commands.output_paths import writable_file
+    from kvoffload.sim.runner import SimulationOptions, SimulationStopped, simulate
 
     try:
         options = SimulationOptions(
             users=args.users, turns=args.turns, seed=args.seed, gpu_blocks=args.gpu_blocks,
             cpu_blocks=args.cpu_blocks, block_size=args.block_size, blocks_per_chunk=args.blocks_per_chunk,
             policy=args.policy, delay=args.delay, faults=args.faults, backend=args.backend,
-            trace_path=args.trace, max_steps=args.max_steps,
+            trace_path=args.trace and str(writable_file(args.trace, "--trace")), max_steps=args.max_steps,
         )
     except ValueError as error:
         raise CommandError(str(error)) from None
     started = time.perf_counter()
-    result = simulate(options, progress=not args.json and sys.stderr.isatty())
+    try:
+        result = simulate(options, progress=not args.json and sys.stderr.isatty())
+    except SimulationStopped as stop:
+        figures = _figures(stop.summary)
+        if stop.reason.startswith("interrupted"):
+            print(f"kvoffload simulate: {stop.reason}: {figures}", file=sys.stderr)
+            return INTERRUPTED
+        raise CommandError(f"{stop.reason}: {figures}") from None
+    except OSError as error:
+        raise CommandError(f"--trace {args.trace}: cannot write: {error.strerror or error}") from None
+    except KeyboardInterrupt:
+        print("kvoffload simulate: interrupted before the first step", file=sys.stderr)
+        return INTERRUPTED
     result["seconds"] = round(time.perf_counter() - started, 3)
     if args.json:
         print(json.dumps(result))
     else:
         _print_table(result, options_dict=asdict(options))
     return 0 if result["violations"] == 0 and result["leaks"] == 0 else 1
+
+
+def _figures(summary: dict[str, Any]) -> str:
+    """The partial figures of a stopped run, on one line."""
+    return (
+        f"{summary['steps']} steps, {summary['finished']} finished, {summary['aborted']} aborted, "
+        f"{summary['truncated_conversations']} truncated, {summary['violations']} violations, "
+        f"{summary['integrity_failures']} integrity failures"
+    )
 
 
 def _print_table(result: dict[str, Any], options_dict: dict[str, Any]) -> None:
@@ -73,6 +98,7 @@ def _print_table(result: dict[str, Any], options_dict: dict[str, Any]) -> None:
     sections: list[tuple[str, list[tuple[str, str]]]] = [
         ("workload", [
             ("requests finished / aborted", f"{result['finished']} / {result['aborted']}"),
+            ("conversations truncated (outgrew the context)", str(result["truncated_conversations"])),
             ("engine steps", str(result["steps"])),
             ("preemptions / reset_cache calls", f"{result['preemptions']} / {result['resets']}"),
         ]),

@@ -1,9 +1,11 @@
 """``kvoffload trace``: check recorded lifecycle traces.
 
-``kvoffload trace check FILE [--json]`` replays the trace through the Python mirror of the spec
-(``kvoffload.spec.mirror``): exit 0 and counts when every line is explained, exit 1 naming the
-first unexplained line (``FILE:LINE: reason``), exit 2 for input that is not a trace (missing file,
-malformed JSON, a missing field), also as one ``FILE:LINE:`` line.
+``kvoffload trace check FILE [--json] [--partial]`` replays the trace through the Python mirror of
+the spec (``kvoffload.spec.mirror``): exit 0 and counts when every line is explained and every
+request reached ``cleaned`` (``--partial`` accepts requests left over: a run that stopped early),
+exit 1 naming the first unexplained line (``FILE:LINE: reason``) or the requests left uncleaned,
+exit 2 for input that is not a trace (missing or empty file, malformed JSON, a missing field, a
+field of the wrong type or a negative count), also as one ``FILE:LINE:`` line.
 
 ``kvoffload trace tla FILE --out DIR`` writes a TLA+ trace-validation module
 (``TraceKVOffload.tla`` and ``.cfg``) for ``kvoffload tla check DIR/TraceKVOffload.tla``.
@@ -36,6 +38,10 @@ def add_parser(subparsers: Any) -> None:
     check = actions.add_parser("check", help="replay a trace through the Python mirror of the spec")
     check.add_argument("file", type=Path, help="the ndjson trace")
     check.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    check.add_argument(
+        "--partial", action="store_true",
+        help="accept requests left uncleaned at the end (a trace of a run that stopped early)",
+    )
     check.set_defaults(func=run_check)
     tla = actions.add_parser("tla", help="write a TLA+ trace-validation module for the trace")
     tla.add_argument("file", type=Path, help="the ndjson trace")
@@ -61,18 +67,26 @@ def run_check(args: argparse.Namespace) -> int:
         result = check_trace_lines(_read_lines(path))
     except MalformedTrace as error:
         raise _command_error(f"{path}:{error.line}: {error.reason}") from None
+    if not result.lines and result.error is None:
+        raise _command_error(f"{path}: the trace is empty (no transition line)")
+    unfinished = result.unfinished
+    # A run that drained cleans every request; one left over means lines are missing.
+    incomplete = None if args.partial or result.error is not None or not unfinished else (
+        f"{len(unfinished)} request(s) not cleaned at the end of the trace ({', '.join(unfinished[:5])}"
+        f"{', ...' if len(unfinished) > 5 else ''}); pass --partial for a run that stopped early"
+    )
+    ok = result.ok and incomplete is None
     if args.json:
-        print(json.dumps({"file": str(path), **result.to_json()}))
-    elif result.error is None:
-        counts = ", ".join(f"{trigger}={count}" for trigger, count in sorted(result.transitions.items()))
-        unfinished = f", {len(result.unfinished)} not cleaned at the end" if result.unfinished else ""
-        print(
-            f"{path}: OK: {result.lines} lines, {result.requests} requests{unfinished}; "
-            f"transitions: {counts or 'none'}"
-        )
-    else:
+        print(json.dumps({"file": str(path), **result.to_json(), "ok": ok, "incomplete": incomplete}))
+    elif result.error is not None:
         print(f"{path}:{result.error.line}: {result.error.reason}")
-    return 0 if result.ok else 1
+    elif incomplete is not None:
+        print(f"{path}: {incomplete}")
+    else:
+        counts = ", ".join(f"{trigger}={count}" for trigger, count in sorted(result.transitions.items()))
+        left = f", {len(unfinished)} not cleaned at the end" if unfinished else ""
+        print(f"{path}: OK: {result.lines} lines, {result.requests} requests{left}; transitions: {counts or 'none'}")
+    return 0 if ok else 1
 
 
 def run_tla(args: argparse.Namespace) -> int:

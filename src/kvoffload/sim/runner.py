@@ -2,13 +2,37 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kvoffload.offload.policies import POLICIES
 from kvoffload.offload.types import DEFAULT_POLICY
 from kvoffload.sim.engine import Engine, EngineConfig
 from kvoffload.sim.workload import MultiTurnWorkload, WorkloadConfig
+
+# Bytes per GPU block token and per CPU block token of the torch backend's K/V tensors (2 layers,
+# K and V, 2 KV heads of 8 fp16 values), and what the simulator's own bookkeeping costs per block.
+TORCH_BYTES_PER_TOKEN = 2 * 2 * 2 * 8 * 2
+BOOKKEEPING_BYTES_PER_BLOCK = 200
+
+
+class SimulationStopped(Exception):
+    """The run stopped before the workload finished; ``summary`` holds the figures so far."""
+
+    def __init__(self, reason: str, summary: dict[str, Any]) -> None:
+        self.reason = reason
+        self.summary = summary
+        super().__init__(reason)
+
+
+def memory_limit_bytes() -> int:
+    """Half of this machine's physical memory: the most a simulation may plan to allocate."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
 
 
 @dataclass(frozen=True)
@@ -41,6 +65,24 @@ class SimulationOptions:
             raise ValueError(f"--policy {self.policy!r} is unknown; known: {', '.join(sorted(POLICIES))}")
         if self.backend not in ("model", "torch"):
             raise ValueError(f"--backend must be model or torch, got {self.backend!r}")
+        self._check_sizes()
+
+    def planned_bytes(self) -> int:
+        """What the engine, the pools and (torch) the K/V tensors need, before any is allocated."""
+        cpu_gpu_blocks = self.cpu_blocks * self.blocks_per_chunk
+        total = (self.gpu_blocks + self.cpu_blocks) * BOOKKEEPING_BYTES_PER_BLOCK
+        if self.backend == "torch":
+            total += (self.gpu_blocks + cpu_gpu_blocks) * self.block_size * TORCH_BYTES_PER_TOKEN
+        return total
+
+    def _check_sizes(self) -> None:
+        planned, limit = self.planned_bytes(), memory_limit_bytes()
+        if planned > limit:
+            raise ValueError(
+                f"--gpu-blocks {self.gpu_blocks} x --cpu-blocks {self.cpu_blocks} x --block-size {self.block_size} "
+                f"({self.backend} backend) needs about {planned / 2**30:.1f} GiB, more than the "
+                f"{limit / 2**30:.1f} GiB allowed (half of this machine's memory)"
+            )
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(
@@ -67,44 +109,67 @@ def build_engine(options: SimulationOptions) -> Engine:
 
 
 def simulate(options: SimulationOptions, progress: bool = False) -> dict[str, Any]:
-    """Run the workload to completion and drain; returns the summary printed by the command."""
-    engine = build_engine(options)
-    workload = MultiTurnWorkload(WorkloadConfig(users=options.users, turns=options.turns, seed=options.seed))
-    workload.attach(engine)
-    writer = None
-    if options.trace_path:
-        from kvoffload.statemachine.trace import TraceWriter
+    """Run the workload to completion and drain; returns the summary printed by the command.
 
-        writer = TraceWriter.open(options.trace_path)
-        writer.attach(engine.scheduler.lifecycle, step=lambda: engine.scheduler.step)
+    Raises :class:`SimulationStopped` (with the figures so far, and no trace file left behind)
+    when ``max_steps`` is reached, when the run is interrupted (KeyboardInterrupt), or when it
+    finished no request at all (every conversation outgrew the context, or every turn aborted).
+    A ``trace_path`` that cannot be written raises OSError before anything runs."""
+    trace = Path(options.trace_path) if options.trace_path else None
+    stream = trace.open("w", encoding="utf-8") if trace is not None else None
     try:
-        _run(engine, workload, options.max_steps, progress)
-    finally:
-        if writer is not None:
-            writer.close()
-    return summarise(engine)
+        engine = build_engine(options)
+        workload = MultiTurnWorkload(WorkloadConfig(users=options.users, turns=options.turns, seed=options.seed))
+        workload.attach(engine)
+        if stream is not None:
+            from kvoffload.statemachine.trace import TraceWriter
+
+            TraceWriter(stream, str(trace)).attach(engine.scheduler.lifecycle, step=lambda: engine.scheduler.step)
+        stopped = _run(engine, workload, options.max_steps, progress)
+        summary = summarise(engine, workload)
+        if stopped is None and not summary["finished"]:
+            stopped = (
+                f"the run finished no request ({summary['aborted']} aborted, "
+                f"{summary['truncated_conversations']} conversation(s) truncated because they outgrew the "
+                f"{engine.max_model_tokens}-token context of --gpu-blocks x --block-size)"
+            )
+        if stopped is not None:
+            raise SimulationStopped(stopped, summary)
+    except BaseException:
+        if stream is not None and trace is not None:
+            stream.close()
+            trace.unlink(missing_ok=True)
+        raise
+    if stream is not None:
+        stream.close()
+    return summary
 
 
-def _run(engine: Engine, workload: MultiTurnWorkload, max_steps: int, progress: bool) -> None:
+def _run(engine: Engine, workload: MultiTurnWorkload, max_steps: int, progress: bool) -> str | None:
+    """Step until the workload is done and drained; returns why it stopped early, or None."""
     from rich.progress import Progress
 
-    with Progress(transient=True, disable=not progress) as bar:
-        task = bar.add_task("simulating", total=workload.total_turns)
-        for _ in range(max_steps):
-            workload.tick(engine)
-            if workload.done and engine.idle:
-                return
-            engine.step()
-            bar.update(task, completed=engine.stats.finished + engine.stats.aborted)
-    raise RuntimeError(f"simulation did not finish within {max_steps} steps")
+    try:
+        with Progress(transient=True, disable=not progress) as bar:
+            task = bar.add_task("simulating", total=workload.total_turns)
+            for _ in range(max_steps):
+                workload.tick(engine)
+                if workload.done and engine.idle:
+                    return None
+                engine.step()
+                bar.update(task, completed=engine.stats.finished + engine.stats.aborted)
+    except KeyboardInterrupt:
+        return f"interrupted at step {engine.stats.steps}"
+    return f"did not finish within --max-steps {max_steps}"
 
 
-def summarise(engine: Engine) -> dict[str, Any]:
+def summarise(engine: Engine, workload: MultiTurnWorkload | None = None) -> dict[str, Any]:
     stats = engine.stats
     scheduler = engine.scheduler.stats
     return {
         "finished": stats.finished,
         "aborted": stats.aborted,
+        "truncated_conversations": workload.truncated_conversations if workload is not None else 0,
         "steps": stats.steps,
         "violations": stats.violations,
         "leaks": len(engine.leaks()),

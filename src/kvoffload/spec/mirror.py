@@ -229,13 +229,17 @@ def _validate(record: Mapping[str, Any], line: int) -> None:
             raise MalformedTrace(line, f"missing field {name!r}")
         if not isinstance(record[name], kind) or isinstance(record[name], bool):
             raise MalformedTrace(line, f"field {name!r} has the wrong type ({type(record[name]).__name__})")
-    for name in ("seq", "step", "jobs_in_flight"):
+    for name in ("seq", "step", "jobs_in_flight", "signals", "load_job"):
         value = record.get(name)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-            raise MalformedTrace(line, f"field {name!r} must be an integer, got {value!r}")
+        if value is not None and not _is_count(value):
+            raise MalformedTrace(line, f"field {name!r} must be a non-negative integer, got {value!r}")
     store_jobs = record.get("store_jobs")
-    if store_jobs is not None and not isinstance(store_jobs, list):
-        raise MalformedTrace(line, f"field 'store_jobs' must be a list, got {store_jobs!r}")
+    if store_jobs is not None and (not isinstance(store_jobs, list) or not all(map(_is_count, store_jobs))):
+        raise MalformedTrace(line, f"field 'store_jobs' must be a list of job ids, got {store_jobs!r}")
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def parse_line(text: str, line: int) -> dict[str, Any]:

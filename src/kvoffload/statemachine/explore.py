@@ -99,6 +99,8 @@ class ExploreResult:
     depth: int = 0
     seconds: float = 0.0
     violations: list[Counterexample] = field(default_factory=list)
+    # True when a KeyboardInterrupt stopped the search: the figures are those reached so far.
+    interrupted: bool = False
 
     @property
     def states_per_s(self) -> float:
@@ -117,6 +119,7 @@ class ExploreResult:
             "seconds": round(self.seconds, 3),
             "states_per_s": round(self.states_per_s, 1),
             "violations": [v.to_json() for v in self.violations],
+            "interrupted": self.interrupted,
         }
 
 
@@ -143,15 +146,36 @@ def explore(
     """Breadth-first search of ``model`` within the bounds.
 
     ``drain``: run ``model.drain`` on every new state ("all"), only on final states ("final":
-    no enabled action, ``is_final``, or the depth bound reached), or never ("none").
+    no enabled action, ``is_final``, or the depth bound reached), or never ("none"). A
+    KeyboardInterrupt stops the search and returns the figures so far, marked ``interrupted``.
     """
     started = time.perf_counter()
     result = ExploreResult()
+    # fingerprint -> (parent fingerprint, action) of the first (hence shortest) path reaching it.
+    parents: dict[Hashable, tuple[Hashable, Any] | None] = {}
+    try:
+        return _search(model, result, parents, started, max_depth, max_states, stop_at_first, drain)
+    except KeyboardInterrupt:
+        result.interrupted = True
+        result.complete = False
+        result.states = len(parents)
+        result.seconds = time.perf_counter() - started
+        return result
+
+
+def _search(
+    model: ExplorableModel,
+    result: ExploreResult,
+    parents: dict[Hashable, tuple[Hashable, Any] | None],
+    started: float,
+    max_depth: int | None,
+    max_states: int | None,
+    stop_at_first: bool,
+    drain: DrainMode,
+) -> ExploreResult:
     drainer = getattr(model, "drain", None) if drain != "none" else None
     is_final = getattr(model, "is_final", None)
     step_owned = getattr(model, "step_owned", None)
-    # fingerprint -> (parent fingerprint, action) of the first (hence shortest) path reaching it.
-    parents: dict[Hashable, tuple[Hashable, Any] | None] = {}
     seen_violations: set[str] = set()
 
     def report(fp: Hashable, problems: Sequence[tuple[str, str]], extra: tuple[Any, str | None] | None) -> bool:
