@@ -24,6 +24,7 @@ from kvoffload.bugzoo.scheduler_bugs import (
     ReadmitWhileFlushingScheduler,
     ResetLeavesStaleJobsScheduler,
 )
+from kvoffload.bugzoo.spec_decode_bugs import StoreDraftsScheduler
 
 _ALL = (
     Mutant(
@@ -81,6 +82,14 @@ _ALL = (
         manager_class=FailedStoreDoubleFreeManager,
         # The pool accounting check (NoLeak) sees it at quiescence; reuse of the block twice, later.
         also_caught_by=("NoEvictWhileInUse",),
+    ),
+    Mutant(
+        "store_rejected_drafts", "speculative decoding (vLLM lowers num_computed_tokens)", "DataIntegrity",
+        "draft tokens count as computed and rejections are ignored, so a chunk holding a rejected draft is stored",
+        scheduler_class=StoreDraftsScheduler,
+        explore_options=(("spec_decoding", True),),
+        # The store still reads the draft's block when the next forward pass rewrites it.
+        also_caught_by=("GpuBlockFence",),
     ),
     Mutant(
         "failure_reported_as_done", "Dynamo #15079", "DataIntegrity",

@@ -39,6 +39,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="model: contents tracked as hashes; torch: real tensors through the mover")
     parser.add_argument("--trace", metavar="FILE", help="write every lifecycle transition as ndjson")
     parser.add_argument("--max-steps", type=int, default=200_000)
+    parser.add_argument(
+        "--spec-tokens", type=int, default=0, metavar="K",
+        help="speculative decoding: K draft tokens per decode step (default 0: off)",
+    )
+    parser.add_argument(
+        "--spec-acceptance", type=float, default=0.7, metavar="P",
+        help="probability that verification accepts each draft, seeded by --seed (default 0.7)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -52,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
             cpu_blocks=args.cpu_blocks, block_size=args.block_size, blocks_per_chunk=args.blocks_per_chunk,
             policy=args.policy, delay=args.delay, faults=args.faults, backend=args.backend,
             trace_path=args.trace and str(writable_file(args.trace, "--trace")), max_steps=args.max_steps,
+            spec_tokens=args.spec_tokens, spec_acceptance=args.spec_acceptance,
         )
     except ValueError as error:
         raise CommandError(str(error)) from None
@@ -111,6 +120,7 @@ def _print_table(result: dict[str, Any], options_dict: dict[str, Any]) -> None:
             ("chunks stored / loaded", f"{result['stored_chunks']} / {result['loaded_chunks']}"),
             ("failed stores / loads", f"{result['store_failures']} / {result['load_failures']}"),
             ("stale completions after reset", str(result["stale_completions"])),
+            ("draft tokens accepted / scheduled", f"{result['accepted_draft_tokens']} / {result['draft_tokens']}"),
             ("policy", str(result["policy"])),
         ]),
         ("checks", [

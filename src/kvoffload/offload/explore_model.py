@@ -16,7 +16,10 @@ Every choice the engine and the worker can make is an action of the explorer
 - ``finish(r)``: the request finishes or is aborted in any state (``request_finished``), including
   right after its first lookup, before any GPU block was allocated; its GPU blocks are freed now,
   or when released if ``request_finished`` returned True;
-- ``reset_cache`` (at most ``max_resets`` times); preemptions are bounded by ``max_preemptions``.
+- ``reset_cache`` (at most ``max_resets`` times); preemptions are bounded by ``max_preemptions``;
+- with ``spec_decoding``: ``step(r drafts)``, a step in which running request ``r`` computes its
+  next chunk plus a draft of the chunk after it, which verification rejects (the draft's KV stays in
+  the block, marked DRAFT); the next step's SchedulerOutput reports the rejection.
 
 Bounds that keep the space finite and small: one preemption and one reset per run by default,
 at most one job ending per step (several completions are several steps), every running request
@@ -69,6 +72,7 @@ from kvoffload.statemachine.runtime import DeclaredMachine
 KEY_BASE = 1 << 20
 EMPTY = -2  # a GPU/CPU block nobody wrote
 GARBAGE = -1  # a block a failed copy left half-written
+DRAFT = -3  # a block holding the KV of a rejected draft
 
 # Engine-side request status.
 NEW = "new"  # not arrived; the connector has never seen it
@@ -112,6 +116,7 @@ class EngineRequest:
     blocks: list[int] = field(default_factory=list)
     computed: int = 0  # chunks whose KV is in GPU memory
     load_chunks: int = 0  # chunks the pending load brings
+    rejected: int = 0  # rejected draft tokens of the last step, for the next SchedulerOutput
 
 
 @dataclass
@@ -228,7 +233,7 @@ def _copy_tracker(t: RequestTracker) -> RequestTracker:
     return RequestTracker(
         t.request_id, t.request, t.state, t.num_computed_tokens, t.gpu_block_ids.copy(), t.stored_chunks,
         t.load_job, t.store_jobs.copy(), t.lookup_start_chunk, t.lookup_hit_chunks, t.local_computed_tokens,
-        t.holds_gpu_blocks, t.signals,
+        t.holds_gpu_blocks, t.signals, t.draft_tokens,
     )
 
 
@@ -329,7 +334,7 @@ _FAST_RECORDS = (
     _slots(RequestTracker) == (
         "request_id", "request", "state", "num_computed_tokens", "gpu_block_ids", "stored_chunks", "load_job",
         "store_jobs", "lookup_start_chunk", "lookup_hit_chunks", "local_computed_tokens", "holds_gpu_blocks",
-        "signals",
+        "signals", "draft_tokens",
     )
     and _slots(BlockEntry) == ("block_id", "ref_cnt", "write_pending")
     and _slots(RequestRecord) == ("finished", "loading", "storing")
@@ -405,6 +410,7 @@ class OffloadExploreModel:
         worker_reports_failure_as_done: bool = False,
         symmetry: bool = True,
         drain_steps: int | None = None,
+        spec_decoding: bool = False,
     ) -> None:
         if num_requests < 1 or chunks < 2:
             raise ValueError(f"need at least 1 request of at least 2 chunks (got {num_requests} x {chunks})")
@@ -423,6 +429,7 @@ class OffloadExploreModel:
         self.make_manager = make_manager or (lambda num_blocks, policy: CPUOffloadingManager(num_blocks, policy))
         self.worker_reports_failure_as_done = worker_reports_failure_as_done
         self.symmetry = symmetry
+        self.spec_decoding = spec_decoding
         self.drain_steps = drain_steps if drain_steps is not None else 2 * chunks + 6
         self.config = OffloadConfig(gpu_block_size=1, blocks_per_chunk=1, num_cpu_blocks=self.cpu_blocks, policy=policy)
         self.request_ids = [f"r{i + 1}" for i in range(num_requests)]
@@ -458,7 +465,7 @@ class OffloadExploreModel:
     def key_name(self, key: int) -> str:
         owner = self._key_owner.get(key)
         if owner is None:
-            return {EMPTY: "empty", GARBAGE: "GARBAGE"}.get(key, hex(key))
+            return {EMPTY: "empty", GARBAGE: "GARBAGE", DRAFT: "a rejected draft"}.get(key, hex(key))
         index, chunk = owner
         return f"shared.c{chunk}" if index < 0 else f"{self.request_ids[index]}.c{chunk}"
 
@@ -492,6 +499,10 @@ class OffloadExploreModel:
                 out.append(("admit", rid, False))
                 out.append(("admit", rid, True))
         out.append(("step", None, None, True))
+        if self.spec_decoding:
+            for rid, er in w.requests.items():
+                if er.status == RUNNING and er.computed + 2 <= self.chunks:
+                    out.append(("spec", rid))
         for job_id in sorted(w.inflight):
             out.append(("step", None, job_id, True))
             if self.allow_failures:
@@ -521,6 +532,8 @@ class OffloadExploreModel:
             return f"finish({action[1]})"
         if kind == "reset":
             return "reset_cache"
+        if kind == "spec":
+            return f"step({action[1]} drafts, draft rejected)"
         return f"{kind}({action[1]})"
 
     def clone(self, w: World) -> World:
@@ -528,7 +541,7 @@ class OffloadExploreModel:
         return World(
             scheduler=copy_scheduler(w.scheduler),
             requests={
-                rid: EngineRequest(er.status, list(er.blocks), er.computed, er.load_chunks)
+                rid: EngineRequest(er.status, list(er.blocks), er.computed, er.load_chunks, er.rejected)
                 for rid, er in w.requests.items()
             },
             gpu_free=list(w.gpu_free),
@@ -556,6 +569,8 @@ class OffloadExploreModel:
         elif kind == "step":
             _, preempt, job_id, ok = action
             self._engine_step(w, preempt, {} if job_id is None else {job_id: ok})
+        elif kind == "spec":
+            self._engine_step(w, None, {}, drafting=action[1])
         elif kind == "finish":
             if w.requests[action[1]].status == NEW:
                 # Aborted after the connector's lookup, before the engine could allocate blocks.
@@ -669,6 +684,7 @@ class OffloadExploreModel:
 
     def _finish(self, w: World, rid: str) -> None:
         er = w.requests[rid]
+        er.rejected = 0  # a finished request's drafts are not reported
         keep = w.scheduler.request_finished(self.engine_requests[rid], list(er.blocks))
         if keep:
             er.status = FINISHED
@@ -712,9 +728,12 @@ class OffloadExploreModel:
                     )
         w.gpu_content[block] = content
 
-    def _engine_step(self, w: World, preempt: str | None, completing: dict[int, bool]) -> None:
+    def _engine_step(
+        self, w: World, preempt: str | None, completing: dict[int, bool], drafting: str | None = None
+    ) -> None:
         """One engine step; ``completing``: in-flight jobs whose copy ends during this step (after
-        the forward pass: the adversarial order for a store still reading a block)."""
+        the forward pass: the adversarial order for a store still reading a block); ``drafting``:
+        a request that also computes a draft of its next chunk, rejected at verification."""
         sched = w.scheduler
         preempted: list[str] = []
         if preempt is not None:
@@ -727,7 +746,18 @@ class OffloadExploreModel:
         running = [rid for rid, er in w.requests.items() if er.status == RUNNING]
         tokens = self.config.chunk_tokens
         scheduled = {rid: (tokens if w.requests[rid].computed < self.chunks else 0) for rid in running}
-        meta = sched.build_connector_meta(SchedulerOutput(num_scheduled_tokens=scheduled, preempted=preempted))
+        drafts = {drafting: tokens} if drafting is not None else {}
+        if drafting is not None:
+            scheduled[drafting] += tokens
+        rejected = {rid: er.rejected for rid, er in w.requests.items() if er.rejected}
+        for rid in rejected:
+            w.requests[rid].rejected = 0
+        meta = sched.build_connector_meta(
+            SchedulerOutput(
+                num_scheduled_tokens=scheduled, preempted=preempted, num_draft_tokens=drafts,
+                num_rejected_tokens=rejected,
+            )
+        )
         report = dict(w.done)
         w.done.clear()
         # The worker: flush first (wait for those copies now), then submit stores, then loads.
@@ -757,6 +787,9 @@ class OffloadExploreModel:
             er = w.requests[rid]
             content = self.engine_requests[rid].block_hashes[er.computed]
             self._write_gpu(w, er.blocks[er.computed], content, f"{rid}'s forward pass")
+            if rid == drafting:
+                self._write_gpu(w, er.blocks[er.computed + 1], DRAFT, f"{rid}'s draft")
+                er.rejected = tokens
             er.computed += 1
         for job_id, ok in completing.items():
             job = w.inflight.pop(job_id, None)
@@ -888,8 +921,9 @@ class OffloadExploreModel:
             tracker = (
                 t.state, t.num_computed_tokens, tuple(t.gpu_block_ids), t.stored_chunks, load, stores,
                 t.lookup_start_chunk, t.lookup_hit_chunks, t.local_computed_tokens, t.holds_gpu_blocks, t.signals,
+                t.draft_tokens,
             )
-        return (rids[rid], er.status, tuple(er.blocks), er.computed, er.load_chunks, tracker)
+        return (rids[rid], er.status, tuple(er.blocks), er.computed, er.load_chunks, er.rejected, tracker)
 
     def _build_namings(self) -> None:
         """Every renaming the fingerprint uses, indexed: ``0 .. n!-1`` are the request orders

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kvoffload.offload.errors import LifecycleViolation
@@ -83,6 +83,9 @@ class RequestTracker:
     # True when request_finished told the engine to keep the GPU blocks until we release them.
     holds_gpu_blocks: bool = False
     signals: int = 0
+    # Of num_computed_tokens, the draft tokens of the last step not yet verified (speculative
+    # decoding): never stored; the next SchedulerOutput says how many were rejected.
+    draft_tokens: int = 0
 
 
 @dataclass
@@ -300,6 +303,9 @@ class OffloadingScheduler:
         was = tracker.state
         self.lifecycle.fire(tracker, "finish")
         self.stats.finished += 1
+        # Unverified drafts are never stored: treat them as rejected.
+        tracker.num_computed_tokens -= tracker.draft_tokens
+        tracker.draft_tokens = 0
         if was == PREEMPTED:
             tracker.gpu_block_ids = []
         elif was in (RUNNING, WAITING):
@@ -318,10 +324,16 @@ class OffloadingScheduler:
         The whole output is checked before anything is applied: an unknown request, a request in a
         state that cannot be preempted or scheduled, a request both preempted and given work, or a
         count that is not a non-negative int raises and changes nothing."""
-        scheduled, new_block_ids = self._checked_output(scheduler_output)
+        scheduled, new_block_ids, drafts, rejected = self._checked_output(scheduler_output)
         self.step += 1
         for request_id in scheduler_output.preempted:
             self._preempt(self._trackers[request_id])
+        for request_id, count in rejected.items():
+            tracker = self._trackers[request_id]
+            if tracker.draft_tokens:
+                # As vLLM's update_from_output: rejected drafts are no longer computed.
+                tracker.num_computed_tokens -= count
+                tracker.draft_tokens = 0
         for request_id, block_ids in new_block_ids.items():
             self._trackers[request_id].gpu_block_ids.extend(block_ids)
             self._fence_check(block_ids)
@@ -346,6 +358,8 @@ class OffloadingScheduler:
             if storing and computed >= (tracker.stored_chunks + 1) * chunk_tokens:
                 self._build_stores(tracker, stores, final=False)
             tracker.num_computed_tokens = computed + num_tokens
+        for request_id, count in drafts.items():
+            trackers[request_id].draft_tokens = count
 
         loads = tuple(self._pending_loads)
         self._pending_loads.clear()
@@ -358,8 +372,9 @@ class OffloadingScheduler:
 
     def _checked_output(
         self, scheduler_output: SchedulerOutput
-    ) -> tuple[dict[RequestId, int], dict[RequestId, list[int]]]:
-        """Validate a whole SchedulerOutput; returns its token counts and new blocks as ints."""
+    ) -> tuple[dict[RequestId, int], dict[RequestId, list[int]], dict[RequestId, int], dict[RequestId, int]]:
+        """Validate a whole SchedulerOutput; returns its scheduled tokens, new blocks, draft tokens
+        and rejected drafts, as ints."""
         call = "build_connector_meta"
         preempted = set()
         for request_id in scheduler_output.preempted:
@@ -389,7 +404,42 @@ class OffloadingScheduler:
             if tracker.state != RUNNING:
                 self._require_trigger(tracker, "schedule")
             scheduled[request_id] = _count(num_tokens, f"{call} for request {request_id!r}", "num_scheduled_tokens")
-        return scheduled, new_block_ids
+        rejected = self._checked_rejections(scheduler_output.num_rejected_tokens, preempted)
+        for request_id in scheduled:
+            pending = self._trackers[request_id].draft_tokens
+            if pending and request_id not in rejected:
+                raise ValueError(
+                    f"{call}: request {request_id!r} is scheduled with {pending} unverified draft token(s) "
+                    f"of its last step; report how many were rejected in num_rejected_tokens"
+                )
+        drafts: dict[RequestId, int] = {}
+        for request_id, count in scheduler_output.num_draft_tokens.items():
+            what = f"{call} for request {request_id!r}"
+            if request_id not in scheduled:
+                raise ValueError(f"{what}: num_draft_tokens for a request not scheduled in this step")
+            drafts[request_id] = _count(count, what, "num_draft_tokens")
+            if drafts[request_id] > scheduled[request_id]:
+                raise ValueError(
+                    f"{what}: num_draft_tokens={count} exceeds its {scheduled[request_id]} scheduled token(s)"
+                )
+        return scheduled, new_block_ids, drafts, rejected
+
+    def _checked_rejections(
+        self, rejections: Mapping[RequestId, int], preempted: set[RequestId]
+    ) -> dict[RequestId, int]:
+        """num_rejected_tokens as ints, each at most the request's unverified drafts (a finished or
+        preempted request's drafts were already dropped: any count is accepted and ignored)."""
+        checked: dict[RequestId, int] = {}
+        for request_id, count in rejections.items():
+            tracker = self._tracker(request_id, "build_connector_meta(num_rejected_tokens)")
+            what = f"build_connector_meta for request {request_id!r}"
+            checked[request_id] = _count(count, what, "num_rejected_tokens")
+            live = tracker.state in (RUNNING, WAITING) and request_id not in preempted
+            if live and checked[request_id] > tracker.draft_tokens:
+                raise ValueError(
+                    f"{what}: num_rejected_tokens={count} exceeds its {tracker.draft_tokens} unverified draft token(s)"
+                )
+        return checked
 
     def _require_trigger(self, tracker: RequestTracker, trigger: str) -> None:
         """Raise what ``lifecycle.fire`` would, without firing (for checks before applying)."""
@@ -487,8 +537,9 @@ class OffloadingScheduler:
         return [hashes[(chunk + 1) * bpc - 1] for chunk in range(first_chunk, end_chunk)]
 
     def _storable_chunks(self, tracker: RequestTracker) -> int:
+        # Only verified tokens: a chunk holding a draft's KV is stored once its drafts are accepted.
         return min(
-            tracker.num_computed_tokens // self._chunk_tokens,
+            (tracker.num_computed_tokens - tracker.draft_tokens) // self._chunk_tokens,
             len(tracker.request.block_hashes) // self._bpc,
             len(tracker.gpu_block_ids) // self._bpc,
         )
@@ -558,6 +609,7 @@ class OffloadingScheduler:
             # Only after reset_cache: tracked as waiting, nothing in flight, nothing to undo.
             tracker.gpu_block_ids = []
             tracker.num_computed_tokens = 0
+            tracker.draft_tokens = 0
             return
         self.lifecycle.fire(tracker, "preempt")
         for job_id in sorted(tracker.store_jobs):
@@ -565,6 +617,7 @@ class OffloadingScheduler:
                 self._pending_flush[job_id] = None
         tracker.gpu_block_ids = []
         tracker.num_computed_tokens = 0
+        tracker.draft_tokens = 0
 
     def _signal(self, tracker: RequestTracker) -> None:
         self.lifecycle.fire(tracker, "signal")

@@ -123,14 +123,24 @@ class WorkerOutput:
 class SchedulerOutput:
     """The engine's decisions for one step, as the connector needs them.
 
-    ``num_scheduled_tokens``: tokens each running request computes this step;
+    ``num_scheduled_tokens``: tokens each running request computes this step (draft tokens
+    included);
     ``new_block_ids``: GPU blocks newly allocated this step to requests already running;
     ``preempted``: requests whose GPU blocks the engine took back this step.
+
+    Speculative decoding (vLLM: ``scheduled_spec_decode_tokens`` and the ``num_rejected`` of
+    ``Scheduler.update_from_output``, which lowers ``request.num_computed_tokens``):
+    ``num_draft_tokens``: how many of a request's scheduled tokens this step are unverified drafts;
+    ``num_rejected_tokens``: how many drafts of the request's previous step verification rejected
+    (0 when all were accepted). A request scheduled again after a step with drafts must be listed
+    here; a finished request may be, and its unverified drafts are never stored either way.
     """
 
     num_scheduled_tokens: Mapping[RequestId, int] = field(default_factory=dict)
     new_block_ids: Mapping[RequestId, Sequence[int]] = field(default_factory=dict)
     preempted: Sequence[RequestId] = ()
+    num_draft_tokens: Mapping[RequestId, int] = field(default_factory=dict)
+    num_rejected_tokens: Mapping[RequestId, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,13 @@ connector's lookup) -> ``build_connector_meta`` -> the worker executes the metad
 computes the scheduled tokens (writing each block's content) -> ``update_connector_output`` ->
 sampling (one token per decode step, EOS or max tokens finish) -> invariant check.
 
+Speculative decoding (``spec_tokens`` K > 0): a decoding request is scheduled with its last token
+plus K draft tokens; the model writes the drafts' KV, then verification accepts each draft with
+``spec_acceptance`` until the first rejection and samples one more token, as vLLM does. Rejected
+drafts are no longer computed (vLLM lowers ``num_computed_tokens``) and the next SchedulerOutput
+reports them. A block holding a rejected draft's KV has content that differs from its key, so a
+connector that stores it fails the byte-for-byte integrity check when the block is loaded back.
+
 Everything random comes from the seeded ``random.Random`` of the config, so runs repeat exactly.
 """
 
@@ -20,7 +27,7 @@ from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload.offload.types import DEFAULT_POLICY, ConnectorUpdate, OffloadConfig, SchedulerOutput
 from kvoffload.sim.block_pool import BlockPool
 from kvoffload.sim.kv_model import KVBackend, ModelWorker
-from kvoffload.sim.request import SimRequest
+from kvoffload.sim.request import SimRequest, chain_hash
 from kvoffload.spec.invariants import Violation, check_invariants
 
 VOCAB = 32000
@@ -45,6 +52,8 @@ class EngineConfig:
     job_delay_steps: int = 1
     seed: int = 0
     check_invariants: bool = True
+    spec_tokens: int = 0
+    spec_acceptance: float = 0.7
 
     def offload_config(self) -> OffloadConfig:
         return OffloadConfig(self.gpu_block_size, self.blocks_per_chunk, self.num_cpu_blocks, self.policy)
@@ -70,6 +79,8 @@ class EngineStats:
     load_failures: int = 0
     integrity_checked_blocks: int = 0
     integrity_failures: int = 0
+    draft_tokens: int = 0
+    accepted_draft_tokens: int = 0
     kv_events: int = 0
     violations: int = 0
     violation_messages: list[str] = field(default_factory=list)
@@ -111,6 +122,10 @@ class Engine:
         self.on_finished: list[Callable[[SimRequest, bool], None]] = []
         self._next_id = 0
         self._fence_breaches: list[str] = []
+        # Speculative decoding: its own random stream, so runs without drafts are unchanged.
+        self._spec_rng = random.Random(config.seed + 3)
+        self._drafts: dict[str, list[int]] = {}
+        self._rejected: dict[str, int] = {}
 
     # ------------------------------------------------------------------ requests
     def add_request(self, prompt: Sequence[int], max_tokens: int, request_id: str | None = None) -> SimRequest:
@@ -216,6 +231,8 @@ class Engine:
             n = min(request.num_tokens - request.num_computed_tokens, budget)
             if n <= 0:
                 continue
+            drafts = self._draft_count(request, n, budget)
+            n += drafts
             need = self._blocks_for(request.num_computed_tokens + n) - len(request.block_ids)
             blocks = self.pool.allocate(need) if need > 0 else []
             while blocks is None:
@@ -231,6 +248,8 @@ class Engine:
                 request.block_ids.extend(blocks)
                 new_blocks[request.request_id] = blocks
             scheduled[request.request_id] = n
+            if drafts:
+                self._drafts[request.request_id] = [self._spec_rng.randrange(VOCAB) for _ in range(drafts)]
             budget -= n
         skipped: list[SimRequest] = []
         # As vLLM does: no admission in a step that preempted, so a preempted request is never
@@ -249,8 +268,18 @@ class Engine:
                 scheduled[request.request_id] = n
                 budget -= n
         self.waiting.extendleft(reversed(skipped))
-        output = SchedulerOutput(scheduled, new_blocks, tuple(preempted))
+        drafts = {rid: len(tokens) for rid, tokens in self._drafts.items()}
+        rejected, self._rejected = self._rejected, {}
+        output = SchedulerOutput(scheduled, new_blocks, tuple(preempted), drafts, rejected)
         return output, tuple(preempted)
+
+    def _draft_count(self, request: SimRequest, n: int, budget: int) -> int:
+        """Draft tokens to schedule after ``request``'s last token: only when decoding, within the
+        budget and the request's remaining output (every accepted draft becomes an output token)."""
+        decoding = n == 1 and request.num_computed_tokens == request.num_tokens - 1 and bool(request.output)
+        if not self.config.spec_tokens or not decoding:
+            return 0
+        return max(0, min(self.config.spec_tokens, budget - 1, request.max_tokens - len(request.output) - 1))
 
     def _admit(self, request: SimRequest, budget: int) -> int | None:
         """Admit ``request``: returns tokens scheduled (0 when it waits for a load), None when
@@ -298,8 +327,10 @@ class Engine:
         size = self.config.gpu_block_size
         for request_id, n in output.num_scheduled_tokens.items():
             request = self.requests[request_id]
+            drafts = self._drafts.get(request_id, ())
             start = request.num_computed_tokens
             end = start + n
+            parent: int | None = None
             for index in range(start // size, (end - 1) // size + 1):
                 block = request.block_ids[index]
                 if block in readers:
@@ -307,10 +338,18 @@ class Engine:
                         f"GPU block {block} written for request {request_id!r} while store job(s) "
                         f"{sorted(readers[block])} still read it"
                     )
-                if (index + 1) * size <= end:
+                if (index + 1) * size <= min(end, request.num_tokens):
                     block_hash = request.block_hashes[index]
                     self.backend.write_block(block, block_hash)
                     self.pool.register(block, block_hash)
+                    parent = block_hash
+                elif (index + 1) * size <= end:
+                    # Full, but with drafts' KV: the content of the tokens computed, not the key's.
+                    if parent is None and index:
+                        parent = request.block_hashes[index - 1]
+                    tokens = [_token(request, drafts, p) for p in range(index * size, (index + 1) * size)]
+                    parent = chain_hash(parent, tokens)
+                    self.backend.write_block(block, parent)
                 else:
                     self.backend.write_block(block, None)
             request.num_computed_tokens = end
@@ -358,16 +397,38 @@ class Engine:
             request = self.requests.get(request_id)
             if request is None or request.num_computed_tokens < request.num_tokens:
                 continue
-            request.append_output(self.rng.randrange(VOCAB))
+            token = self.rng.randrange(VOCAB)
+            drafts = self._drafts.pop(request_id, None)
+            if drafts and self._verify(request, drafts) == token:
+                # Sampled from the target model where it rejected the draft: another token.
+                token = (token + 1) % VOCAB
+            request.append_output(token)
             eos = self.config.eos_probability and self.rng.random() < self.config.eos_probability
             if len(request.output) >= request.max_tokens or eos:
                 self._finish(request, aborted=False)
                 finished.append(request_id)
         return tuple(finished)
 
+    def _verify(self, request: SimRequest, drafts: list[int]) -> int | None:
+        """Accept drafts until the first rejection, append the accepted ones; the rejected ones are
+        no longer computed. Returns the first rejected draft (None if all were accepted)."""
+        accepted = 0
+        while accepted < len(drafts) and self._spec_rng.random() < self.config.spec_acceptance:
+            accepted += 1
+        for token in drafts[:accepted]:
+            request.append_output(token)
+        rejected = len(drafts) - accepted
+        request.num_computed_tokens -= rejected
+        self.stats.draft_tokens += len(drafts)
+        self.stats.accepted_draft_tokens += accepted
+        self._rejected[request.request_id] = rejected
+        return drafts[accepted] if rejected else None
+
     def _finish(self, request: SimRequest, aborted: bool) -> None:
         request_id = request.request_id
         del self.requests[request_id]
+        self._drafts.pop(request_id, None)
+        self._rejected.pop(request_id, None)
         if request.status == "running":
             self.running.remove(request)
         elif request.status == "loading":
@@ -392,3 +453,8 @@ class Engine:
         self.stats.violations += len(violations)
         room = MAX_REPORTED_VIOLATIONS - len(self.stats.violation_messages)
         self.stats.violation_messages.extend(f"step {self.stats.steps}: {v}" for v in violations[:room])
+
+
+def _token(request: SimRequest, drafts: Sequence[int], position: int) -> int:
+    """The token at ``position``: the request's own, or a draft scheduled after its last one."""
+    return request.token(position) if position < request.num_tokens else drafts[position - request.num_tokens]

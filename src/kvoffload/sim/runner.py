@@ -52,6 +52,8 @@ class SimulationOptions:
     backend: str = "torch"
     trace_path: str | None = None
     max_steps: int = 200_000
+    spec_tokens: int = 0
+    spec_acceptance: float = 0.7
 
     def __post_init__(self) -> None:
         for name in ("users", "turns", "gpu_blocks", "cpu_blocks", "block_size", "blocks_per_chunk", "max_steps"):
@@ -61,6 +63,10 @@ class SimulationOptions:
             raise ValueError(f"--delay must be >= 0, got {self.delay}")
         if not 0.0 <= self.faults <= 1.0:
             raise ValueError(f"--faults must be in [0, 1], got {self.faults}")
+        if self.spec_tokens < 0:
+            raise ValueError(f"--spec-tokens must be >= 0, got {self.spec_tokens}")
+        if not 0.0 <= self.spec_acceptance <= 1.0:
+            raise ValueError(f"--spec-acceptance must be in [0, 1], got {self.spec_acceptance}")
         if self.policy not in POLICIES:
             raise ValueError(f"--policy {self.policy!r} is unknown; known: {', '.join(sorted(POLICIES))}")
         if self.backend not in ("model", "torch"):
@@ -96,6 +102,8 @@ class SimulationOptions:
             reset_probability=self.faults / 10,
             job_delay_steps=self.delay,
             seed=self.seed,
+            spec_tokens=self.spec_tokens,
+            spec_acceptance=self.spec_acceptance,
         )
 
 
@@ -189,6 +197,8 @@ def summarise(engine: Engine, workload: MultiTurnWorkload | None = None) -> dict
         "deferred_admissions": stats.deferred_admissions,
         "integrity_checked_blocks": stats.integrity_checked_blocks,
         "integrity_failures": stats.integrity_failures,
+        "draft_tokens": stats.draft_tokens,
+        "accepted_draft_tokens": stats.accepted_draft_tokens,
         "policy": engine.scheduler.manager.policy.name,
         "violation_messages": stats.violation_messages,
     }
