@@ -165,6 +165,8 @@ class OffloadMachine(RuleBasedStateMachine):
     make_scheduler: ClassVar[SchedulerFactory | None] = None
     make_manager: ClassVar[ManagerFactory | None] = None
     failed_as_done: ClassVar[bool] = False
+    # Speculative decoding: draft tokens per decode step (half of them rejected on average).
+    spec_tokens: ClassVar[int] = 0
 
     prompts = Bundle("prompts")
 
@@ -214,6 +216,8 @@ class OffloadMachine(RuleBasedStateMachine):
             eos_probability=0.0,
             job_delay_steps=NEVER,
             seed=0,
+            spec_tokens=type(self).spec_tokens,
+            spec_acceptance=0.5,
         )
         offload = config.offload_config()
         cls = type(self)
@@ -350,6 +354,16 @@ class OffloadMachine(RuleBasedStateMachine):
         assert self.mirror.result.requests == engine.scheduler.stats.cleaned
 
 
+class SpecDecodingMachine(OffloadMachine):
+    """The same programs with three draft tokens per decode step."""
+
+    spec_tokens = 3
+
+
+def test_offload_machine_with_speculative_decoding() -> None:
+    run_state_machine_as_test(SpecDecodingMachine)
+
+
 def test_offload_machine() -> None:
     """Random programs under the active hypothesis profile (ci or thorough) on the real code."""
     run_state_machine_as_test(OffloadMachine)
@@ -361,9 +375,10 @@ def machine_for(
     make_manager: ManagerFactory | None = None,
     failed_as_done: bool = False,
     name: str = "Mutant",
+    spec_tokens: int = 0,
 ) -> type[OffloadMachine]:
     """The state machine with a mutant's scheduler / manager / worker bug swapped in."""
-    attributes: dict[str, Any] = {"failed_as_done": failed_as_done}
+    attributes: dict[str, Any] = {"failed_as_done": failed_as_done, "spec_tokens": spec_tokens}
     if make_scheduler is not None:
         attributes["make_scheduler"] = staticmethod(make_scheduler)
     if make_manager is not None:
@@ -468,6 +483,8 @@ def test_mutant_is_caught(name: str) -> None:
         getattr(mutant, "make_manager", None),
         _worker_bug(mutant),
         name=name.replace("-", "_"),
+        # A bug only speculative decoding reaches needs drafts, as the explorer does.
+        spec_tokens=3 if ("spec_decoding", True) in getattr(mutant, "explore_options", ()) else 0,
     )
     started = time.perf_counter()
     failure = hunt(machine)
