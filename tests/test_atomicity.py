@@ -105,7 +105,16 @@ def malformed_calls(scheduler: OffloadingScheduler) -> list[Probe]:
                 trackers[rid].request, ["a"], 0)),  # type: ignore[list-item]
             (f"lookup for running {rid}", lambda rid=rid: scheduler.get_num_new_matched_tokens(
                 trackers[rid].request, 0)),
+            (f"more drafts than scheduled tokens for {rid}", lambda rid=rid: scheduler.build_connector_meta(
+                SchedulerOutput({**valid_tokens, rid: 1}, num_draft_tokens={rid: 2}))),
+            (f"drafts for {rid} not scheduled", lambda rid=rid: scheduler.build_connector_meta(
+                SchedulerOutput(valid_tokens, num_draft_tokens={"ghost": 1, rid: 0}))),
+            (f"more rejections than drafts for {rid}", lambda rid=rid: scheduler.build_connector_meta(
+                SchedulerOutput(valid_tokens, num_rejected_tokens={rid: trackers[rid].draft_tokens + 1}))),
         ]
+        if trackers[rid].draft_tokens:
+            probes.append((f"schedule {rid} without reporting its rejected drafts", lambda rid=rid:
+                           scheduler.build_connector_meta(SchedulerOutput({**valid_tokens, rid: 1}))))
     for state in (LOADING, FINISHED_PENDING_STORE, SIGNALED, PREEMPTED):
         for rid in by_state.get(state, []):
             probes += [
@@ -184,12 +193,13 @@ class AtomicityMachine(RuleBasedStateMachine):
         cpu_blocks=st.sampled_from([2, 4, 16]),
         delay=st.integers(0, 2),
         faults=st.sampled_from([0.0, 0.2]),
+        spec_tokens=st.sampled_from([0, 2]),
     )
-    def build(self, blocks_per_chunk: int, cpu_blocks: int, delay: int, faults: float) -> None:
+    def build(self, blocks_per_chunk: int, cpu_blocks: int, delay: int, faults: float, spec_tokens: int) -> None:
         config = EngineConfig(
             num_gpu_blocks=GPU_BLOCKS, gpu_block_size=BLOCK_SIZE, blocks_per_chunk=blocks_per_chunk,
             num_cpu_blocks=cpu_blocks, policy="lru", max_num_batched_tokens=16, max_running=3,
-            eos_probability=0.0, fault_rate=faults, job_delay_steps=delay,
+            eos_probability=0.0, fault_rate=faults, job_delay_steps=delay, spec_tokens=spec_tokens,
         )
         offload = config.offload_config()
         self.engine = Engine(config, ProbedScheduler(offload, CPUOffloadingManager(cpu_blocks, "lru")))
