@@ -103,6 +103,7 @@ def malformed_calls(scheduler: OffloadingScheduler) -> list[Probe]:
                 SchedulerOutput(valid_tokens, new_block_ids={rid: [-1]}))),
             (f"alloc block 'a' for {rid}", lambda rid=rid: scheduler.update_state_after_alloc(
                 trackers[rid].request, ["a"], 0)),  # type: ignore[list-item]
+            (f"finish {rid} with block -1", lambda rid=rid: scheduler.request_finished(trackers[rid].request, [-1])),
             (f"lookup for running {rid}", lambda rid=rid: scheduler.get_num_new_matched_tokens(
                 trackers[rid].request, 0)),
             (f"more drafts than scheduled tokens for {rid}", lambda rid=rid: scheduler.build_connector_meta(

@@ -220,7 +220,10 @@ def test_result_summary_and_json() -> None:
     text = format_result(result)
     assert "distinct states" in text and "1 violation(s)" in text and "1. check(p" in text
     data = result.to_json()
-    assert set(data) == {"states", "transitions", "complete", "depth", "seconds", "states_per_s", "violations"}
+    assert set(data) == {
+        "states", "transitions", "complete", "depth", "seconds", "states_per_s", "violations", "interrupted"
+    }
+    assert data["interrupted"] is False
     (violation,) = data["violations"]
     assert violation["invariant"] == "MutualExclusion"
     assert violation["trace"][0]["changed"]
@@ -264,3 +267,19 @@ def test_step_owned_is_used_once_per_expanded_state() -> None:
     assert (result.states, result.transitions, result.depth) == (plain.states, plain.transitions, plain.depth)
     # The last action from each state consumes it: once per expanded state (all of 0..5 have actions).
     assert sorted(model.owned_calls) == [0, 1, 2, 3, 4, 5]
+
+
+class InterruptedCounter(MutableCounter):
+    """Ctrl-C arrives while the explorer steps the model from 3."""
+
+    def step(self, s: list[int], action: str) -> list[int]:
+        if s[0] == 3:
+            raise KeyboardInterrupt
+        return super().step(s, action)
+
+
+def test_ctrl_c_returns_the_figures_reached_so_far() -> None:
+    result = explore(InterruptedCounter(10))
+    assert result.interrupted and not result.complete
+    assert result.states == 4  # 0, 1, 2, 3
+    assert result.to_json()["interrupted"] is True

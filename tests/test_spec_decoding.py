@@ -3,6 +3,8 @@ computed count (as vLLM does), and a connector deaf to drafts is caught by the i
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from kvoffload.bugzoo import MUTANTS, explore_model_for
@@ -122,3 +124,14 @@ def test_explorer_catches_the_draft_storing_mutant_in_three_actions() -> None:
     names = [step.action for step in result.violations[0].trace]
     assert len(names) == 3 and "drafts" in names[1], names
 
+
+
+def test_explore_command_adds_draft_steps_on_request(capsys: pytest.CaptureFixture[str]) -> None:
+    from kvoffload.cli import main
+
+    figures = []
+    for flags in ([], ["--spec-decoding"]):
+        assert main(["explore", "--requests", "1", "--chunks", "2", "--json", *flags]) == 0
+        figures.append(json.loads(capsys.readouterr().out))
+    assert figures[1]["model"]["spec_decoding"] is True
+    assert figures[1]["states"] > figures[0]["states"]

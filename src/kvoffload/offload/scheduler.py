@@ -300,6 +300,8 @@ class OffloadingScheduler:
             # vLLM frees requests aborted before any lookup too: nothing of theirs to keep.
             self.stats.unknown_finished += 1
             return False
+        call = f"request_finished for request {tracker.request_id!r}"
+        block_ids = [_count(block, call, "a GPU block id") for block in block_ids]
         was = tracker.state
         self.lifecycle.fire(tracker, "finish")
         self.stats.finished += 1
@@ -309,7 +311,7 @@ class OffloadingScheduler:
         if was == PREEMPTED:
             tracker.gpu_block_ids = []
         elif was in (RUNNING, WAITING):
-            tracker.gpu_block_ids = list(block_ids)
+            tracker.gpu_block_ids = block_ids
         in_use = tracker.load_job is not None or tracker.store_jobs or self._chunks_to_store(tracker)
         tracker.holds_gpu_blocks = bool(in_use)
         if not tracker.holds_gpu_blocks:
