@@ -127,6 +127,8 @@ class UnknownJob(ValueError):
 
 def _count(value: object, call: str, what: str) -> int:
     """``value`` as a non-negative int, or a TypeError / ValueError naming ``call`` and ``what``."""
+    if type(value) is int and value >= 0:  # the hot path: one check per scheduled request
+        return value
     if isinstance(value, bool):
         raise TypeError(f"{call}: {what} must be an int, got {value!r}")
     try:
@@ -350,8 +352,7 @@ class OffloadingScheduler:
         storing = not self._reset_pending
         # The hot loop: one pass per running request per step, so only a few attribute reads
         # unless a chunk just filled up.
-        for request_id, num_tokens in scheduled.items():
-            tracker = trackers[request_id]
+        for tracker, num_tokens in scheduled:
             if tracker.state != RUNNING:
                 # After reset_cache a running request is tracked as waiting; being scheduled again
                 # makes it running (_checked_output rejected every other state).
@@ -374,9 +375,11 @@ class OffloadingScheduler:
 
     def _checked_output(
         self, scheduler_output: SchedulerOutput
-    ) -> tuple[dict[RequestId, int], dict[RequestId, list[int]], dict[RequestId, int], dict[RequestId, int]]:
-        """Validate a whole SchedulerOutput; returns its scheduled tokens, new blocks, draft tokens
-        and rejected drafts, as ints."""
+    ) -> tuple[
+        list[tuple[RequestTracker, int]], dict[RequestId, list[int]], dict[RequestId, int], dict[RequestId, int]
+    ]:
+        """Validate a whole SchedulerOutput; returns its scheduled (tracker, tokens), new blocks, draft
+        tokens and rejected drafts, as ints."""
         call = "build_connector_meta"
         preempted = set()
         for request_id in scheduler_output.preempted:
@@ -394,36 +397,37 @@ class OffloadingScheduler:
             new_block_ids[request_id] = [
                 _count(block, f"{call} for request {request_id!r}", "a new GPU block id") for block in block_ids
             ]
-        scheduled: dict[RequestId, int] = {}
+        rejected = self._checked_rejections(scheduler_output.num_rejected_tokens, preempted)
+        scheduled: list[tuple[RequestTracker, int]] = []
+        trackers = self._trackers
+        # One pass per scheduled request per step: the common case costs a few checks.
         for request_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
-            tracker = self._trackers.get(request_id)
+            tracker = trackers.get(request_id)
             if tracker is None:
                 raise LifecycleViolation(
                     "KnownRequest", request_id, call, "unknown", "scheduled without get_num_new_matched_tokens"
                 )
-            if request_id in preempted:
+            if preempted and request_id in preempted:
                 raise ValueError(f"{call}: request {request_id!r} is both preempted and scheduled")
             if tracker.state != RUNNING:
                 self._require_trigger(tracker, "schedule")
-            scheduled[request_id] = _count(num_tokens, f"{call} for request {request_id!r}", "num_scheduled_tokens")
-        rejected = self._checked_rejections(scheduler_output.num_rejected_tokens, preempted)
-        for request_id in scheduled:
-            pending = self._trackers[request_id].draft_tokens
-            if pending and request_id not in rejected:
+            if type(num_tokens) is not int or num_tokens < 0:
+                num_tokens = _count(num_tokens, f"{call} for request {request_id!r}", "num_scheduled_tokens")
+            if tracker.draft_tokens and request_id not in rejected:
                 raise ValueError(
-                    f"{call}: request {request_id!r} is scheduled with {pending} unverified draft token(s) "
-                    f"of its last step; report how many were rejected in num_rejected_tokens"
+                    f"{call}: request {request_id!r} is scheduled with {tracker.draft_tokens} unverified draft "
+                    f"token(s) of its last step; report how many were rejected in num_rejected_tokens"
                 )
+            scheduled.append((tracker, num_tokens))
         drafts: dict[RequestId, int] = {}
         for request_id, count in scheduler_output.num_draft_tokens.items():
             what = f"{call} for request {request_id!r}"
-            if request_id not in scheduled:
+            tokens = scheduler_output.num_scheduled_tokens.get(request_id)
+            if tokens is None:
                 raise ValueError(f"{what}: num_draft_tokens for a request not scheduled in this step")
             drafts[request_id] = _count(count, what, "num_draft_tokens")
-            if drafts[request_id] > scheduled[request_id]:
-                raise ValueError(
-                    f"{what}: num_draft_tokens={count} exceeds its {scheduled[request_id]} scheduled token(s)"
-                )
+            if drafts[request_id] > tokens:
+                raise ValueError(f"{what}: num_draft_tokens={count} exceeds its {tokens} scheduled token(s)")
         return scheduled, new_block_ids, drafts, rejected
 
     def _checked_rejections(
