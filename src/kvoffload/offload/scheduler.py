@@ -22,6 +22,13 @@ Ordering rules (DESIGN.md), each enforced here by the declared lifecycle:
 5. ``reset_cache`` makes every in-flight job stale (flushed next step, its completion counted and
    ignored apart from unpinning its CPU blocks); the manager is reset once they drained, and until
    then lookups miss and nothing new is stored.
+6. Every public call checks its whole input before it changes anything: a call that raises has
+   changed nothing (no store built for an earlier entry, no count advanced, no flush consumed).
+7. Speculative decoding: draft tokens (``SchedulerOutput.num_draft_tokens``) count as computed only
+   once the next output reports how many were rejected (``num_rejected_tokens``, which lowers the
+   computed count as vLLM's ``update_from_output`` does); a chunk is stored only when every token
+   in it is verified and computed, so neither a rejected draft's KV nor the final sampled token's
+   slot is ever stored.
 
 Sans-IO and deterministic: no threads, clocks, randomness or I/O; job ids count up from 1.
 """
