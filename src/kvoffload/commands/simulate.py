@@ -36,6 +36,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="model: contents tracked as hashes; torch: real tensors through the mover")
     parser.add_argument("--trace", metavar="FILE", help="write every lifecycle transition as ndjson")
     parser.add_argument("--max-steps", type=int, default=200_000)
+    tiers = parser.add_argument_group("secondary tiers (kvoffload.tiers)")
+    tiers.add_argument("--tiers", default="cpu", help="tier chain, e.g. cpu,file,redis (default: cpu only)")
+    tiers.add_argument("--engines", type=int, default=1, help="engine instances sharing the redis tier")
+    tiers.add_argument("--file-slots", type=int, default=2048, help="slots of each engine's file tier")
+    tiers.add_argument("--redis-url", help="redis[s]://[:password@]host:port/db (default: a private redis-server)")
+    tiers.add_argument("--tier-dir", help="directory of the file tiers (default: a temporary one)")
     parser.set_defaults(func=run)
 
 
@@ -52,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise CommandError(str(error)) from None
     started = time.perf_counter()
+    if args.tiers != "cpu" or args.engines != 1:
+        return _run_tiered(args, options, started)
     result = simulate(options, progress=not args.json and sys.stderr.isatty())
     result["seconds"] = round(time.perf_counter() - started, 3)
     if args.json:
@@ -59,6 +67,25 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_table(result, options_dict=asdict(options))
     return 0 if result["violations"] == 0 and result["leaks"] == 0 else 1
+
+
+def _run_tiered(args: argparse.Namespace, options: Any, started: float) -> int:
+    from dataclasses import replace
+
+    from kvoffload.tiers.sim import TierSimOptions, simulate_tiered
+
+    try:
+        tier_options = TierSimOptions(
+            replace(options, backend="model"), tuple(args.tiers.split(",")), args.engines, args.file_slots,
+            redis_url=args.redis_url, tier_dir=args.tier_dir,
+        )
+        result = simulate_tiered(tier_options)
+    except (ValueError, RuntimeError) as error:
+        raise CommandError(str(error)) from None
+    result["seconds"] = round(time.perf_counter() - started, 3)
+    print(json.dumps(result, indent=None if args.json else 2))
+    ok = result["violations"] == 0 and result["leaks"] == 0 and result["integrity_failures"] == 0
+    return 0 if ok else 1
 
 
 def _print_table(result: dict[str, Any], options_dict: dict[str, Any]) -> None:
