@@ -28,7 +28,9 @@ class ByteModelWorker(ModelWorker):
         fault_rate: float = 0.0, seed: int = 0,
     ) -> None:
         if chunk_bytes < 8 * blocks_per_chunk + 8 or chunk_bytes % 8:
-            raise ValueError(f"chunk_bytes must be a multiple of 8 and >= {8 * blocks_per_chunk + 8}, got {chunk_bytes}")
+            raise ValueError(
+                f"chunk_bytes must be a multiple of 8 and >= {8 * blocks_per_chunk + 8}, got {chunk_bytes}"
+            )
         super().__init__(blocks_per_chunk, delay_steps, fault_rate, seed)
         self.chunk_bytes = chunk_bytes
         self._arena = bytearray(num_cpu_blocks * chunk_bytes)

@@ -222,8 +222,9 @@ def _summary(options: TierSimOptions, engines: Sequence[TieredEngine], restarts:
     for name in options.tiers[1:]:
         total = TierStats()
         for engine in engines:
+            stats = engine.manager.tier_stats[name]
             for field in fields(TierStats):
-                setattr(total, field.name, getattr(total, field.name) + getattr(engine.manager.tier_stats[name], field.name))
+                setattr(total, field.name, getattr(total, field.name) + getattr(stats, field.name))
         tiers[name] = {**asdict(total), "hit_tokens": total.promoted_keys * chunk_tokens}
     promotion_steps = [steps for engine in engines for steps in engine.promotion_steps]
     result.update(
