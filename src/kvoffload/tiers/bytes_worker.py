@@ -6,6 +6,7 @@ misplaced chunk decodes to garbage, which the engine's DataIntegrity check then 
 
 from __future__ import annotations
 
+import mmap
 import struct
 
 from kvoffload.offload.types import JobId
@@ -33,8 +34,8 @@ class ByteModelWorker(ModelWorker):
             )
         super().__init__(blocks_per_chunk, delay_steps, fault_rate, seed)
         self.chunk_bytes = chunk_bytes
-        self._arena = bytearray(num_cpu_blocks * chunk_bytes)
-        self._view = memoryview(self._arena)
+        # Page-aligned, like pinned CPU tensors, so the file tier moves chunks without a copy.
+        self._view = memoryview(mmap.mmap(-1, num_cpu_blocks * chunk_bytes))
 
     def chunk_view(self, block_id: int) -> memoryview:
         return self._view[block_id * self.chunk_bytes : (block_id + 1) * self.chunk_bytes]

@@ -60,7 +60,7 @@ class TierDriver:
         self,
         backends: Mapping[str, TierBackend],
         cpu: CpuChunks,
-        threads: int = 2,
+        threads: int = 4,
         delay_steps: int = 1,
         faults: TierFaults | None = None,
     ) -> None:

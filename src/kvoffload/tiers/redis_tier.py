@@ -74,7 +74,7 @@ class RedisTier:
             value += payload
             if flip:
                 value[HEADER_BYTES] ^= 0xFF
-            pipe.set(self.key_name(key, job.salt), bytes(value), ex=self.config.ttl_s)
+            pipe.set(self.key_name(key, job.salt), memoryview(value), ex=self.config.ttl_s)
         try:
             replies = pipe.execute(raise_on_error=False)
         except UNAVAILABLE:

@@ -47,7 +47,7 @@ class TierSimOptions:
     chunk_bytes: int = 4096
     redis_url: str | None = None
     tier_dir: str | None = None
-    threads: int = 2
+    threads: int = 4
 
     def __post_init__(self) -> None:
         if not self.tiers or self.tiers[0] != "cpu":
