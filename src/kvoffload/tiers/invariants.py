@@ -4,8 +4,9 @@ tla/KVOffloadTiers.tla):
 - ``NoEvictUnderTierJob``: a CPU block read by a cascade is resident, holds the job's key and is
   pinned; a CPU block written by a promotion is resident, holds the key and is write-pending.
 - ``NoLoadWhilePromoting``: no GPU load job reads a chunk that is still being promoted.
-- ``TierStateUntilSignal``: every request the scheduler still tracks, and every request with a
-  tier job in flight, still has its tier state in the manager.
+- ``TierStateUntilSignal``: every request the scheduler still tracks still has its tier state.
+- ``NoTierCallAfterFinalise``: every tier job in flight belongs to a request whose tier state
+  still exists (the manager itself raises a LifecycleViolation of that name on such a call).
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from kvoffload.spec.invariants import Violation
 from kvoffload.tiers.lifecycles import TIER_FINALISED
 from kvoffload.tiers.manager import TieringManager
 
-TIER_INVARIANTS: tuple[str, ...] = ("NoEvictUnderTierJob", "NoLoadWhilePromoting", "TierStateUntilSignal")
+TIER_INVARIANTS: tuple[str, ...] = (
+    "NoEvictUnderTierJob", "NoLoadWhilePromoting", "TierStateUntilSignal", "NoTierCallAfterFinalise"
+)
 
 
 def check_tier_invariants(scheduler: OffloadingScheduler, manager: TieringManager) -> list[Violation]:
@@ -33,7 +36,7 @@ def check_tier_invariants(scheduler: OffloadingScheduler, manager: TieringManage
                 found.append(Violation("NoEvictUnderTierJob",
                                        f"promotion {job.job_id} writes key {key:#x}, which is not write-pending"))
         if manager.tier_state(job.request_id) == TIER_FINALISED:
-            found.append(Violation("TierStateUntilSignal",
+            found.append(Violation("NoTierCallAfterFinalise",
                                    f"tier job {job.job_id} in flight for {job.request_id!r}, whose state was dropped"))
     for job in scheduler.jobs_in_flight.values():
         if job.kind == "load":

@@ -17,7 +17,8 @@ unchanged. What it adds:
 - **Per-request tier state** (the salt, the tier jobs in flight on the request's behalf, the
   promotions already tried) lives until the deferred finish signal AND until the request's CPU
   stores, cascades and promotions drained (``TierStateUntilSignal``): a store that completes after
-  the signal still cascades. Dropping it at the signal is the tiering form of vLLM #49635.
+  the signal still cascades. Dropping it at the signal is the tiering form of vLLM #49635; a
+  call that would need dropped state raises ``NoTierCallAfterFinalise``.
 
 Strict like the CPU manager: a completion of a tier job never handed out (or reported twice), a
 second ``on_request_finished``, or a lookup after it raises ``LifecycleViolation`` naming the rule
@@ -194,12 +195,7 @@ class TieringManager:
         return self.cpu.prepare_store(request_id, keys, parent)
 
     def complete_store(self, request_id: RequestId, keys: Sequence[OffloadKey], success: bool) -> None:
-        record = self._requests.get(request_id)
-        if record is None:
-            raise LifecycleViolation(
-                "TierStateUntilSignal", request_id, "complete_store", "finalised",
-                "the request's tier state was dropped while a CPU store was in flight",
-            )
+        record = self._tier_record(request_id, "complete_store")
         self.cpu.complete_store(request_id, keys, success)
         if success and keys and not self._reset_pending:
             self._cascade(record, keys)
@@ -278,6 +274,7 @@ class TieringManager:
                 f"tier job {job.job_id}: {len(outcome.results)} result(s) {outcome.results} for "
                 f"{len(job.keys)} key(s); each must be one of {sorted(KEY_RESULTS)}"
             )
+        record = self._tier_record(job.request_id, "complete_tier_job")
         del self._jobs[job.job_id]
         stats = self.tier_stats[job.tier]
         tier = self.tiers[job.tier]
@@ -292,7 +289,6 @@ class TieringManager:
             self._finish_cascade(entry, tier, outcome, stats)
         else:
             self._finish_promotion(entry, tier, outcome, stats)
-        record = self._requests[job.request_id]
         record.jobs.discard(job.job_id)
         self._finalise_if_drained(record)
         if self._reset_pending and not self._jobs:
@@ -356,6 +352,15 @@ class TieringManager:
         if record.state == TIER_SIGNALED and self.request_machine.can_fire(record, "finalise"):
             self.request_machine.fire(record, "finalise")
             del self._requests[record.request_id]
+
+    def _tier_record(self, request_id: RequestId, call: str) -> TierRequestState:
+        record = self._requests.get(request_id)
+        if record is None:
+            raise LifecycleViolation(
+                "NoTierCallAfterFinalise", request_id, call, TIER_FINALISED,
+                "the request's tier state was dropped while its transfers were still in flight",
+            )
+        return record
 
     def _active(self, request_id: RequestId, call: str) -> TierRequestState:
         record = self._requests.get(request_id)
