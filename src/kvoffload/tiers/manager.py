@@ -214,13 +214,20 @@ class TieringManager:
                     stats.cascade_skipped_keys += len(wanted)
                     continue
                 slots = allocated
-            cpu_block_ids = self.cpu.prepare_load(CASCADE_OWNER, wanted)
+            cpu_block_ids = self._pin(wanted)
             job = TierJob(
                 self._next_job_id, "cascade", tier.name, record.request_id, tuple(wanted), cpu_block_ids, slots,
                 record.salt,
             )
             self._hand_out(record, job, self.cascade_machine)
             stats.cascades += 1
+
+    def _pin(self, keys: Sequence[OffloadKey]) -> tuple[int, ...]:
+        """Pin the ready CPU blocks a cascade reads; returns them."""
+        return self.cpu.prepare_load(CASCADE_OWNER, keys)
+
+    def _unpin(self, keys: Sequence[OffloadKey]) -> None:
+        self.cpu.complete_load(CASCADE_OWNER, keys)
 
     def _start_promotion(self, record: TierRequestState, tier: TierIndex, keys: Sequence[OffloadKey]) -> bool:
         plan = self.cpu.prepare_store(PROMOTE_OWNER, keys)
@@ -296,7 +303,7 @@ class TieringManager:
 
     def _finish_cascade(self, entry: TierJobRecord, tier: TierIndex, outcome: TierOutcome, stats: TierStats) -> None:
         job = entry.job
-        self.cpu.complete_load(CASCADE_OWNER, job.keys)
+        self._unpin(job.keys)
         written = 0
         for key, result in zip(job.keys, outcome.results, strict=True):
             if isinstance(tier, LocalTierIndex):
@@ -315,10 +322,7 @@ class TieringManager:
         # was requested nothing read before it is served.
         while not self._reset_pending and served < len(job.keys) and outcome.results[served] == OK:
             served += 1
-        if served:
-            self.cpu.complete_store(PROMOTE_OWNER, job.keys[:served], True)
-        if served < len(job.keys):
-            self.cpu.complete_store(PROMOTE_OWNER, job.keys[served:], False)
+        self._land(job.keys, served)
         if isinstance(tier, LocalTierIndex):
             for key, result in zip(job.keys, outcome.results, strict=True):
                 tier.read_done(key, result == OK)
@@ -329,6 +333,13 @@ class TieringManager:
         else:
             stats.failed_promotions += 1
             self.promotion_machine.fire(entry, "fail")
+
+    def _land(self, keys: Sequence[OffloadKey], served: int) -> None:
+        """The promotion's first ``served`` CPU blocks become ready; the others are freed."""
+        if served:
+            self.cpu.complete_store(PROMOTE_OWNER, keys[:served], True)
+        if served < len(keys):
+            self.cpu.complete_store(PROMOTE_OWNER, keys[served:], False)
 
     # ------------------------------------------------------------------ housekeeping
     def reset_cache(self) -> None:
@@ -418,6 +429,12 @@ class TieringManager:
         """The request's tier state (``finalised`` once dropped)."""
         record = self._requests.get(request_id)
         return record.state if record is not None else TIER_FINALISED
+
+    def request_summary(self) -> tuple[tuple[RequestId, str, int, tuple[tuple[str, OffloadKey], ...]], ...]:
+        """Per request with tier state: (id, state, tier jobs in flight, promotions tried)."""
+        return tuple(
+            (rid, r.state, len(r.jobs), tuple(sorted(r.tried))) for rid, r in sorted(self._requests.items())
+        )
 
     def leaks(self) -> list[str]:
         """Leftovers not accounted for by a tier job still in flight (the driver reports those)."""
