@@ -5,8 +5,9 @@ File tier: chunks are written through the tier driver (thread pool, one record w
 CRC-32 per slot, O_DIRECT where allowed) and read back and verified; the reference is ``dd`` with
 the same block size and the same direct-I/O flags on the same file system, and a bare sequential
 ``os.pwrite``/``os.preadv`` loop of whole slots. Redis tier: pipelined batches through
-``RedisTier`` (header, checksum, copies) against ``redis-benchmark -P`` and a raw redis-py
-pipeline of the same values, on a private ``redis-server``. Figures are MB/s (10^6 bytes).
+``RedisTier`` (header, checksum, zero-copy RESP pipeline) against ``redis-benchmark -P -r`` (one
+connection, keys spread like ours) and a raw redis-py pipeline of the same values, on a private
+``redis-server`` emptied before each run. Figures are MB/s (10^6 bytes).
 """
 
 from __future__ import annotations
@@ -168,7 +169,7 @@ def _redis_benchmark(port: int, size: int, count: int, pipeline: int) -> dict[st
         return None
     done = subprocess.run(
         ["redis-benchmark", "-p", str(port), "-t", "set,get", "-d", str(size), "-n", str(count),
-         "-P", str(pipeline), "-c", "1", "-q", "--csv"],
+         "-P", str(pipeline), "-c", "1", "-r", str(count), "-q", "--csv"],
         capture_output=True, text=True, check=False,
     )
     rates = dict(re.findall(r'"(SET|GET)","([\d.]+)"', done.stdout))

@@ -3,7 +3,9 @@
 Keys are ``{namespace}:{salt}:{chained block hash}`` where the namespace names the model and the KV
 layout: engines serving another model or layout never see these chunks, and requests with
 different cache salts (tenants) never share one. Values are records (kvoffload.tiers.record: the
-writer's id, the key and a CRC-32, then the chunk). Gets and sets of a job go in one pipeline.
+writer's id, the key and an XXH3 checksum, then the chunk). The gets or sets of a job go in one
+pipeline on one pooled connection, with the chunks sent from and received into the CPU blocks
+themselves (kvoffload.tiers.resp).
 
 Eviction is the server's (``maxmemory-policy``, e.g. allkeys-lru). A key gone between lookup and
 read is a ``miss``; a server that is down or restarted gives ``fault``s (connection refused,
@@ -13,14 +15,15 @@ The URL may carry a password and use TLS (``rediss://:password@host:port/0``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import redis
 
 from kvoffload.offload.types import OffloadKey
-from kvoffload.tiers.protocol import FAULT, MISS, OK, TierJob
-from kvoffload.tiers.record import HEADER_BYTES, pack_header, verify
+from kvoffload.tiers.protocol import CORRUPT, FAULT, MISS, OK, TierJob
+from kvoffload.tiers.record import HEADER_BYTES, pack_header, verify_header
+from kvoffload.tiers.resp import ReplyReader, RespError, get_command, send_all, set_command
 
 # Errors that mean "the tier is unavailable right now", never "the program is wrong".
 UNAVAILABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
@@ -68,44 +71,76 @@ class RedisTier:
 
     def write(self, job: TierJob, payloads: Sequence[memoryview], corrupt: Sequence[bool]) -> tuple[str, ...]:
         """SET every chunk in one pipeline; every key is a ``fault`` if the server is unavailable."""
-        pipe = self.client.pipeline(transaction=False)
+        buffers: list[bytes | memoryview] = []
         for key, payload, flip in zip(job.keys, payloads, corrupt, strict=True):
-            value = bytearray(pack_header(key, payload, self.writer))
-            value += payload
+            header = pack_header(key, payload, self.writer)
             if flip:
-                value[HEADER_BYTES] ^= 0xFF
-            pipe.set(self.key_name(key, job.salt), memoryview(value), ex=self.config.ttl_s)
-        try:
-            replies = pipe.execute(raise_on_error=False)
-        except UNAVAILABLE:
+                flipped = bytearray(payload)
+                flipped[0] ^= 0xFF
+                payload = memoryview(flipped)
+            buffers += set_command(self.key_name(key, job.salt).encode(), header, payload, self.config.ttl_s)
+        results: list[str] = []
+
+        def exchange(reader: ReplyReader) -> None:
+            send_all(reader.sock, buffers)
+            for _ in job.keys:
+                try:
+                    reader.simple()
+                    results.append(OK)
+                except RespError:  # e.g. OOM with maxmemory-policy noeviction
+                    results.append(FAULT)
+
+        if not self._exchange(exchange):
             return (FAULT,) * len(job.keys)
-        return tuple(OK if reply is True else FAULT for reply in replies)
+        return tuple(results)
 
     def read(self, job: TierJob, outs: Sequence[memoryview]) -> tuple[tuple[str, ...], int]:
-        """GET every chunk in one pipeline; verify; copy verified payloads into ``outs``.
-        Returns the per-key results and how many verified chunks another writer stored."""
-        pipe = self.client.pipeline(transaction=False)
-        for key in job.keys:
-            pipe.get(self.key_name(key, job.salt))
-        try:
-            replies = pipe.execute(raise_on_error=False)
-        except UNAVAILABLE:
-            return (FAULT,) * len(job.keys), 0
-        results = []
+        """GET every chunk in one pipeline, each reply received straight into its CPU block, then
+        verified. Returns the per-key results and how many verified chunks another writer stored."""
+        results: list[str] = []
         foreign = 0
-        for key, out, reply in zip(job.keys, outs, replies, strict=True):
-            if reply is None:
-                results.append(MISS)
-                continue
-            if isinstance(reply, Exception):
-                results.append(FAULT)
-                continue
-            result, writer = verify(reply, key, len(out))
-            if result == OK:
-                out[:] = memoryview(reply)[HEADER_BYTES : HEADER_BYTES + len(out)]
-                foreign += writer != self.writer
-            results.append(result)
+
+        def exchange(reader: ReplyReader) -> None:
+            nonlocal foreign
+            send_all(reader.sock, [get_command(self.key_name(key, job.salt).encode()) for key in job.keys])
+            header = memoryview(bytearray(HEADER_BYTES))
+            crlf = memoryview(bytearray(2))
+            for key, out in zip(job.keys, outs, strict=True):
+                length = reader.bulk_length()
+                if length < 0:
+                    results.append(MISS)
+                    continue
+                if length != HEADER_BYTES + len(out):
+                    reader.skip(length + 2)
+                    results.append(CORRUPT)
+                    continue
+                reader.read_into(header)
+                reader.read_into(out)
+                reader.read_into(crlf)
+                result, writer = verify_header(header, key, out)
+                foreign += result == OK and writer != self.writer
+                results.append(result)
+
+        if not self._exchange(exchange):
+            return (FAULT,) * len(job.keys), 0
         return tuple(results), foreign
+
+    def _exchange(self, exchange: Callable[[ReplyReader], None]) -> bool:
+        """Run ``exchange`` on a pooled connection; False if the server is unavailable (the
+        connection is then dropped: its stream is in an unknown state)."""
+        pool = self.client.connection_pool
+        try:
+            connection = pool.get_connection()
+        except UNAVAILABLE:
+            return False
+        try:
+            exchange(ReplyReader(connection._sock))
+        except (*UNAVAILABLE, RespError, ValueError):
+            connection.disconnect()
+            return False
+        finally:
+            pool.release(connection)
+        return True
 
     def close(self) -> None:
         self.client.close()
