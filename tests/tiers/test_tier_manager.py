@@ -20,6 +20,19 @@ def cascade_everything(manager: TieringManager) -> None:
         manager.complete_tier_job(all_ok(job))
 
 
+def evicted_to_file(keys: list[int]) -> TieringManager:
+    """A manager of 2 CPU blocks whose file tier holds ``keys``, which the CPU tier evicted."""
+    manager = tiering(cpu_blocks=2)
+    manager.on_new_request("writer")
+    store(manager, "writer", keys)
+    cascade_everything(manager)
+    manager.on_new_request("evictor")
+    store(manager, "evictor", [1000, 1001])
+    cascade_everything(manager)
+    assert not set(keys) & manager.resident_keys
+    return manager
+
+
 def test_a_completed_store_cascades_with_its_cpu_blocks_pinned() -> None:
     manager = tiering()
     manager.on_new_request("r1")
@@ -38,14 +51,7 @@ def test_a_completed_store_cascades_with_its_cpu_blocks_pinned() -> None:
 
 
 def test_a_lookup_promotes_and_answers_not_yet_until_the_chunks_are_ready() -> None:
-    manager = tiering(cpu_blocks=2)
-    manager.on_new_request("writer")
-    store(manager, "writer", [1, 2])
-    cascade_everything(manager)
-    manager.on_new_request("evictor")
-    store(manager, "evictor", [8, 9])  # evicts 1 and 2 from CPU; the file tier still has them
-    cascade_everything(manager)
-    assert not {1, 2} & manager.resident_keys
+    manager = evicted_to_file([1, 2])
     manager.on_new_request("reader")
     assert manager.lookup("reader", [1, 2]) is None
     (job,) = manager.take_tier_jobs()
@@ -61,13 +67,7 @@ def test_a_lookup_promotes_and_answers_not_yet_until_the_chunks_are_ready() -> N
 
 
 def test_a_corrupt_chunk_is_a_failed_promotion_never_served_and_not_retried() -> None:
-    manager = tiering(cpu_blocks=2)
-    manager.on_new_request("writer")
-    store(manager, "writer", [1, 2])
-    cascade_everything(manager)
-    manager.on_new_request("evictor")
-    store(manager, "evictor", [8, 9])
-    cascade_everything(manager)
+    manager = evicted_to_file([1, 2])
     manager.on_new_request("reader")
     assert manager.lookup("reader", [1, 2]) is None
     (job,) = manager.take_tier_jobs()
@@ -141,13 +141,7 @@ def test_a_shared_tier_miss_is_a_failed_promotion() -> None:
 
 
 def test_the_scheduler_defers_admission_while_a_promotion_runs() -> None:
-    manager = tiering(cpu_blocks=2)
-    manager.on_new_request("w")
-    store(manager, "w", [11, 12])
-    cascade_everything(manager)
-    manager.on_new_request("e")
-    store(manager, "e", [21, 22])
-    cascade_everything(manager)
+    manager = evicted_to_file([11, 12])
     scheduler = OffloadingScheduler(OffloadConfig(4, 1, 2, "lru"), manager=manager)  # type: ignore[arg-type]
     reader: FakeRequest = request("reader", [11, 12])
     assert scheduler.get_num_new_matched_tokens(reader, 0) == (None, False)

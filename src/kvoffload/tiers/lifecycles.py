@@ -46,44 +46,31 @@ CHUNK_RESIDENCY = LifecycleDeclaration(
     ),
 )
 
-# A promotion: secondary tier -> CPU blocks of the primary tier.
-PROMOTING = "promoting"
-PROMOTED = "promoted"
-PROMOTION_FAILED = "failed"
+def _job_lifecycle(name: str, running: tuple[str, str], done: tuple[str, str], failed: str) -> LifecycleDeclaration:
+    """A tier job: in flight, then exactly one outcome (``done`` or ``fail``)."""
+    return LifecycleDeclaration(
+        name=name,
+        states=(StateDecl(*running), StateDecl(*done), StateDecl("failed", failed)),
+        initial=running[0],
+        terminal=frozenset({done[0], "failed"}),
+        transitions=(TransitionDecl("done", (running[0],), done[0]), TransitionDecl("fail", (running[0],), "failed")),
+    )
 
-PROMOTION = LifecycleDeclaration(
-    name="promotion",
-    states=(
-        StateDecl(PROMOTING, "CPU blocks allocated and write-pending; the tier read is in flight"),
-        StateDecl(PROMOTED, "some leading chunks verified and ready in CPU memory; the rest freed"),
-        StateDecl(PROMOTION_FAILED, "nothing usable (miss, I/O error, bad checksum): blocks freed, recompute"),
-    ),
-    initial=PROMOTING,
-    terminal=frozenset({PROMOTED, PROMOTION_FAILED}),
-    transitions=(
-        TransitionDecl("done", (PROMOTING,), PROMOTED, doc="at least the first chunk was read and verified"),
-        TransitionDecl("fail", (PROMOTING,), PROMOTION_FAILED, doc="the first chunk could not be served"),
-    ),
+
+# A promotion: secondary tier -> CPU blocks of the primary tier.
+PROMOTION = _job_lifecycle(
+    "promotion",
+    ("promoting", "CPU blocks allocated and write-pending; the tier read is in flight"),
+    ("promoted", "some leading chunks verified and ready in CPU memory; the rest freed"),
+    "nothing usable (miss, I/O error, bad checksum): blocks freed, the request recomputes",
 )
 
 # A cascade job: CPU blocks (pinned) -> one secondary tier.
-CASCADING = "cascading"
-CASCADED = "cascaded"
-CASCADE_FAILED = "failed"
-
-CASCADE = LifecycleDeclaration(
-    name="cascade",
-    states=(
-        StateDecl(CASCADING, "source CPU blocks pinned (not evictable); the tier write is in flight"),
-        StateDecl(CASCADED, "written; CPU blocks unpinned"),
-        StateDecl(CASCADE_FAILED, "write failed or tier down; CPU blocks unpinned, tier slots freed"),
-    ),
-    initial=CASCADING,
-    terminal=frozenset({CASCADED, CASCADE_FAILED}),
-    transitions=(
-        TransitionDecl("done", (CASCADING,), CASCADED),
-        TransitionDecl("fail", (CASCADING,), CASCADE_FAILED),
-    ),
+CASCADE = _job_lifecycle(
+    "cascade",
+    ("cascading", "source CPU blocks pinned (not evictable); the tier write is in flight"),
+    ("cascaded", "written; CPU blocks unpinned"),
+    "write failed or tier down; CPU blocks unpinned, tier slots freed",
 )
 
 # A request's tier state in the tiering manager.

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.types import OffloadKey, RequestId
 from kvoffload.tiers.index import CHUNK_MACHINE, LocalTierIndex, TierIndex
-from kvoffload.tiers.manager import PROMOTE_OWNER, TieringManager, TierRequestState
+from kvoffload.tiers.manager import PROMOTE_OWNER, TieringManager, TierJobRecord, TierRequestState, TierStats
 from kvoffload.tiers.protocol import FAULT, OK, TierOutcome
 
 
@@ -83,7 +83,7 @@ class ReadyBeforePromotionLandsManager(TieringManager):
                 del self._promoting[key]
         return started
 
-    def _finish_promotion(self, entry, tier, outcome, stats) -> None:  # type: ignore[no-untyped-def]
+    def _finish_promotion(self, entry: TierJobRecord, tier: TierIndex, outcome: TierOutcome, stats: TierStats) -> None:
         for key in entry.job.keys:
             self._promoting[key] = entry.job_id
         super()._finish_promotion(entry, tier, outcome, stats)
