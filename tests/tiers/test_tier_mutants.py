@@ -43,3 +43,10 @@ def test_an_unknown_tier_mutant_is_one_line_and_exit_2(capsys: pytest.CaptureFix
     assert main(["explore", "--tiers", "--mutant", "nope"]) == 2
     err = capsys.readouterr().err.strip()
     assert "unknown tier mutant 'nope'" in err and len(err.splitlines()) == 1
+
+
+def test_the_zoo_lists_the_tier_mutants(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["mutants", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["tier_mutants"]
+    assert [entry["name"] for entry in listed] == list(TIER_MUTANTS)
+    assert all(entry["source"] and entry["invariant"] for entry in listed)
