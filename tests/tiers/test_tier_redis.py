@@ -3,10 +3,11 @@ server that disappears or restarts (misses and faults, never an exception or a w
 
 from __future__ import annotations
 
+import pytest
 import redis
 
 from kvoffload.tiers.protocol import CORRUPT, FAULT, MISS, OK, TierJob
-from kvoffload.tiers.redis_server import RedisServer
+from kvoffload.tiers.redis_server import RedisServer, RedisServerMissing
 from kvoffload.tiers.redis_tier import RedisTier, RedisTierConfig
 
 CHUNK = 4096
@@ -84,6 +85,22 @@ def test_password_in_config_and_in_url(redis_server: RedisServer) -> None:
         with_config = RedisTier(RedisTierConfig(plain_url, password="s3cret"))
         assert with_config.write(job((1,)), [payload(1)], [False]) == (OK,)
         assert RedisTier(RedisTierConfig(server.url)).read(job((1,)), [out()])[0] == (OK,)
+    finally:
+        server.stop()
+
+
+def test_a_tls_server_through_a_rediss_url(redis_server: RedisServer) -> None:
+    try:
+        server = RedisServer(password="pw", tls=True).start()
+    except (RedisServerMissing, RuntimeError) as error:  # openssl missing, or a server built without TLS
+        pytest.skip(f"no TLS redis-server here: {error}")
+    try:
+        tier = RedisTier(RedisTierConfig(server.url, ssl_ca_certs=server.ca_file))
+        assert server.url.startswith("rediss://:pw@")
+        assert tier.write(job((1, 2)), [payload(1), payload(2)], [False, False]) == (OK, OK)
+        outs = [out(), out()]
+        assert tier.read(job((1, 2)), outs) == ((OK, OK), 0)
+        assert outs[0] == payload(1) and outs[1] == payload(2)
     finally:
         server.stop()
 
