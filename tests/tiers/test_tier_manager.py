@@ -160,3 +160,19 @@ def test_a_promotion_reports_exactly_once() -> None:
     machine.fire(record, "done")
     with pytest.raises(IllegalTransition, match="'fail' is not allowed in state 'promoted'"):
         machine.fire(record, "fail")
+
+
+def test_the_cache_salt_goes_with_every_tier_job_of_the_request() -> None:
+    manager = tiering(shared=True)
+    manager.on_new_request("tenant-a")
+    manager.set_cache_salt("tenant-a", "a")
+    store(manager, "tenant-a", [1])
+    assert {job.salt for job in manager.take_tier_jobs()} == {"a"}
+    manager.on_new_request("tenant-b")
+    manager.set_cache_salt("tenant-b", "b")
+    assert manager.lookup("tenant-b", [7]) is None  # redis may hold 7 under salt b
+    (job,) = manager.take_tier_jobs()
+    assert (job.kind, job.salt) == ("promote", "b")
+    manager.on_request_finished("tenant-b")
+    with pytest.raises(LifecycleViolation, match="NoManagerCallAfterSignal"):
+        manager.set_cache_salt("tenant-b", "c")

@@ -130,6 +130,7 @@ class TieringManager:
 
     # ------------------------------------------------------------------ request lifecycle
     def on_new_request(self, request_id: RequestId) -> None:
+        """Announce a request (to the CPU manager too); its tier state starts ``active``."""
         if request_id in INTERNAL_OWNERS:
             raise ValueError(f"request id {request_id!r} is reserved for the tiering manager")
         self.cpu.on_new_request(request_id)
@@ -140,6 +141,7 @@ class TieringManager:
         self._active(request_id, "set_cache_salt").salt = salt
 
     def on_request_finished(self, request_id: RequestId) -> None:
+        """The deferred finish signal; the tier state is finalised once the request drained."""
         self.cpu.on_request_finished(request_id)
         record = self._requests[request_id]
         self.request_machine.fire(record, "signal")
@@ -173,12 +175,15 @@ class TieringManager:
         return hits
 
     def touch(self, request_id: RequestId, keys: Sequence[OffloadKey]) -> None:
+        """As ``CPUOffloadingManager.touch``."""
         self.cpu.touch(request_id, keys)
 
     def prepare_load(self, request_id: RequestId, keys: Sequence[OffloadKey]) -> tuple[int, ...]:
+        """As ``CPUOffloadingManager.prepare_load`` (a key being promoted is not loadable)."""
         return self.cpu.prepare_load(request_id, keys)
 
     def complete_load(self, request_id: RequestId, keys: Sequence[OffloadKey]) -> None:
+        """As ``CPUOffloadingManager.complete_load``; may finalise a signaled request."""
         self.cpu.complete_load(request_id, keys)
         record = self._requests.get(request_id)
         if record is not None:
@@ -188,6 +193,7 @@ class TieringManager:
     def prepare_store(
         self, request_id: RequestId, keys: Sequence[OffloadKey], parent: OffloadKey | None = None
     ) -> StorePlan | None:
+        """As ``CPUOffloadingManager.prepare_store``; None while a reset waits for tier jobs."""
         if self._reset_pending:
             # Nothing new enters the CPU tier until the pending reset ran (touch checks the caller).
             self.cpu.touch(request_id, ())
@@ -195,6 +201,7 @@ class TieringManager:
         return self.cpu.prepare_store(request_id, keys, parent)
 
     def complete_store(self, request_id: RequestId, keys: Sequence[OffloadKey], success: bool) -> None:
+        """As ``CPUOffloadingManager.complete_store``; a successful store cascades its keys."""
         record = self._tier_record(request_id, "complete_store")
         self.cpu.complete_store(request_id, keys, success)
         if success and keys and not self._reset_pending:
@@ -383,6 +390,7 @@ class TieringManager:
         return record
 
     def take_events(self) -> list[OffloadEvent]:
+        """The CPU tier's events (promoted chunks appear as stored)."""
         return self.cpu.take_events()
 
     # ------------------------------------------------------------------ the CPU manager's view
