@@ -54,3 +54,9 @@ def test_bad_tier_options_are_one_line_and_exit_2(
     assert main(["simulate", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_table_output_names_every_tier(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--tiers", "cpu,file", "--users", "4", "--turns", "2", "--cpu-blocks", "32"]) == 0
+    out = capsys.readouterr().out
+    assert "secondary tiers" in out and "│ file" in out and "OK: no violation" in out

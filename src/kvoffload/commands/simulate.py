@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
 def _run_tiered(args: argparse.Namespace, options: Any, started: float) -> int:
     from dataclasses import replace
 
-    from kvoffload.tiers.sim import TierSimOptions, simulate_tiered
+    from kvoffload.tiers.sim import TierSimOptions, print_summary, simulate_tiered
 
     try:
         tier_options = TierSimOptions(
@@ -83,7 +83,10 @@ def _run_tiered(args: argparse.Namespace, options: Any, started: float) -> int:
     except (ValueError, RuntimeError) as error:
         raise CommandError(str(error)) from None
     result["seconds"] = round(time.perf_counter() - started, 3)
-    print(json.dumps(result, indent=None if args.json else 2))
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print_summary(result)
     ok = result["violations"] == 0 and result["leaks"] == 0 and result["integrity_failures"] == 0
     return 0 if ok else 1
 

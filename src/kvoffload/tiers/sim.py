@@ -243,3 +243,45 @@ def _summary(options: TierSimOptions, engines: Sequence[TieredEngine], restarts:
         backend="model+bytes",
     )
     return result
+
+
+def print_summary(result: dict[str, Any]) -> None:
+    """The tiered run as two tables: the checks and hits, then one row per secondary tier."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    tier_names = ",".join(result["tier_names"])
+    overview = Table(title=f"kvoffload simulate --tiers {tier_names} ({result['engines']} engine(s))")
+    overview.add_column("")
+    overview.add_column("value", justify="right")
+    for label, key in (
+        ("requests finished / aborted", None), ("engine steps", "steps"), ("admitted tokens", "admitted_tokens"),
+        ("served by the GPU prefix cache", "gpu_hit_tokens"), ("served by offload (CPU + tiers)", "offload_hit_tokens"),
+        ("cross-engine hit tokens", "cross_engine_hit_tokens"), ("promotion wait, max steps", "promotion_steps_max"),
+        ("invariant violations", "violations"), ("leaks after drain", "leaks"),
+        ("loaded blocks checked / integrity failures", None), ("redis restarts", "redis_restarts"),
+    ):
+        if label.startswith("requests"):
+            value = f"{result['finished']} / {result['aborted']}"
+        elif label.startswith("loaded"):
+            value = f"{result['integrity_checked_blocks']} / {result['integrity_failures']}"
+        else:
+            value = str(result[key])
+        overview.add_row(label, value)
+    console.print(overview)
+    columns = {
+        "hit_tokens": "hit tokens", "promotions": "promotions", "failed_promotions": "failed",
+        "cascaded_keys": "cascaded", "misses": "misses", "checksum_failures": "bad sums", "faults": "faults",
+    }
+    tiers = Table(title="secondary tiers (chunks, except hit tokens)")
+    tiers.add_column("tier")
+    for header in columns.values():
+        tiers.add_column(header, justify="right")
+    for name, stats in result["tiers"].items():
+        tiers.add_row(name, *(str(stats[column]) for column in columns))
+    console.print(tiers)
+    ok = result["violations"] == 0 and result["leaks"] == 0 and result["integrity_failures"] == 0
+    console.print("[green]OK: no violation, no leak, every loaded block intact[/green]" if ok else "[red]FAILED[/red]")
+    for message in [*result["violation_messages"], *result["leak_messages"]]:
+        console.print(f"[red]{message}[/red]", highlight=False)
