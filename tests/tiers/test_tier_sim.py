@@ -46,6 +46,8 @@ def test_the_command_prints_tier_figures(redis_server: RedisServer, capsys: pyte
         (["--tiers", "file,cpu"], "--tiers must start with cpu"),
         (["--tiers", "cpu,disk"], "each of file, redis may follow cpu once"),
         (["--tiers", "cpu,file", "--engines", "2"], "needs the shared redis tier"),
+        (["--tiers", "cpu,file", "--tier-dir", "/nonexistent/kvoffload"], "cannot use the file tier"),
+        (["--tiers", "cpu,redis", "--redis-url", "foo://x"], "Redis URL must specify"),
     ],
 )
 def test_bad_tier_options_are_one_line_and_exit_2(
@@ -60,3 +62,12 @@ def test_the_table_output_names_every_tier(capsys: pytest.CaptureFixture[str]) -
     assert main(["simulate", "--tiers", "cpu,file", "--users", "4", "--turns", "2", "--cpu-blocks", "32"]) == 0
     out = capsys.readouterr().out
     assert "secondary tiers" in out and "│ file" in out and "OK: no violation" in out
+
+
+def test_an_unreachable_redis_is_misses_and_recomputation(capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["simulate", "--tiers", "cpu,redis", "--redis-url", "redis://127.0.0.1:1/0", "--users", "4",
+                   "--turns", "2", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert status == 0
+    assert result["tier_faults"] > 0 and result["tiers"]["redis"]["promoted_keys"] == 0
+    assert (result["violations"], result["leaks"], result["integrity_failures"]) == (0, 0, 0)

@@ -80,6 +80,8 @@ def _run_tiered(args: argparse.Namespace, options: Any, started: float) -> int:
             redis_url=args.redis_url, tier_dir=args.tier_dir,
         )
         result = simulate_tiered(tier_options)
+    except OSError as error:  # e.g. --tier-dir does not exist or is not writable
+        raise CommandError(f"cannot use the file tier: {error}") from None
     except (ValueError, RuntimeError) as error:
         raise CommandError(str(error)) from None
     result["seconds"] = round(time.perf_counter() - started, 3)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
@@ -174,7 +175,12 @@ def simulate_tiered(options: TierSimOptions) -> dict[str, Any]:
         server = RedisServer().start()
         redis_url = server.url
     directory = options.tier_dir or tempfile.mkdtemp(prefix="kvoffload-tiers-")
-    engines = [_build_engine(options, index, directory, redis_url) for index in range(options.engines)]
+    engines: list[TieredEngine] = []
+    try:
+        engines += [_build_engine(options, index, directory, redis_url) for index in range(options.engines)]
+    except BaseException:
+        _close(engines, server, None if options.tier_dir else directory)
+        raise
     router = EngineRouter(engines)
     workload = MultiTurnWorkload(WorkloadConfig(users=base.users, turns=base.turns, seed=base.seed))
     workload.attach(router)  # type: ignore[arg-type]
@@ -196,14 +202,19 @@ def simulate_tiered(options: TierSimOptions) -> dict[str, Any]:
             engine.finish_tier_jobs()
         return _summary(options, engines, restarts)
     finally:
-        for engine in engines:
-            engine.driver.close()
-            for backend in engine.driver.backends.values():
-                backend.close(**({"remove": True} if hasattr(backend, "path") else {}))  # type: ignore[attr-defined]
-        if server is not None:
-            server.stop()
-        if options.tier_dir is None:
-            os.rmdir(directory)
+        _close(engines, server, None if options.tier_dir else directory)
+
+
+def _close(engines: Sequence[TieredEngine], server: Any, temporary_directory: str | None) -> None:
+    """Stop the I/O threads, remove the tier files, stop a private server and the temp dir."""
+    for engine in engines:
+        engine.driver.close()
+        for backend in engine.driver.backends.values():
+            backend.close(**({"remove": True} if hasattr(backend, "path") else {}))  # type: ignore[attr-defined]
+    if server is not None:
+        server.stop()
+    if temporary_directory is not None:
+        shutil.rmtree(temporary_directory, ignore_errors=True)
 
 
 def _summary(options: TierSimOptions, engines: Sequence[TieredEngine], restarts: int) -> dict[str, Any]:
