@@ -266,6 +266,13 @@ def bench_promotion_latency() -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from kvoffload.cli import CommandError
+
+    if args.dir is not None and not os.path.isdir(args.dir):
+        raise CommandError(f"--dir {args.dir}: not a directory")
+    for name in ("mib", "batch", "threads", "repeats"):
+        if getattr(args, name) < 1:
+            raise CommandError(f"--{name} must be >= 1, got {getattr(args, name)}")
     directory = tempfile.mkdtemp(prefix="kvoffload-bench-tiers-", dir=args.dir or os.getcwd())
     try:
         result: dict[str, Any] = {
