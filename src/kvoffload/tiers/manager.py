@@ -36,6 +36,7 @@ from kvoffload.offload.manager import BlockEntry, CPUOffloadingManager, ManagerS
 from kvoffload.offload.policies import EvictionPolicy
 from kvoffload.offload.types import OffloadEvent, OffloadKey, RequestId, StorePlan
 from kvoffload.statemachine.runtime import DeclaredMachine
+from kvoffload.tiers.admission import PromotionAdmission
 from kvoffload.tiers.index import LocalTierIndex, TierIndex
 from kvoffload.tiers.lifecycles import (
     CASCADE,
@@ -110,6 +111,9 @@ class TieringManager:
         if max_promote_chunks < 1:
             raise ValueError(f"max_promote_chunks must be >= 1, got {max_promote_chunks}")
         self.cpu = cpu
+        # Promoted chunks bypass the CPU tier's admission filter (they were admitted once).
+        self._admission = PromotionAdmission(cpu.policy)
+        cpu.policy = self._admission
         self.tiers: dict[str, TierIndex] = {tier.name: tier for tier in tiers}
         self.max_promote_chunks = max_promote_chunks
         self.request_machine = DeclaredMachine(
@@ -237,7 +241,8 @@ class TieringManager:
         self.cpu.complete_load(CASCADE_OWNER, keys)
 
     def _start_promotion(self, record: TierRequestState, tier: TierIndex, keys: Sequence[OffloadKey]) -> bool:
-        plan = self.cpu.prepare_store(PROMOTE_OWNER, keys)
+        with self._admission.promoting(keys):
+            plan = self.cpu.prepare_store(PROMOTE_OWNER, keys)
         if plan is None:
             return False
         placed = dict(zip(plan.keys_to_store, plan.cpu_block_ids, strict=True))
@@ -400,7 +405,8 @@ class TieringManager:
 
     @property
     def policy(self) -> EvictionPolicy:
-        return self.cpu.policy
+        """The CPU tier's own policy (without the promotion admission wrapper)."""
+        return self._admission.inner
 
     @property
     def stats(self) -> ManagerStats:
