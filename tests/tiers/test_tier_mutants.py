@@ -39,10 +39,16 @@ def test_the_command_explores_a_tier_mutant(capsys: pytest.CaptureFixture[str]) 
     assert result["model"]["tiers"] == ["cpu", "file"]
 
 
-def test_an_unknown_tier_mutant_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["explore", "--tiers", "--mutant", "nope"]) == 2
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [(["--mutant", "nope"], "unknown tier mutant 'nope'"), (["--max-states", "0"], "--max-states must be positive")],
+)
+def test_bad_tier_explore_options_are_one_line_and_exit_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["explore", "--tiers", *argv]) == 2
     err = capsys.readouterr().err.strip()
-    assert "unknown tier mutant 'nope'" in err and len(err.splitlines()) == 1
+    assert message in err and len(err.splitlines()) == 1
 
 
 def test_the_zoo_lists_the_tier_mutants(capsys: pytest.CaptureFixture[str]) -> None:

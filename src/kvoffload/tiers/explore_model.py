@@ -333,6 +333,10 @@ def run_tier_explore(args: argparse.Namespace) -> int:
     from kvoffload.statemachine.explore import explore, format_result
     from kvoffload.tiers.mutants import TIER_MUTANTS
 
+    for name in ("requests", "chunks", "max_states", "max_depth", "cpu_blocks"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise CommandError(f"--{name.replace('_', '-')} must be positive, got {value}")
     make_manager = None
     drain = args.drain
     if args.mutant is not None:
