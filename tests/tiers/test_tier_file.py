@@ -88,3 +88,18 @@ def test_the_driver_moves_cpu_blocks_through_the_pool_and_injects_faults(tmp_pat
 def test_a_bad_size_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="num_slots and chunk_bytes"):
         FileTier(str(tmp_path / "x"), 0, CHUNK)
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["o_direct", "buffered"])
+def test_a_chunk_size_that_is_not_a_page_multiple_round_trips(tmp_path: Path, direct: bool) -> None:
+    odd = 5000
+    file_tier = FileTier(str(tmp_path / "odd.tier"), num_slots=2, chunk_bytes=odd, direct=direct)
+    try:
+        data = memoryview(bytes(range(256)) * 19 + bytes(odd - 256 * 19))
+        job = TierJob(1, "cascade", "file", "r", (3,), (0,), slots=(1,))
+        assert file_tier.write(job, [data], [False]) == (OK,)
+        back = memoryview(bytearray(odd))
+        assert file_tier.read(job, [back]) == ((OK,), 0) and back == data
+        assert file_tier.direct == (direct and file_tier.direct)
+    finally:
+        file_tier.close(remove=True)
