@@ -129,15 +129,37 @@ def test_reset_waits_for_tier_jobs_and_misses_meanwhile() -> None:
     assert manager.tiers["file"].state_of(1) is None
 
 
-def test_a_shared_tier_miss_is_a_failed_promotion() -> None:
+def test_a_shared_tier_is_probed_before_any_cpu_block_is_allocated() -> None:
+    manager = tiering(cpu_blocks=2, shared=True)
+    manager.on_new_request("r1")
+    store(manager, "r1", [1, 2])  # a full CPU tier: a promotion would have to evict
+    cascade_everything(manager)
+    manager.on_new_request("r2")
+    assert manager.lookup("r2", [5, 6, 7]) is None  # the file tier has nothing; redis may
+    (probe,) = manager.take_tier_jobs()
+    assert (probe.kind, probe.tier, probe.keys, probe.cpu_block_ids) == ("probe", "redis", (5, 6, 7), ())
+    assert manager.resident_keys == {1, 2}  # nothing allocated, nothing evicted for a probe
+    assert manager.lookup("r2", [5, 6, 7]) is None  # still probing
+    assert manager.take_tier_jobs() == []
+    manager.complete_tier_job(TierOutcome(probe.job_id, (OK, OK, MISS)))
+    assert manager.lookup("r2", [5, 6, 7]) is None  # now promoting what redis holds
+    (promote,) = manager.take_tier_jobs()
+    assert (promote.kind, promote.keys) == ("promote", (5, 6))
+    # The key vanished between probe and read (maxmemory eviction): a failed promotion, not an error.
+    manager.complete_tier_job(TierOutcome(promote.job_id, (MISS, MISS)))
+    assert manager.lookup("r2", [5, 6, 7]) == 0
+    stats = manager.tier_stats["redis"]
+    assert (stats.probes, stats.probe_hits, stats.failed_promotions, stats.misses) == (1, 2, 1, 2)
+
+
+def test_a_shared_tier_that_holds_nothing_costs_no_promotion() -> None:
     manager = tiering(shared=True)
     manager.on_new_request("r1")
-    assert manager.lookup("r1", [5, 6]) is None  # the file tier has nothing; redis may
-    (job,) = manager.take_tier_jobs()
-    assert job.tier == "redis"
-    manager.complete_tier_job(TierOutcome(job.job_id, (MISS, MISS)))
+    assert manager.lookup("r1", [5, 6]) is None
+    (probe,) = manager.take_tier_jobs()
+    manager.complete_tier_job(TierOutcome(probe.job_id, (MISS, MISS)))
     assert manager.lookup("r1", [5, 6]) == 0
-    assert manager.tier_stats["redis"].misses == 2
+    assert manager.take_tier_jobs() == [] and manager.tier_stats["redis"].promotions == 0
 
 
 def test_the_scheduler_defers_admission_while_a_promotion_runs() -> None:
@@ -171,6 +193,10 @@ def test_the_cache_salt_goes_with_every_tier_job_of_the_request() -> None:
     manager.on_new_request("tenant-b")
     manager.set_cache_salt("tenant-b", "b")
     assert manager.lookup("tenant-b", [7]) is None  # redis may hold 7 under salt b
+    (job,) = manager.take_tier_jobs()
+    assert (job.kind, job.salt) == ("probe", "b")
+    manager.complete_tier_job(TierOutcome(job.job_id, (OK,)))
+    assert manager.lookup("tenant-b", [7]) is None
     (job,) = manager.take_tier_jobs()
     assert (job.kind, job.salt) == ("promote", "b")
     manager.on_request_finished("tenant-b")

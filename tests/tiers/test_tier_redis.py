@@ -56,6 +56,13 @@ def test_corrupt_or_foreign_values_are_never_served(redis_url: str) -> None:
     assert outs[1] == payload(10)
 
 
+def test_a_probe_says_which_keys_the_server_holds(redis_url: str) -> None:
+    tier = RedisTier(RedisTierConfig(redis_url))
+    tier.write(job((1, 3)), [payload(1), payload(3)], [False, False])
+    assert tier.probe(job((1, 2, 3), salt="")) == (OK, MISS, OK)
+    assert tier.probe(job((1,), salt="other")) == (MISS,)
+
+
 def test_a_key_evicted_between_lookup_and_read_is_a_miss(redis_url: str) -> None:
     tier = RedisTier(RedisTierConfig(redis_url))
     tier.write(job((4,)), [payload(4)], [False])
@@ -69,6 +76,7 @@ def test_a_server_down_or_restarted_gives_faults_then_misses(redis_server: Redis
     redis_server._kill()
     try:
         assert tier.read(job((3,)), [out()])[0] == (FAULT,)
+        assert tier.probe(job((3,))) == (FAULT,)
         assert tier.write(job((3,)), [payload(3)], [False]) == (FAULT,)
     finally:
         redis_server.start()

@@ -13,6 +13,7 @@ LIFECYCLES: dict[str, tuple[str, str]] = {
     "tier_chunk": ("kvoffload.tiers.lifecycles", "CHUNK_RESIDENCY"),
     "promotion": ("kvoffload.tiers.lifecycles", "PROMOTION"),
     "cascade": ("kvoffload.tiers.lifecycles", "CASCADE"),
+    "probe": ("kvoffload.tiers.lifecycles", "PROBE"),
     "tier_request": ("kvoffload.tiers.lifecycles", "TIER_REQUEST"),
 }
 

@@ -32,11 +32,17 @@ class CpuChunks(Protocol):
 
 
 class TierBackend(Protocol):
-    """The I/O side of one tier."""
+    """The I/O side of one tier (a shared tier also answers ``probe``: see SharedTierBackend)."""
 
     def write(self, job: TierJob, payloads: Sequence[memoryview], corrupt: Sequence[bool]) -> tuple[str, ...]: ...
 
     def read(self, job: TierJob, outs: Sequence[memoryview]) -> tuple[tuple[str, ...], int]: ...
+
+
+class SharedTierBackend(TierBackend, Protocol):
+    def probe(self, job: TierJob) -> tuple[str, ...]:
+        """Per key: ``ok`` if the tier holds it, ``miss`` if not (``fault`` when unreachable)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,8 @@ class TierDriver:
         if io_error:
             return TierOutcome(job.job_id, (FAULT,) * len(job.keys))
         backend = self.backends[job.tier]
+        if job.kind == "probe":
+            return TierOutcome(job.job_id, backend.probe(job))  # type: ignore[attr-defined]
         views = [self.cpu.chunk_view(block) for block in job.cpu_block_ids]
         if job.kind == "cascade":
             return TierOutcome(job.job_id, backend.write(job, views, corrupt))

@@ -212,7 +212,7 @@ class TierExploreModel:
 
     def describe(self, world: TierWorld) -> dict[str, str]:
         out = {}
-        tier_states = {rid: state for rid, state, _, _ in world.manager.request_summary()}
+        tier_states = {rid: state for rid, state, *_ in world.manager.request_summary()}
         for r in self.requests:
             tracker = world.scheduler.trackers.get(r)
             out[f"{r}.engine"] = f"{world.status[r]} computed={world.computed[r]}"

@@ -5,8 +5,8 @@
   of the declared ``tier_chunk`` lifecycle, so a chunk being written is never read and a chunk
   being read is never evicted.
 - :class:`SharedTierIndex`: a tier other engine instances write too (Redis). Nothing local says
-  what it holds, so every key is a candidate and a promotion is the probe; eviction is the
-  server's (``maxmemory-policy``).
+  what it holds, so the manager probes it before promoting; eviction is the server's
+  (``maxmemory-policy``).
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ class LocalTierIndex:
 
 
 class SharedTierIndex:
-    """A tier shared with other engines: every key may be there; the read finds out."""
+    """A tier shared with other engines: every key may be there; a probe finds out."""
 
     shared = True
 

@@ -73,6 +73,14 @@ CASCADE = _job_lifecycle(
     "write failed or tier down; CPU blocks unpinned, tier slots freed",
 )
 
+# A probe of a shared tier: which of the next chunks does it hold?
+PROBE = _job_lifecycle(
+    "probe",
+    ("probing", "asking a shared tier which chunks it holds; nothing allocated"),
+    ("probed", "the tier answered; a promotion of the chunks it holds may follow"),
+    "the tier did not answer (down, timeout): treated as holding nothing",
+)
+
 # A request's tier state in the tiering manager.
 TIER_ACTIVE = "active"
 TIER_SIGNALED = "signaled"
@@ -95,4 +103,4 @@ TIER_REQUEST = LifecycleDeclaration(
     ),
 )
 
-TIER_LIFECYCLES: tuple[LifecycleDeclaration, ...] = (CHUNK_RESIDENCY, PROMOTION, CASCADE, TIER_REQUEST)
+TIER_LIFECYCLES: tuple[LifecycleDeclaration, ...] = (CHUNK_RESIDENCY, PROMOTION, CASCADE, PROBE, TIER_REQUEST)

@@ -8,8 +8,9 @@ unchanged. What it adds:
   secondary tier that wants them. The source CPU blocks are pinned (``prepare_load`` under the
   internal owner ``CASCADE_OWNER``) until the cascade job reports, so they are never evicted or
   reused under it (``NoEvictUnderTierJob``).
-- **Promotion on lookup.** A lookup that misses in CPU memory asks the secondary tiers in order;
-  if one may hold the next chunks, CPU blocks are allocated for them (``prepare_store`` under
+- **Promotion on lookup.** A lookup that misses in CPU memory asks the secondary tiers in order
+  (a shared tier first answers a ``probe`` job: "not yet" meanwhile); if one holds the next
+  chunks, CPU blocks are allocated for them (``prepare_store`` under
   ``PROMOTE_OWNER``, write-pending: neither hits nor evictable) and a promotion job is handed out;
   the lookup answers ``None`` ("not yet", as vLLM's ``TieringOffloadingManager``), and so does
   every lookup that needs a chunk still being promoted (``NoLoadWhilePromoting``). Only chunks whose
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from kvoffload.offload.errors import LifecycleViolation
 from kvoffload.offload.manager import BlockEntry, CPUOffloadingManager, ManagerStats, RequestRecord
@@ -41,6 +43,7 @@ from kvoffload.tiers.index import LocalTierIndex, TierIndex
 from kvoffload.tiers.lifecycles import (
     CASCADE,
     NO_TIER_JOBS,
+    PROBE,
     PROMOTION,
     TIER_ACTIVE,
     TIER_FINALISED,
@@ -65,6 +68,9 @@ class TierRequestState:
     jobs: set[int] = field(default_factory=set)
     # (tier, first key) of promotions already tried, so a miss is not retried forever.
     tried: set[tuple[str, OffloadKey]] = field(default_factory=set)
+    # (tier, first key) -> how many leading chunks a shared tier said it holds; probes in flight.
+    probed: dict[tuple[str, OffloadKey], int] = field(default_factory=dict)
+    probing: set[tuple[str, OffloadKey]] = field(default_factory=set)
 
 
 @dataclass(slots=True, eq=False)
@@ -83,6 +89,8 @@ class TierJobRecord:
 class TierStats:
     """Counters of one secondary tier since construction."""
 
+    probes: int = 0
+    probe_hits: int = 0
     cascades: int = 0
     cascaded_keys: int = 0
     cascade_failed_keys: int = 0
@@ -121,6 +129,7 @@ class TieringManager:
         )
         self.promotion_machine = DeclaredMachine(PROMOTION, guards={}, id_attribute="job_id")
         self.cascade_machine = DeclaredMachine(CASCADE, guards={}, id_attribute="job_id")
+        self.probe_machine = DeclaredMachine(PROBE, guards={}, id_attribute="job_id")
         for owner in INTERNAL_OWNERS:
             cpu.on_new_request(owner)
         self._requests: dict[RequestId, TierRequestState] = {}
@@ -169,11 +178,15 @@ class TieringManager:
             attempt = (tier.name, rest[0])
             if attempt in record.tried:
                 continue
-            count = min(tier.candidates(rest), self.max_promote_chunks)
-            if not count:
-                continue
+            if tier.shared and attempt not in record.probed:
+                # Ask first; CPU blocks are allocated only for chunks the tier holds.
+                if attempt not in record.probing:
+                    self._start_probe(record, tier, rest[: self.max_promote_chunks])
+                self.deferred_lookups += 1
+                return None
+            count = min(record.probed.get(attempt, len(rest)), tier.candidates(rest), self.max_promote_chunks)
             record.tried.add(attempt)
-            if self._start_promotion(record, tier, rest[:count]):
+            if count and self._start_promotion(record, tier, rest[:count]):
                 self.deferred_lookups += 1
                 return None
         return hits
@@ -267,6 +280,12 @@ class TieringManager:
         self.tier_stats[tier.name].promotions += 1
         return True
 
+    def _start_probe(self, record: TierRequestState, tier: TierIndex, keys: Sequence[OffloadKey]) -> None:
+        job = TierJob(self._next_job_id, "probe", tier.name, record.request_id, tuple(keys), (), (), record.salt)
+        record.probing.add((tier.name, keys[0]))
+        self._hand_out(record, job, self.probe_machine)
+        self.tier_stats[tier.name].probes += 1
+
     def _hand_out(self, record: TierRequestState, job: TierJob, machine: DeclaredMachine) -> None:
         self._next_job_id += 1
         self._jobs[job.job_id] = TierJobRecord(job, machine.declaration.initial)
@@ -302,16 +321,31 @@ class TieringManager:
                 stats.checksum_failures += 1
             elif result == FAULT:
                 stats.faults += 1
-            elif result == MISS:
+            elif result == MISS and job.kind != "probe":
                 stats.misses += 1
         if job.kind == "cascade":
             self._finish_cascade(entry, tier, outcome, stats)
+        elif job.kind == "probe":
+            self._finish_probe(entry, record, outcome, stats)
         else:
             self._finish_promotion(entry, tier, outcome, stats)
         record.jobs.discard(job.job_id)
         self._finalise_if_drained(record)
         if self._reset_pending and not self._jobs:
             self._finish_reset()
+
+    def _finish_probe(
+        self, entry: TierJobRecord, record: TierRequestState, outcome: TierOutcome, stats: TierStats
+    ) -> None:
+        job = entry.job
+        held = 0
+        while held < len(job.keys) and outcome.results[held] == OK:
+            held += 1
+        attempt = (job.tier, job.keys[0])
+        record.probing.discard(attempt)
+        record.probed[attempt] = held
+        stats.probe_hits += held
+        self.probe_machine.fire(entry, "fail" if FAULT in outcome.results[:1] else "done")
 
     def _finish_cascade(self, entry: TierJobRecord, tier: TierIndex, outcome: TierOutcome, stats: TierStats) -> None:
         job = entry.job
@@ -444,10 +478,11 @@ class TieringManager:
         record = self._requests.get(request_id)
         return record.state if record is not None else TIER_FINALISED
 
-    def request_summary(self) -> tuple[tuple[RequestId, str, int, tuple[tuple[str, OffloadKey], ...]], ...]:
-        """Per request with tier state: (id, state, tier jobs in flight, promotions tried)."""
+    def request_summary(self) -> tuple[tuple[Any, ...], ...]:
+        """Per request with tier state: (id, state, tier jobs in flight, promotions tried, probes)."""
         return tuple(
-            (rid, r.state, len(r.jobs), tuple(sorted(r.tried))) for rid, r in sorted(self._requests.items())
+            (rid, r.state, len(r.jobs), tuple(sorted(r.tried)), tuple(sorted(r.probed.items())))
+            for rid, r in sorted(self._requests.items())
         )
 
     def leaks(self) -> list[str]:

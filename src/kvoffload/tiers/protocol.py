@@ -8,6 +8,9 @@ A *secondary tier* sits below the CPU tier. The manager never does I/O: it hands
 - ``cascade``: copy ready CPU blocks (pinned for the job's lifetime) into the tier.
 - ``promote``: read chunks from the tier into CPU blocks that are allocated and write-pending for
   the job's lifetime; only chunks whose bytes match their key and checksum are served.
+- ``probe``: ask a shared tier which chunks it holds (no CPU block is involved), so that CPU
+  blocks are only allocated, and other chunks evicted, for chunks that are there (vLLM #49902:
+  speculative promotions filled the CPU pool).
 """
 
 from __future__ import annotations
@@ -16,10 +19,10 @@ from typing import Literal, NamedTuple
 
 from kvoffload.offload.types import OffloadKey, RequestId
 
-TierJobKind = Literal["cascade", "promote"]
+TierJobKind = Literal["cascade", "promote", "probe"]
 
 # Per-key outcome of a tier job.
-OK = "ok"
+OK = "ok"  # done; for a probe: the tier holds the key
 MISS = "miss"  # the tier does not hold the key (evicted, never written, server restarted)
 CORRUPT = "corrupt"  # bytes whose checksum or key does not match: never served
 FAULT = "fault"  # I/O error, connection refused, timeout

@@ -23,7 +23,7 @@ import redis
 from kvoffload.offload.types import OffloadKey
 from kvoffload.tiers.protocol import CORRUPT, FAULT, MISS, OK, TierJob
 from kvoffload.tiers.record import HEADER_BYTES, pack_header, verify_header
-from kvoffload.tiers.resp import ReplyReader, RespError, get_command, send_all, set_command
+from kvoffload.tiers.resp import ReplyReader, RespError, exists_command, get_command, send_all, set_command
 
 # Errors that mean "the tier is unavailable right now", never "the program is wrong".
 UNAVAILABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
@@ -124,6 +124,19 @@ class RedisTier:
         if not self._exchange(exchange):
             return (FAULT,) * len(job.keys), 0
         return tuple(results), foreign
+
+    def probe(self, job: TierJob) -> tuple[str, ...]:
+        """EXISTS for every key in one pipeline: ``ok`` (held) or ``miss`` per key, all ``fault``
+        if the server is unavailable. A key may still vanish before the promotion reads it."""
+        results: list[str] = []
+
+        def exchange(reader: ReplyReader) -> None:
+            send_all(reader.sock, [exists_command(self.key_name(key, job.salt).encode()) for key in job.keys])
+            results.extend(OK if reader.integer() else MISS for _ in job.keys)
+
+        if not self._exchange(exchange):
+            return (FAULT,) * len(job.keys)
+        return tuple(results)
 
     def _exchange(self, exchange: Callable[[ReplyReader], None]) -> bool:
         """Run ``exchange`` on a pooled connection; False if the server is unavailable (the

@@ -36,6 +36,10 @@ def get_command(key: bytes) -> bytes:
     return b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (len(key), key)
 
 
+def exists_command(key: bytes) -> bytes:
+    return b"*2\r\n$6\r\nEXISTS\r\n$%d\r\n%s\r\n" % (len(key), key)
+
+
 def send_all(sock: socket.socket, buffers: Sequence[bytes | memoryview]) -> None:
     """Send every buffer, in order, with as few system calls as the socket allows."""
     if not hasattr(sock, "sendmsg") or type(sock) is not socket.socket:
@@ -93,6 +97,13 @@ class ReplyReader:
         if not line.startswith(b"+"):
             raise RespError(line.decode(errors="replace"))
         return line[1:]
+
+    def integer(self) -> int:
+        """An integer reply (``:1``); an error reply raises RespError."""
+        line = self.line()
+        if not line.startswith(b":"):
+            raise RespError(line.decode(errors="replace"))
+        return int(line[1:])
 
     def bulk_length(self) -> int:
         """The length of the next bulk reply, -1 for nil (``$-1`` in RESP2, ``_`` in RESP3, which
