@@ -21,6 +21,12 @@ def test_our_tiering_manager_passes_two_requests_completely() -> None:
     assert result.complete and result.states > 5000  # promotions, corrupt chunks and faults in play
 
 
+def test_our_tiering_manager_passes_a_shared_tier_with_probes_and_server_evictions() -> None:
+    result = explore(TierExploreModel(2, 1, shared=True))
+    assert result.ok, [format_counterexample(v) for v in result.violations]
+    assert result.complete and result.states > 1000
+
+
 @pytest.mark.parametrize("mutant", list(TIER_MUTANTS.values()), ids=list(TIER_MUTANTS))
 def test_tier_mutant_is_caught_with_a_short_trace(mutant: TierMutant) -> None:
     model = TierExploreModel(2, 2, make_manager=mutant.make_manager)

@@ -36,6 +36,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--tiers", action="store_true",
         help="explore the tiering manager with one file tier (mutants: kvoffload.tiers.mutants)",
     )
+    parser.add_argument("--shared-tier", action="store_true", help="with --tiers: a shared (redis) tier instead")
     parser.set_defaults(func=run)
 
 

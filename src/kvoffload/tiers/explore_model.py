@@ -13,7 +13,10 @@ what one request cascades another can promote. Actions, every one enabled in any
 - ``tier job t ok|corrupt|fault``: a cascade writes the CPU block's bytes into its slot now
   (``corrupt``: with a flipped byte under a valid header), or a promotion reads its slot into
   the CPU block and the checksum is checked against what the slot really holds;
-- ``finish(r)``: the request finishes or is aborted.
+- ``finish(r)``: the request finishes or is aborted;
+- with ``shared=True`` (``--shared-tier``) the tier is a shared one instead: a ``probe`` job asks
+  it what it holds before a promotion, and ``the redis server evicts k`` may drop any chunk at
+  any time (maxmemory eviction, a restart), so a chunk can vanish between the probe and the read.
 
 Content is tracked by identity: a GPU block, CPU block or slot holds the key whose KV it has.
 ``DataIntegrity``: a finished load must have brought every chunk's own key. The protocol's
@@ -35,10 +38,10 @@ from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload.offload.types import OffloadConfig, SchedulerOutput, TransferJob, WorkerOutput
 from kvoffload.spec.invariants import check_invariants
-from kvoffload.tiers.index import LocalTierIndex
+from kvoffload.tiers.index import LocalTierIndex, SharedTierIndex, TierIndex
 from kvoffload.tiers.invariants import check_tier_invariants
 from kvoffload.tiers.manager import TieringManager
-from kvoffload.tiers.protocol import CORRUPT, FAULT, OK, TierJob, TierOutcome
+from kvoffload.tiers.protocol import CORRUPT, FAULT, MISS, OK, TierJob, TierOutcome
 
 KEY_BASE = 1 << 20
 GARBAGE = -1
@@ -81,7 +84,7 @@ class TierExploreModel:
 
     def __init__(
         self, requests: int = 2, chunks: int = 2, cpu_blocks: int = 1, tier_slots: int = 2,
-        allow_gpu_failures: bool = False, make_manager: ManagerFactory | None = None,
+        allow_gpu_failures: bool = False, make_manager: ManagerFactory | None = None, shared: bool = False,
     ) -> None:
         if requests < 1 or chunks < 1 or cpu_blocks < 1 or tier_slots < 1:
             raise ValueError("requests, chunks, cpu_blocks and tier_slots must be >= 1")
@@ -89,6 +92,9 @@ class TierExploreModel:
         self.chunks = chunks
         self.cpu_blocks = cpu_blocks
         self.tier_slots = tier_slots
+        # shared: the secondary tier is a shared one (probed before promotions; its server may
+        # evict any idle key at any time) instead of the file tier.
+        self.shared = shared
         self.allow_gpu_failures = allow_gpu_failures
         self.make_manager = make_manager or (lambda cpu, tiers: TieringManager(cpu, tiers))
         self.keys = tuple(KEY_BASE + i for i in range(chunks))
@@ -98,9 +104,8 @@ class TierExploreModel:
 
     # ------------------------------------------------------------------ the model protocol
     def initial(self) -> TierWorld:
-        manager = self.make_manager(
-            CPUOffloadingManager(self.cpu_blocks, "lru"), [LocalTierIndex("file", self.tier_slots)]
-        )
+        tier: TierIndex = SharedTierIndex("redis") if self.shared else LocalTierIndex("file", self.tier_slots)
+        manager = self.make_manager(CPUOffloadingManager(self.cpu_blocks, "lru"), [tier])  # type: ignore[list-item]
         scheduler = OffloadingScheduler(OffloadConfig(1, 1, self.cpu_blocks, "lru"), manager=manager)  # type: ignore[arg-type]
         return TierWorld(
             scheduler, manager, dict.fromkeys(self.requests, "new"), {r: [] for r in self.requests},
@@ -121,6 +126,9 @@ class TierExploreModel:
             choices = ("ok", "corrupt", "fault") if job.kind == "cascade" else ("ok", "fault")
             for choice in choices:
                 yield ("tier", job_id, choice)
+        if self.shared:
+            for key in sorted(world.tier):
+                yield ("server_evicts", key)
         for request_id, status in world.status.items():
             if status in ("running", "loading") or (status == "new" and world.scheduler.is_tracked(request_id)):
                 yield ("finish", request_id)
@@ -133,6 +141,8 @@ class TierExploreModel:
             return f"gpu job {action[1]} {'done' if action[2] else 'FAILS'}"
         if kind == "tier":
             return f"tier job {action[1]} {action[2]}"
+        if kind == "server_evicts":
+            return f"the redis server evicts {self._name(action[1])}"
         return "step"
 
     def step(self, world: TierWorld, action: tuple[Any, ...]) -> TierWorld:
@@ -148,6 +158,8 @@ class TierExploreModel:
             self._gpu_done(world, action[1], action[2])
         elif kind == "tier":
             self._tier_done(world, action[1], action[2])
+        elif kind == "server_evicts":
+            del world.tier[action[1]]
         else:
             self._finish(world, action[1])
         world.tier_jobs.update((job.job_id, job) for job in world.manager.take_tier_jobs())
@@ -288,7 +300,14 @@ class TierExploreModel:
     def _tier_done(self, world: TierWorld, job_id: int, choice: str) -> None:
         job = world.tier_jobs.pop(job_id)
         results = []
-        for key, cpu_block, slot in zip(job.keys, job.cpu_block_ids, job.slots, strict=True):
+        if job.kind == "probe":
+            held = (OK if key in world.tier else MISS for key in job.keys)
+            world.manager.complete_tier_job(TierOutcome(job_id, (FAULT,) * len(job.keys) if choice == "fault"
+                                                        else tuple(held)))
+            return
+        # A file tier addresses chunks by slot, a shared tier by key.
+        places = job.slots if job.slots else job.keys
+        for key, cpu_block, slot in zip(job.keys, job.cpu_block_ids, places, strict=True):
             if choice == "fault":
                 results.append(FAULT)
                 if job.kind == "promote":
@@ -347,17 +366,20 @@ def run_tier_explore(args: argparse.Namespace) -> int:
         drain = "all" if mutant.drain == "all" else drain
     try:
         model = TierExploreModel(
-            args.requests, args.chunks, args.cpu_blocks or 1, 2, not args.no_failures, make_manager
+            args.requests, args.chunks, args.cpu_blocks or 1, 2, not args.no_failures, make_manager,
+            shared=args.shared_tier,
         )
     except ValueError as error:
         raise CommandError(str(error)) from None
     result = explore(model, max_depth=args.max_depth, max_states=args.max_states,
                      stop_at_first=not args.all_violations, drain=drain)
     if args.json:
-        print(json.dumps({**result.to_json(), "model": {"tiers": ["cpu", "file"], "requests": args.requests,
+        tiers = ["cpu", "redis" if model.shared else "file"]
+        print(json.dumps({**result.to_json(), "model": {"tiers": tiers, "requests": args.requests,
                                                        "chunks": args.chunks, "mutant": args.mutant}}))
     else:
         print(f"explore --tiers: {args.mutant or 'our scheduler + tiering manager'}, {args.requests} request(s) x "
-              f"{args.chunks} chunk(s), {model.cpu_blocks} CPU block(s), {model.tier_slots} file tier slot(s)")
+              f"{args.chunks} chunk(s), {model.cpu_blocks} CPU block(s), "
+              f"{'a shared redis tier' if model.shared else f'{model.tier_slots} file tier slot(s)'}")
         print(format_result(result))
     return 0 if result.ok else 1
