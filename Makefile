@@ -7,23 +7,34 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test test-thorough lint tla bench clean
+.PHONY: demo test test-thorough lint tla bench clean redis-server
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PIN)
-	$(PY) -m pip install -q -e '.[test,plot,fast-cpu]'
+	$(PY) -m pip install -q -e '.[test,plot,fast-cpu,tiers]'
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/kvoffload simulate
 
-test: $(STAMP)
+# The Redis tier's tests need a real redis-server: install Debian's package when we can (root and
+# apt-get); otherwise those tests are skipped with a reason saying how to install it.
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null) \
+	      || echo "make: could not install redis-server; the Redis tier tests will be skipped"; \
+	  else \
+	    echo "make: redis-server missing and not installable here (needs root + apt-get); the Redis tier tests will be skipped: apt-get install redis-server"; \
+	  fi; }
+
+test: $(STAMP) redis-server
 	$(VENV)/bin/ruff check src tests
 	$(PY) -m pytest -q
 
-test-thorough: $(STAMP)
+test-thorough: $(STAMP) redis-server
 	HYPOTHESIS_PROFILE=thorough $(PY) -m pytest -q
 
 lint: $(STAMP)
@@ -36,6 +47,7 @@ bench: $(STAMP)
 	$(VENV)/bin/kvoffload bench scheduler --json
 	$(VENV)/bin/kvoffload bench mover --json
 	$(VENV)/bin/kvoffload bench tla --json
+	$(VENV)/bin/kvoffload bench tiers --json
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache .hypothesis

@@ -6,7 +6,7 @@ import argparse
 import importlib
 import json
 
-BENCHMARKS: tuple[str, ...] = ("scheduler", "mover", "tla")
+BENCHMARKS: tuple[str, ...] = ("scheduler", "mover", "tla", "tiers")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -41,6 +41,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--all-violations", action="store_true", help="keep going after the first violation")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--tiers", action="store_true",
+        help="explore the tiering manager with one file tier (mutants: kvoffload.tiers.mutants)",
+    )
+    parser.add_argument("--shared-tier", action="store_true", help="with --tiers: a shared (redis) tier instead")
     parser.set_defaults(func=run)
 
 
@@ -50,6 +55,10 @@ def run(args: argparse.Namespace) -> int:
     from kvoffload.offload.policies import POLICIES
     from kvoffload.statemachine.explore import explore, format_result
 
+    if args.tiers:
+        from kvoffload.tiers.explore_model import run_tier_explore
+
+        return run_tier_explore(args)
     mutant = None
     if args.mutant is not None:
         mutant = MUTANTS.get(args.mutant)

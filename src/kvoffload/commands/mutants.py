@@ -14,13 +14,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kvoffload.bugzoo import MUTANTS
+    from kvoffload.tiers.mutants import TIER_MUTANTS
 
     entries = [mutant.to_json() for mutant in MUTANTS.values()]
+    tier_entries = [mutant.to_json() for mutant in TIER_MUTANTS.values()]
     if args.json:
-        print(json.dumps({"mutants": entries}))
+        print(json.dumps({"mutants": entries, "tier_mutants": tier_entries}))
         return 0
-    width = max(len(entry["name"]) for entry in entries)
-    for entry in entries:
-        print(f"{entry['name']:<{width}}  {entry['source']:<30}  caught by {entry['invariant']}")
-        print(f"{'':<{width}}  {entry['summary']}")
+    width = max(len(entry["name"]) for entry in (*entries, *tier_entries))
+    tier_heading = "tiering mutants (kvoffload explore --tiers --mutant NAME):"
+    for heading, listed in (("", entries), (tier_heading, tier_entries)):
+        if heading:
+            print(heading)
+        for entry in listed:
+            print(f"{entry['name']:<{width}}  {entry['source']:<30}  caught by {entry['invariant']}")
+            print(f"{'':<{width}}  {entry['summary']}")
     return 0

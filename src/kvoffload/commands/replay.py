@@ -85,7 +85,26 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--check-every", type=_positive, default=100, help="check the invariants every N requests (default 100)"
     )
+    parser.add_argument(
+        "--tier-blocks", type=_tier_blocks, default=None, metavar="NAME=N[,NAME=N]",
+        help="secondary tiers under the CPU tier, in order (e.g. file=20000,redis=80000): hit ratio per tier",
+    )
     parser.set_defaults(func=run)
+
+
+def _tier_blocks(text: str) -> dict[str, int]:
+    tiers: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, size = part.partition("=")
+        if not name or name in tiers or name == "cpu":
+            raise argparse.ArgumentTypeError(f"--tier-blocks: {part!r} needs a new tier name other than cpu")
+        try:
+            tiers[name] = _positive(size)
+        except argparse.ArgumentTypeError as error:
+            raise argparse.ArgumentTypeError(f"--tier-blocks {name}: {error}") from None
+    if not tiers:
+        raise argparse.ArgumentTypeError("--tier-blocks: expected NAME=N[,NAME=N]")
+    return tiers
 
 
 def _policies(names: str | None, fallback: Sequence[str]) -> tuple[str, ...]:
@@ -180,6 +199,14 @@ def _single(args: argparse.Namespace, trace: Any) -> int:
     from kvoffload.sim.trace_replay import replay_trace
 
     (policy,) = _policies(args.policy, ())
+    if args.tier_blocks:
+        from kvoffload.tiers.replay import replay_tiered
+
+        data = {"trace": trace.path, **replay_tiered(
+            trace.requests, args.gpu_blocks, args.cpu_blocks, policy, args.tier_blocks, args.check_every
+        ), "skipped_lines": trace.skipped_lines}
+        print(json.dumps(data, indent=2))
+        return 0 if not (data["violations"] or data["leaks"]) else 1
     with _progress(len(trace.requests), f"replay {policy}") as advance:
         result = replay_trace(
             trace.requests, args.gpu_blocks, args.cpu_blocks, policy, progress=advance, check_every=args.check_every

@@ -47,6 +47,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--spec-acceptance", type=float, default=0.7, metavar="P",
         help="probability that verification accepts each draft, seeded by --seed (default 0.7)",
     )
+    tiers = parser.add_argument_group("secondary tiers (kvoffload.tiers)")
+    tiers.add_argument("--tiers", default="cpu", help="tier chain, e.g. cpu,file,redis (default: cpu only)")
+    tiers.add_argument("--engines", type=int, default=1, help="engine instances sharing the redis tier")
+    tiers.add_argument("--file-slots", type=int, default=2048, help="slots of each engine's file tier")
+    tiers.add_argument("--redis-url", help="redis[s]://[:password@]host:port/db (default: a private redis-server)")
+    tiers.add_argument("--tier-dir", help="directory of the file tiers (default: a temporary one)")
     parser.set_defaults(func=run)
 
 
@@ -65,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise CommandError(str(error)) from None
     started = time.perf_counter()
+    if args.tiers != "cpu" or args.engines != 1:
+        return _run_tiered(args, options, started)
     try:
         result = simulate(options, progress=not args.json and sys.stderr.isatty())
     except SimulationStopped as stop:
@@ -93,6 +101,33 @@ def _figures(summary: dict[str, Any]) -> str:
         f"{summary['truncated_conversations']} truncated, {summary['violations']} violations, "
         f"{summary['integrity_failures']} integrity failures"
     )
+
+
+def _run_tiered(args: argparse.Namespace, options: Any, started: float) -> int:
+    from dataclasses import replace
+
+    from kvoffload.tiers.sim import TierSimOptions, print_summary, simulate_tiered
+
+    try:
+        tier_options = TierSimOptions(
+            replace(options, backend="model"), tuple(args.tiers.split(",")), args.engines, args.file_slots,
+            redis_url=args.redis_url, tier_dir=args.tier_dir,
+        )
+        result = simulate_tiered(tier_options)
+    except OSError as error:  # e.g. --tier-dir does not exist or is not writable
+        raise CommandError(f"cannot use the file tier: {error}") from None
+    except (ValueError, RuntimeError) as error:
+        raise CommandError(str(error)) from None
+    except KeyboardInterrupt:
+        print("kvoffload simulate: interrupted; a tiered run keeps no partial figures", file=sys.stderr)
+        return INTERRUPTED
+    result["seconds"] = round(time.perf_counter() - started, 3)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print_summary(result)
+    ok = result["violations"] == 0 and result["leaks"] == 0 and result["integrity_failures"] == 0
+    return 0 if ok else 1
 
 
 def _print_table(result: dict[str, Any], options_dict: dict[str, Any]) -> None:

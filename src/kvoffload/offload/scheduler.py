@@ -224,6 +224,10 @@ class OffloadingScheduler:
         if not keys:
             return 0, False
         hits = self.manager.lookup(request_id, keys)
+        if hits is None:
+            # A tiering manager is promoting these chunks from a secondary tier: ask again later.
+            self.stats.deferred_lookups += 1
+            return None, False
         if not hits:
             return 0, False
         hit_keys = keys[:hits]
