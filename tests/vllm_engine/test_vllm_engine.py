@@ -72,11 +72,19 @@ def baseline(model_dir: Path) -> EngineReport:
     return report
 
 
-def check_phase(baseline: EngineReport, report: EngineReport) -> None:
-    """Everything an offloading phase must show next to the baseline run."""
+# vLLM's OffloadingConnector loads every full block of A (vLLM then recomputes its last token);
+# kvoffload's scheduler loads only the whole chunks before the last token, which it leaves to
+# the engine so there are logits to sample from.
+SPEC_SERVED = PROMPT_A_TOKENS
+CONNECTOR_SERVED = (PROMPT_A_TOKENS - 1) // BLOCK_SIZE * BLOCK_SIZE
+
+
+def check_phase(baseline: EngineReport, report: EngineReport, served: int = SPEC_SERVED) -> None:
+    """Everything an offloading phase must show next to the baseline run; ``served``: tokens of
+    the re-run prompt that must come from the offload tier."""
     assert report.outputs == baseline.outputs, "greedy token ids differ from the run without offloading"
-    assert report.cached_tokens[3] == [PROMPT_A_TOKENS], "the re-run prompt was not served from cache"
-    assert report.external_hit_tokens >= PROMPT_A_TOKENS, "vLLM counted no offload-tier hit for the re-run"
+    assert report.cached_tokens[3] == [served], "the re-run prompt was not served from cache"
+    assert report.external_hit_tokens >= served, "vLLM counted no offload-tier hit for the re-run"
     assert report.violations == [], "kvoffload recorded lifecycle violations"
     assert report.leaks == [], "kvoffload state left behind after the engine drained"
 
@@ -99,8 +107,8 @@ def test_kvoffload_spec_in_vllm_offloading_connector(
 @pytest.mark.skipif(os.environ.get("KVOFFLOAD_E2E_SPEC_ONLY") == "1", reason="KVOFFLOAD_E2E_SPEC_ONLY=1 (GPU check)")
 def test_kvoffload_connector(model_dir: Path, baseline: EngineReport) -> None:
     report = _run(model_dir, connector_transfer_config(CPU_CHUNKS))
-    check_phase(baseline, report)
-    assert report.kvoffload["scheduler"]["loaded_chunks"] >= PROMPT_A_TOKENS // BLOCK_SIZE
+    check_phase(baseline, report, CONNECTOR_SERVED)
+    assert report.kvoffload["scheduler"]["loaded_chunks"] >= CONNECTOR_SERVED // BLOCK_SIZE
 
 
 def test_negative_control_wrong_block_mover_fails_the_check(model_dir: Path, baseline: EngineReport) -> None:
