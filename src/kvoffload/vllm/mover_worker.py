@@ -14,29 +14,15 @@ copy raises :class:`TransferFailed` naming the job, instead of letting vLLM serv
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from vllm.v1.kv_offload.base import GPULoadStoreSpec, LoadStoreSpec, OffloadingWorker, TransferResult
 from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec
 
 from kvoffload.offload.mover import BlockMover
+from kvoffload.vllm.layout import mover_block_ids
 
 
 class TransferFailed(RuntimeError):
     """A copy failed; vLLM's OffloadingConnector cannot recover from that, so the step stops."""
-
-
-def mover_block_ids(chunk_ids: Sequence[int], blocks_per_chunk: int, first_block_index: int, count: int) -> list[int]:
-    """The mover blocks of ``count`` engine blocks that start at request block
-    ``first_block_index`` and lie in the CPU chunks ``chunk_ids``."""
-    skip = first_block_index % blocks_per_chunk
-    blocks = [chunk * blocks_per_chunk + sub for chunk in chunk_ids for sub in range(blocks_per_chunk)]
-    if len(blocks) - skip < count or len(blocks) - skip - count >= blocks_per_chunk:
-        raise ValueError(
-            f"{count} engine blocks starting at block index {first_block_index} do not fit "
-            f"{len(chunk_ids)} chunk(s) of {blocks_per_chunk} blocks"
-        )
-    return blocks[skip : skip + count]
 
 
 class MoverWorker(OffloadingWorker):
