@@ -102,6 +102,10 @@ class SchedulerSide:
         metadata = self._strict(
             "build_connector_meta", self.scheduler.build_connector_meta, kvoffload_scheduler_output(vllm_output)
         )
+        # vLLM skips update_connector_output in a step whose worker reported nothing, so a request
+        # cleaned right here (its final stores built, nothing in flight) would wait for a report
+        # that never comes: collect it now, with no job outcome.
+        self.update_connector_output({})
         released = tuple(self._to_release)
         self._to_release.clear()
         return metadata, released
