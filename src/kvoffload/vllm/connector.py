@@ -7,6 +7,8 @@ Turn it on with::
      "kv_connector_extra_config": {"num_cpu_blocks": 4096, "blocks_per_chunk": 1,
                                    "eviction_policy": "doorkeeper"}}
 
+(``"check_invariants": true`` also checks kvoffload's invariants after every step, for tests.)
+
 Unlike :class:`~kvoffload.vllm.spec.KVOffloadSpec` (kvoffload's manager and mover under vLLM's
 scheduler logic), here kvoffload's scheduler makes every decision: the declared lifecycle, the
 deferred ``on_request_finished`` signal, the GPU block fence, the preemption flush, the two-phase
@@ -96,7 +98,9 @@ class KVOffloadConnector(KVConnectorBase_V1):
         self.kvoffload_worker: WorkerSide | None = None
         if role == KVConnectorRole.SCHEDULER:
             manager = CPUOffloadingManager(self.config.num_cpu_blocks, self.config.policy, enable_events=False)
-            self.kvoffload_scheduler = SchedulerSide(OffloadingScheduler(self.config, manager))
+            extra = vllm_config.kv_transfer_config.kv_connector_extra_config or {}
+            check = bool(extra.get("check_invariants", False))
+            self.kvoffload_scheduler = SchedulerSide(OffloadingScheduler(self.config, manager), check)
 
     @property
     def requires_kv_delivery(self) -> bool:

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from kvoffload.offload.errors import LifecycleViolation
 from kvoffload.offload.scheduler import OffloadingScheduler, UnknownJob
 from kvoffload.offload.types import ConnectorMetadata, RequestId, SchedulerOutput, WorkerOutput
+from kvoffload.spec.invariants import check_invariants
 from kvoffload.spec.lifecycle import LOADING
 from kvoffload.statemachine.runtime import LifecycleError
 from kvoffload.vllm.keys import HashesAsInts
@@ -63,10 +64,13 @@ def kvoffload_scheduler_output(vllm_output: Any) -> SchedulerOutput:
 
 
 class SchedulerSide:
-    """Holds the OffloadingScheduler and what vLLM must still be told."""
+    """Holds the OffloadingScheduler and what vLLM must still be told. With ``check_invariants``
+    every invariant of :mod:`kvoffload.spec` is checked after every step (for tests: it costs a
+    snapshot of the whole scheduler per step) and each violation recorded."""
 
-    def __init__(self, scheduler: OffloadingScheduler) -> None:
+    def __init__(self, scheduler: OffloadingScheduler, check_invariants: bool = False) -> None:
         self.scheduler = scheduler
+        self.checking = check_invariants
         self.violations: list[str] = []
         # Requests whose blocks vLLM keeps for us (request_finished returned True).
         self._held: set[RequestId] = set()
@@ -118,6 +122,9 @@ class SchedulerSide:
             if request_id in self._held:
                 self._held.discard(request_id)
                 self._to_release.append(request_id)
+        if self.checking:
+            step = self.scheduler.step
+            self.violations += [f"step {step}: {v}" for v in check_invariants(self.scheduler.snapshot())]
 
     def request_finished(self, request: Any, block_ids: Sequence[int]) -> bool:
         request_id = request.request_id

@@ -79,10 +79,11 @@ def connector_transfer_config(
     num_cpu_blocks: int,
     policy: str = "doorkeeper",
     blocks_per_chunk: int = 1,
+    check_invariants: bool = True,
     connector_module: str = "kvoffload.vllm.connector",
     connector_name: str = "KVOffloadConnector",
 ) -> dict[str, Any]:
-    """``kv_transfer_config`` for kvoffload's own connector."""
+    """``kv_transfer_config`` for kvoffload's own connector (checking invariants every step)."""
     return {
         "kv_connector": connector_name,
         "kv_connector_module_path": connector_module,
@@ -91,6 +92,7 @@ def connector_transfer_config(
             "num_cpu_blocks": num_cpu_blocks,
             "eviction_policy": policy,
             "blocks_per_chunk": blocks_per_chunk,
+            "check_invariants": check_invariants,
         },
     }
 

@@ -20,6 +20,7 @@ side :class:`~kvoffload.vllm.mover_worker.MoverWorker` on the engine's KV tensor
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from vllm.v1.kv_offload.base import CanonicalKVCaches, OffloadingManager, OffloadingSpec, OffloadingWorker
@@ -37,7 +38,7 @@ class ConfigError(ValueError):
     """``kv_connector_extra_config`` cannot be used: the message names the key and the value."""
 
 
-def _positive_int(extra: dict, key: str) -> int | None:
+def _positive_int(extra: dict[str, Any], key: str) -> int | None:
     value = extra.get(key)
     if value is None:
         return None
@@ -72,7 +73,7 @@ class KVOffloadSpec(OffloadingSpec):
         self._manager: StrictManagerAdapter | None = None
         self._worker: MoverWorker | None = None
 
-    def _num_chunks(self, extra: dict, bytes_per_block: int) -> int:
+    def _num_chunks(self, extra: dict[str, Any], bytes_per_block: int) -> int:
         chunks = _positive_int(extra, "num_cpu_blocks")
         if chunks is not None:
             return chunks
