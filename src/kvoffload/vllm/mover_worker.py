@@ -1,0 +1,71 @@
+"""kvoffload's BlockMover behind vLLM's ``OffloadingWorker`` interface.
+
+vLLM hands the worker its KV caches as canonical per-layer tensors ``(num_blocks, page_bytes)``;
+they are the mover's "GPU" layers (CPU tensors on vLLM's CPU platform, CUDA tensors on a GPU,
+where the mover allocates pinned CPU memory and copies on its own streams). One offloaded chunk
+(a CPU block of the manager) holds ``blocks_per_chunk`` engine blocks, so chunk ``c`` is mover
+blocks ``c * blocks_per_chunk ...``. A load may start inside its first chunk (the GPU prefix
+cache already holds the chunk's first blocks); vLLM says so through the GPU spec's
+``block_indices``, and the worker skips those sub-blocks.
+
+vLLM's OffloadingConnector does not support failed transfers (it asserts success), so a failed
+copy raises :class:`TransferFailed` naming the job, instead of letting vLLM serve its KV.
+"""
+
+from __future__ import annotations
+
+from vllm.v1.kv_offload.base import GPULoadStoreSpec, LoadStoreSpec, OffloadingWorker, TransferResult
+from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec
+
+from kvoffload.offload.mover import BlockMover
+from kvoffload.vllm.layout import mover_block_ids
+
+
+class TransferFailed(RuntimeError):
+    """A copy failed; vLLM's OffloadingConnector cannot recover from that, so the step stops."""
+
+
+class MoverWorker(OffloadingWorker):
+    """Runs vLLM's store and load jobs on a :class:`BlockMover`."""
+
+    def __init__(self, mover: BlockMover, blocks_per_chunk: int) -> None:
+        self.mover = mover
+        self.blocks_per_chunk = blocks_per_chunk
+
+    def _pairs(self, gpu: GPULoadStoreSpec, cpu: LoadStoreSpec, job_id: int) -> tuple[list[int], list[int]]:
+        if not isinstance(cpu, CPULoadStoreSpec):
+            raise TypeError(f"job {job_id}: expected a CPULoadStoreSpec, got {type(cpu).__name__}")
+        if len(gpu.group_sizes) != 1:
+            raise ValueError(
+                f"job {job_id}: {len(gpu.group_sizes)} KV cache groups; KVOffloadSpec supports models "
+                "with one group (full attention in every layer)"
+            )
+        gpu_ids = gpu.block_ids.tolist()
+        cpu_ids = mover_block_ids(cpu.block_ids.tolist(), self.blocks_per_chunk, gpu.block_indices[0], len(gpu_ids))
+        return gpu_ids, cpu_ids
+
+    def submit_store(self, job_id: int, src_spec: GPULoadStoreSpec, dst_spec: LoadStoreSpec) -> bool:
+        gpu_ids, cpu_ids = self._pairs(src_spec, dst_spec, job_id)
+        self.mover.store(job_id, gpu_ids, cpu_ids)
+        return True
+
+    def submit_load(self, job_id: int, src_spec: LoadStoreSpec, dst_spec: GPULoadStoreSpec) -> bool:
+        gpu_ids, cpu_ids = self._pairs(dst_spec, src_spec, job_id)
+        self.mover.load(job_id, cpu_ids, gpu_ids)
+        return True
+
+    def get_finished(self) -> list[TransferResult]:
+        results = []
+        for result in self.mover.poll():
+            if not result.ok:
+                raise TransferFailed(f"{result.direction} job {result.job_id} failed: {result.error}")
+            results.append(TransferResult(result.job_id, True, result.bytes, result.seconds))
+        return results
+
+    def wait(self, job_ids: set[int]) -> None:
+        # vLLM may name jobs whose results were already returned: only in-flight ones can be awaited.
+        in_flight = self.mover.in_flight()
+        self.mover.wait([job for job in job_ids if job in in_flight])
+
+    def shutdown(self) -> None:
+        self.mover.close()
