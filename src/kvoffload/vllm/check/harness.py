@@ -44,6 +44,9 @@ class Harness:
         self.config = config
         self.connector = VllmConnector(manager, shape, reads, config.async_scheduling)
         self.worker = PatternWorker(shape.gpu_blocks, shape.cpu_chunks, config.delay_steps)
+        if manager == "tiering":
+            self.worker.key_of_block = self.connector.proxy.key_of
+            self.connector.proxy.on_promotion = self.worker.restore
         engine_config = EngineConfig(
             num_gpu_blocks=shape.gpu_blocks,
             gpu_block_size=shape.block_size,
@@ -57,6 +60,8 @@ class Harness:
         )
         self.engine = VllmEngine(engine_config, self.connector, self.worker)
         self.findings: list[Violation] = []
+        # vLLM's core resets at most once between two steps (one utility call per engine loop).
+        self.reset_since_step = False
         self._proxy_seen = 0
         self._integrity_seen = 0
 
@@ -66,6 +71,7 @@ class Harness:
 
     def step(self) -> None:
         """One engine step and every check; a crash inside vLLM becomes a finding."""
+        self.reset_since_step = False
         try:
             report = self.engine.step()
         except Exception as error:  # vLLM raising is a finding, reported with the steps before it
@@ -79,8 +85,9 @@ class Harness:
         """``reset_prefix_cache(reset_connector=True)`` as vLLM allows it: only when no request
         holds GPU blocks (vLLM refuses otherwise). Returns whether it ran."""
         engine = self.engine
-        if engine.running or engine.loading:
+        if engine.running or engine.loading or self.reset_since_step:
             return False
+        self.reset_since_step = True
         try:
             engine.reset_cache()
         except Exception as error:

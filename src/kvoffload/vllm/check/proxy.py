@@ -83,6 +83,13 @@ class RecordingManager:
     ) -> None:
         self._inner = inner
         self._log = log
+        # Where the proxy saw each key stored (prepare_store), and each CPU block's key: a load
+        # from another block means a secondary tier promoted the key into the primary tier.
+        self.block_of: dict[bytes, int] = {}
+        self.key_of: dict[int, bytes] = {}
+        self.on_promotion: Callable[[bytes, int], None] | None = None
+        # Keys a lookup answered "pending" / "retry" for: a secondary tier is bringing them back.
+        self.promoting: set[bytes] = set()
         self._step = step
         self._expected_keys = expected_keys
         self.ledger = ContractLedger()
@@ -139,7 +146,10 @@ class RecordingManager:
 
     def lookup(self, key: bytes, req_context: Any, *args: Any, **kwargs: Any) -> Any:
         self._record("lookup", req_context.req_id, [key])
-        return self._inner.lookup(key, req_context, *args, **kwargs)
+        result = self._inner.lookup(key, req_context, *args, **kwargs)
+        if getattr(result, "name", None) in ("HIT_PENDING", "RETRY"):
+            self.promoting.add(key)
+        return result
 
     def get_load_source(self, key: bytes, req_context: Any, *args: Any, **kwargs: Any) -> Any:
         self._record("get_load_source", req_context.req_id, [key])
@@ -153,8 +163,19 @@ class RecordingManager:
         keys = list(keys)
         self._record("prepare_load", req_context.req_id, keys)
         spec = self._inner.prepare_load(keys, req_context, *args, **kwargs)
-        self._pin(keys, req_context.req_id, "load", _block_ids(spec))
+        blocks = _block_ids(spec)
+        self._pin(keys, req_context.req_id, "load", blocks)
+        for key, block in zip(keys, blocks or (), strict=False):
+            if self.block_of.get(key) != block or key in self.promoting:
+                self.promoting.discard(key)
+                self._place(key, block)
+                if self.on_promotion is not None:
+                    self.on_promotion(key, block)
         return spec
+
+    def _place(self, key: bytes, block: int) -> None:
+        self.block_of[key] = block
+        self.key_of[block] = key
 
     def complete_load(self, keys: Any, req_context: Any, *args: Any, **kwargs: Any) -> Any:
         keys = list(keys)
@@ -200,12 +221,15 @@ class RecordingManager:
         # (their completions are stale and never reach the manager).
         self.ledger.owed.clear()
         self.ledger.pins.clear()
+        self.block_of.clear()
+        self.key_of.clear()
         return self._inner.reset_cache(*args, **kwargs)
 
     # ------------------------------------------------------------------ checks
     def _check_store_output(self, request_id: str, keys_to_store: list[bytes], output: Any) -> None:
         pins = self.ledger.pins
         for key in getattr(output, "evicted_keys", None) or ():
+            self.block_of.pop(key, None)
             if pins.get(key):
                 users = ", ".join(f"{p.kind} of {p.request_id!r}" for p in pins[key])
                 self._violate(
@@ -225,6 +249,8 @@ class RecordingManager:
                     f"{pin.kind} of {pin.request_id!r} still uses it for key {self.key_name(other)}",
                 )
         self._pin(keys_to_store, request_id, "store", blocks)
+        for key, block in zip(keys_to_store, blocks or (), strict=False):
+            self._place(key, block)
 
     def drain_violations(self) -> list[Violation]:
         """What must hold once every request finished and every job drained."""

@@ -76,6 +76,16 @@ class PatternWorker:
         self.submitted_stores = 0
         self.submitted_loads = 0
         self.completed_jobs = 0
+        # Tiering: the bytes last stored for each key (named by ``key_of_block``), so a key that a
+        # secondary tier promotes back into a primary CPU block gets its bytes there. vLLM's
+        # in-memory ``example`` tier keeps only the keys, not the data, so this models its copy.
+        self.key_of_block: dict[int, bytes] | None = None
+        self.archive: dict[bytes, torch.Tensor] = {}
+
+    def restore(self, key: bytes, cpu_block: int) -> None:
+        """A secondary tier put ``key`` into ``cpu_block`` of the primary tier."""
+        if key in self.archive:
+            self.cpu[cpu_block] = self.archive[key]
 
     # ------------------------------------------------------------------ KVBackend
     def write_block(self, block: int, content: int | None) -> None:
@@ -146,6 +156,11 @@ class PatternWorker:
         cpu = torch.tensor(job.cpu_blocks, dtype=torch.long)
         if job.kind == "store":
             self.cpu[cpu] = self.gpu[gpu]
+            if self.key_of_block is not None:
+                for block in job.cpu_blocks:
+                    key = self.key_of_block.get(block)
+                    if key is not None:
+                        self.archive[key] = self.cpu[block].clone()
         else:
             self.gpu[gpu] = self.cpu[cpu]
             result.finished_recving.add(job.request_id)
