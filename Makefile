@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test test-thorough lint tla bench clean
+.PHONY: demo test test-thorough lint tla bench clean check-vllm
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,15 @@ bench: $(STAMP)
 	$(VENV)/bin/kvoffload bench scheduler --json
 	$(VENV)/bin/kvoffload bench mover --json
 	$(VENV)/bin/kvoffload bench tla --json
+
+# vLLM's own offloading connector through kvoffload's checkers (README, "For vLLM developers"):
+# pinned release wheels (only their .py files) in an ignored cache; xgrammar without its
+# dependencies (it would pull ~1 GB of triton the check never uses).
+VLLM_CACHE := .cache/vllm
+check-vllm: $(STAMP)
+	$(PY) -m pip install -q -e '.[vllm]'
+	$(PY) -m pip install -q --no-deps 'xgrammar<1' apache-tvm-ffi
+	$(PY) -m kvoffload.vllm.check.release $(VLLM_CACHE)
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache .hypothesis

@@ -29,7 +29,7 @@ CHUNKS = 2
 MAX_DEPTH = 9
 MAX_STATES = 4_000
 MAX_RESETS = 1
-SHAPE = ConnectorShape(block_size=4, gpu_blocks=6, cpu_chunks=3)
+SHAPE = ConnectorShape(block_size=4, gpu_blocks=5, cpu_chunks=3)
 
 # Objects a clone shares instead of copying: the tiering manager's lock is re-created, its
 # shared-memory region (which the pattern worker does not use) is shared.
@@ -39,7 +39,7 @@ _LOCK_TYPES = (type(threading.Lock()), type(threading.RLock()))
 @contextmanager
 def _cloneable() -> Iterator[None]:
     table = copy._deepcopy_dispatch  # type: ignore[attr-defined]
-    added = {cls: (lambda x, memo: type(x)()) for cls in _LOCK_TYPES if cls not in table}
+    added: dict[type, Any] = {cls: (lambda x, memo: threading.Lock()) for cls in _LOCK_TYPES if cls not in table}
     added.update({cls: (lambda x, memo: x) for cls in (mmap.mmap, memoryview) if cls not in table})
     table.update(added)
     try:
@@ -64,7 +64,7 @@ class VllmExploreModel:
         self.reads = reads
 
     def initial(self) -> tuple[Harness, int, int]:
-        config = HarnessConfig(shape=SHAPE, delay_steps=1, eos_probability=0.0, max_batched_tokens=8, max_running=2)
+        config = HarnessConfig(shape=SHAPE, delay_steps=1, eos_probability=0.0, max_batched_tokens=4, max_running=2)
         return Harness(self.manager, config, self.reads), 0, 0
 
     def actions(self, state: tuple[Harness, int, int]) -> list[tuple[str, str]]:

@@ -96,6 +96,10 @@ class RecordingManager:
 
     # ------------------------------------------------------------------ plumbing
     def __getattr__(self, name: str) -> Any:
+        # Only public attributes are forwarded: copy and pickle probe dunder names on an instance
+        # whose _inner is not set yet.
+        if name.startswith("_"):
+            raise AttributeError(name)
         return getattr(self._inner, name)
 
     @property
