@@ -60,8 +60,8 @@ class VllmConnector:
     def __init__(
         self, manager: str, shape: ConnectorShape, reads: PrivateReads, async_scheduling: bool = False
     ) -> None:
-        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
         from vllm.utils.hashing import sha256
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 
         self.manager_name = manager
         self.shape = shape
@@ -151,7 +151,9 @@ class VllmConnector:
         tracked = self.tracked[sim.request_id]
         request = self._sync(tracked)
         request.status = (
-            RequestStatus.FINISHED_LENGTH_CAPPED if len(sim.output) >= sim.max_tokens else RequestStatus.FINISHED_ABORTED
+            RequestStatus.FINISHED_LENGTH_CAPPED
+            if len(sim.output) >= sim.max_tokens
+            else RequestStatus.FINISHED_ABORTED
         )
         self._log(f"finish {sim.request_id} ({request.status.name}) holding GPU blocks {list(block_ids)}")
         (self._finished_later if self.async_scheduling else self._finished).append(sim.request_id)
@@ -198,7 +200,8 @@ class VllmConnector:
                 new_reqs.append(NewRequestData.from_request(request, (_vllm_blocks(tracked.sim.block_ids),)))
             else:
                 resumed = tracked.needs_all_blocks
-                new_blocks = _vllm_blocks(tracked.sim.block_ids if resumed else output.new_block_ids.get(request_id, ()))
+                added = tracked.sim.block_ids if resumed else output.new_block_ids.get(request_id, ())
+                new_blocks = _vllm_blocks(added)
                 cached.req_ids.append(request_id)
                 if resumed:
                     cached.resumed_req_ids.add(request_id)
@@ -234,8 +237,9 @@ class VllmConnector:
         for kind, jobs in (("store", metadata.store_jobs), ("load", metadata.load_jobs)):
             for job_id, job in jobs.items():
                 gpu_spec, cpu_spec = (job.src_spec, job.dst_spec) if kind == "store" else (job.dst_spec, job.src_spec)
+                gpu_blocks = [int(b) - VLLM_BLOCK_OFFSET for b in gpu_spec.block_ids]
                 self._log(
-                    f"job {job_id}: {kind} of {job.req_id} GPU {[int(b) - VLLM_BLOCK_OFFSET for b in gpu_spec.block_ids]} "
+                    f"job {job_id}: {kind} of {job.req_id} GPU {gpu_blocks} "
                     f"{'->' if kind == 'store' else '<-'} CPU {[int(b) for b in cpu_spec.block_ids]}"
                 )
         if metadata.jobs_to_flush:

@@ -131,7 +131,8 @@ class VllmExploreModel:
         return (
             added, resets, requests, tuple(sorted(engine.held)), jobs,
             tuple(sorted(ledger.signals.items())), tuple(sorted((k, len(p)) for k, p in ledger.pins.items())),
-            tuple(self.reads.tracked_requests(connector.connector)), len(self.reads.jobs_in_flight(connector.connector)),
+            tuple(self.reads.tracked_requests(connector.connector)),
+            len(self.reads.jobs_in_flight(connector.connector)),
             tuple(connector._finished), tuple(connector._finished_later), harness.reset_since_step,
             tuple(engine.pool.ref_cnt),
             bytes(worker.cpu.numpy().tobytes()), bool(harness.findings),

@@ -9,7 +9,7 @@ the proxy's pins, the worker) and the drain-time contract checks of the proxy.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kvoffload.sim.engine import EngineConfig
 from kvoffload.spec.invariants import Violation
@@ -26,7 +26,7 @@ DRAIN_STEPS = 2_000
 class HarnessConfig:
     """The connector's shape, the worker's completion delay, scheduling mode and engine rates."""
 
-    shape: ConnectorShape = ConnectorShape()
+    shape: ConnectorShape = field(default_factory=ConnectorShape)
     delay_steps: int = 1
     async_scheduling: bool = False
     abort_probability: float = 0.0
