@@ -38,10 +38,10 @@ def _vllm_blocks(block_ids: Iterable[int]) -> list[int]:
     return [block + VLLM_BLOCK_OFFSET for block in block_ids]
 
 
-def _only_fields(cls: type, values: dict[str, Any]) -> Any:
-    """Build dataclass ``cls`` from the ``values`` it has fields for (the rest differ by release)."""
+def scheduler_output_fields(cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """The ``values`` dataclass ``cls`` has fields for (``SchedulerOutput``'s fields differ by release)."""
     names = {f.name for f in fields(cls)}
-    return cls(**{name: value for name, value in values.items() if name in names})
+    return {name: value for name, value in values.items() if name in names}
 
 
 @dataclass
@@ -215,7 +215,7 @@ class VllmConnector:
         finished = set(self._finished)
         self._finished = self._finished_later
         self._finished_later = []
-        scheduler_output = _only_fields(VllmSchedulerOutput, {
+        scheduler_output = VllmSchedulerOutput(**scheduler_output_fields(VllmSchedulerOutput, {
             "scheduled_new_reqs": new_reqs,
             "scheduled_cached_reqs": cached,
             "num_scheduled_tokens": dict(output.num_scheduled_tokens),
@@ -226,7 +226,7 @@ class VllmConnector:
             "finished_req_ids": finished,
             "free_encoder_mm_hashes": [],
             "preempted_req_ids": set(output.preempted),
-        })
+        }))
         metadata = self.connector.build_connector_meta(scheduler_output)
         for request_id in finished:
             self.tracked.pop(request_id, None)

@@ -31,6 +31,11 @@ EXPECTED: dict[str, dict[tuple[str, str], tuple[str, str, str]]] = {
     },
     "0.33.0": {},
 }
+# Found by the checkers in every release here: two reset_cache calls between two steps while a job
+# is in flight raise AssertionError (README, "Found in 0.33.0"). The checkers reset at most once
+# between steps so they keep looking for other bugs; this reproduction must keep crashing until a
+# release fixes it (then move the release out of this set).
+DOUBLE_RESET_CRASHES = frozenset({"0.26.0", "0.33.0"})
 
 
 def fetch(version: str, cache: Path) -> Path:
@@ -59,6 +64,13 @@ def check_release(version: str, cache: Path) -> list[str]:
         return [f"vLLM {version}: kvoffload vllm check exited {run.returncode}: {run.stderr.strip()[-400:]}"]
     report: dict[str, Any] = json.loads(lines[-1])
     problems = []
+    repro = subprocess.run([sys.executable, "-m", "kvoffload.vllm.check.repro_double_reset", "--vllm-src", str(source)],
+                           capture_output=True, text=True)
+    print(repro.stdout.strip())
+    crashed = repro.returncode == 1 and "AssertionError" in repro.stdout
+    if crashed != (version in DOUBLE_RESET_CRASHES):
+        problems.append(f"vLLM {version}: double reset_cache expected crash={version in DOUBLE_RESET_CRASHES}, "
+                        f"got exit {repro.returncode}: {(repro.stdout + repro.stderr).strip()[-300:]}")
     for result in report["results"]:
         key = (result["manager"], result["checker"])
         verdict, invariant, text = EXPECTED[version].get(key, ("success", "", ""))

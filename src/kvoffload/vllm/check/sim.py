@@ -17,7 +17,7 @@ from kvoffload.vllm.check.compat import PrivateReads
 from kvoffload.vllm.check.findings import CheckResult, relevant_events, requests_named
 from kvoffload.vllm.check.harness import Harness, HarnessConfig
 
-SEEDS = 6
+SEEDS = 20
 MAX_STEPS = 3_000
 RESET_PROBABILITY = 0.02
 
