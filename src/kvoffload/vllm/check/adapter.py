@@ -11,10 +11,11 @@ and turns each call into what vLLM's core scheduler would pass at that point:
 - each step's ``SchedulerOutput`` lists first-time requests in ``scheduled_new_reqs`` with all
   their blocks, running ones in ``scheduled_cached_reqs`` (resumed after a preemption or a load
   with all their blocks, otherwise only the new ones), ``preempted_req_ids``, and in
-  ``finished_req_ids`` the requests that finished since the previous step (one step later still
-  with ``async_scheduling``, whose output of a step is processed after the next step was
-  scheduled);
-- ``request_finished`` runs when the request finishes, its status already ``FINISHED_*``;
+  ``finished_req_ids`` the requests vLLM's scheduler saw finish since the previous step;
+- ``request_finished`` runs when the request finishes, its status already ``FINISHED_*``, and its
+  GPU blocks are freed then (the connector returns False). With ``async_scheduling`` the scheduler
+  processes a step's output only after it scheduled the next step, so a finish reaches vLLM (and
+  frees the blocks) one step after the engine sampled it: the adapter holds the blocks that step;
 - the worker's results come back as a ``KVConnectorOutput`` with ``OffloadingWorkerMetadata``.
 """
 
@@ -25,7 +26,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from kvoffload.offload.types import ConnectorUpdate, SchedulerOutput
-from kvoffload.sim.engine import Engine, EngineConfig
+from kvoffload.sim.engine import Engine, EngineConfig, StepReport
 from kvoffload.sim.request import SimRequest
 from kvoffload.spec.invariants import SystemSnapshot
 from kvoffload.vllm.check.build import ConnectorShape, build_connector
@@ -49,6 +50,7 @@ class _Tracked:
     request: Any  # vllm.v1.request.Request
     sim: SimRequest
     scheduled_before: bool = False
+    finish_status: Any = None
     needs_all_blocks: bool = True
     # Chunks this request computed itself since its last admission (start, end in tokens).
     computed_from: int = 0
@@ -149,16 +151,29 @@ class VllmConnector:
         from vllm.v1.request import RequestStatus
 
         tracked = self.tracked[sim.request_id]
-        request = self._sync(tracked)
-        request.status = (
+        self._sync(tracked)
+        tracked.finish_status = (
             RequestStatus.FINISHED_LENGTH_CAPPED
             if len(sim.output) >= sim.max_tokens
             else RequestStatus.FINISHED_ABORTED
         )
-        self._log(f"finish {sim.request_id} ({request.status.name}) holding GPU blocks {list(block_ids)}")
-        (self._finished_later if self.async_scheduling else self._finished).append(sim.request_id)
+        self._log(f"finish {sim.request_id} ({tracked.finish_status.name}) holding GPU blocks {list(block_ids)}")
         self._held_chunks[sim.request_id] = self._computed_keys(tracked, block_ids)
-        keep, _params = self.connector.request_finished(request)
+        if self.async_scheduling:
+            # Still running as far as vLLM knows, until it processes this step's output.
+            self._finished_later.append(sim.request_id)
+            return True
+        return self._tell_finished(tracked)
+
+    @property
+    def finishes_in_flight(self) -> bool:
+        """Async scheduling: finishes sampled but not yet seen by vLLM (those requests still run)."""
+        return bool(self._finished_later)
+
+    def _tell_finished(self, tracked: _Tracked) -> bool:
+        tracked.request.status = tracked.finish_status
+        self._finished.append(tracked.sim.request_id)
+        keep, _params = self.connector.request_finished(tracked.request)
         return bool(keep)
 
     def _computed_keys(self, tracked: _Tracked, block_ids: list[int]) -> list[bytes]:
@@ -213,8 +228,7 @@ class VllmConnector:
             tracked.needs_all_blocks = False
             self._log(f"schedule {request_id}: +{num_tokens} token(s) from {request.num_computed_tokens}")
         finished = set(self._finished)
-        self._finished = self._finished_later
-        self._finished_later = []
+        self._finished = []
         scheduler_output = VllmSchedulerOutput(**scheduler_output_fields(VllmSchedulerOutput, {
             "scheduled_new_reqs": new_reqs,
             "scheduled_cached_reqs": cached,
@@ -258,7 +272,14 @@ class VllmConnector:
             kv_connector_worker_meta=OffloadingWorkerMetadata(completed_jobs=dict(step.completed)),
         )
         self.connector.update_connector_output(output)
-        return ConnectorUpdate(loaded=tuple(sorted(step.finished_recving)))
+        # Async scheduling: the finishes the engine sampled last step reach vLLM now.
+        released = []
+        for request_id in self._finished_later:
+            self._log(f"vLLM sees {request_id} finished (async scheduling)")
+            if not self._tell_finished(self.tracked[request_id]):
+                released.append(request_id)
+        self._finished_later = []
+        return ConnectorUpdate(loaded=tuple(sorted(step.finished_recving)), released=tuple(released))
 
     def reset_cache(self) -> tuple[str, ...]:
         self._log("reset_cache")
@@ -305,3 +326,11 @@ class VllmEngine(Engine):
         request = super().add_request(prompt, max_tokens, request_id)
         self.connector.on_new_request(request)
         return request
+
+    def step(self) -> StepReport:
+        # vLLM's scheduler recomputes the last token of a request whose whole prompt was loaded
+        # (Scheduler._update_waiting_for_remote_kv), so the model has logits to sample from.
+        for request in self.running:
+            if request.num_computed_tokens >= request.num_tokens:
+                request.num_computed_tokens = request.num_tokens - 1
+        return super().step()

@@ -26,8 +26,8 @@ from kvoffload.vllm.check.harness import Harness, HarnessConfig
 
 REQUESTS = 2
 CHUNKS = 2
-MAX_DEPTH = 14
-MAX_STATES = 3_000
+MAX_DEPTH = 12
+MAX_STATES = 1_500
 MAX_RESETS = 1
 SHAPE = ConnectorShape(block_size=4, gpu_blocks=5, cpu_chunks=3)
 

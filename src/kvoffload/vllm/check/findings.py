@@ -50,12 +50,13 @@ def crash_message(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}{where}"
 
 
-REQUEST_ID = re.compile(r"'([^']+)'")
+QUOTED = re.compile(r"'([^']+)'")
+KEY_NAME = re.compile(r"k\d+")
 
 
 def requests_named(message: str) -> set[str]:
-    """The request ids a violation message quotes."""
-    return set(REQUEST_ID.findall(message))
+    """The request ids a violation message quotes (key names such as ``k3`` are not requests)."""
+    return {name for name in QUOTED.findall(message) if not KEY_NAME.fullmatch(name)}
 
 
 def relevant_events(events: list[tuple[int, str]], request_ids: set[str]) -> list[str]:

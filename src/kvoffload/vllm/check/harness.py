@@ -85,7 +85,7 @@ class Harness:
         """``reset_prefix_cache(reset_connector=True)`` as vLLM allows it: only when no request
         holds GPU blocks (vLLM refuses otherwise). Returns whether it ran."""
         engine = self.engine
-        if engine.running or engine.loading or self.reset_since_step:
+        if engine.running or engine.loading or self.reset_since_step or self.connector.finishes_in_flight:
             return False
         self.reset_since_step = True
         try:

@@ -31,7 +31,7 @@ from kvoffload.vllm.check.compat import PrivateReads
 from kvoffload.vllm.check.findings import CheckResult
 from kvoffload.vllm.check.harness import Harness, HarnessConfig
 
-EXAMPLES = 200
+EXAMPLES = 100
 STEPS = 25
 SHAPE = ConnectorShape(block_size=4, gpu_blocks=10, cpu_chunks=4)
 TOKENS = st.lists(st.integers(1, 3), min_size=4, max_size=12)
