@@ -140,6 +140,8 @@ class VllmConnector:
                 self.reads.mark_cached(block, make_block_hash_with_group_id(request.block_hashes[index], 0))
             blocks.append(block)
         tracked.needs_all_blocks = True
+        # Tokens up to here come from the GPU prefix cache or the load: not computed by this request.
+        tracked.computed_from = local_blocks * self.shape.block_size + num_external_tokens
         request.status = RequestStatus.WAITING_FOR_REMOTE_KVS if num_external_tokens else RequestStatus.RUNNING
         self._log(
             f"admit {sim.request_id}: GPU blocks {list(block_ids)}, {local_blocks * self.shape.block_size} "
