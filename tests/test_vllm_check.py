@@ -162,3 +162,20 @@ def test_adapter_runs_vllm_connector_through_the_simulator() -> None:
         assert result.result == "violation" and result.invariant == "NoManagerCallAfterSignal"
     else:
         assert result.result == "success", result.error
+
+
+def test_json_shape_and_table_of_a_violation() -> None:
+    from kvoffload.vllm.check.findings import CheckResult, requests_named
+    from kvoffload.vllm.check.runner import format_table, to_json
+
+    bad = CheckResult("lru", "sim", "violation", "NoManagerCallAfterSignal", "prepare_store for 'req-0' after 'k3'",
+                      ["step 1: add req-0", "step 2: finish req-0"], 1.5)
+    good = CheckResult("arc", "sim", seconds=0.5)
+    out = to_json("0.26.0", [bad, good], 3.0)
+    assert out["vllm_version"] == "0.26.0"
+    keys = {"manager", "checker", "result", "invariant", "error", "trace", "seconds"}
+    assert all(keys <= set(r) for r in out["results"])
+    assert [r["result"] for r in out["results"]] == ["violation", "success"]
+    table = format_table("0.26.0", [bad, good])
+    assert "VIOLATION NoManagerCallAfterSignal" in table and "  2. step 2: finish req-0" in table
+    assert requests_named(bad.error or "") == {"req-0"}

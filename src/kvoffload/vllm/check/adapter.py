@@ -52,7 +52,7 @@ class _Tracked:
     scheduled_before: bool = False
     finish_status: Any = None
     needs_all_blocks: bool = True
-    # Chunks this request computed itself since its last admission (start, end in tokens).
+    # Tokens served by the GPU prefix cache or a load at any admission (not this request's to store).
     computed_from: int = 0
 
 
@@ -140,8 +140,10 @@ class VllmConnector:
                 self.reads.mark_cached(block, make_block_hash_with_group_id(request.block_hashes[index], 0))
             blocks.append(block)
         tracked.needs_all_blocks = True
-        # Tokens up to here come from the GPU prefix cache or the load: not computed by this request.
-        tracked.computed_from = local_blocks * self.shape.block_size + num_external_tokens
+        # Chunks up to here came from the GPU prefix cache or a load at some admission of this
+        # request: vLLM's chunk-level policy leaves storing them to whoever computed them first,
+        # also when a preempted request computes them again.
+        tracked.computed_from = max(tracked.computed_from, local_blocks * self.shape.block_size + num_external_tokens)
         request.status = RequestStatus.WAITING_FOR_REMOTE_KVS if num_external_tokens else RequestStatus.RUNNING
         self._log(
             f"admit {sim.request_id}: GPU blocks {list(block_ids)}, {local_blocks * self.shape.block_size} "
@@ -211,8 +213,6 @@ class VllmConnector:
             tracked = self.tracked[request_id]
             request = self._sync(tracked)
             request.status = RequestStatus.RUNNING
-            if tracked.needs_all_blocks:
-                tracked.computed_from = tracked.sim.num_computed_tokens
             if tracked.needs_all_blocks and not tracked.scheduled_before:
                 new_reqs.append(NewRequestData.from_request(request, (_vllm_blocks(tracked.sim.block_ids),)))
             else:

@@ -9,7 +9,8 @@ it and forwards every call unchanged (it never raises and never changes an answe
 - ``SignalExactlyOnce``: a second ``on_request_finished``, or (after the drain) a request never
   signaled;
 - ``SignalAfterFinalStore``: a chunk the finished request computed and still held was never offered
-  to ``prepare_store`` (owed chunks are settled by a later ``prepare_store`` or a ``reset_cache``,
+  to ``prepare_store`` nor found by its ``lookup`` (owed chunks are settled by a later
+  ``prepare_store`` or a ``reset_cache``,
   and reported after the drain);
 - ``NoEvictWhileInUse``: ``prepare_store`` evicting a key pinned by an unfinished load or store, or
   handing out a CPU block such a key still occupies;
@@ -151,8 +152,12 @@ class RecordingManager:
     def lookup(self, key: bytes, req_context: Any, *args: Any, **kwargs: Any) -> Any:
         self._record("lookup", req_context.req_id, [key])
         result = self._inner.lookup(key, req_context, *args, **kwargs)
-        if getattr(result, "name", None) in ("HIT_PENDING", "RETRY"):
+        name = getattr(result, "name", None)
+        if name in ("HIT_PENDING", "RETRY"):
             self.promoting.add(key)
+        elif name == "HIT" or (name is None and result):
+            # Already offloaded: the request need not store it again.
+            self.ledger.offered.setdefault(req_context.req_id, set()).add(key)
         return result
 
     def get_load_source(self, key: bytes, req_context: Any, *args: Any, **kwargs: Any) -> Any:
