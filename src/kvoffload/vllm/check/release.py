@@ -51,6 +51,7 @@ def fetch(version: str, cache: Path) -> Path:
     with zipfile.ZipFile(wheel) as archive:
         names = [n for n in archive.namelist() if n.endswith(".py") or n.endswith(".dist-info/METADATA")]
         archive.extractall(target, names)
+    wheel.unlink()  # ~300 MB each; only the .py files are needed
     return target
 
 
