@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test test-thorough lint tla bench clean redis-server check-vllm-engine
+.PHONY: demo test test-thorough lint tla bench clean redis-server check-vllm-engine check-vllm
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,15 @@ $(VLLM_STAMP): pyproject.toml
 
 check-vllm-engine: $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/python -m pytest -q tests/vllm_engine
+
+# vLLM's own offloading connector through kvoffload's checkers (README, "For vLLM developers"):
+# pinned release wheels (only their .py files) in an ignored cache; xgrammar without its
+# dependencies (it would pull ~1 GB of triton the check never uses).
+VLLM_CACHE := .cache/vllm
+check-vllm: $(STAMP)
+	$(PY) -m pip install -q -e '.[vllm]'
+	$(PY) -m pip install -q --no-deps 'xgrammar<1' apache-tvm-ffi
+	$(PY) -m kvoffload.vllm.check.release $(VLLM_CACHE)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) build dist src/*.egg-info .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,130 @@
+"""One vLLM connector + pattern worker + kvoffload engine, stepped with every check after each step.
+
+Shared by the three checkers. After each engine step: kvoffload's invariants on the engine's
+snapshot (``GpuBlockFence``), the engine's byte comparison of every loaded block
+(``DataIntegrity``), and the violations the recording proxy saw. An exception raised inside vLLM is
+a ``Crash`` finding. :meth:`Harness.drain` finishes every job and checks ``NoLeak`` (vLLM's state,
+the proxy's pins, the worker) and the drain-time contract checks of the proxy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kvoffload.sim.engine import EngineConfig
+from kvoffload.spec.invariants import Violation
+from kvoffload.vllm.check.adapter import VllmConnector, VllmEngine
+from kvoffload.vllm.check.build import ConnectorShape
+from kvoffload.vllm.check.compat import PrivateReads
+from kvoffload.vllm.check.findings import CRASH, crash_message
+from kvoffload.vllm.check.worker import PatternWorker
+
+DRAIN_STEPS = 2_000
+
+
+@dataclass(frozen=True)
+class HarnessConfig:
+    """The connector's shape, the worker's completion delay, scheduling mode and engine rates."""
+
+    shape: ConnectorShape = field(default_factory=ConnectorShape)
+    delay_steps: int = 1
+    async_scheduling: bool = False
+    abort_probability: float = 0.0
+    eos_probability: float = 0.05
+    max_batched_tokens: int = 16
+    max_running: int = 4
+    seed: int = 0
+
+
+class Harness:
+    """Steps the engine; ``findings`` holds the violations seen so far (the first step's only)."""
+
+    def __init__(self, manager: str, config: HarnessConfig, reads: PrivateReads) -> None:
+        shape = config.shape
+        self.config = config
+        self.connector = VllmConnector(manager, shape, reads, config.async_scheduling)
+        self.worker = PatternWorker(shape.gpu_blocks, shape.cpu_chunks, config.delay_steps)
+        if manager == "tiering":
+            self.worker.key_of_block = self.connector.proxy.key_of
+            self.connector.proxy.on_promotion = self.worker.restore
+        engine_config = EngineConfig(
+            num_gpu_blocks=shape.gpu_blocks,
+            gpu_block_size=shape.block_size,
+            blocks_per_chunk=shape.blocks_per_chunk,
+            num_cpu_blocks=shape.cpu_chunks,
+            max_num_batched_tokens=config.max_batched_tokens,
+            max_running=config.max_running,
+            eos_probability=config.eos_probability,
+            abort_probability=config.abort_probability,
+            seed=config.seed,
+        )
+        self.engine = VllmEngine(engine_config, self.connector, self.worker)
+        self.findings: list[Violation] = []
+        # vLLM's core resets at most once between two steps (one utility call per engine loop).
+        self.reset_since_step = False
+        self._proxy_seen = 0
+        self._integrity_seen = 0
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.findings)
+
+    def step(self) -> None:
+        """One engine step and every check; a crash inside vLLM becomes a finding."""
+        self.reset_since_step = False
+        try:
+            report = self.engine.step()
+        except Exception as error:  # vLLM raising is a finding, reported with the steps before it
+            # The crash leads: the contract breaks recorded on the way to it are in the step list.
+            self.findings.insert(0, Violation(CRASH, crash_message(error)))
+            self._collect([])
+            return
+        self._collect(list(report.violations))
+
+    def reset_cache(self) -> bool:
+        """``reset_prefix_cache(reset_connector=True)`` as vLLM allows it: only when no request
+        holds GPU blocks (vLLM refuses otherwise). Returns whether it ran."""
+        engine = self.engine
+        if engine.running or engine.loading or self.reset_since_step or self.connector.finishes_in_flight:
+            return False
+        self.reset_since_step = True
+        try:
+            engine.reset_cache()
+        except Exception as error:
+            self.findings.append(Violation(CRASH, crash_message(error)))
+        return True
+
+    def abort(self, request_id: str) -> None:
+        try:
+            self.engine.abort(request_id)
+        except Exception as error:
+            self.findings.append(Violation(CRASH, crash_message(error)))
+        self._collect([])
+
+    def drain(self) -> None:
+        """Step until nothing is left, then the leak and drain-time contract checks."""
+        engine = self.engine
+        for _ in range(DRAIN_STEPS):
+            if self.failed or engine.idle:
+                break
+            self.step()
+        if self.failed:
+            return
+        if not engine.idle:
+            self.findings.append(Violation("EventuallyCleaned", f"not idle after {DRAIN_STEPS} drain steps"))
+            return
+        leaks = self.connector.leaks() + [f"worker still runs job {j}" for j in sorted(self.worker.in_flight())]
+        self.findings += [Violation("NoLeak", leak) for leak in leaks]
+        self.findings += self.connector.proxy.drain_violations()
+
+    def _collect(self, invariant_violations: list[Violation]) -> None:
+        self.findings += invariant_violations
+        ledger = self.connector.proxy.ledger
+        self.findings += ledger.violations[self._proxy_seen:]
+        self._proxy_seen = len(ledger.violations)
+        stats = self.engine.stats
+        if stats.integrity_failures > self._integrity_seen:
+            messages = [m for m in stats.violation_messages if "DataIntegrity" in m]
+            text = messages[-1].split("DataIntegrity: ", 1)[-1] if messages else "a loaded block holds wrong bytes"
+            self.findings.append(Violation("DataIntegrity", text))
+            self._integrity_seen = stats.integrity_failures

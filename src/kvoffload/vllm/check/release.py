@@ -1,0 +1,103 @@
+"""``make check-vllm``: fetch pinned vLLM releases and assert what the check must find in each.
+
+``python -m kvoffload.vllm.check.release CACHE_DIR`` downloads each release wheel with pip (no
+dependencies), unpacks only its ``.py`` files and ``METADATA`` into ``CACHE_DIR/src/VERSION``, runs
+``kvoffload vllm check --json`` against it in a fresh process (one vLLM per process), and asserts the
+expected verdicts below. Exit status 0 when every release gave what it must, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+# vLLM release -> {(manager, checker): (result, invariant, text the error must contain)}; pairs not
+# listed must succeed. 0.26.0 is the release before the fix of #49635.
+EXPECTED: dict[str, dict[tuple[str, str], tuple[str, str, str]]] = {
+    "0.26.0": {
+        ("lru", "sim"): ("violation", "NoManagerCallAfterSignal", "prepare_store"),
+        ("arc", "sim"): ("violation", "NoManagerCallAfterSignal", "prepare_store"),
+        ("tiering", "sim"): ("violation", "Crash", "KeyError"),
+        ("lru", "hypothesis"): ("violation", "", ""),
+        ("arc", "hypothesis"): ("violation", "", ""),
+        ("tiering", "hypothesis"): ("violation", "", ""),
+        ("lru", "explore"): ("violation", "Crash", "_build_store_jobs"),
+        ("arc", "explore"): ("violation", "Crash", "_build_store_jobs"),
+        ("tiering", "explore"): ("violation", "Crash", "_build_store_jobs"),
+    },
+    "0.33.0": {},
+}
+# Found by the checkers in every release here: two reset_cache calls between two steps while a job
+# is in flight raise AssertionError (README, "Found in 0.33.0"). The checkers reset at most once
+# between steps so they keep looking for other bugs; this reproduction must keep crashing until a
+# release fixes it (then move the release out of this set).
+DOUBLE_RESET_CRASHES = frozenset({"0.26.0", "0.33.0"})
+
+
+def fetch(version: str, cache: Path) -> Path:
+    """The unpacked ``.py`` sources of vLLM ``version`` (downloaded once)."""
+    target = cache / "src" / version
+    if (target / "vllm" / "__init__.py").is_file():
+        return target
+    wheels = cache / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", f"vllm=={version}", "--no-deps",
+                    "--only-binary=:all:", "-d", str(wheels)], check=True)
+    wheel = next(iter(sorted(wheels.glob(f"vllm-{version}-*.whl"))))
+    with zipfile.ZipFile(wheel) as archive:
+        names = [n for n in archive.namelist() if n.endswith(".py") or n.endswith(".dist-info/METADATA")]
+        archive.extractall(target, names)
+    wheel.unlink()  # ~300 MB each; only the .py files are needed
+    return target
+
+
+def check_release(version: str, cache: Path) -> list[str]:
+    """Run the check on ``version``; the list of ways its result differs from EXPECTED."""
+    source = fetch(version, cache)
+    run = subprocess.run([sys.executable, "-m", "kvoffload.cli", "vllm", "check", "--json", "--vllm-src", str(source)],
+                         capture_output=True, text=True)
+    lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
+    if run.returncode not in (0, 1) or not lines:
+        return [f"vLLM {version}: kvoffload vllm check exited {run.returncode}: {run.stderr.strip()[-400:]}"]
+    report: dict[str, Any] = json.loads(lines[-1])
+    problems = []
+    repro = subprocess.run([sys.executable, "-m", "kvoffload.vllm.check.repro_double_reset", "--vllm-src", str(source)],
+                           capture_output=True, text=True)
+    print(repro.stdout.strip())
+    crashed = repro.returncode == 1 and "AssertionError" in repro.stdout
+    if crashed != (version in DOUBLE_RESET_CRASHES):
+        problems.append(f"vLLM {version}: double reset_cache expected crash={version in DOUBLE_RESET_CRASHES}, "
+                        f"got exit {repro.returncode}: {(repro.stdout + repro.stderr).strip()[-300:]}")
+    for result in report["results"]:
+        key = (result["manager"], result["checker"])
+        verdict, invariant, text = EXPECTED[version].get(key, ("success", "", ""))
+        shown = f"{result['result']} {result['invariant']} {result['error']}"
+        print(f"vLLM {version} {key[0]:>8} x {key[1]:<10} {result['seconds']:>7.1f} s  {shown[:150]}")
+        if result["result"] != verdict or (invariant and result["invariant"] != invariant) or (
+            text and text not in (result["error"] or "")
+        ):
+            problems.append(f"vLLM {version} {key}: expected {verdict} {invariant} {text!r}, got {shown}")
+        elif verdict == "violation" and not result["trace"]:
+            problems.append(f"vLLM {version} {key}: a violation without a step list")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m kvoffload.vllm.check.release CACHE_DIR", file=sys.stderr)
+        return 2
+    cache = Path(args[0])
+    problems = [p for version in EXPECTED for p in check_release(version, cache)]
+    for problem in problems:
+        print(f"FAIL: {problem}")
+    print("check-vllm: " + ("every release gave what it must" if not problems else f"{len(problems)} mismatch(es)"))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""Reproduce, with vLLM's classes alone, the crash the checkers found in 0.26.0 to 0.33.0.
+
+Two ``reset_cache`` calls between two engine steps while a transfer job is in flight: the first
+moves the in-flight jobs to ``_current_batch_jobs_to_flush`` (handed to the worker in the next
+step), the second asserts that this set is empty ("reset_cache cannot be called in the middle of a
+schedule step") and raises ``AssertionError``, which kills EngineCore. vLLM's EngineCore handles
+every queued client request before the next step (``_process_input_queue``), so two
+``reset_prefix_cache(reset_connector=True)`` calls that arrive together reach the connector this way.
+
+``python -m kvoffload.vllm.check.repro_double_reset [--vllm-src DIR]`` prints the outcome; exit 1
+when the crash reproduces, 0 when the connector takes the second reset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from typing import Any
+
+
+def reproduce() -> str | None:
+    """The crash as ``Type at file:line`` (None when the second reset passes)."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import OffloadingWorkerMetadata
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+    from vllm.v1.core.kv_cache_utils import KVCacheBlock, get_request_block_hasher, init_none_hash
+    from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
+    from vllm.v1.outputs import KVConnectorOutput
+    from vllm.v1.request import Request, RequestStatus
+
+    from kvoffload.vllm.check.adapter import scheduler_output_fields
+    from kvoffload.vllm.check.build import ConnectorShape, build_connector
+
+    connector, _ = build_connector("lru", ConnectorShape(block_size=4, gpu_blocks=8, cpu_chunks=4))
+    init_none_hash(sha256)
+    request = Request(request_id="r1", prompt_token_ids=[1] * 9, sampling_params=SamplingParams(max_tokens=1),
+                      pooling_params=None, block_hasher=get_request_block_hasher(4, sha256))
+    connector.on_new_request(request)
+    connector.get_num_new_matched_tokens(request, 0)
+    blocks = [1, 2, 3]
+    connector.update_state_after_alloc(request, KVCacheBlocks(([KVCacheBlock(block_id=b) for b in blocks],)), 0)
+
+    def step(scheduled: dict[str, int], new: list, finished: set[str]) -> Any:
+        output = SchedulerOutput(**scheduler_output_fields(SchedulerOutput, {
+            "scheduled_new_reqs": new, "scheduled_cached_reqs": CachedRequestData.make_empty(),
+            "num_scheduled_tokens": scheduled, "total_num_scheduled_tokens": sum(scheduled.values()),
+            "scheduled_spec_decode_tokens": {}, "scheduled_encoder_inputs": {}, "num_common_prefix_blocks": [0],
+            "finished_req_ids": finished, "free_encoder_mm_hashes": [], "preempted_req_ids": set(),
+        }))
+        meta = connector.build_connector_meta(output)
+        connector.update_connector_output(
+            KVConnectorOutput(kv_connector_worker_meta=OffloadingWorkerMetadata(completed_jobs={}))
+        )
+        return meta
+
+    request.status = RequestStatus.RUNNING
+    first = step({"r1": 9}, [NewRequestData.from_request(request, (blocks,))], set())
+    request.num_computed_tokens = 9
+    request.append_output_token_ids([5])
+    request.status = RequestStatus.FINISHED_LENGTH_CAPPED
+    connector.request_finished(request)
+    last = step({}, [], {"r1"})  # the worker has finished no job yet
+    in_flight = sorted({*first.store_jobs, *last.store_jobs})
+    connector.reset_cache()
+    try:
+        connector.reset_cache()
+    except AssertionError as error:
+        frame = traceback.extract_tb(error.__traceback__)[-1]
+        path = frame.filename[frame.filename.rfind("/vllm/") + 1:]
+        return f"AssertionError at {path}:{frame.lineno} in {frame.name} (store jobs in flight: {in_flight})"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--vllm-src", default=None)
+    args = parser.parse_args(argv)
+    from kvoffload.vllm.locate import VllmNotFound, locate_vllm
+
+    try:
+        install = locate_vllm(args.vllm_src)
+    except VllmNotFound as error:
+        print(f"repro_double_reset: error: {error}", file=sys.stderr)
+        return 2
+    crash = reproduce()
+    print(f"vLLM {install.version}: second reset_cache between two steps -> " + (crash or "no crash"))
+    return 1 if crash else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
