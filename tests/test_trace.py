@@ -13,10 +13,10 @@ import pytest
 from kvoffload.cli import main
 from kvoffload.sim import Engine, EngineConfig, MultiTurnWorkload, WorkloadConfig
 from kvoffload.spec.lifecycle import REQUEST_LIFECYCLE
-from kvoffload.spec.mirror import MalformedTrace, check_trace_file, check_trace_lines
 from kvoffload.statemachine.runtime import TransitionEvent
 from kvoffload.statemachine.trace import TraceWriter, default_variables
 from kvoffload.statemachine.trace_tla import write_trace_module
+from kvoffload.verify.mirror import MalformedTrace, check_trace_file, check_trace_lines
 
 
 def run_engine(config: EngineConfig, writer: TraceWriter | None = None, users: int = 4, turns: int = 2) -> Engine:

@@ -9,11 +9,11 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from kvoffload.cli import CommandError
+from kvoffload.commands.errors import CommandError
 from kvoffload.offload.types import DEFAULT_POLICY
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
+def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "simulate",
         help="run a seeded multi-turn workload through the engine simulator and report hits and checks",

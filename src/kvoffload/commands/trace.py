@@ -1,7 +1,7 @@
 """``kvoffload trace``: check recorded lifecycle traces.
 
 ``kvoffload trace check FILE [--json]`` replays the trace through the Python mirror of the spec
-(``kvoffload.spec.mirror``): exit 0 and counts when every line is explained, exit 1 naming the
+(``kvoffload.verify.mirror``): exit 0 and counts when every line is explained, exit 1 naming the
 first unexplained line (``FILE:LINE: reason``), exit 2 for input that is not a trace (missing file,
 malformed JSON, a missing field), also as one ``FILE:LINE:`` line.
 
@@ -16,12 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-
-def _command_error(message: str) -> Exception:
-    # Imported lazily: kvoffload.cli imports this module while building its parser.
-    from kvoffload.cli import CommandError
-
-    return CommandError(message)
+from kvoffload.commands.errors import CommandError
 
 
 def add_parser(subparsers: Any) -> None:
@@ -47,20 +42,20 @@ def _read_lines(path: Path) -> list[str]:
     try:
         return path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
-        raise _command_error(f"{path}: no such file") from None
+        raise CommandError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as error:
-        raise _command_error(f"{path}: cannot read: {error}") from None
+        raise CommandError(f"{path}: cannot read: {error}") from None
 
 
 def run_check(args: argparse.Namespace) -> int:
     """``kvoffload trace check``."""
-    from kvoffload.spec.mirror import MalformedTrace, check_trace_lines
+    from kvoffload.verify.mirror import MalformedTrace, check_trace_lines
 
     path: Path = args.file
     try:
         result = check_trace_lines(_read_lines(path))
     except MalformedTrace as error:
-        raise _command_error(f"{path}:{error.line}: {error.reason}") from None
+        raise CommandError(f"{path}:{error.line}: {error.reason}") from None
     if args.json:
         print(json.dumps({"file": str(path), **result.to_json()}))
     elif result.error is None:
@@ -78,22 +73,22 @@ def run_check(args: argparse.Namespace) -> int:
 def run_tla(args: argparse.Namespace) -> int:
     """``kvoffload trace tla``."""
     from kvoffload.spec.lifecycle import REQUEST_LIFECYCLE
-    from kvoffload.spec.mirror import MalformedTrace, read_trace
     from kvoffload.statemachine.trace_tla import write_trace_module
+    from kvoffload.verify.mirror import MalformedTrace, read_trace
 
     path: Path = args.file
     try:
         numbered = read_trace(_read_lines(path))
     except MalformedTrace as error:
-        raise _command_error(f"{path}:{error.line}: {error.reason}") from None
+        raise CommandError(f"{path}:{error.line}: {error.reason}") from None
     if not numbered:
-        raise _command_error(f"{path}: the trace is empty")
+        raise CommandError(f"{path}: the trace is empty")
     try:
         tla_path, cfg_path = write_trace_module(
             [record for _, record in numbered], REQUEST_LIFECYCLE, args.out,
             line_numbers=[number for number, _ in numbered],
         )
     except OSError as error:
-        raise _command_error(f"{args.out}: cannot write: {error}") from None
+        raise CommandError(f"{args.out}: cannot write: {error}") from None
     print(f"wrote {tla_path} and {cfg_path} ({len(numbered)} lines); check with: kvoffload tla check {tla_path}")
     return 0

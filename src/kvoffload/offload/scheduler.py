@@ -29,8 +29,10 @@ Sans-IO and deterministic: no threads, clocks, randomness or I/O; job ids count 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from typing import NamedTuple, Self
 
 from kvoffload.offload.errors import LifecycleViolation
 from kvoffload.offload.manager import CPUOffloadingManager
@@ -83,6 +85,14 @@ class RequestTracker:
     holds_gpu_blocks: bool = False
     signals: int = 0
 
+    def copy(self) -> RequestTracker:
+        """An independent copy (the engine request, which the tracker never changes, is shared)."""
+        return RequestTracker(
+            self.request_id, self.request, self.state, self.num_computed_tokens, self.gpu_block_ids.copy(),
+            self.stored_chunks, self.load_job, self.store_jobs.copy(), self.lookup_start_chunk,
+            self.lookup_hit_chunks, self.local_computed_tokens, self.holds_gpu_blocks, self.signals,
+        )
+
 
 @dataclass
 class SchedulerStats:
@@ -106,6 +116,12 @@ class SchedulerStats:
     cleaned: int = 0
 
 
+def _copy_stats(stats: SchedulerStats) -> SchedulerStats:
+    clone = object.__new__(SchedulerStats)
+    clone.__dict__.update(stats.__dict__)
+    return clone
+
+
 def _no_jobs_in_flight(tracker: RequestTracker) -> bool:
     return tracker.load_job is None and not tracker.store_jobs
 
@@ -113,6 +129,33 @@ def _no_jobs_in_flight(tracker: RequestTracker) -> bool:
 def request_machine() -> DeclaredMachine:
     """A runtime for REQUEST_LIFECYCLE with the scheduler's guard implementations."""
     return DeclaredMachine(REQUEST_LIFECYCLE, guards={NO_JOBS_IN_FLIGHT: _no_jobs_in_flight})
+
+
+class SchedulerState(NamedTuple):
+    """A read-only view of the scheduler's tables (live references: read them, never change them).
+
+    ``jobs`` are the jobs in flight, ``stale_jobs`` those made stale by ``reset_cache``;
+    ``pending_loads`` were prepared during admission and not yet handed to the worker;
+    ``pending_flush`` are to be flushed in the next metadata, ``flushed`` were flushed and not yet
+    reported; ``finished_pending`` finished since the last ``build_connector_meta``;
+    ``released`` / ``loaded`` / ``load_failed`` are what the next ``ConnectorUpdate`` reports;
+    ``fence`` maps a GPU block to the store jobs still reading it; ``keys_loading`` counts the
+    loads in flight per key; ``reset_pending``: a ``reset_cache`` waits for stale jobs to drain.
+    """
+
+    trackers: Mapping[RequestId, RequestTracker]
+    jobs: Mapping[JobId, TransferJob]
+    stale_jobs: Mapping[JobId, TransferJob]
+    pending_loads: Sequence[TransferJob]
+    pending_flush: Collection[JobId]
+    flushed: AbstractSet[JobId]
+    finished_pending: Collection[RequestId]
+    released: Sequence[RequestId]
+    loaded: Sequence[RequestId]
+    load_failed: Sequence[RequestId]
+    fence: Mapping[int, AbstractSet[JobId]]
+    keys_loading: Mapping[OffloadKey, int]
+    reset_pending: bool
 
 
 class UnknownJob(ValueError):
@@ -534,6 +577,47 @@ class OffloadingScheduler:
             self._clean(tracker)
 
     # ------------------------------------------------------------------ introspection
+    def clone(self) -> Self:
+        """An independent copy, its manager cloned too; later calls on either never affect the other.
+
+        Shares only what never changes: the config, the lifecycle runtime (with its observers),
+        engine requests and the immutable job records. The model checker copies a scheduler per
+        explored transition, so this copies each table directly instead of deep-copying.
+        A subclass with state of its own extends this method.
+        """
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        clone.manager = self.manager.clone()
+        clone.stats = _copy_stats(self.stats)
+        trackers = {request_id: tracker.copy() for request_id, tracker in self._trackers.items()}
+        clone._trackers = trackers
+        # A finished request's tracker is the same object in both tables; keep it one object.
+        clone._finished_pending = {
+            request_id: trackers.get(request_id) or tracker.copy()
+            for request_id, tracker in self._finished_pending.items()
+        }
+        clone._jobs = self._jobs.copy()
+        clone._stale_jobs = self._stale_jobs.copy()
+        clone._pending_loads = self._pending_loads.copy()
+        clone._pending_flush = self._pending_flush.copy()
+        clone._flushed = self._flushed.copy()
+        clone._released = self._released.copy()
+        clone._loaded = self._loaded.copy()
+        clone._load_failed = self._load_failed.copy()
+        clone._fence = {block: readers.copy() for block, readers in self._fence.items()}
+        keys_loading: Counter[OffloadKey] = Counter.__new__(Counter)
+        dict.update(keys_loading, self._keys_loading)  # Counter.copy without its Python-level update
+        clone._keys_loading = keys_loading
+        return clone
+
+    def view(self) -> SchedulerState:
+        """The scheduler's tables, read-only (see :class:`SchedulerState`)."""
+        return SchedulerState(
+            self._trackers, self._jobs, self._stale_jobs, self._pending_loads, self._pending_flush, self._flushed,
+            self._finished_pending, self._released, self._loaded, self._load_failed, self._fence,
+            self._keys_loading, self._reset_pending,
+        )
+
     def take_events(self) -> list[OffloadEvent]:
         """CPU-tier changes (stored / removed keys) since the last call."""
         return self.manager.take_events()
@@ -599,7 +683,7 @@ class OffloadingScheduler:
             requests=requests,
             jobs=jobs,
             manager_entries=entries,
-            manager_free_blocks=tuple(manager._free),
+            manager_free_blocks=tuple(manager.view().free),
             manager_requests_in_flight=frozenset(manager.requests_in_flight()),
             num_cpu_blocks=manager.num_blocks,
             # Leaks only mean something at quiescence (NoLeak), so only then are they computed.

@@ -24,7 +24,7 @@ from typing import IO, Any
 
 from kvoffload.statemachine.runtime import DeclaredMachine, TransitionEvent
 
-# Attributes recorded when the instance has them; what the mirror (kvoffload.spec.mirror) reads.
+# Attributes recorded when the instance has them; what the mirror (kvoffload.verify.mirror) reads.
 DEFAULT_ATTRIBUTES: tuple[str, ...] = ("load_job", "store_jobs", "signals")
 
 Variables = Callable[[Any], dict[str, Any]]

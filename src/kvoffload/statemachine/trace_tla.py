@@ -9,7 +9,7 @@ the model stutters in ``Done``. A line that nothing explains violates the invari
 same line would show as a deadlock. A clean run therefore means the whole trace was consumed.
 
 The lifecycle relation is written out from the declaration (states, triggers, guarded triggers),
-so it is the same relation the Python mirror (``kvoffload.spec.mirror``) replays.
+so it is the same relation the Python mirror (``kvoffload.verify.mirror``) replays.
 """
 
 from __future__ import annotations

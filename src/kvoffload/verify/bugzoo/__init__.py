@@ -2,20 +2,21 @@
 
 ``MUTANTS`` maps a name to a :class:`Mutant`: build the buggy system with
 ``mutant.make_scheduler(config)`` (and ``mutant.make_manager(num_blocks, policy)``); a worker-side
-bug sets ``worker_reports_failure_as_done``. The explorer (``kvoffload explore --mutant NAME``)
+bug is ``mutant.worker_report``, the function that turns the worker's true report into its lie.
+The explorer (``kvoffload explore --mutant NAME``)
 must catch every one with a short counterexample; ``tests/test_bugzoo.py`` checks that it does,
 with the invariant each mutant declares.
 """
 
 from __future__ import annotations
 
-from kvoffload.bugzoo.manager_bugs import (
+from kvoffload.verify.bugzoo.manager_bugs import (
     EvictWhileLoadingManager,
     FailedStoreDoubleFreeManager,
     FailedStoreLeakManager,
 )
-from kvoffload.bugzoo.mutant import Mutant, explore_model_for
-from kvoffload.bugzoo.scheduler_bugs import (
+from kvoffload.verify.bugzoo.mutant import Mutant, explore_model_for
+from kvoffload.verify.bugzoo.scheduler_bugs import (
     AbortUnscheduledStoresScheduler,
     DropStateOnFinishScheduler,
     EagerFinishSignalScheduler,
@@ -24,6 +25,7 @@ from kvoffload.bugzoo.scheduler_bugs import (
     ReadmitWhileFlushingScheduler,
     ResetLeavesStaleJobsScheduler,
 )
+from kvoffload.verify.bugzoo.worker_bugs import report_failure_as_done
 
 _ALL = (
     Mutant(
@@ -85,7 +87,7 @@ _ALL = (
     Mutant(
         "failure_reported_as_done", "Dynamo #15079", "DataIntegrity",
         "the worker reports a failed transfer as done, so garbage is loaded or served",
-        worker_reports_failure_as_done=True,
+        worker_report=report_failure_as_done,
     ),
 )
 
