@@ -51,6 +51,8 @@ from kvoffload.offload.types import ConnectorMetadata, JobId, OffloadConfig, Wor
 from kvoffload.sim import Engine, EngineConfig
 from kvoffload.sim.kv_model import ModelWorker
 from kvoffload.spec import check_invariants
+from kvoffload.statemachine.explore import CRASH
+from kvoffload.statemachine.runtime import LifecycleError
 from kvoffload.statemachine.trace import TraceWriter
 from kvoffload.verify.bugzoo import MUTANTS, Mutant
 from kvoffload.verify.explore_model import WorkerReport
@@ -224,7 +226,7 @@ class OffloadMachine(RuleBasedStateMachine):
         self.backend = ChosenCompletions(worker, cls.worker_report, late_flush_reports)
         engine = Engine(config, scheduler=scheduler, backend=self.backend)
         self.engine = engine
-        self.writer.attach(engine.scheduler.lifecycle, step=lambda: engine.scheduler.step)
+        engine.scheduler.attach_trace(self.writer)
         if warm is None:
             return multiple()
         prompt = self._add(warm, 1)
@@ -344,11 +346,13 @@ class OffloadMachine(RuleBasedStateMachine):
         assert not violations, [str(v) for v in violations]
         assert engine.stats.violations == 0, engine.stats.violation_messages
         assert engine.stats.integrity_failures == 0, engine.stats.violation_messages
-        assert engine.leaks() == []
+        assert engine.leaks() == [], f"NoLeak: {engine.leaks()}"
         self._replay_trace()
         self.writer.close()
-        assert self.mirror.result.unfinished == [], "the trace leaves requests not cleaned"
-        assert self.mirror.result.requests == engine.scheduler.stats.cleaned
+        replay = self.mirror.replay
+        assert replay.unfinished("request") == [], "EventuallyCleaned: the trace leaves requests not cleaned"
+        assert replay.unfinished("job") == [], "EventuallyCleaned: the trace leaves jobs not ended"
+        assert replay.counts.instances["request"] == engine.scheduler.stats.cleaned
 
 
 def test_offload_machine() -> None:
@@ -383,6 +387,18 @@ MUTANT_SETTINGS = settings(
 )
 
 
+def caught_as(failure: BaseException) -> str:
+    """What caught a mutant: the invariant a LifecycleViolation names, ``DeclaredLifecycle`` when the
+    declared machine refused a move, the text of a failed check (every check names its invariant),
+    or ``Crash`` for any other exception the code raised."""
+    invariant = getattr(failure, "invariant", None)
+    if isinstance(invariant, str):
+        return invariant
+    if isinstance(failure, LifecycleError):
+        return "DeclaredLifecycle"
+    return str(failure) if isinstance(failure, AssertionError) else CRASH
+
+
 def hunt(machine: type[OffloadMachine]) -> BaseException | None:
     """Run ``machine`` under MUTANT_SETTINGS; the failure it found, or None."""
     try:
@@ -406,7 +422,7 @@ def test_mutant_is_caught(name: str) -> None:
         f"({elapsed:.1f} s); the invariant it breaks: {mutant.invariant}"
     )
     # Caught for the right reason: the failure names one of the mutant's invariants, not just any error.
-    found = getattr(failure, "invariant", None) or str(failure)
+    found = caught_as(failure)
     expected = mutant.caught_by
     assert any(invariant in found for invariant in expected), f"{name}: caught by {failure!r}, expected {expected}"
 

@@ -50,6 +50,8 @@ from kvoffload.offload.types import (
     WorkerOutput,
 )
 from kvoffload.spec.invariants import JobView, ManagerEntryView, RequestView, SystemSnapshot
+from kvoffload.spec.job_lifecycle import JOB_LIFECYCLE, REQUEST_NOT_SIGNALED
+from kvoffload.spec.job_lifecycle import PREPARED as JOB_PREPARED
 from kvoffload.spec.lifecycle import (
     FINISHED_PENDING_STORE,
     LOADING,
@@ -61,6 +63,7 @@ from kvoffload.spec.lifecycle import (
     WAITING,
 )
 from kvoffload.statemachine.runtime import DeclaredMachine
+from kvoffload.statemachine.trace import TraceWriter
 
 
 @dataclass(slots=True, eq=False)
@@ -92,6 +95,23 @@ class RequestTracker:
             self.stored_chunks, self.load_job, self.store_jobs.copy(), self.lookup_start_chunk,
             self.lookup_hit_chunks, self.local_computed_tokens, self.holds_gpu_blocks, self.signals,
         )
+
+
+@dataclass(slots=True, eq=False)
+class JobRecord:
+    """A transfer job's lifecycle record; ``state`` is only ever changed by the job lifecycle."""
+
+    job_id: JobId
+    request_id: RequestId
+    kind: str
+    # The request's chunk indices the job copies, in order.
+    chunks: tuple[int, ...]
+    # The request's signal count when the job was built (the prepare guard reads it).
+    request_signals: int
+    state: str = JOB_LIFECYCLE.initial
+
+    def copy(self) -> JobRecord:
+        return JobRecord(self.job_id, self.request_id, self.kind, self.chunks, self.request_signals, self.state)
 
 
 @dataclass
@@ -128,7 +148,41 @@ def _no_jobs_in_flight(tracker: RequestTracker) -> bool:
 
 def request_machine() -> DeclaredMachine:
     """A runtime for REQUEST_LIFECYCLE with the scheduler's guard implementations."""
-    return DeclaredMachine(REQUEST_LIFECYCLE, guards={NO_JOBS_IN_FLIGHT: _no_jobs_in_flight})
+    return DeclaredMachine(REQUEST_LIFECYCLE, guards={NO_JOBS_IN_FLIGHT: _no_jobs_in_flight}, id_attribute="request_id")
+
+
+def _request_not_signaled(job: JobRecord) -> bool:
+    return job.request_signals == 0
+
+
+def job_machine() -> DeclaredMachine:
+    """A runtime for JOB_LIFECYCLE with the scheduler's guard implementations."""
+    return DeclaredMachine(JOB_LIFECYCLE, guards={REQUEST_NOT_SIGNALED: _request_not_signaled}, id_attribute="job_id")
+
+
+# What a trace records of the scheduler's and the manager's calls (see attach_trace).
+TRACED_SCHEDULER_CALLS: tuple[str, ...] = (
+    "get_num_new_matched_tokens", "update_state_after_alloc", "request_finished", "build_connector_meta",
+    "update_connector_output", "reset_cache",
+)
+TRACED_MANAGER_CALLS: tuple[str, ...] = (
+    "on_new_request", "lookup", "touch", "prepare_load", "complete_load", "prepare_store", "complete_store",
+    "on_request_finished", "reset_cache",
+)
+
+
+def _call_fields(call: str, args: tuple[object, ...]) -> dict[str, object]:
+    # The first argument names the request (an engine request, or its id), if the call has one.
+    if not args or call in ("build_connector_meta", "update_connector_output"):
+        return {}
+    first = args[0]
+    return {"id": getattr(first, "request_id", first)}
+
+
+def job_variables(job: JobRecord) -> dict[str, object]:
+    """What a trace records of a job: its request, kind, chunks and the prepare guard's variable."""
+    return {"request": job.request_id, "kind": job.kind, "chunks": list(job.chunks),
+            "request_signals": job.request_signals}
 
 
 class SchedulerState(NamedTuple):
@@ -170,16 +224,20 @@ class OffloadingScheduler:
         config: OffloadConfig,
         manager: CPUOffloadingManager | None = None,
         lifecycle: DeclaredMachine | None = None,
+        job_lifecycle: DeclaredMachine | None = None,
     ) -> None:
         self.config = config
         self.manager = manager if manager is not None else CPUOffloadingManager(config.num_cpu_blocks, config.policy)
         self.lifecycle = lifecycle if lifecycle is not None else request_machine()
+        self.job_lifecycle = job_lifecycle if job_lifecycle is not None else job_machine()
         self.step = 0
         self.stats = SchedulerStats()
         self._chunk_tokens = config.chunk_tokens
         self._bpc = config.blocks_per_chunk
         self._trackers: dict[RequestId, RequestTracker] = {}
         self._jobs: dict[JobId, TransferJob] = {}
+        # Every job not yet ended, with its lifecycle state.
+        self._job_records: dict[JobId, JobRecord] = {}
         self._stale_jobs: dict[JobId, TransferJob] = {}
         self._next_job_id = 1
         self._pending_loads: list[TransferJob] = []
@@ -285,7 +343,8 @@ class OffloadingScheduler:
         keys = self._keys(tracker.request, start, start + chunks)
         cpu_block_ids = self.manager.prepare_load(tracker.request_id, keys)
         job = self._new_job(
-            tracker, "load", keys, tuple(block_ids[start * self._bpc : needed_blocks]), cpu_block_ids
+            tracker, "load", keys, tuple(block_ids[start * self._bpc : needed_blocks]), cpu_block_ids,
+            tuple(range(start, start + chunks)),
         )
         tracker.load_job = job.job_id
         self._pending_loads.append(job)
@@ -331,6 +390,11 @@ class OffloadingScheduler:
         self._pending_flush.clear()
         self._flushed.update(flush)
         self.stats.flushes += len(flush)
+        records = self._job_records
+        for job_id in flush:
+            record = records.get(job_id)
+            if record is not None:  # None: it ended before its flush was handed out
+                self.job_lifecycle.fire(record, "flush")
 
         stores: list[TransferJob] = []
         chunk_tokens = self._chunk_tokens
@@ -361,6 +425,8 @@ class OffloadingScheduler:
                 self._build_stores(tracker, stores, final=True)
             self._signal(tracker)
         self._finished_pending.clear()
+        for job in (*stores, *loads):
+            self.job_lifecycle.fire(records[job.job_id], "submit")
         return ConnectorMetadata(self.step, flush, tuple(stores), loads)
 
     def update_connector_output(self, worker_output: WorkerOutput) -> ConnectorUpdate:
@@ -370,6 +436,9 @@ class OffloadingScheduler:
             if job_id not in self._jobs and job_id not in self._stale_jobs:
                 state = "already completed" if 0 < job_id < self._next_job_id else "never issued"
                 raise UnknownJob(f"worker reported job {job_id}, which was {state}; nothing was applied")
+            record = self._job_records[job_id]
+            if record.state == JOB_PREPARED:
+                raise UnknownJob(f"worker reported job {job_id}, which was never handed to it; nothing was applied")
         for job_id, ok in completed.items():
             self._complete(job_id, bool(ok))
         if self._reset_pending and not self._stale_jobs:
@@ -390,6 +459,7 @@ class OffloadingScheduler:
             for job_id in self._detach_jobs(tracker):
                 self._stale_jobs[job_id] = self._jobs.pop(job_id)
                 self._pending_flush[job_id] = None
+                self.job_lifecycle.fire(self._job_records[job_id], "reset")
             if tracker.state == LOADING:
                 cancelled_loads.append(tracker.request_id)
             if tracker.state in (WAITING, LOADING, RUNNING, PREEMPTED):
@@ -451,10 +521,14 @@ class OffloadingScheduler:
         keys: Sequence[OffloadKey],
         gpu_block_ids: tuple[int, ...],
         cpu_block_ids: tuple[int, ...],
+        chunks: tuple[int, ...],
     ) -> TransferJob:
         job = TransferJob(self._next_job_id, tracker.request_id, kind, tuple(keys), gpu_block_ids, cpu_block_ids)  # type: ignore[arg-type]
         self._next_job_id += 1
         self._jobs[job.job_id] = job
+        record = JobRecord(job.job_id, tracker.request_id, kind, chunks, tracker.signals)
+        self._job_records[job.job_id] = record
+        self.job_lifecycle.fire(record, "prepare")
         return job
 
     def _build_stores(self, tracker: RequestTracker, out: list[TransferJob], final: bool) -> None:
@@ -481,7 +555,10 @@ class OffloadingScheduler:
         gpu_block_ids = tuple(
             block for key in plan.keys_to_store for block in blocks[chunk_of[key] * bpc : (chunk_of[key] + 1) * bpc]
         )
-        job = self._new_job(tracker, "store", plan.keys_to_store, gpu_block_ids, plan.cpu_block_ids)
+        job = self._new_job(
+            tracker, "store", plan.keys_to_store, gpu_block_ids, plan.cpu_block_ids,
+            tuple(chunk_of[key] for key in plan.keys_to_store),
+        )
         tracker.store_jobs.add(job.job_id)
         for block in gpu_block_ids:
             self._fence.setdefault(block, set()).add(job.job_id)
@@ -540,6 +617,7 @@ class OffloadingScheduler:
         self._flushed.discard(job_id)
         stale = job_id in self._stale_jobs
         job = self._stale_jobs.pop(job_id) if stale else self._jobs.pop(job_id)
+        self.job_lifecycle.fire(self._job_records.pop(job_id), "discard" if stale else "complete" if ok else "fail")
         if job.kind == "load":
             self.manager.complete_load(job.request_id, job.keys)
             self._keys_loading.subtract(job.keys)
@@ -597,6 +675,7 @@ class OffloadingScheduler:
             for request_id, tracker in self._finished_pending.items()
         }
         clone._jobs = self._jobs.copy()
+        clone._job_records = {job_id: record.copy() for job_id, record in self._job_records.items()}
         clone._stale_jobs = self._stale_jobs.copy()
         clone._pending_loads = self._pending_loads.copy()
         clone._pending_flush = self._pending_flush.copy()
@@ -617,6 +696,28 @@ class OffloadingScheduler:
             self._finished_pending, self._released, self._loaded, self._load_failed, self._fence,
             self._keys_loading, self._reset_pending,
         )
+
+    def attach_trace(self, writer: TraceWriter) -> None:
+        """Record in ``writer``: every request and job transition (with the variables their guards
+        and the trace checkers read), and every call of the scheduler's API and of the manager."""
+
+        def step() -> int:
+            return self.step
+
+        writer.attach(self.lifecycle, step, self.request_variables)
+        writer.attach(self.job_lifecycle, step, job_variables)
+        writer.record_calls(self, "scheduler", TRACED_SCHEDULER_CALLS, step, _call_fields)
+        writer.record_calls(self.manager, "manager", TRACED_MANAGER_CALLS, step, _call_fields)
+
+    def request_variables(self, tracker: RequestTracker) -> dict[str, object]:
+        """What a trace records of a request: its jobs, signals and chunks never offered to prepare_store."""
+        return {
+            "load_job": tracker.load_job,
+            "store_jobs": sorted(tracker.store_jobs),
+            "jobs_in_flight": (tracker.load_job is not None) + len(tracker.store_jobs),
+            "signals": tracker.signals,
+            "pending_store_chunks": self._chunks_to_store(tracker),
+        }
 
     def take_events(self) -> list[OffloadEvent]:
         """CPU-tier changes (stored / removed keys) since the last call."""

@@ -28,6 +28,8 @@ class SimulationOptions:
     backend: str = "torch"
     trace_path: str | None = None
     max_steps: int = 200_000
+    # A bug-zoo mutant (kvoffload mutants) run instead of our code; its crashes are reported violations.
+    mutant: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("users", "turns", "gpu_blocks", "cpu_blocks", "block_size", "blocks_per_chunk", "max_steps"):
@@ -41,6 +43,11 @@ class SimulationOptions:
             raise ValueError(f"--policy {self.policy!r} is unknown; known: {', '.join(sorted(POLICIES))}")
         if self.backend not in ("model", "torch"):
             raise ValueError(f"--backend must be model or torch, got {self.backend!r}")
+        if self.mutant is not None:
+            from kvoffload.verify.bugzoo import MUTANTS
+
+            if self.mutant not in MUTANTS:
+                raise ValueError(f"--mutant {self.mutant!r} is unknown; known: {', '.join(sorted(MUTANTS))}")
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(
@@ -59,11 +66,17 @@ class SimulationOptions:
 
 def build_engine(options: SimulationOptions) -> Engine:
     config = options.engine_config()
+    backend = None
     if options.backend == "torch":
         from kvoffload.sim.torch_backend import TorchBackend
 
-        return Engine(config, backend=TorchBackend.for_engine(config))
-    return Engine(config)
+        backend = TorchBackend.for_engine(config)
+    if options.mutant is not None:
+        from kvoffload.verify.bugzoo import MUTANTS
+        from kvoffload.verify.bugzoo.simulation import mutant_engine
+
+        return mutant_engine(MUTANTS[options.mutant], config, backend)
+    return Engine(config, backend=backend)
 
 
 def simulate(options: SimulationOptions, progress: bool = False) -> dict[str, Any]:
@@ -76,9 +89,17 @@ def simulate(options: SimulationOptions, progress: bool = False) -> dict[str, An
         from kvoffload.statemachine.trace import TraceWriter
 
         writer = TraceWriter.open(options.trace_path)
-        writer.attach(engine.scheduler.lifecycle, step=lambda: engine.scheduler.step)
+        engine.scheduler.attach_trace(writer)
     try:
         _run(engine, workload, options.max_steps, progress)
+    except Exception as error:
+        if options.mutant is None:
+            raise
+        # The mutant's bug crashed the run: that is the violation it was run to show.
+        invariant = getattr(error, "invariant", None) or "Crash"
+        engine.stats.violations += 1
+        message = f"step {engine.stats.steps}: {invariant}: {type(error).__name__}: {error}"
+        engine.stats.violation_messages.append(message)
     finally:
         if writer is not None:
             writer.close()

@@ -1,61 +1,70 @@
-"""The Python mirror of the spec's next-state relation, run over recorded traces.
+"""The Python mirror of the spec, run over recorded traces (``kvoffload trace check``).
 
-A trace (``kvoffload.statemachine.trace``) has one line per lifecycle transition. The mirror
-replays it line by line and returns the first line that no spec action explains. Per request:
+A trace (``OffloadingScheduler.attach_trace``) has one line per request or job transition and one
+per call of the scheduler's API and of the manager. The mirror replays it line by line and
+returns the first line nothing explains:
 
-- the first line of a request starts from the declaration's initial state (else the request is
-  unknown: its earlier history is missing), and every later line starts where the previous one
-  ended (``from`` is the mirror's state);
-- the trigger is declared (in :data:`REQUEST_LIFECYCLE`, the declaration, not the runtime table)
-  from that state, and ``to`` is its destination;
-- guards hold on the recorded variables: ``clean`` and ``resume`` need ``jobs_in_flight == 0``;
-- what the table alone does not show: nothing follows ``cleaned``; ``signal`` happens exactly
-  once; a request never has a load job and store jobs at once (JobsExclusive); ``load`` records
-  its load job, ``load_done`` and ``schedule`` happen with no load in flight, a request enters
-  ``waiting`` with nothing in flight; ``signal`` comes at the latest in the step after ``finish``
-  (every ``build_connector_meta`` signals every finished request). A ``signal`` in the *same* step
-  as the ``finish`` is legal: ``reset_cache`` between two steps signals finished requests.
-- across lines: ``seq`` counts up by one and ``step`` never decreases.
+- every transition line by its declaration (:class:`kvoffload.statemachine.replay.LifecycleReplay`:
+  declared edges, initial and terminal states, guards evaluated on the recorded variables, ``seq``
+  and ``step`` order), for each lifecycle it is given;
+- with both lifecycles, the protocol's ordering rules (:class:`ProtocolRules`), which span
+  requests, jobs and calls and carry the invariant names of ``kvoffload.spec``:
+  ``SignalAfterFinalStore`` (the signal comes only from ``build_connector_meta``, after the step's
+  stores, or ``reset_cache``, and only once every computed chunk was offered to ``prepare_store``,
+  except while a ``reset_cache`` drops the cache: from its call until the manager's own),
+  ``NoManagerCallAfterSignal`` (no lookup, touch or prepare after ``on_request_finished``, which
+  itself comes only after the signal, as in ``kvoffload.spec.invariants``), ``SignalExactlyOnce``,
+  ``JobsExclusive``, ``CleanOnlyWhenDrained``;
+  the signal comes at the latest in the step after the finish, from ``build_connector_meta`` or
+  ``reset_cache``; a waiting request has nothing in flight and lists exactly its jobs in flight.
 
-Variables a line does not carry are not checked (a trace written without them still replays).
+Rules read only what a line records: a hand-written trace without call or job lines still replays,
+and the rules about what it lacks are not checked.
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvoffload.spec.lifecycle import REQUEST_LIFECYCLE
+from kvoffload.spec.job_lifecycle import JOB_LIFECYCLE, STALE
+from kvoffload.spec.lifecycle import FINISHED_PENDING_STORE, LOADING, REQUEST_LIFECYCLE, RUNNING, SIGNALED, WAITING
 from kvoffload.statemachine.declaration import LifecycleDeclaration
+from kvoffload.statemachine.replay import LifecycleReplay, MalformedTrace, is_call, validate
 
-REQUIRED_FIELDS: tuple[tuple[str, type | tuple[type, ...]], ...] = (
-    ("request", (str, int)),
-    ("trigger", str),
-    ("from", str),
-    ("to", str),
-)
+__all__ = [
+    "MalformedTrace",
+    "MirrorResult",
+    "ProtocolRules",
+    "TraceMirror",
+    "Unexplained",
+    "check_trace_file",
+    "check_trace_lines",
+    "parse_line",
+    "read_trace",
+]
 
+PRODUCT_LIFECYCLES: tuple[LifecycleDeclaration, ...] = (REQUEST_LIFECYCLE, JOB_LIFECYCLE)
 
-class MalformedTrace(ValueError):
-    """A line that is not a trace record at all (bad JSON, missing or ill-typed field)."""
-
-    def __init__(self, line: int, reason: str) -> None:
-        self.line = line
-        self.reason = reason
-        super().__init__(f"line {line}: {reason}")
+# Manager calls that need a request the manager still knows.
+CALLS_BEFORE_SIGNAL: frozenset[str] = frozenset({"lookup", "touch", "prepare_load", "prepare_store"})
+# The scheduler calls in which a request may be signaled.
+SIGNALING_CALLS: frozenset[str] = frozenset({"build_connector_meta", "reset_cache"})
+SIGNAL_CALL = "on_request_finished"
+# What a move the declaration does not allow is reported as (the bug zoo's name for it too).
+DECLARED_LIFECYCLE = "DeclaredLifecycle"
+RESET_CALL = "reset_cache"
 
 
 @dataclass(frozen=True)
 class Unexplained:
-    """The first line no spec action explains."""
+    """The first line nothing explains."""
 
     line: int
-    request: str | None
-    trigger: str | None
+    subject: str | None
     reason: str
 
     def __str__(self) -> str:
@@ -66,10 +75,7 @@ class Unexplained:
 class MirrorResult:
     """The replay's outcome and counts (of the lines replayed before any rejection)."""
 
-    lines: int = 0
-    requests: int = 0
-    transitions: Counter[str] = field(default_factory=Counter)
-    states: dict[str, str] = field(default_factory=dict)
+    replay: LifecycleReplay
     error: Unexplained | None = None
 
     @property
@@ -77,165 +83,178 @@ class MirrorResult:
         return self.error is None
 
     @property
-    def unfinished(self) -> list[str]:
-        """Requests the trace leaves outside a terminal state (legal: a trace may stop anywhere)."""
-        return sorted(rid for rid, state in self.states.items() if state not in REQUEST_LIFECYCLE.terminal)
+    def lines(self) -> int:
+        return self.replay.counts.lines
 
     def to_json(self) -> dict[str, Any]:
+        counts = self.replay.counts
         return {
             "ok": self.ok,
-            "lines": self.lines,
-            "requests": self.requests,
-            "transitions": dict(sorted(self.transitions.items())),
-            "unfinished": self.unfinished,
+            "lines": counts.lines,
+            "calls": counts.calls,
+            "instances": {name: counts.instances[name] for name in self.replay.declarations},
+            "transitions": {name: dict(sorted(c.items())) for name, c in counts.transitions.items()},
+            "unfinished": {name: self.replay.unfinished(name) for name in self.replay.declarations},
             "error": None
             if self.error is None
-            else {"line": self.error.line, "request": self.error.request, "trigger": self.error.trigger,
-                  "reason": self.error.reason},
+            else {"line": self.error.line, "subject": self.error.subject, "reason": self.error.reason},
         }
 
 
 @dataclass
-class _Request:
-    state: str
-    finish_step: int | None = None
-    signals: int = 0
-    cleaned_at: int | None = None
+class ProtocolRules:
+    """The ordering rules across requests, jobs and calls (see the module docstring)."""
+
+    # request id -> line of its on_request_finished call
+    told: dict[str, int] = field(default_factory=dict)
+    # job id -> (request id, kind) of every job of a request: not ended, not stale
+    live_jobs: dict[str, tuple[str, str]] = field(default_factory=dict)
+    finish_step: dict[str, int] = field(default_factory=dict)
+    # True once a job line was seen: a request's recorded jobs can then be cross-checked.
+    jobs_traced: bool = False
+    # the scheduler call in progress (None: unknown, the trace records no calls)
+    context: str | None = None
+    # From the scheduler's reset_cache call to the manager's: the cache is being dropped, so a
+    # finished request is signaled without its last chunks being stored.
+    resetting: bool = False
+
+    def check(self, record: Mapping[str, Any], replay: LifecycleReplay) -> str | None:
+        if is_call(record):
+            return self._check_call(record, replay) if record["object"] == "manager" else None
+        if record["lifecycle"] == JOB_LIFECYCLE.name:
+            return self._check_job(record)
+        if record["lifecycle"] == REQUEST_LIFECYCLE.name:
+            return self._check_request(record)
+        return None
+
+    def apply(self, record: Mapping[str, Any], line: int) -> None:
+        if is_call(record):
+            if record["object"] == "scheduler":
+                self.context = record["call"]
+                self.resetting = self.resetting or record["call"] == RESET_CALL
+            elif record["call"] == SIGNAL_CALL:
+                self.told[str(record.get("id"))] = line
+            elif record["call"] == RESET_CALL:
+                self.resetting = False
+            return
+        key = str(record["id"])
+        if record["lifecycle"] == JOB_LIFECYCLE.name:
+            self.jobs_traced = True
+            if record["from"] == JOB_LIFECYCLE.initial:
+                self.live_jobs[key] = (str(record.get("request")), str(record.get("kind")))
+            elif record["to"] in JOB_LIFECYCLE.terminal or record["to"] == STALE:
+                # A stale job belongs to no request any more (reset_cache detached it).
+                self.live_jobs.pop(key, None)
+        elif record["to"] == FINISHED_PENDING_STORE and record.get("step") is not None:
+            self.finish_step[key] = record["step"]
+
+    def _jobs_of(self, request: str, kind: str | None = None) -> list[str]:
+        return sorted(j for j, (r, k) in self.live_jobs.items() if r == request and (kind is None or k == kind))
+
+    def _check_call(self, record: Mapping[str, Any], replay: LifecycleReplay) -> str | None:
+        call, request = record["call"], str(record.get("id"))
+        if call in CALLS_BEFORE_SIGNAL and request in self.told:
+            return (
+                f"NoManagerCallAfterSignal: {call}() for request {request!r} after on_request_finished "
+                f"(line {self.told[request]})"
+            )
+        if call != SIGNAL_CALL:
+            return None
+        if request in self.told:
+            first = self.told[request]
+            return f"SignalExactlyOnce: on_request_finished for request {request!r} again (first: line {first})"
+        state = replay.state(REQUEST_LIFECYCLE.name, request)
+        if state is not None and state != SIGNALED:
+            return (
+                f"NoManagerCallAfterSignal: on_request_finished for request {request!r} in state {state!r}: the "
+                f"manager forgets it while the scheduler still owes it calls (the final stores come first)"
+            )
+        return None
+
+    def _check_job(self, record: Mapping[str, Any]) -> str | None:
+        if record["from"] != JOB_LIFECYCLE.initial:
+            return None
+        request, kind = str(record.get("request")), record.get("kind")
+        other = "store" if kind == "load" else "load"
+        clash = self._jobs_of(request, other)
+        if clash:
+            return (
+                f"JobsExclusive: {kind} job {record['id']} of request {request!r} while its {other} job(s) "
+                f"{clash} are in flight"
+            )
+        return None
+
+    def _check_request(self, record: Mapping[str, Any]) -> str | None:
+        trigger, request = record["trigger"], str(record["id"])
+        load_job, store_jobs, jobs = record.get("load_job"), record.get("store_jobs"), record.get("jobs_in_flight")
+        if load_job is not None and store_jobs:
+            return f"JobsExclusive: load job {load_job} and store jobs {list(store_jobs)} at once"
+        if "load_job" in record:
+            if record["to"] == LOADING and load_job is None:
+                return f"{trigger!r} into {LOADING!r} without a load job"
+            if record["to"] == RUNNING and load_job is not None:
+                return f"{trigger!r} into {RUNNING!r} while load job {load_job} is still in flight"
+        if record["to"] == WAITING and jobs:
+            return f"entered {WAITING!r} with {jobs} job(s) in flight; a waiting request has none"
+        if record["to"] in REQUEST_LIFECYCLE.terminal and self._jobs_of(request):
+            return f"CleanOnlyWhenDrained: {trigger!r} while job(s) {self._jobs_of(request)} are in flight"
+        if self.jobs_traced and "store_jobs" in record:
+            listed = sorted({str(j) for j in store_jobs or ()} | ({str(load_job)} if load_job is not None else set()))
+            if listed != self._jobs_of(request):
+                return f"lists job(s) {listed}, but its jobs in flight are {self._jobs_of(request)}"
+        if record["to"] == SIGNALED:
+            return self._check_signal(record, request)
+        return None
+
+    def _check_signal(self, record: Mapping[str, Any], request: str) -> str | None:
+        if self.context is not None and self.context not in SIGNALING_CALLS:
+            return (
+                f"SignalAfterFinalStore: signaled inside {self.context}(); only build_connector_meta (after the "
+                f"step's stores) or reset_cache signals"
+            )
+        pending = record.get("pending_store_chunks")
+        if pending and not self.resetting:
+            return f"SignalAfterFinalStore: signaled with {pending} chunk(s) never offered to prepare_store"
+        step, finished = record.get("step"), self.finish_step.get(request)
+        if step is not None and finished is not None and step > finished + 1:
+            return (
+                f"signaled at step {step}, but it finished at step {finished}: the first "
+                f"build_connector_meta after a finish signals it"
+            )
+        return None
 
 
 class TraceMirror:
     """Replays trace records one at a time; :meth:`feed` returns why a record is unexplained."""
 
-    def __init__(self, declaration: LifecycleDeclaration = REQUEST_LIFECYCLE) -> None:
-        self.declaration = declaration
-        self.result = MirrorResult()
-        self._requests: dict[str, _Request] = {}
-        self._last_seq: int | None = None
-        self._last_step: int | None = None
-        self._triggers = frozenset(declaration.triggers)
+    def __init__(self, declarations: Sequence[LifecycleDeclaration] = PRODUCT_LIFECYCLES) -> None:
+        self.replay = LifecycleReplay(declarations)
+        names = {declaration.name for declaration in declarations}
+        # The protocol's rules relate requests and jobs: only with both lifecycles.
+        self.rules = ProtocolRules() if {d.name for d in PRODUCT_LIFECYCLES} <= names else None
+        self.result = MirrorResult(self.replay)
 
     def feed(self, record: Mapping[str, Any], line: int) -> Unexplained | None:
-        """Apply one record; None if a spec action explains it, else why not (state unchanged)."""
-        _validate(record, line)
-        request_id = str(record["request"])
-        trigger = record["trigger"]
-
-        def reject(reason: str) -> Unexplained:
-            return Unexplained(line, request_id, trigger, f"request {request_id!r}: {reason}")
-
-        problem = self._check_order(record)
-        if problem:
-            return reject(problem)
-        lifecycle = record.get("lifecycle")
-        if lifecycle is not None and lifecycle != self.declaration.name:
-            return reject(f"lifecycle {lifecycle!r} is not {self.declaration.name!r}")
-        if trigger not in self._triggers:
-            return reject(f"unknown trigger {trigger!r} (declared: {', '.join(self.declaration.triggers)})")
-        source, dest = record["from"], record["to"]
-        tracked = self._requests.get(request_id)
-        if tracked is None:
-            if source != self.declaration.initial:
-                return reject(
-                    f"unknown request: its first transition starts in {source!r}, not in the initial "
-                    f"state {self.declaration.initial!r} (the trace misses its beginning)"
-                )
-            tracked = _Request(self.declaration.initial)
-        elif tracked.cleaned_at is not None:
-            return reject(f"{trigger!r} after the request was cleaned (line {tracked.cleaned_at}); cleaned is terminal")
-        if source != tracked.state:
-            return reject(f"trigger {trigger!r} recorded from {source!r}, but the request is in {tracked.state!r}")
-        transition = self.declaration.transition_for(source, trigger)
-        if transition is None:
-            allowed = [t for s, t, _ in self.declaration.edges() if s == source]
-            return reject(
-                f"trigger {trigger!r} is not allowed from state {source!r} (allowed: {', '.join(allowed) or 'none'})"
-            )
-        if dest != transition.dest:
-            return reject(f"trigger {trigger!r} from {source!r} goes to {transition.dest!r}, not {dest!r}")
-        problem = self._check_variables(record, tracked, transition.guard)
-        if problem:
-            return reject(problem)
-
-        # Accepted: apply.
-        if request_id not in self._requests:
-            self._requests[request_id] = tracked
-            self.result.requests += 1
-        tracked.state = dest
-        step = record.get("step")
-        if trigger == "finish":
-            tracked.finish_step = step
-        elif trigger == "signal":
-            tracked.signals += 1
-        if dest in self.declaration.terminal:
-            tracked.cleaned_at = line
-        if "seq" in record:
-            self._last_seq = record["seq"]
-        if step is not None:
-            self._last_step = step
-        self.result.lines += 1
-        self.result.transitions[trigger] += 1
-        self.result.states[request_id] = dest
-        return None
-
-    def _check_order(self, record: Mapping[str, Any]) -> str | None:
-        seq = record.get("seq")
-        if seq is not None and self._last_seq is not None and seq != self._last_seq + 1:
-            return f"seq {seq} does not follow seq {self._last_seq} (lines missing or reordered)"
-        step = record.get("step")
-        if step is not None and self._last_step is not None and step < self._last_step:
-            return f"step {step} is before the previous line's step {self._last_step}"
-        return None
-
-    def _check_variables(self, record: Mapping[str, Any], tracked: _Request, guard: str | None) -> str | None:
-        trigger = record["trigger"]
-        load_job = record.get("load_job")
-        store_jobs = record.get("store_jobs")
-        jobs = record.get("jobs_in_flight")
-        if jobs is None and "load_job" in record and store_jobs is not None:
-            jobs = (load_job is not None) + len(store_jobs)
-        if guard is not None and jobs is not None and jobs != 0:
-            return f"{trigger!r} needs guard {guard!r} but {jobs} job(s) are in flight"
-        if load_job is not None and store_jobs:
-            return f"JobsExclusive: load job {load_job} and store jobs {list(store_jobs)} at once"
-        if "load_job" in record:
-            if trigger == "load" and load_job is None:
-                return "'load' recorded without a load job"
-            if trigger in ("load_done", "schedule") and load_job is not None:
-                return f"{trigger!r} while load job {load_job} is still in flight"
-        if record["to"] == self.declaration.initial and jobs is not None and jobs != 0:
-            return f"entered {record['to']!r} with {jobs} job(s) in flight; a waiting request has none"
-        if trigger == "signal":
-            if tracked.signals:
-                return "SignalExactlyOnce: signaled a second time"
-            step = record.get("step")
-            if step is not None and tracked.finish_step is not None and step > tracked.finish_step + 1:
-                return (
-                    f"signaled at step {step}, but it finished at step {tracked.finish_step}: the first "
-                    f"build_connector_meta after a finish signals it"
-                )
-        if trigger == "clean":
-            if tracked.signals != 1:
-                return f"SignalExactlyOnce: cleaned after {tracked.signals} signal(s)"
-            if record.get("signals") not in (None, 1):
-                return f"cleaned with signals={record['signals']}, expected 1"
+        """Apply one record; None if the spec explains it, else why not (nothing changed)."""
+        validate(record, line)
+        problem = self.replay.check_order(record)
+        if problem is None:
+            moved = self.replay.check_transition(record)
+            problem = None if moved is None else f"{DECLARED_LIFECYCLE}: {moved}"
+        if problem is None and self.rules is not None:
+            problem = self.rules.check(record, self.replay)
+        if problem is not None:
+            return Unexplained(line, _subject(record), f"{_subject(record)}: {problem}")
+        self.replay.apply(record, line)
+        if self.rules is not None:
+            self.rules.apply(record, line)
         return None
 
 
-def _validate(record: Mapping[str, Any], line: int) -> None:
-    if not isinstance(record, Mapping):
-        raise MalformedTrace(line, f"expected a JSON object, got {type(record).__name__}")
-    for name, kind in REQUIRED_FIELDS:
-        if name not in record:
-            raise MalformedTrace(line, f"missing field {name!r}")
-        if not isinstance(record[name], kind) or isinstance(record[name], bool):
-            raise MalformedTrace(line, f"field {name!r} has the wrong type ({type(record[name]).__name__})")
-    for name in ("seq", "step", "jobs_in_flight"):
-        value = record.get(name)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-            raise MalformedTrace(line, f"field {name!r} must be an integer, got {value!r}")
-    store_jobs = record.get("store_jobs")
-    if store_jobs is not None and not isinstance(store_jobs, list):
-        raise MalformedTrace(line, f"field 'store_jobs' must be a list, got {store_jobs!r}")
+def _subject(record: Mapping[str, Any]) -> str:
+    if is_call(record):
+        return f"{record['object']}.{record['call']}({record.get('id', '')!r})"
+    return f"{record['lifecycle']} {record['id']!r}"
 
 
 def parse_line(text: str, line: int) -> dict[str, Any]:
@@ -244,7 +263,7 @@ def parse_line(text: str, line: int) -> dict[str, Any]:
         record = json.loads(text)
     except json.JSONDecodeError as error:
         raise MalformedTrace(line, f"malformed JSON: {error.msg} (column {error.colno})") from None
-    _validate(record, line)
+    validate(record, line)
     return record
 
 
@@ -253,9 +272,11 @@ def read_trace(lines: Iterable[str]) -> list[tuple[int, dict[str, Any]]]:
     return [(number, parse_line(text, number)) for number, text in enumerate(lines, 1) if text.strip()]
 
 
-def check_trace_lines(lines: Iterable[str], declaration: LifecycleDeclaration = REQUEST_LIFECYCLE) -> MirrorResult:
+def check_trace_lines(
+    lines: Iterable[str], declarations: Sequence[LifecycleDeclaration] = PRODUCT_LIFECYCLES
+) -> MirrorResult:
     """Replay ndjson ``lines``; stops at the first unexplained line. Raises :class:`MalformedTrace`."""
-    mirror = TraceMirror(declaration)
+    mirror = TraceMirror(declarations)
     for number, text in enumerate(lines, 1):
         if not text.strip():
             continue
@@ -266,7 +287,9 @@ def check_trace_lines(lines: Iterable[str], declaration: LifecycleDeclaration = 
     return mirror.result
 
 
-def check_trace_file(path: str | Path, declaration: LifecycleDeclaration = REQUEST_LIFECYCLE) -> MirrorResult:
+def check_trace_file(
+    path: str | Path, declarations: Sequence[LifecycleDeclaration] = PRODUCT_LIFECYCLES
+) -> MirrorResult:
     """Replay the trace file at ``path`` (see :func:`check_trace_lines`)."""
     with open(path, encoding="utf-8") as stream:
-        return check_trace_lines(stream, declaration)
+        return check_trace_lines(stream, declarations)

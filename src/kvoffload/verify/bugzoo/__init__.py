@@ -32,16 +32,21 @@ _ALL = (
         "eager_finish_signal", "vLLM #49635", "NoManagerCallAfterSignal",
         "on_request_finished is called in request_finished, before the final store is prepared",
         scheduler_class=EagerFinishSignalScheduler,
+        simulate_options=("--users", "5", "--turns", "2", "--gpu-blocks", "40", "--seed", "2"),
     ),
     Mutant(
         "drop_state_on_finish", "vLLM #46027", "CleanOnlyWhenDrained",
         "a finished request's state is dropped while its store jobs are still in flight",
         scheduler_class=DropStateOnFinishScheduler,
+        # The late completion finds no request: the KeyError the real connector raised.
+        also_caught_by=("Crash",),
     ),
     Mutant(
         "readmit_while_flushing", "vLLM #46014", "JobsExclusive",
         "a preempted request is re-admitted with a load while its flushed stores have not reported",
         scheduler_class=ReadmitWhileFlushingScheduler,
+        # It moves the request to waiting behind the declared machine's back, which a trace shows.
+        also_caught_by=("DeclaredLifecycle",),
     ),
     Mutant(
         "abort_unscheduled_stores", "vLLM #49118", "DataIntegrity",
@@ -52,8 +57,13 @@ _ALL = (
         "reset_leaves_stale_jobs", "vLLM #48090", "EventuallyCleaned",
         "reset_cache leaves stale jobs attached to live requests, which then wait forever",
         scheduler_class=ResetLeavesStaleJobsScheduler,
-        # The request that survives reset_cache is signaled with chunks it will never store.
-        also_caught_by=("SignalAfterFinalStore",),
+        # The request that survives reset_cache is signaled with chunks it will never store; the
+        # declared lifecycle refuses to clean a request that still lists jobs.
+        also_caught_by=("SignalAfterFinalStore", "DeclaredLifecycle"),
+        simulate_options=(
+            "--users", "6", "--turns", "2", "--gpu-blocks", "24", "--cpu-blocks", "16",
+            "--faults", "0.3", "--delay", "2",
+        ),
     ),
     Mutant(
         "preempt_without_flush", "vLLM #29870", "GpuBlockFence",
@@ -69,6 +79,8 @@ _ALL = (
         "evict_while_loading", "LMCache #3381, SGLang #35769", "NoEvictWhileInUse",
         "a CPU block being loaded from is evicted and reused",
         manager_class=EvictWhileLoadingManager,
+        # The load's completion finds its key evicted: the KeyError of the real connectors.
+        also_caught_by=("Crash",),
         # With one CPU block, the next store must evict the block being loaded from.
         explore_options=(("cpu_blocks", 1),),
     ),

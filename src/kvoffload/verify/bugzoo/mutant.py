@@ -18,7 +18,11 @@ class Mutant:
 
     ``invariant`` names the invariant (spec/invariants.py, or ``DataIntegrity``, ``GpuBlockFence``,
     ``EventuallyCleaned``, ``NoLeak``, ``Crash``) expected to catch it; ``also_caught_by`` lists
-    names a checker with a different schedule may legitimately report first.
+    names a checker with a different schedule may legitimately report first (``DeclaredLifecycle``:
+    the declared machine itself refused the move, with ``IllegalTransition`` or ``GuardRejected``).
+    ``simulate_options``: ``kvoffload simulate`` settings under which the bug shows in a trace
+    (empty: no trace shows it: it corrupts data, GPU blocks or the manager's pool, which a trace
+    does not record, or the simulator cannot reach its interleaving).
     ``worker_report`` is a worker-side bug (``worker_bugs``): the scheduler and manager are ours,
     the worker lies about what it did.
     """
@@ -33,6 +37,7 @@ class Mutant:
     also_caught_by: tuple[str, ...] = ()
     # Model sizes the explorer needs to reach the bug (e.g. a one-block CPU pool), as defaults.
     explore_options: tuple[tuple[str, Any], ...] = ()
+    simulate_options: tuple[str, ...] = ()
 
     def make_manager(self, num_blocks: int, policy: str | EvictionPolicy = "lru") -> CPUOffloadingManager:
         """A manager with this mutant's bug (ours when the bug is elsewhere)."""
