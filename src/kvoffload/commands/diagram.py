@@ -1,4 +1,5 @@
-"""``kvoffload diagram``: draw a declared lifecycle (``request`` or ``job``) as mermaid or Graphviz dot."""
+"""``kvoffload diagram``: draw a declared lifecycle (``request`` or ``job``) as mermaid or Graphviz dot,
+or print it as the TLA+ module the spec refines (``--format tla``)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def add_parser(subparsers: Any) -> None:
         "--lifecycle", choices=sorted(LIFECYCLES), default="request", help="which declaration (default: request)"
     )
     parser.add_argument(
-        "--format", choices=("mermaid", "dot"), default="mermaid", help="output format (default: mermaid)"
+        "--format", choices=("mermaid", "dot", "tla"), default="mermaid", help="output format (default: mermaid)"
     )
     parser.set_defaults(func=run)
 
@@ -28,6 +29,9 @@ def run(args: argparse.Namespace) -> int:
     """Print the diagram on stdout."""
     from kvoffload.spec import LIFECYCLES
     from kvoffload.statemachine.diagram import render
+    from kvoffload.statemachine.lifecycle_tla import lifecycle_module
 
-    print(render(LIFECYCLES[args.lifecycle], args.format), end="")
+    declaration = LIFECYCLES[args.lifecycle]
+    text = lifecycle_module(declaration)[1] if args.format == "tla" else render(declaration, args.format)
+    print(text, end="")
     return 0
