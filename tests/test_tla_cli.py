@@ -29,19 +29,6 @@ TLA_DIR = REPO / "tla"
 FIXTURES = Path(__file__).parent / "fixtures" / "tlc"
 
 
-def embedded_available() -> bool:
-    try:
-        from kvoffload.statemachine.tlaplus import check_model  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-requires_embedded = pytest.mark.skipif(
-    not embedded_available(), reason="embedded checker kvoffload.statemachine.tlaplus not available yet"
-)
-
-
 @pytest.fixture
 def no_tlc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No cached jar, no TLA2TOOLS_JAR: auto picks the embedded engine."""
@@ -388,7 +375,6 @@ def test_format_tla_error() -> None:
 # --- the project models on the embedded checker ----------------------------------------------
 
 
-@requires_embedded
 def test_embedded_fixed_model_passes(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(["tla", "check", str(TLA_DIR / "KVOffload.tla"), "--engine", "embedded", "--json"], capsys)
     data = json.loads(out)
@@ -398,7 +384,6 @@ def test_embedded_fixed_model_passes(capsys: pytest.CaptureFixture[str]) -> None
     assert 1_000 <= data["distinct_states"] <= 50_000
 
 
-@requires_embedded
 def test_embedded_eager_signal_reference_crash(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(
         [
@@ -423,7 +408,6 @@ def test_embedded_eager_signal_reference_crash(capsys: pytest.CaptureFixture[str
     assert trace[finish]["state"]["afterSignal"] == "{}"
 
 
-@requires_embedded
 def test_embedded_cfg_naming_missing_invariant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = tmp_path / "KVOffload.tla"
     spec.write_text((TLA_DIR / "KVOffload.tla").read_text())
@@ -487,7 +471,6 @@ SPEC_MUTANTS = [
 ]
 
 
-@requires_embedded
 @pytest.mark.parametrize(("old", "new", "result", "violated"), SPEC_MUTANTS)
 def test_spec_mutants_are_caught(tmp_path: Path, old: str, new: str, result: str, violated: str) -> None:
     from kvoffload.statemachine.tlaplus import check_model

@@ -45,8 +45,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         options = SimulationOptions(
-            users=args.users, turns=args.turns, seed=args.seed, gpu_blocks=args.gpu_blocks,
-            cpu_blocks=args.cpu_blocks, block_size=args.block_size, blocks_per_chunk=args.blocks_per_chunk,
+            users=args.users, turns=args.turns, seed=args.seed, num_gpu_blocks=args.gpu_blocks,
+            num_cpu_blocks=args.cpu_blocks, gpu_block_size=args.block_size, blocks_per_chunk=args.blocks_per_chunk,
             policy=args.policy, delay=args.delay, faults=args.faults, backend=args.backend,
             trace_path=args.trace, max_steps=args.max_steps, mutant=args.mutant,
         )

@@ -10,6 +10,9 @@ from kvoffload.offload.types import DEFAULT_POLICY
 from kvoffload.sim.engine import Engine, EngineConfig
 from kvoffload.sim.workload import MultiTurnWorkload, WorkloadConfig
 
+# Option -> its command-line flag, where the two names differ.
+FLAGS = {"num_gpu_blocks": "--gpu-blocks", "num_cpu_blocks": "--cpu-blocks", "gpu_block_size": "--block-size"}
+
 
 @dataclass(frozen=True)
 class SimulationOptions:
@@ -18,9 +21,10 @@ class SimulationOptions:
     users: int = 24
     turns: int = 4
     seed: int = 0
-    gpu_blocks: int = 96
-    cpu_blocks: int = 512
-    block_size: int = 16
+    # The size names of OffloadConfig and EngineConfig; the command-line flags are shorter.
+    num_gpu_blocks: int = 96
+    num_cpu_blocks: int = 512
+    gpu_block_size: int = 16
     blocks_per_chunk: int = 1
     policy: str = DEFAULT_POLICY
     delay: int = 1
@@ -32,9 +36,11 @@ class SimulationOptions:
     mutant: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("users", "turns", "gpu_blocks", "cpu_blocks", "block_size", "blocks_per_chunk", "max_steps"):
+        for name in ("users", "turns", "num_gpu_blocks", "num_cpu_blocks", "gpu_block_size", "blocks_per_chunk",
+                     "max_steps"):
             if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+                flag = FLAGS.get(name, "--" + name.replace("_", "-"))
+                raise ValueError(f"{flag} must be >= 1, got {getattr(self, name)}")
         if self.delay < 0:
             raise ValueError(f"--delay must be >= 0, got {self.delay}")
         if not 0.0 <= self.faults <= 1.0:
@@ -51,10 +57,10 @@ class SimulationOptions:
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(
-            num_gpu_blocks=self.gpu_blocks,
-            gpu_block_size=self.block_size,
+            num_gpu_blocks=self.num_gpu_blocks,
+            gpu_block_size=self.gpu_block_size,
             blocks_per_chunk=self.blocks_per_chunk,
-            num_cpu_blocks=self.cpu_blocks,
+            num_cpu_blocks=self.num_cpu_blocks,
             policy=self.policy,
             fault_rate=self.faults,
             abort_probability=self.faults,
