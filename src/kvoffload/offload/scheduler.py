@@ -6,7 +6,7 @@ vLLM-shaped, so an engine adapter is thin. Per engine step the engine calls, in 
 ``update_connector_output`` with the worker's job outcomes; ``request_finished`` whenever a request
 finishes or is aborted; ``reset_cache`` between steps.
 
-Ordering rules (DESIGN.md), each enforced here by the declared lifecycle:
+Ordering rules (docs/design.md), each enforced here by the declared lifecycle:
 
 1. ``request_finished`` only *records* the finish (trigger ``finish``). The manager hears
    ``on_request_finished`` inside ``build_connector_meta``, after that step's store jobs (the
