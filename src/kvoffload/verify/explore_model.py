@@ -40,8 +40,10 @@ the requests by a permutation-invariant summary of each (its state with itself n
 the others "other"), renders the state in that order with requests, keys and job ids renamed
 canonically (a job is named by what it copies, not by its counter; step and job counters and
 statistics are left out, since no decision reads them), and keeps the least digest over every
-order of tied requests. The rendering is a plain tuple read straight from the scheduler's,
-manager's and engine's fields, digested from its ``marshal`` bytes (no text rendering).
+order of tied requests. The rendering is a plain tuple read from the scheduler's and the
+manager's public read-only views (``view()``: their tables, by reference) and the engine model,
+digested from its ``marshal`` bytes (no text rendering). Each state holds its own scheduler and
+manager: ``step`` copies them with their public ``clone()``.
 Content of free blocks that no job references is forgotten (set to EMPTY), so stale bytes neither
 split equal states nor mask a read of a block nobody wrote.
 """
