@@ -64,8 +64,8 @@ def test_an_added_request_edge_fails_the_coverage() -> None:
     )
     problems, _ = coverage_problems((larger, JOB_LIFECYCLE), TLA)
     assert problems == [
-        f"{TLA / 'KVOffload.tla'}: declared request edge loading --preempt--> preempted is taken by no action; "
-        f"model it, or list it in UnmodelledRequestEdges with the reason"
+        f"{TLA / 'KVOffloadRefinement.tla'}: declared request edge loading --preempt--> preempted is taken by no "
+        f"action; model it, or list it in UnmodelledRequestEdges with the reason"
     ]
 
 
@@ -81,7 +81,7 @@ def test_a_stale_module_fails_and_write_repairs_it(tmp_path: Path, capsys: pytes
     assert main(["link", str(copy)]) == 1
     assert "differs from the request declaration" in capsys.readouterr().out
     # `kvoffload tla check-all` (make tla's other half) checks the committed module: Readmit fails it.
-    result = check_model(copy / "KVOffload.tla", copy / "KVOffload_Lifecycles.cfg")
+    result = check_model(copy / "KVOffloadRefinement.tla", copy / "KVOffloadRefinement.cfg")
     assert result.violated == "FollowsRequestLifecycle" and result.trace[-1].action.startswith("Readmit")
     assert main(["link", str(copy), "--write"]) == 0
     assert module.read_text() == (TLA / "RequestLifecycle.tla").read_text()

@@ -2,9 +2,10 @@
 
 Checks (``kvoffload.verify.spec_link``): the generated ``RequestLifecycle.tla`` and
 ``JobLifecycle.tla`` in DIR are current; every action of ``KVOffload.tla`` moves requests and jobs
-only along declared edges (``KVOffload_Lifecycles.cfg``); every declared request edge is taken by
-some action unless the spec lists it as unmodelled. Exit 0 when the link holds, 1 with one line
-per problem, 2 for a DIR without the spec. ``--write`` regenerates the modules first.
+only along declared edges (``KVOffloadRefinement.tla`` with ``KVOffloadRefinement.cfg``); every
+declared request edge is taken by some action unless the refinement lists it as unmodelled.
+Exit 0 when the link holds, 1 with one line per problem, 2 for a DIR without the spec.
+``--write`` regenerates the modules first.
 """
 
 from __future__ import annotations
@@ -31,10 +32,10 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Check the link; one line per problem."""
-    from kvoffload.verify.spec_link import DECLARATIONS, LINK_CONFIG, SPEC, check_link, write_modules
+    from kvoffload.verify.spec_link import DECLARATIONS, LINK_CONFIG, REFINEMENT, SPEC, check_link, write_modules
 
     directory: Path = args.directory
-    for name in (SPEC, LINK_CONFIG):
+    for name in (SPEC, REFINEMENT, LINK_CONFIG):
         if not (directory / name).is_file():
             raise CommandError(f"{directory / name}: no such file")
     if args.write:

@@ -1,17 +1,18 @@
 """The link between the declared lifecycles and the TLA+ spec, as checks that can fail (``kvoffload link``).
 
 The declarations (``kvoffload.spec``) are rendered as TLA+ modules (``RequestLifecycle.tla``,
-``JobLifecycle.tla``, by :mod:`kvoffload.statemachine.lifecycle_tla`) that ``tla/KVOffload.tla``
-instances. Three checks, all run by ``make tla``:
+``JobLifecycle.tla``, by :mod:`kvoffload.statemachine.lifecycle_tla`) that
+``tla/KVOffloadRefinement.tla`` instances; that module extends ``tla/KVOffload.tla`` and states how
+each of its actions moves requests and jobs. Three checks, all run by ``make tla``:
 
 1. **current**: the committed modules equal a fresh rendering of the declarations (a declaration
    changed without ``kvoffload link tla --write`` fails here, naming the file);
-2. **refinement**: with modules rendered from the declarations given, ``KVOffload_Lifecycles.cfg``
+2. **refinement**: with modules rendered from the declarations given, ``KVOffloadRefinement.cfg``
    (properties ``FollowsRequestLifecycle`` and ``FollowsJobLifecycle``) passes: every action of the
    spec moves every request and job only along declared edges, or along the composite steps the
    spec names (a removed edge fails here, with the action that takes it);
 3. **coverage**: every declared request edge is taken by some action of the spec, in a one-request
-   model, unless the spec lists it in ``UnmodelledRequestEdges`` (and then it must not be taken):
+   model, unless the refinement module lists it in ``UnmodelledRequestEdges`` (and then it must not be taken):
    an added edge fails here. Jobs are checked for refinement only: the spec keeps no record of
    ended jobs, so their terminal edges cannot be told apart.
 """
@@ -30,7 +31,8 @@ from kvoffload.statemachine.declaration import LifecycleDeclaration
 from kvoffload.statemachine.lifecycle_tla import lifecycle_module
 
 SPEC = "KVOffload.tla"
-LINK_CONFIG = "KVOffload_Lifecycles.cfg"
+REFINEMENT = "KVOffloadRefinement.tla"
+LINK_CONFIG = "KVOffloadRefinement.cfg"
 DECLARATIONS: tuple[LifecycleDeclaration, ...] = (REQUEST_LIFECYCLE, JOB_LIFECYCLE)
 SOURCES = {
     REQUEST_LIFECYCLE.name: "src/kvoffload/spec/lifecycle.py",
@@ -94,14 +96,14 @@ def stale_modules(declarations: Sequence[LifecycleDeclaration], tla_dir: Path) -
 
 def _workspace(declarations: Sequence[LifecycleDeclaration], tla_dir: Path, into: Path) -> Path:
     """A copy of the spec (and its link model) with modules rendered from ``declarations``."""
-    for name in (SPEC, LINK_CONFIG):
+    for name in (SPEC, REFINEMENT, LINK_CONFIG):
         shutil.copy(tla_dir / name, into / name)
     write_modules(declarations, into)
-    return into / SPEC
+    return into / REFINEMENT
 
 
 def refinement_problems(declarations: Sequence[LifecycleDeclaration], tla_dir: Path) -> list[str]:
-    """Check ``KVOffload_Lifecycles.cfg`` against modules rendered from ``declarations``."""
+    """Check ``KVOffloadRefinement.cfg`` against modules rendered from ``declarations``."""
     from kvoffload.statemachine.tlaplus import check_model
 
     with tempfile.TemporaryDirectory() as scratch:
@@ -113,7 +115,7 @@ def refinement_problems(declarations: Sequence[LifecycleDeclaration], tla_dir: P
         return [f"{tla_dir / LINK_CONFIG}: {result.result}: {result.message}"]
     action = result.trace[-1].action if result.trace else "?"
     return [
-        f"{tla_dir / SPEC}: {result.violated} is violated: action {action} (state {len(result.trace)} of the "
+        f"{tla_dir / REFINEMENT}: {result.violated} is violated: action {action} (state {len(result.trace)} of the "
         f"counterexample) moves an instance along an edge its declaration does not have"
     ]
 
@@ -125,7 +127,7 @@ def _edge_check(spec: Path, source: str, trigger: str, dest: str, listed_check: 
     edge = f'<<"{source}", "{trigger}", "{dest}">>'
     spec.with_name("LinkCheck.tla").write_text(
         f"""---- MODULE LinkCheck ----
-EXTENDS KVOffload
+EXTENDS KVOffloadRefinement
 NotListed == {edge} \\notin UnmodelledRequestEdges
 Takes == \\E r \\in Requests : sched[r] = "{source}" /\\ sched'[r] = "{dest}"
 NeverTaken == [][~Takes]_vars
@@ -157,11 +159,13 @@ def coverage_problems(declarations: Sequence[LifecycleDeclaration], tla_dir: Pat
                 covered += 1
             elif outcome == "never taken":
                 problems.append(
-                    f"{tla_dir / SPEC}: declared {declaration.name} edge {edge} is taken by no action; model it, "
+                    f"{tla_dir / REFINEMENT}: declared {declaration.name} edge {edge} is taken by no action; model it, "
                     f"or list it in UnmodelledRequestEdges with the reason"
                 )
             elif _edge_check(spec, source, trigger, transition.dest, listed_check=False) == "taken":
-                problems.append(f"{tla_dir / SPEC}: {edge} is listed in UnmodelledRequestEdges but an action takes it")
+                problems.append(
+                    f"{tla_dir / REFINEMENT}: {edge} is listed in UnmodelledRequestEdges but an action takes it"
+                )
     return problems, covered
 
 
