@@ -1,7 +1,8 @@
 ---------------------------- MODULE JobLifecycle ----------------------------
 \* The job lifecycle, generated from its declaration (src/kvoffload/spec/job_lifecycle.py).
-\* Do not edit: regenerate with `kvoffload link tla --write`; `make tla` fails when this file
-\* differs from the declaration, or when a spec moves an instance along an undeclared edge.
+\* Do not edit: regenerate it with `kvoffload link tla --write`.
+\* A spec that instances it states, as a property, that its actions move instances only along
+\* these edges.
 
 States == {"new", "prepared", "submitted", "flushed", "stale", "completed", "failed", "discarded"}
 Initial == "new"

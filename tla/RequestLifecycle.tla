@@ -1,7 +1,8 @@
 ---------------------------- MODULE RequestLifecycle ----------------------------
 \* The request lifecycle, generated from its declaration (src/kvoffload/spec/lifecycle.py).
-\* Do not edit: regenerate with `kvoffload link tla --write`; `make tla` fails when this file
-\* differs from the declaration, or when a spec moves an instance along an undeclared edge.
+\* Do not edit: regenerate it with `kvoffload link tla --write`.
+\* A spec that instances it states, as a property, that its actions move instances only along
+\* these edges.
 
 States == {"waiting", "loading", "running", "preempted", "finished_pending_store", "signaled", "cleaned"}
 Initial == "waiting"

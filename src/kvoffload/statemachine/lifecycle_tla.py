@@ -36,19 +36,22 @@ def _set(items: list[str]) -> str:
     return "{\n    " + ",\n    ".join(items) + "\n}"
 
 
-def lifecycle_module(declaration: LifecycleDeclaration, source: str = "") -> tuple[str, str]:
-    """``(module name, .tla text)`` for ``declaration``; ``source`` says where it is declared."""
+def lifecycle_module(declaration: LifecycleDeclaration, source: str = "", regenerate: str = "") -> tuple[str, str]:
+    """``(module name, .tla text)`` for ``declaration``; ``source`` says where it is declared,
+    ``regenerate`` the command that writes the module again (both go into its header)."""
     name = module_name(declaration)
     edges = [f"<<{_s(s)}, {_s(t)}, {_s(tr.dest)}>>" for s, t, tr in declaration.edges()]
     guarded = [f"<<{_s(s)}, {_s(t)}, {_s(tr.guard)}>>" for s, t, tr in declaration.edges() if tr.guard]
     origin = f" ({source})" if source else ""
+    how = f" with `{regenerate}`" if regenerate else ""
     guard_notes = "".join(
         f"\\* {guard}: {declaration.guard(guard).meaning}\n" for guard in declaration.guards
     )
     text = f"""{'-' * 28} MODULE {name} {'-' * 28}
 \\* The {declaration.name} lifecycle, generated from its declaration{origin}.
-\\* Do not edit: regenerate with `kvoffload link tla --write`; `make tla` fails when this file
-\\* differs from the declaration, or when a spec moves an instance along an undeclared edge.
+\\* Do not edit: regenerate it{how}.
+\\* A spec that instances it states, as a property, that its actions move instances only along
+\\* these edges.
 
 States == {{{", ".join(_s(state) for state in declaration.state_names)}}}
 Initial == {_s(declaration.initial)}

@@ -33,6 +33,7 @@ from kvoffload.statemachine.lifecycle_tla import lifecycle_module
 SPEC = "KVOffload.tla"
 REFINEMENT = "KVOffloadRefinement.tla"
 LINK_CONFIG = "KVOffloadRefinement.cfg"
+REGENERATE = "kvoffload link tla --write"
 DECLARATIONS: tuple[LifecycleDeclaration, ...] = (REQUEST_LIFECYCLE, JOB_LIFECYCLE)
 SOURCES = {
     REQUEST_LIFECYCLE.name: "src/kvoffload/spec/lifecycle.py",
@@ -64,7 +65,7 @@ def rendered_modules(declarations: Sequence[LifecycleDeclaration]) -> list[tuple
     """``(declaration name, file name, text)`` of every declaration's generated module."""
     out = []
     for declaration in declarations:
-        name, text = lifecycle_module(declaration, SOURCES.get(declaration.name, ""))
+        name, text = lifecycle_module(declaration, SOURCES.get(declaration.name, ""), REGENERATE)
         out.append((declaration.name, f"{name}.tla", text))
     return out
 
