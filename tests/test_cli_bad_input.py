@@ -137,7 +137,7 @@ def _edit_first(lines: list[str], **fields: object) -> list[str]:
         ({"load_job": {"a": 1}}, ":1: field 'load_job' must be a non-negative integer, got {'a': 1}"),
         ({"signals": -1}, ":1: field 'signals' must be a non-negative integer, got -1"),
         ({"jobs_in_flight": -2}, ":1: field 'jobs_in_flight' must be a non-negative integer, got -2"),
-        ({"store_jobs": [-4]}, ":1: field 'store_jobs' must be a list of job ids, got [-4]"),
+        ({"store_jobs": [-4]}, ":1: field 'store_jobs' must be a list of non-negative integers, got [-4]"),
         ({"step": "7"}, ":1: field 'step' must be a non-negative integer, got '7'"),
     ],
 )
@@ -155,7 +155,7 @@ def test_trace_check_refuses_an_empty_file(tmp_path: Path, capsys: pytest.Captur
 def test_trace_check_fails_a_trace_whose_clean_lines_were_deleted(
     recorded: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    kept = [json.loads(line) for line in recorded if json.loads(line)["trigger"] != "clean"]
+    kept = [json.loads(line) for line in recorded if json.loads(line).get("trigger") != "clean"]
     lines = [json.dumps({**record, "seq": seq}) for seq, record in enumerate(kept, 1)]
     path = _write(tmp_path, lines)
     _fails(["trace", "check", path], "2 request(s) not cleaned at the end of the trace (req-0, req-1)", capsys, 1)
