@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -89,12 +90,19 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("kvoffload simulate: interrupted before the first step", file=sys.stderr)
         return INTERRUPTED
+    _report(result, started, args.json, lambda figures: _print_table(figures, options_dict=asdict(options)))
+    return 0 if result["violations"] == 0 and result["leaks"] == 0 else 1
+
+
+def _report(
+    result: dict[str, Any], started: float, as_json: bool, print_text: Callable[[dict[str, Any]], None]
+) -> None:
+    """Print a finished run's figures (with its wall time) as JSON or as text."""
     result["seconds"] = round(time.perf_counter() - started, 3)
-    if args.json:
+    if as_json:
         print(json.dumps(result))
     else:
-        _print_table(result, options_dict=asdict(options))
-    return 0 if result["violations"] == 0 and result["leaks"] == 0 else 1
+        print_text(result)
 
 
 def _figures(summary: dict[str, Any]) -> str:
@@ -124,11 +132,7 @@ def _run_tiered(args: argparse.Namespace, options: Any, started: float) -> int:
     except KeyboardInterrupt:
         print("kvoffload simulate: interrupted; a tiered run keeps no partial figures", file=sys.stderr)
         return INTERRUPTED
-    result["seconds"] = round(time.perf_counter() - started, 3)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print_summary(result)
+    _report(result, started, args.json, print_summary)
     ok = result["violations"] == 0 and result["leaks"] == 0 and result["integrity_failures"] == 0
     return 0 if ok else 1
 

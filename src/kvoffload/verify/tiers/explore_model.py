@@ -40,21 +40,13 @@ from kvoffload.tiers.index import LocalTierIndex, SharedTierIndex, TierIndex
 from kvoffload.tiers.invariants import check_tier_invariants
 from kvoffload.tiers.manager import TieringManager
 from kvoffload.tiers.protocol import CORRUPT, FAULT, MISS, OK, TierJob, TierOutcome
+from kvoffload.verify.explore_model import ModelRequest
 
 KEY_BASE = 1 << 20
 GARBAGE = -1
 DRAIN_ROUNDS = 40
 
 ManagerFactory = Callable[[CPUOffloadingManager, list[LocalTierIndex]], TieringManager]
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """An engine request reduced to what the scheduler reads (every request has the same one)."""
-
-    request_id: str
-    block_hashes: tuple[int, ...]
-    num_tokens: int
 
 
 @dataclass
@@ -97,8 +89,9 @@ class TierExploreModel:
         self.make_manager = make_manager or (lambda cpu, tiers: TieringManager(cpu, tiers))
         self.keys = tuple(KEY_BASE + i for i in range(chunks))
 
-    def prompt(self, request_id: str) -> Prompt:
-        return Prompt(request_id, self.keys, self.chunks + 1)
+    def prompt(self, request_id: str) -> ModelRequest:
+        """The request's prompt (every request has the same one)."""
+        return ModelRequest(request_id, self.keys, self.chunks + 1)
 
     # ------------------------------------------------------------------ the model protocol
     def initial(self) -> TierWorld:
