@@ -163,16 +163,25 @@ def test_trace_check_fails_a_trace_whose_clean_lines_were_deleted(
     assert main(["trace", "check", _write(tmp_path, recorded)]) == 0
 
 
+def _sigint_as_in_a_terminal() -> None:
+    # A test run started in the background (`make test &`, CI runners) inherits SIGINT ignored, and
+    # Python then never raises KeyboardInterrupt: give the command the disposition a user's has.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt(args: list[str], ready: Callable[[], bool], tmp_path: Path) -> subprocess.CompletedProcess[str]:
     process = subprocess.Popen(
         [sys.executable, "-m", "kvoffload.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        cwd=tmp_path,
+        cwd=tmp_path, preexec_fn=_sigint_as_in_a_terminal,
     )
     deadline = time.monotonic() + 60
     while not ready() and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.1)
     process.send_signal(signal.SIGINT)
-    out, err = process.communicate(timeout=60)
+    try:
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()  # never leave a command running after a failed check
     return subprocess.CompletedProcess(args, process.returncode, out, err)
 
 
