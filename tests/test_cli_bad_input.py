@@ -137,7 +137,7 @@ def _edit_first(lines: list[str], **fields: object) -> list[str]:
         ({"load_job": {"a": 1}}, ":1: field 'load_job' must be a non-negative integer, got {'a': 1}"),
         ({"signals": -1}, ":1: field 'signals' must be a non-negative integer, got -1"),
         ({"jobs_in_flight": -2}, ":1: field 'jobs_in_flight' must be a non-negative integer, got -2"),
-        ({"store_jobs": [-4]}, ":1: field 'store_jobs' must be a list of job ids, got [-4]"),
+        ({"store_jobs": [-4]}, ":1: field 'store_jobs' must be a list of non-negative integers, got [-4]"),
         ({"step": "7"}, ":1: field 'step' must be a non-negative integer, got '7'"),
     ],
 )
@@ -155,7 +155,7 @@ def test_trace_check_refuses_an_empty_file(tmp_path: Path, capsys: pytest.Captur
 def test_trace_check_fails_a_trace_whose_clean_lines_were_deleted(
     recorded: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    kept = [json.loads(line) for line in recorded if json.loads(line)["trigger"] != "clean"]
+    kept = [json.loads(line) for line in recorded if json.loads(line).get("trigger") != "clean"]
     lines = [json.dumps({**record, "seq": seq}) for seq, record in enumerate(kept, 1)]
     path = _write(tmp_path, lines)
     _fails(["trace", "check", path], "2 request(s) not cleaned at the end of the trace (req-0, req-1)", capsys, 1)
@@ -163,16 +163,25 @@ def test_trace_check_fails_a_trace_whose_clean_lines_were_deleted(
     assert main(["trace", "check", _write(tmp_path, recorded)]) == 0
 
 
+def _sigint_as_in_a_terminal() -> None:
+    # A test run started in the background (`make test &`, CI runners) inherits SIGINT ignored, and
+    # Python then never raises KeyboardInterrupt: give the command the disposition a user's has.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt(args: list[str], ready: Callable[[], bool], tmp_path: Path) -> subprocess.CompletedProcess[str]:
     process = subprocess.Popen(
         [sys.executable, "-m", "kvoffload.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        cwd=tmp_path,
+        cwd=tmp_path, preexec_fn=_sigint_as_in_a_terminal,
     )
     deadline = time.monotonic() + 60
     while not ready() and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.1)
     process.send_signal(signal.SIGINT)
-    out, err = process.communicate(timeout=60)
+    try:
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()  # never leave a command running after a failed check
     return subprocess.CompletedProcess(args, process.returncode, out, err)
 
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from kvoffload.bugzoo import MUTANTS
 from kvoffload.cli import main
+from kvoffload.verify.bugzoo import MUTANTS
 
 RESULT_KEYS = {"states", "transitions", "complete", "depth", "seconds", "states_per_s", "violations"}
 

@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from kvoffload.bugzoo import MUTANTS, explore_model_for
 from kvoffload.offload import OffloadingScheduler, SchedulerOutput
 from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.sim.engine import Engine
 from kvoffload.sim.runner import SimulationOptions, simulate
 from kvoffload.sim.workload import MultiTurnWorkload, WorkloadConfig
 from kvoffload.statemachine.explore import explore, format_counterexample
+from kvoffload.verify.bugzoo import MUTANTS, explore_model_for
 from support import FakeRequest, full_state, scheduler
 
 
@@ -111,7 +111,7 @@ def test_the_integrity_check_catches_a_connector_that_stores_drafts(delay: int) 
 
 
 def test_explorer_with_drafts_finds_no_violation_in_our_code() -> None:
-    from kvoffload.offload.explore_model import OffloadExploreModel
+    from kvoffload.verify.explore_model import OffloadExploreModel
 
     result = explore(OffloadExploreModel(1, 3, spec_decoding=True))
     assert result.ok, [format_counterexample(v) for v in result.violations]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from kvoffload.cli import main
+from kvoffload.spec.tier_lifecycles import TIER_LIFECYCLES
 from kvoffload.statemachine.declaration import LifecycleDeclaration
 from kvoffload.statemachine.diagram import edge_label
-from kvoffload.tiers.lifecycles import TIER_LIFECYCLES
 
 
 @pytest.mark.parametrize("declaration", TIER_LIFECYCLES, ids=lambda d: d.name)

@@ -7,8 +7,8 @@ from tiers_support import all_ok, store, tiering
 
 from kvoffload.offload import OffloadConfig, OffloadingScheduler
 from kvoffload.offload.errors import LifecycleViolation
+from kvoffload.spec.tier_lifecycles import PROMOTION, TIER_FINALISED, TIER_SIGNALED
 from kvoffload.statemachine.runtime import IllegalTransition
-from kvoffload.tiers.lifecycles import PROMOTION, TIER_FINALISED, TIER_SIGNALED
 from kvoffload.tiers.manager import TieringManager
 from kvoffload.tiers.protocol import CORRUPT, MISS, OK, TierOutcome
 from support import FakeRequest, request

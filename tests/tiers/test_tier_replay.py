@@ -9,7 +9,7 @@ import pytest
 
 from kvoffload.cli import main
 from kvoffload.sim.mooncake import TraceRequest
-from kvoffload.tiers.replay import replay_tiered
+from kvoffload.sim.tiers.replay import replay_tiered
 
 
 def _request(ids: list[int], full: int) -> TraceRequest:

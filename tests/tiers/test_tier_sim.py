@@ -9,12 +9,12 @@ import pytest
 
 from kvoffload.cli import main
 from kvoffload.sim.runner import SimulationOptions
+from kvoffload.sim.tiers.runner import TierSimOptions, simulate_tiered
 from kvoffload.tiers.redis_server import RedisServer
-from kvoffload.tiers.sim import TierSimOptions, simulate_tiered
 
 
 def test_file_tier_only_serves_what_the_cpu_tier_evicted() -> None:
-    base = SimulationOptions(users=10, turns=3, cpu_blocks=48, backend="model", seed=3)
+    base = SimulationOptions(users=10, turns=3, num_cpu_blocks=48, backend="model", seed=3)
     result = simulate_tiered(TierSimOptions(base, ("cpu", "file")))
     assert (result["violations"], result["leaks"], result["integrity_failures"]) == (0, 0, 0)
     assert result["tiers"]["file"]["promoted_keys"] > 0
@@ -23,7 +23,7 @@ def test_file_tier_only_serves_what_the_cpu_tier_evicted() -> None:
 
 
 def test_two_engines_share_redis_under_faults(redis_server: RedisServer) -> None:
-    base = SimulationOptions(users=16, turns=4, cpu_blocks=96, backend="model", faults=0.05, seed=1)
+    base = SimulationOptions(users=16, turns=4, num_cpu_blocks=96, backend="model", faults=0.05, seed=1)
     result = simulate_tiered(TierSimOptions(base, ("cpu", "file", "redis"), engines=2))
     assert (result["violations"], result["leaks"], result["integrity_failures"]) == (0, 0, 0), result
     assert result["cross_engine_hit_tokens"] > 0

@@ -22,6 +22,7 @@ import tempfile
 import time
 from typing import Any
 
+from kvoffload.commands.errors import CommandError
 from kvoffload.tiers.driver import TierDriver
 from kvoffload.tiers.file_tier import FileTier
 from kvoffload.tiers.protocol import OK, TierJob
@@ -252,9 +253,9 @@ def bench_redis(url: str, port: int, size: int, mib: int, batch: int, repeats: i
 def bench_promotion_latency() -> dict[str, Any]:
     """Engine steps between a lookup answered "not yet" and the promoted chunks being ready."""
     from kvoffload.sim.runner import SimulationOptions
-    from kvoffload.tiers.sim import TierSimOptions, simulate_tiered
+    from kvoffload.sim.tiers.runner import TierSimOptions, simulate_tiered
 
-    base = SimulationOptions(users=16, turns=4, cpu_blocks=64, backend="model", seed=0)
+    base = SimulationOptions(users=16, turns=4, num_cpu_blocks=64, backend="model", seed=0)
     result = simulate_tiered(TierSimOptions(base, ("cpu", "file")))
     return {
         "default_delay_steps": base.delay,
@@ -266,8 +267,6 @@ def bench_promotion_latency() -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from kvoffload.cli import CommandError
-
     if args.dir is not None and not os.path.isdir(args.dir):
         raise CommandError(f"--dir {args.dir}: not a directory")
     for name in ("mib", "batch", "threads", "repeats"):

@@ -1,32 +1,23 @@
-"""``kvoffload diagram``: draw a declared lifecycle (default: the request lifecycle) as mermaid or
-Graphviz dot."""
+"""``kvoffload diagram``: draw a declared lifecycle (``request``, ``job`` or a tier lifecycle) as mermaid
+or Graphviz dot, or print it as the TLA+ module of its state machine (``--format tla``)."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 from typing import Any
-
-# name -> (module, attribute) of every declared lifecycle; imported only when drawn.
-LIFECYCLES: dict[str, tuple[str, str]] = {
-    "request": ("kvoffload.spec.lifecycle", "REQUEST_LIFECYCLE"),
-    "tier_chunk": ("kvoffload.tiers.lifecycles", "CHUNK_RESIDENCY"),
-    "promotion": ("kvoffload.tiers.lifecycles", "PROMOTION"),
-    "cascade": ("kvoffload.tiers.lifecycles", "CASCADE"),
-    "probe": ("kvoffload.tiers.lifecycles", "PROBE"),
-    "tier_request": ("kvoffload.tiers.lifecycles", "TIER_REQUEST"),
-}
 
 
 def add_parser(subparsers: Any) -> None:
-    """Register ``kvoffload diagram [--format mermaid|dot] [--lifecycle NAME]``."""
+    """Register ``kvoffload diagram [--lifecycle NAME] [--format mermaid|dot|tla]``."""
+    from kvoffload.spec import LIFECYCLES
+
     parser = subparsers.add_parser(
         "diagram",
         help="draw a declared lifecycle as a mermaid stateDiagram-v2 or a Graphviz digraph",
         description=__doc__,
     )
     parser.add_argument(
-        "--format", choices=("mermaid", "dot"), default="mermaid", help="output format (default: mermaid)"
+        "--format", choices=("mermaid", "dot", "tla"), default="mermaid", help="output format (default: mermaid)"
     )
     parser.add_argument(
         "--lifecycle", choices=tuple(LIFECYCLES), default="request", help="which lifecycle (default: request)"
@@ -36,8 +27,11 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the diagram on stdout."""
+    from kvoffload.spec import LIFECYCLES
     from kvoffload.statemachine.diagram import render
+    from kvoffload.statemachine.lifecycle_tla import lifecycle_module
 
-    module, attribute = LIFECYCLES[getattr(args, "lifecycle", "request")]
-    print(render(getattr(importlib.import_module(module), attribute), args.format), end="")
+    declaration = LIFECYCLES[args.lifecycle]
+    text = lifecycle_module(declaration)[1] if args.format == "tla" else render(declaration, args.format)
+    print(text, end="")
     return 0

@@ -10,12 +10,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
+
+from kvoffload.commands.errors import CommandError
 
 # The shell's status for a command stopped by SIGINT (128 + 2).
 INTERRUPTED = 130
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
+def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "explore",
         help="explore every interleaving of the real scheduler + manager (bounded), shortest counterexample",
@@ -43,31 +46,28 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
         "--tiers", action="store_true",
-        help="explore the tiering manager with one file tier (mutants: kvoffload.tiers.mutants)",
+        help="explore the tiering manager with one file tier (mutants: kvoffload.verify.tiers.mutants)",
     )
     parser.add_argument("--shared-tier", action="store_true", help="with --tiers: a shared (redis) tier instead")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvoffload.bugzoo import MUTANTS, explore_model_for
-    from kvoffload.cli import CommandError
     from kvoffload.offload.policies import POLICIES
     from kvoffload.statemachine.explore import explore, format_result
+    from kvoffload.verify.bugzoo import MUTANTS, explore_model_for
 
+    for name in ("requests", "chunks", "max_states", "max_depth", "cpu_blocks"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise CommandError(f"--{name.replace('_', '-')} must be positive, got {value}")
     if args.tiers:
-        from kvoffload.tiers.explore_model import run_tier_explore
-
-        return run_tier_explore(args)
+        return _run_tiers(args)
     mutant = None
     if args.mutant is not None:
         mutant = MUTANTS.get(args.mutant)
         if mutant is None:
             raise CommandError(f"unknown mutant {args.mutant!r}; known: {', '.join(sorted(MUTANTS))}")
-    for name in ("requests", "chunks", "max_states", "max_depth", "cpu_blocks"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise CommandError(f"--{name.replace('_', '-')} must be positive, got {value}")
     for name in ("max_resets", "max_preemptions"):
         value = getattr(args, name)
         if value < 0:
@@ -115,5 +115,40 @@ def run(args: argparse.Namespace) -> int:
         what = f"mutant {mutant.name} ({mutant.source})" if mutant else "our scheduler + manager"
         print(f"explore: {what}, {args.requests} request(s) x {args.chunks} chunk(s), "
               f"{model.cpu_blocks} CPU / {model.gpu_blocks} GPU blocks")
+        print(format_result(result))
+    return 0 if result.ok else 1
+
+
+def _run_tiers(args: argparse.Namespace) -> int:
+    """``kvoffload explore --tiers [--mutant NAME]``: exit 0 when nothing is violated, 1 otherwise."""
+    from kvoffload.statemachine.explore import explore, format_result
+    from kvoffload.verify.tiers.explore_model import TierExploreModel
+    from kvoffload.verify.tiers.mutants import TIER_MUTANTS
+
+    make_manager = None
+    drain = args.drain
+    if args.mutant is not None:
+        mutant = TIER_MUTANTS.get(args.mutant)
+        if mutant is None:
+            raise CommandError(f"unknown tier mutant {args.mutant!r}; known: {', '.join(sorted(TIER_MUTANTS))}")
+        make_manager = mutant.make_manager
+        drain = "all" if mutant.drain == "all" else drain
+    try:
+        model = TierExploreModel(
+            args.requests, args.chunks, args.cpu_blocks or 1, 2, not args.no_failures, make_manager,
+            shared=args.shared_tier,
+        )
+    except ValueError as error:
+        raise CommandError(str(error)) from None
+    result = explore(model, max_depth=args.max_depth, max_states=args.max_states,
+                     stop_at_first=not args.all_violations, drain=drain)
+    if args.json:
+        tiers = ["cpu", "redis" if model.shared else "file"]
+        print(json.dumps({**result.to_json(), "model": {"tiers": tiers, "requests": args.requests,
+                                                       "chunks": args.chunks, "mutant": args.mutant}}))
+    else:
+        print(f"explore --tiers: {args.mutant or 'our scheduler + tiering manager'}, {args.requests} request(s) x "
+              f"{args.chunks} chunk(s), {model.cpu_blocks} CPU block(s), "
+              f"{'a shared redis tier' if model.shared else f'{model.tier_slots} file tier slot(s)'}")
         print(format_result(result))
     return 0 if result.ok else 1

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from kvoffload.commands.errors import CommandError
 from kvoffload.offload.policies import POLICIES
 from kvoffload.offload.types import OffloadConfig
 
@@ -30,12 +31,6 @@ SHOWN_SKIPPED = 5
 # Formats the sweep's plot is written in (chosen by the --plot extension).
 PLOT_SUFFIXES = (".png", ".pdf", ".svg")
 
-
-def _command_error(message: str) -> Exception:
-    # Imported lazily: kvoffload.cli imports this module while building its parser.
-    from kvoffload.cli import CommandError
-
-    return CommandError(message)
 
 
 def _positive(text: str) -> int:
@@ -111,7 +106,7 @@ def _policies(names: str | None, fallback: Sequence[str]) -> tuple[str, ...]:
     chosen = tuple(n.strip() for n in names.split(",") if n.strip()) if names else tuple(fallback)
     unknown = [name for name in chosen if name not in POLICIES]
     if unknown or not chosen:
-        raise _command_error(
+        raise CommandError(
             f"unknown eviction policy {', '.join(map(repr, unknown)) or '(none)'}; known: {', '.join(POLICIES)}"
         )
     return chosen
@@ -148,7 +143,7 @@ def _check_sizes(gpu_blocks: int, cpu_blocks: int) -> None:
 
     planned, limit = (gpu_blocks + cpu_blocks) * BOOKKEEPING_BYTES_PER_BLOCK, memory_limit_bytes()
     if planned > limit:
-        raise _command_error(
+        raise CommandError(
             f"--gpu-blocks {gpu_blocks} + --cpu-blocks {cpu_blocks} needs about {planned / 2**30:.1f} GiB, "
             f"more than the {limit / 2**30:.1f} GiB allowed (half of this machine's memory)"
         )
@@ -160,12 +155,12 @@ def _plot_path(args: argparse.Namespace) -> str | None:
 
     if not args.sweep:
         if args.plot is not None:
-            raise _command_error("--plot needs --sweep")
+            raise CommandError("--plot needs --sweep")
         return None
     try:
         return str(writable_file(args.plot or "replay_sweep.png", "--plot", PLOT_SUFFIXES, create_parents=True))
     except ValueError as error:
-        raise _command_error(str(error)) from None
+        raise CommandError(str(error)) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -182,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         trace = read_trace(args.trace, strict=args.strict, limit=args.limit)
     except TraceError as error:
-        raise _command_error(str(error)) from None
+        raise CommandError(str(error)) from None
     for message in trace.skipped[:SHOWN_SKIPPED]:
         print(f"kvoffload replay: skipped {message}", file=sys.stderr)
     if trace.skipped_lines > SHOWN_SKIPPED:
@@ -192,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
             return _sweep(args, trace, plot)
         return _single(args, trace)
     except ReplayError as error:
-        raise _command_error(str(error)) from None
+        raise CommandError(str(error)) from None
 
 
 def _single(args: argparse.Namespace, trace: Any) -> int:
@@ -200,7 +195,7 @@ def _single(args: argparse.Namespace, trace: Any) -> int:
 
     (policy,) = _policies(args.policy, ())
     if args.tier_blocks:
-        from kvoffload.tiers.replay import replay_tiered
+        from kvoffload.sim.tiers.replay import replay_tiered
 
         data = {"trace": trace.path, **replay_tiered(
             trace.requests, args.gpu_blocks, args.cpu_blocks, policy, args.tier_blocks, args.check_every
@@ -247,7 +242,7 @@ def _sweep(args: argparse.Namespace, trace: Any, plot: str) -> int:
     try:
         plot_path = plot_sweep(result, plot)
     except OSError as error:
-        raise _command_error(f"--plot {plot}: cannot write: {error.strerror or error}") from None
+        raise CommandError(f"--plot {plot}: cannot write: {error.strerror or error}") from None
     data = {"trace": trace.path, **result.as_dict(), "skipped_lines": trace.skipped_lines, "plot": str(plot_path)}
     if args.json:
         print(json.dumps(data, indent=2))

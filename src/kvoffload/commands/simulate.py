@@ -6,17 +6,18 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from kvoffload.cli import CommandError
+from kvoffload.commands.errors import CommandError
 from kvoffload.offload.types import DEFAULT_POLICY
 
 # The shell's status for a command stopped by SIGINT (128 + 2).
 INTERRUPTED = 130
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
+def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "simulate",
         help="run a seeded multi-turn workload through the engine simulator and report hits and checks",
@@ -39,6 +40,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="model: contents tracked as hashes; torch: real tensors through the mover")
     parser.add_argument("--trace", metavar="FILE", help="write every lifecycle transition as ndjson")
     parser.add_argument("--max-steps", type=int, default=200_000)
+    parser.add_argument("--mutant", metavar="NAME", help="run a bug-zoo mutant instead of our code (kvoffload mutants)")
     parser.add_argument(
         "--spec-tokens", type=int, default=0, metavar="K",
         help="speculative decoding: K draft tokens per decode step (default 0: off)",
@@ -62,16 +64,18 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         options = SimulationOptions(
-            users=args.users, turns=args.turns, seed=args.seed, gpu_blocks=args.gpu_blocks,
-            cpu_blocks=args.cpu_blocks, block_size=args.block_size, blocks_per_chunk=args.blocks_per_chunk,
+            users=args.users, turns=args.turns, seed=args.seed, num_gpu_blocks=args.gpu_blocks,
+            num_cpu_blocks=args.cpu_blocks, gpu_block_size=args.block_size, blocks_per_chunk=args.blocks_per_chunk,
             policy=args.policy, delay=args.delay, faults=args.faults, backend=args.backend,
             trace_path=args.trace and str(writable_file(args.trace, "--trace")), max_steps=args.max_steps,
-            spec_tokens=args.spec_tokens, spec_acceptance=args.spec_acceptance,
+            spec_tokens=args.spec_tokens, spec_acceptance=args.spec_acceptance, mutant=args.mutant,
         )
     except ValueError as error:
         raise CommandError(str(error)) from None
     started = time.perf_counter()
     if args.tiers != "cpu" or args.engines != 1:
+        if args.mutant is not None:
+            raise CommandError("--mutant runs a bug-zoo mutant of the CPU tier alone; drop --tiers/--engines")
         return _run_tiered(args, options, started)
     try:
         result = simulate(options, progress=not args.json and sys.stderr.isatty())
@@ -86,12 +90,19 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("kvoffload simulate: interrupted before the first step", file=sys.stderr)
         return INTERRUPTED
+    _report(result, started, args.json, lambda figures: _print_table(figures, options_dict=asdict(options)))
+    return 0 if result["violations"] == 0 and result["leaks"] == 0 else 1
+
+
+def _report(
+    result: dict[str, Any], started: float, as_json: bool, print_text: Callable[[dict[str, Any]], None]
+) -> None:
+    """Print a finished run's figures (with its wall time) as JSON or as text."""
     result["seconds"] = round(time.perf_counter() - started, 3)
-    if args.json:
+    if as_json:
         print(json.dumps(result))
     else:
-        _print_table(result, options_dict=asdict(options))
-    return 0 if result["violations"] == 0 and result["leaks"] == 0 else 1
+        print_text(result)
 
 
 def _figures(summary: dict[str, Any]) -> str:
@@ -106,7 +117,7 @@ def _figures(summary: dict[str, Any]) -> str:
 def _run_tiered(args: argparse.Namespace, options: Any, started: float) -> int:
     from dataclasses import replace
 
-    from kvoffload.tiers.sim import TierSimOptions, print_summary, simulate_tiered
+    from kvoffload.sim.tiers.runner import TierSimOptions, print_summary, simulate_tiered
 
     try:
         tier_options = TierSimOptions(
@@ -121,11 +132,7 @@ def _run_tiered(args: argparse.Namespace, options: Any, started: float) -> int:
     except KeyboardInterrupt:
         print("kvoffload simulate: interrupted; a tiered run keeps no partial figures", file=sys.stderr)
         return INTERRUPTED
-    result["seconds"] = round(time.perf_counter() - started, 3)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print_summary(result)
+    _report(result, started, args.json, print_summary)
     ok = result["violations"] == 0 and result["leaks"] == 0 and result["integrity_failures"] == 0
     return 0 if ok else 1
 

@@ -16,6 +16,8 @@ from kvoffload.sim.workload import MultiTurnWorkload, WorkloadConfig
 # K and V, 2 KV heads of 8 fp16 values), and what the simulator's own bookkeeping costs per block.
 TORCH_BYTES_PER_TOKEN = 2 * 2 * 2 * 8 * 2
 BOOKKEEPING_BYTES_PER_BLOCK = 200
+# Option -> its command-line flag, where the two names differ.
+FLAGS = {"num_gpu_blocks": "--gpu-blocks", "num_cpu_blocks": "--cpu-blocks", "gpu_block_size": "--block-size"}
 
 
 class SimulationStopped(Exception):
@@ -42,9 +44,10 @@ class SimulationOptions:
     users: int = 24
     turns: int = 4
     seed: int = 0
-    gpu_blocks: int = 96
-    cpu_blocks: int = 512
-    block_size: int = 16
+    # The size names of OffloadConfig and EngineConfig; the command-line flags are shorter.
+    num_gpu_blocks: int = 96
+    num_cpu_blocks: int = 512
+    gpu_block_size: int = 16
     blocks_per_chunk: int = 1
     policy: str = DEFAULT_POLICY
     delay: int = 1
@@ -54,11 +57,15 @@ class SimulationOptions:
     max_steps: int = 200_000
     spec_tokens: int = 0
     spec_acceptance: float = 0.7
+    # A bug-zoo mutant (kvoffload mutants) run instead of our code; its crashes are reported violations.
+    mutant: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("users", "turns", "gpu_blocks", "cpu_blocks", "block_size", "blocks_per_chunk", "max_steps"):
+        for name in ("users", "turns", "num_gpu_blocks", "num_cpu_blocks", "gpu_block_size", "blocks_per_chunk",
+                     "max_steps"):
             if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+                flag = FLAGS.get(name, "--" + name.replace("_", "-"))
+                raise ValueError(f"{flag} must be >= 1, got {getattr(self, name)}")
         if self.delay < 0:
             raise ValueError(f"--delay must be >= 0, got {self.delay}")
         if not 0.0 <= self.faults <= 1.0:
@@ -71,31 +78,36 @@ class SimulationOptions:
             raise ValueError(f"--policy {self.policy!r} is unknown; known: {', '.join(sorted(POLICIES))}")
         if self.backend not in ("model", "torch"):
             raise ValueError(f"--backend must be model or torch, got {self.backend!r}")
+        if self.mutant is not None:
+            from kvoffload.verify.bugzoo import MUTANTS
+
+            if self.mutant not in MUTANTS:
+                raise ValueError(f"--mutant {self.mutant!r} is unknown; known: {', '.join(sorted(MUTANTS))}")
         self._check_sizes()
 
     def planned_bytes(self) -> int:
         """What the engine, the pools and (torch) the K/V tensors need, before any is allocated."""
-        cpu_gpu_blocks = self.cpu_blocks * self.blocks_per_chunk
-        total = (self.gpu_blocks + self.cpu_blocks) * BOOKKEEPING_BYTES_PER_BLOCK
+        cpu_gpu_blocks = self.num_cpu_blocks * self.blocks_per_chunk
+        total = (self.num_gpu_blocks + self.num_cpu_blocks) * BOOKKEEPING_BYTES_PER_BLOCK
         if self.backend == "torch":
-            total += (self.gpu_blocks + cpu_gpu_blocks) * self.block_size * TORCH_BYTES_PER_TOKEN
+            total += (self.num_gpu_blocks + cpu_gpu_blocks) * self.gpu_block_size * TORCH_BYTES_PER_TOKEN
         return total
 
     def _check_sizes(self) -> None:
         planned, limit = self.planned_bytes(), memory_limit_bytes()
         if planned > limit:
             raise ValueError(
-                f"--gpu-blocks {self.gpu_blocks} x --cpu-blocks {self.cpu_blocks} x --block-size {self.block_size} "
-                f"({self.backend} backend) needs about {planned / 2**30:.1f} GiB, more than the "
-                f"{limit / 2**30:.1f} GiB allowed (half of this machine's memory)"
+                f"--gpu-blocks {self.num_gpu_blocks} x --cpu-blocks {self.num_cpu_blocks} x --block-size "
+                f"{self.gpu_block_size} ({self.backend} backend) needs about {planned / 2**30:.1f} GiB, more than "
+                f"the {limit / 2**30:.1f} GiB allowed (half of this machine's memory)"
             )
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(
-            num_gpu_blocks=self.gpu_blocks,
-            gpu_block_size=self.block_size,
+            num_gpu_blocks=self.num_gpu_blocks,
+            gpu_block_size=self.gpu_block_size,
             blocks_per_chunk=self.blocks_per_chunk,
-            num_cpu_blocks=self.cpu_blocks,
+            num_cpu_blocks=self.num_cpu_blocks,
             policy=self.policy,
             fault_rate=self.faults,
             abort_probability=self.faults,
@@ -109,11 +121,17 @@ class SimulationOptions:
 
 def build_engine(options: SimulationOptions) -> Engine:
     config = options.engine_config()
+    backend = None
     if options.backend == "torch":
         from kvoffload.sim.torch_backend import TorchBackend
 
-        return Engine(config, backend=TorchBackend.for_engine(config))
-    return Engine(config)
+        backend = TorchBackend.for_engine(config)
+    if options.mutant is not None:
+        from kvoffload.verify.bugzoo import MUTANTS
+        from kvoffload.verify.bugzoo.simulation import mutant_engine
+
+        return mutant_engine(MUTANTS[options.mutant], config, backend)
+    return Engine(config, backend=backend)
 
 
 def simulate(options: SimulationOptions, progress: bool = False) -> dict[str, Any]:
@@ -122,20 +140,28 @@ def simulate(options: SimulationOptions, progress: bool = False) -> dict[str, An
     Raises :class:`SimulationStopped` (with the figures so far, and no trace file left behind)
     when ``max_steps`` is reached, when the run is interrupted (KeyboardInterrupt), or when it
     finished no request at all (every conversation outgrew the context, or every turn aborted).
-    A ``trace_path`` that cannot be written raises OSError before anything runs."""
+    With ``mutant``, a crash of the mutant's code ends the run as a reported violation, and its
+    trace is kept. A ``trace_path`` that cannot be written raises OSError before anything runs."""
+    from kvoffload.statemachine.trace import TraceWriter
+
     trace = Path(options.trace_path) if options.trace_path else None
-    stream = trace.open("w", encoding="utf-8") if trace is not None else None
+    writer = TraceWriter.open(trace) if trace is not None else None
     try:
         engine = build_engine(options)
         workload = MultiTurnWorkload(WorkloadConfig(users=options.users, turns=options.turns, seed=options.seed))
         workload.attach(engine)
-        if stream is not None:
-            from kvoffload.statemachine.trace import TraceWriter
-
-            TraceWriter(stream, str(trace)).attach(engine.scheduler.lifecycle, step=lambda: engine.scheduler.step)
-        stopped = _run(engine, workload, options.max_steps, progress)
+        if writer is not None:
+            engine.scheduler.attach_trace(writer)
+        crashed = False
+        try:
+            stopped = _run(engine, workload, options.max_steps, progress)
+        except Exception as error:
+            if options.mutant is None:
+                raise
+            _record_crash(engine, error)
+            stopped, crashed = None, True
         summary = summarise(engine, workload)
-        if stopped is None and not summary["finished"]:
+        if stopped is None and not crashed and not summary["finished"]:
             stopped = (
                 f"the run finished no request ({summary['aborted']} aborted, "
                 f"{summary['truncated_conversations']} conversation(s) truncated because they outgrew the "
@@ -144,13 +170,20 @@ def simulate(options: SimulationOptions, progress: bool = False) -> dict[str, An
         if stopped is not None:
             raise SimulationStopped(stopped, summary)
     except BaseException:
-        if stream is not None and trace is not None:
-            stream.close()
+        if writer is not None and trace is not None:
+            writer.close()
             trace.unlink(missing_ok=True)
         raise
-    if stream is not None:
-        stream.close()
+    if writer is not None:
+        writer.close()
     return summary
+
+
+def _record_crash(engine: Engine, error: Exception) -> None:
+    """The mutant's bug crashed the run: that is the violation it was run to show."""
+    invariant = getattr(error, "invariant", None) or "Crash"
+    engine.stats.violations += 1
+    engine.stats.violation_messages.append(f"step {engine.stats.steps}: {invariant}: {type(error).__name__}: {error}")
 
 
 def _run(engine: Engine, workload: MultiTurnWorkload, max_steps: int, progress: bool) -> str | None:

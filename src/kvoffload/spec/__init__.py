@@ -1,6 +1,27 @@
-"""What must hold: the request lifecycle as data and the named invariants (same names as tla/)."""
+"""What must hold: the lifecycles as data and the named invariants (same names as tla/).
+
+Public API: ``REQUEST_LIFECYCLE`` and ``JOB_LIFECYCLE`` (the offload protocol), ``TIER_LIFECYCLES``
+(the secondary tiers' five: chunk residency, promotion, cascade, probe, request tier state),
+``LIFECYCLES`` (every declaration by name: ``kvoffload diagram`` and ``kvoffload trace`` take any),
+``INVARIANTS``, ``check_invariants`` and ``Violation``. Nothing here imports the code it judges.
+"""
 
 from kvoffload.spec.invariants import INVARIANTS, Violation, check_invariants
+from kvoffload.spec.job_lifecycle import JOB_LIFECYCLE
 from kvoffload.spec.lifecycle import REQUEST_LIFECYCLE
+from kvoffload.spec.tier_lifecycles import TIER_LIFECYCLES
+from kvoffload.statemachine.declaration import LifecycleDeclaration
 
-__all__ = ["INVARIANTS", "REQUEST_LIFECYCLE", "Violation", "check_invariants"]
+LIFECYCLES: dict[str, LifecycleDeclaration] = {
+    declaration.name: declaration for declaration in (REQUEST_LIFECYCLE, JOB_LIFECYCLE, *TIER_LIFECYCLES)
+}
+
+__all__ = [
+    "INVARIANTS",
+    "JOB_LIFECYCLE",
+    "LIFECYCLES",
+    "REQUEST_LIFECYCLE",
+    "TIER_LIFECYCLES",
+    "Violation",
+    "check_invariants",
+]

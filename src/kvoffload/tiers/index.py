@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from kvoffload.offload.policies import EvictionPolicy, make_policy
 from kvoffload.offload.types import OffloadKey
+from kvoffload.spec.tier_lifecycles import CHUNK_RESIDENCY, READING, RESIDENT, WRITING
 from kvoffload.statemachine.runtime import DeclaredMachine
-from kvoffload.tiers.lifecycles import CHUNK_RESIDENCY, READING, RESIDENT, WRITING
 
 CHUNK_MACHINE = DeclaredMachine(CHUNK_RESIDENCY, guards={}, id_attribute="key")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload.spec.invariants import Violation
-from kvoffload.tiers.lifecycles import TIER_FINALISED
+from kvoffload.spec.tier_lifecycles import TIER_FINALISED
 from kvoffload.tiers.manager import TieringManager
 
 TIER_INVARIANTS: tuple[str, ...] = (

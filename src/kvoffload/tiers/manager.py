@@ -24,23 +24,21 @@ unchanged. What it adds:
 Strict like the CPU manager: a completion of a tier job never handed out (or reported twice), a
 second ``on_request_finished``, or a lookup after it raises ``LifecycleViolation`` naming the rule
 and changes nothing. Promotions, cascade jobs, chunk residencies and request tier states are
-instances of the declared lifecycles of :mod:`kvoffload.tiers.lifecycles`.
+instances of the declared lifecycles of :mod:`kvoffload.spec.tier_lifecycles`.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from kvoffload.offload.errors import LifecycleViolation
-from kvoffload.offload.manager import BlockEntry, CPUOffloadingManager, ManagerStats, RequestRecord
+from kvoffload.offload.manager import BlockEntry, CPUOffloadingManager, ManagerState, ManagerStats, RequestRecord
 from kvoffload.offload.policies import EvictionPolicy
 from kvoffload.offload.types import OffloadEvent, OffloadKey, RequestId, StorePlan
-from kvoffload.statemachine.runtime import DeclaredMachine
-from kvoffload.tiers.admission import PromotionAdmission
-from kvoffload.tiers.index import LocalTierIndex, TierIndex
-from kvoffload.tiers.lifecycles import (
+from kvoffload.spec.tier_lifecycles import (
     CASCADE,
     NO_TIER_JOBS,
     PROBE,
@@ -50,6 +48,9 @@ from kvoffload.tiers.lifecycles import (
     TIER_REQUEST,
     TIER_SIGNALED,
 )
+from kvoffload.statemachine.runtime import DeclaredMachine
+from kvoffload.tiers.admission import PromotionAdmission
+from kvoffload.tiers.index import LocalTierIndex, TierIndex
 from kvoffload.tiers.protocol import CORRUPT, FAULT, KEY_RESULTS, MISS, OK, TierJob, TierOutcome
 
 CASCADE_OWNER: RequestId = "<tier-cascade>"
@@ -446,11 +447,24 @@ class TieringManager:
     def stats(self) -> ManagerStats:
         return self.cpu.stats
 
-    @property
-    def _free(self) -> list[int]:
-        # Read by OffloadingScheduler.snapshot(); derived from the public API.
-        used = {entry.block_id for key in self.cpu.resident_keys if (entry := self.cpu.entry(key))}
-        return [block for block in range(self.cpu.num_blocks) if block not in used]
+    def view(self) -> ManagerState:
+        """The CPU tier's tables, read-only, without the internal owners' request records."""
+        cpu = self.cpu.view()
+        requests = {rid: record for rid, record in cpu.requests.items() if rid not in INTERNAL_OWNERS}
+        return ManagerState(cpu.free, cpu.entries, requests)
+
+    def clone(self) -> Self:
+        """An independent copy (CPU tier, tier indexes and policy included) for the explorer.
+
+        The declared machines are shared where they hold no state of this manager: the job
+        machines entirely, the request machine's compiled table (its guard is bound to the copy).
+        """
+        machine = self.request_machine
+        shared: list[object] = [
+            self.promotion_machine, self.cascade_machine, self.probe_machine, machine.transitions_machine,
+            machine.table,
+        ]
+        return copy.deepcopy(self, {id(item): item for item in shared})
 
     @property
     def resident_keys(self) -> frozenset[OffloadKey]:

@@ -65,7 +65,8 @@ class ServeUnverifiedPromotionManager(TieringManager):
     def complete_tier_job(self, outcome: TierOutcome) -> None:
         entry = self._jobs.get(outcome.job_id)
         if entry is not None and entry.job.kind == "promote":
-            outcome = outcome._replace(results=tuple(r if r == FAULT else OK for r in outcome.results))
+            served = tuple(r if r == FAULT else OK for r in outcome.results)
+            outcome = TierOutcome(outcome.job_id, served, outcome.foreign)
         super().complete_tier_job(outcome)
 
 

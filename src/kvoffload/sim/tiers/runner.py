@@ -27,8 +27,8 @@ from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload.sim.engine import Engine, EngineConfig, StepReport
 from kvoffload.sim.request import SimRequest
 from kvoffload.sim.runner import SimulationOptions, summarise
+from kvoffload.sim.tiers.bytes_worker import ByteModelWorker
 from kvoffload.sim.workload import MultiTurnWorkload, WorkloadConfig
-from kvoffload.tiers.bytes_worker import ByteModelWorker
 from kvoffload.tiers.driver import TierBackend, TierDriver, TierFaults
 from kvoffload.tiers.index import LocalTierIndex, SharedTierIndex, TierIndex
 from kvoffload.tiers.invariants import check_tier_invariants
@@ -152,12 +152,14 @@ def _build_engine(options: TierSimOptions, index: int, directory: str, redis_url
 
             indexes.append(SharedTierIndex("redis"))
             backends["redis"] = RedisTier(
-                RedisTierConfig(url=redis_url or "", model="sim", layout=f"b{base.block_size}x{base.blocks_per_chunk}"),
+                RedisTierConfig(
+                    url=redis_url or "", model="sim", layout=f"b{base.gpu_block_size}x{base.blocks_per_chunk}"
+                ),
                 writer=index,
             )
-    manager = TieringManager(CPUOffloadingManager(base.cpu_blocks, base.policy), indexes)
+    manager = TieringManager(CPUOffloadingManager(base.num_cpu_blocks, base.policy), indexes)
     worker = ByteModelWorker(
-        base.blocks_per_chunk, base.cpu_blocks, options.chunk_bytes, base.delay, base.faults, config.seed + 1
+        base.blocks_per_chunk, base.num_cpu_blocks, options.chunk_bytes, base.delay, base.faults, config.seed + 1
     )
     faults = TierFaults(io_error_rate=base.faults, corrupt_rate=base.faults, seed=config.seed + 7)
     driver = TierDriver(backends, worker, options.threads, max(base.delay, 1), faults)
@@ -228,7 +230,7 @@ def _summary(options: TierSimOptions, engines: Sequence[TieredEngine], restarts:
     leak_lines = [line for engine in engines for line in engine.leaks()]
     result["leaks"] = len(leak_lines)
     result["leak_messages"] = leak_lines[:20]
-    chunk_tokens = options.base.block_size * options.base.blocks_per_chunk
+    chunk_tokens = options.base.gpu_block_size * options.base.blocks_per_chunk
     tiers: dict[str, dict[str, int]] = {}
     for name in options.tiers[1:]:
         total = TierStats()

@@ -27,9 +27,7 @@ invariants (kvoffload.spec) and the tiering invariants run after every action; t
 
 from __future__ import annotations
 
-import argparse
 import copy
-import json
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,21 +40,13 @@ from kvoffload.tiers.index import LocalTierIndex, SharedTierIndex, TierIndex
 from kvoffload.tiers.invariants import check_tier_invariants
 from kvoffload.tiers.manager import TieringManager
 from kvoffload.tiers.protocol import CORRUPT, FAULT, MISS, OK, TierJob, TierOutcome
+from kvoffload.verify.explore_model import ModelRequest
 
 KEY_BASE = 1 << 20
 GARBAGE = -1
 DRAIN_ROUNDS = 40
 
 ManagerFactory = Callable[[CPUOffloadingManager, list[LocalTierIndex]], TieringManager]
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """An engine request reduced to what the scheduler reads (every request has the same one)."""
-
-    request_id: str
-    block_hashes: tuple[int, ...]
-    num_tokens: int
 
 
 @dataclass
@@ -99,8 +89,9 @@ class TierExploreModel:
         self.make_manager = make_manager or (lambda cpu, tiers: TieringManager(cpu, tiers))
         self.keys = tuple(KEY_BASE + i for i in range(chunks))
 
-    def prompt(self, request_id: str) -> Prompt:
-        return Prompt(request_id, self.keys, self.chunks + 1)
+    def prompt(self, request_id: str) -> ModelRequest:
+        """The request's prompt (every request has the same one)."""
+        return ModelRequest(request_id, self.keys, self.chunks + 1)
 
     # ------------------------------------------------------------------ the model protocol
     def initial(self) -> TierWorld:
@@ -252,12 +243,10 @@ class TierExploreModel:
         return f"c{key - KEY_BASE}" if key >= KEY_BASE else str(key)
 
     def _copy(self, world: TierWorld) -> TierWorld:
-        # The declared machines' compiled tables and transitions Machines are immutable: share them.
-        memo: dict[int, Any] = {id(world.scheduler.lifecycle): world.scheduler.lifecycle}
-        for machine in (world.manager.promotion_machine, world.manager.cascade_machine):
-            memo[id(machine)] = machine
-        memo[id(world.manager.request_machine.transitions_machine)] = world.manager.request_machine.transitions_machine
-        memo[id(world.manager.request_machine.table)] = world.manager.request_machine.table
+        # The scheduler and its manager copy themselves (public clone()); the engine, worker and
+        # tier models are plain containers of values.
+        scheduler = world.scheduler.clone()
+        memo: dict[int, Any] = {id(world.scheduler): scheduler, id(world.manager): scheduler.manager}
         return copy.deepcopy(world, memo)
 
     def _admit(self, world: TierWorld, request_id: str) -> None:
@@ -345,41 +334,3 @@ class TierExploreModel:
                 world.status[request_id] = "running"
                 world.computed[request_id] = 0
 
-
-def run_tier_explore(args: argparse.Namespace) -> int:
-    """``kvoffload explore --tiers [--mutant NAME]``: exit 0 when nothing is violated, 1 otherwise."""
-    from kvoffload.cli import CommandError
-    from kvoffload.statemachine.explore import explore, format_result
-    from kvoffload.tiers.mutants import TIER_MUTANTS
-
-    for name in ("requests", "chunks", "max_states", "max_depth", "cpu_blocks"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise CommandError(f"--{name.replace('_', '-')} must be positive, got {value}")
-    make_manager = None
-    drain = args.drain
-    if args.mutant is not None:
-        mutant = TIER_MUTANTS.get(args.mutant)
-        if mutant is None:
-            raise CommandError(f"unknown tier mutant {args.mutant!r}; known: {', '.join(sorted(TIER_MUTANTS))}")
-        make_manager = mutant.make_manager
-        drain = "all" if mutant.drain == "all" else drain
-    try:
-        model = TierExploreModel(
-            args.requests, args.chunks, args.cpu_blocks or 1, 2, not args.no_failures, make_manager,
-            shared=args.shared_tier,
-        )
-    except ValueError as error:
-        raise CommandError(str(error)) from None
-    result = explore(model, max_depth=args.max_depth, max_states=args.max_states,
-                     stop_at_first=not args.all_violations, drain=drain)
-    if args.json:
-        tiers = ["cpu", "redis" if model.shared else "file"]
-        print(json.dumps({**result.to_json(), "model": {"tiers": tiers, "requests": args.requests,
-                                                       "chunks": args.chunks, "mutant": args.mutant}}))
-    else:
-        print(f"explore --tiers: {args.mutant or 'our scheduler + tiering manager'}, {args.requests} request(s) x "
-              f"{args.chunks} chunk(s), {model.cpu_blocks} CPU block(s), "
-              f"{'a shared redis tier' if model.shared else f'{model.tier_slots} file tier slot(s)'}")
-        print(format_result(result))
-    return 0 if result.ok else 1
