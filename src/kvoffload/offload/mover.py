@@ -7,9 +7,10 @@ jobs identified by a caller-chosen integer id whose outcome is reported exactly 
 
 On CUDA the copies run on one stream per direction and complete through CUDA events; on CPU
 they run synchronously at submit (a helper thread was not worth it: the copy is memory-bound and
-torch already splits it over the intra-op threads). On CPU, blocks that are not part of a long
-run are copied by a single-pass numba kernel when numba is installed (extra ``fast-cpu``, see
-:mod:`kvoffload.offload.mover_cpu_kernel`), else by torch gathers/scatters.
+is split over the intra-op threads anyway). On CPU with numba installed (extra ``fast-cpu``, see
+:mod:`kvoffload.offload.mover_cpu_kernel`) a job is not planned at all: its ids go as int64
+arrays to a single-pass kernel, split in chunks over both cores. Without numba (and on CUDA) a job
+is planned into slice runs, one-sided gathers and a scattered rest copied by torch.
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ _PARALLEL_MIN_BYTES = 4 * 1024 * 1024
 # worker descheduled on a loaded box holds back little of the job, large enough that the per-call
 # cost (~2 us per layer) stays a few percent.
 _KERNEL_CHUNK_BYTES = 2 * 1024 * 1024
+# A job is split into about this many chunks: measured (64 MiB of 4-16 KiB blocks, loaded 2-core
+# box) 8 chunks ~0.93-1.12 of a contiguous copy, 32 chunks of 2 MiB ~0.81-0.84, two halves ~0.6.
+_KERNEL_CHUNKS = 8
 
 
 @dataclass(frozen=True)
@@ -102,9 +106,8 @@ class _Plan:
     ``dst_runs``: (dst_start, src_ids), consecutive destination -> ``index_select(out=slice)``.
     ``src_runs``: (src_start, dst_ids), consecutive source -> ``index_copy_(slice)``.
     ``scatter_src``/``scatter_dst``: the rest, scattered on both sides, sorted by destination.
-    ``kernel``: copy the scattered rest with the numba kernel; then every pair not in ``runs`` is
-    in the scattered rest (the kernel is a single pass whatever the layout, so grouping one-sided
-    runs would only add calls).
+    ``kernel``: the job was not planned: every pair is in ``scatter_src``/``scatter_dst`` (in the
+    caller's order) and is copied by the numba kernel, a single pass whatever the layout.
     """
 
     runs: list[tuple[int, int, int]] = field(default_factory=list)
@@ -257,12 +260,10 @@ def _groups_py(
     return groups, rest
 
 
-def _make_plan_small(
-    src: list[int], dst: list[int], block_bytes: int, job_id: int, dst_name: str, kernel: bool = False
-) -> _Plan:
+def _make_plan_small(src: list[int], dst: list[int], block_bytes: int, job_id: int, dst_name: str) -> _Plan:
     """:func:`_make_plan` for small jobs, in pure Python: a few torch calls on tiny tensors cost
     more (tens of microseconds each) than looping over a few hundred pairs."""
-    plan = _Plan(kernel=kernel)
+    plan = _Plan()
     if not dst:
         return plan
     by_dst = sorted(zip(dst, src, strict=True))
@@ -273,10 +274,6 @@ def _make_plan_small(
     runs, rest = _groups_py(by_dst, min_len, both=True)
     plan.runs = [(g[0][1], g[0][0], len(g)) for g in runs]
     if not rest:
-        return plan
-    if kernel:  # rest is sorted by destination already
-        plan.scatter_src = torch.tensor([s_ for _, s_ in rest], dtype=torch.int64)
-        plan.scatter_dst = torch.tensor([d_ for d_, _ in rest], dtype=torch.int64)
         return plan
     k = len(rest)
     dst_groups, dst_rest = _groups_py(rest, min(min_len, k), both=False)
@@ -301,16 +298,13 @@ def _make_plan_small(
     return plan
 
 
-def _make_plan(
-    src: torch.Tensor, dst: torch.Tensor, block_bytes: int, job_id: int, dst_name: str, kernel: bool = False
-) -> _Plan:
-    """Sort pairs by destination and split them into slice runs, gather runs and a scattered rest
-    (with ``kernel``: slice runs and a scattered rest only, see :class:`_Plan`).
+def _make_plan(src: torch.Tensor, dst: torch.Tensor, block_bytes: int, job_id: int, dst_name: str) -> _Plan:
+    """Sort pairs by destination and split them into slice runs, gather runs and a scattered rest.
 
     Raises ValueError on a duplicate destination id (before any byte moves). Vectorised with
     torch: a Python loop over pairs would cost more than the copy itself for small blocks.
     """
-    plan = _Plan(kernel=kernel)
+    plan = _Plan()
     n = int(dst.numel())
     if n == 0:
         return plan
@@ -329,9 +323,6 @@ def _make_plan(
         if not bool(rest.any()):
             return plan
         src, dst = src[rest], dst[rest]
-    if kernel:  # dst is sorted, and a boolean mask keeps the order
-        plan.scatter_src, plan.scatter_dst = src.contiguous(), dst.contiguous()
-        return plan
     # One side consecutive, the other scattered -> one pass over the bytes instead of gather +
     # scatter: index_select straight into a destination slice (dst_runs) or index_copy_ from a
     # source slice (src_runs). Take first the grouping that covers more pairs, so that it is not
@@ -453,6 +444,8 @@ class BlockMover:
         # numpy views of the row tensors for the numba kernel, made on first use (~3 us per
         # tensor, so per job they would cost more than a small copy).
         self._row_arrays: dict[bool, tuple[list[Any], list[Any]]] = {}
+        # Zeroed uint8 maps, one per destination pool size, for the kernel path's duplicate check.
+        self._seen: dict[int, Any] = {}
         # The kernel copies row by row, so a destination row that is also a later source row
         # would be read after being overwritten; torch's gather-then-scatter reads every source
         # first. Only possible when caller-provided CPU tensors share memory with the layers.
@@ -559,6 +552,7 @@ class BlockMover:
             self._pool = None
         self._staging = []
         self._row_arrays = {}
+        self._seen = {}
         self._closed = True
 
     # ------------------------------------------------------------------ submission
@@ -611,19 +605,37 @@ class BlockMover:
         # Read per job (not cached at construction) so that tests and callers can switch it off;
         # ready() imports numba on the first CPU job that needs it (~1 s once per process).
         kernel = self._kernel_safe and len(dst) > 0 and mover_cpu_kernel.AVAILABLE and mover_cpu_kernel.ready()
-        # Planning runs on one thread whatever the job size: its ops touch a few int64 per block,
-        # far too little to share, and on a loaded box each 2-thread op can wait a time slice for
-        # the other thread (measured 16384 blocks: 20 ms on 2 threads vs 3 ms on one).
-        with _intra_op_threads(1):
-            # Planning also rejects duplicate destinations, so it runs before the job is accepted.
-            if len(dst) <= _SMALL_JOB:
-                src, dst = _as_list(src), _as_list(dst)
-                plan = _make_plan_small(src, dst, self.block_bytes, job_id, dst_name, kernel)
-            else:
-                src, dst = _as_tensor(src), _as_tensor(dst)
-                plan = _make_plan(src, dst, self.block_bytes, job_id, dst_name, kernel)
+        if kernel:
+            # No planning: the kernel is one pass whatever the layout, so the only work before
+            # the copy is the duplicate check (one pass over the destination ids).
+            src, dst = _as_tensor(src), _as_tensor(dst)
+            plan = self._unplanned(job_id, src, dst, dst_limit, dst_name)
+        else:
+            # Planning runs on one thread whatever the job size: its ops touch a few int64 per
+            # block, far too little to share, and on a loaded box each 2-thread op can wait a time
+            # slice for the other thread (measured 16384 blocks: 20 ms on 2 threads vs 3 ms on one).
+            with _intra_op_threads(1):
+                # Planning also rejects duplicate destinations, so it runs before the job is accepted.
+                if len(dst) <= _SMALL_JOB:
+                    src, dst = _as_list(src), _as_list(dst)
+                    plan = _make_plan_small(src, dst, self.block_bytes, job_id, dst_name)
+                else:
+                    src, dst = _as_tensor(src), _as_tensor(dst)
+                    plan = _make_plan(src, dst, self.block_bytes, job_id, dst_name)
         with _intra_op_threads(1 if nbytes < _PARALLEL_MIN_BYTES else None):
             self._start(job_id, direction, src, dst, nbytes, plan)
+
+    def _unplanned(self, job_id: int, src: torch.Tensor, dst: torch.Tensor, dst_limit: int, dst_name: str) -> _Plan:
+        """The kernel's plan: every pair as given, after rejecting a duplicate destination id."""
+        src, dst = src.contiguous(), dst.contiguous()
+        seen = self._seen.get(dst_limit)
+        if seen is None:
+            # Zeroed once; first_duplicate leaves it zeroed, so a job costs O(its ids) only.
+            seen = self._seen[dst_limit] = torch.zeros(dst_limit, dtype=torch.uint8).numpy()
+        dup = mover_cpu_kernel.first_duplicate(dst.numpy(), seen)
+        if dup >= 0:
+            raise ValueError(f"job {job_id}: duplicate destination id {int(dst[dup])} in {dst_name}")
+        return _Plan(scatter_src=src, scatter_dst=dst, kernel=True)
 
     def _start(
         self,
@@ -707,7 +719,9 @@ class BlockMover:
             self._row_arrays[store] = ([s.detach().numpy() for s in srcs], [d.detach().numpy() for d in dsts])
         src_arr, dst_arr = self._row_arrays[store]
         workers = torch.get_num_threads()
-        chunk = max(1, _KERNEL_CHUNK_BYTES // max(self.block_bytes, 1))
+        # At least _KERNEL_CHUNKS chunks for load balance, each at least _KERNEL_CHUNK_BYTES:
+        # every chunk ends in a GIL handoff, which on a loaded box can wait a whole time slice.
+        chunk = max(1, _KERNEL_CHUNK_BYTES // max(self.block_bytes, 1), -(-total // _KERNEL_CHUNKS))
         if workers <= 1 or total * self.block_bytes < _PARALLEL_MIN_BYTES or total <= chunk:
             for s, d in zip(src_arr, dst_arr, strict=True):
                 mover_cpu_kernel.copy_rows_arrays(s, d, s_np, d_np)
