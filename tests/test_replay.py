@@ -10,8 +10,8 @@ import pytest
 from kvoffload.cli import main
 from kvoffload.offload.policies import POLICIES
 from kvoffload.sim.block_pool import BlockPool
-from kvoffload.sim.mooncake import TraceRequest, block_chains
 from kvoffload.sim.cpu_oracle import NEVER, BeladyCPUPolicy
+from kvoffload.sim.mooncake import TraceRequest, block_chains
 from kvoffload.sim.trace_replay import ReplayError, TraceReplay, replay_trace
 
 TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
@@ -163,7 +163,8 @@ def test_sweep_writes_a_png_and_json(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert data["violations"] == data["leaks"] == 0
     assert all(run["hit_ratio"] <= data["infinite_hit_ratio"] for run in data["runs"])
     assert set(data["cpu_oracle_hit_ratio"]) == {"2", "4"}
-    assert all(run["cpu_oracle_hit_ratio"] == data["cpu_oracle_hit_ratio"][str(run["cpu_blocks"])] for run in data["runs"])
+    oracle = data["cpu_oracle_hit_ratio"]
+    assert all(run["cpu_oracle_hit_ratio"] == oracle[str(run["cpu_blocks"])] for run in data["runs"])
     assert main(["replay", str(path), "--sweep", "--cpu-sizes", "2", "--gpu-blocks", "6", "--plot", str(plot)]) == 0
     assert "belady" in capsys.readouterr().out
 
