@@ -619,9 +619,9 @@ def test_cpu_tensors_sharing_memory_with_layers_avoid_the_kernel(kernel_calls: l
 
 @needs_numba
 def test_kernel_path_matches_torch_path_on_big_scattered_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The unplanned kernel path (ids straight to the kernel, chunks over threads) writes exactly
-    the bytes of the planned torch path, with list and strided tensor ids; a rejected duplicate
-    leaves the kernel's duplicate map clean for the next job."""
+    """The unplanned kernel path (pairs sorted by destination, chunks over threads) writes exactly
+    the bytes of the planned torch path, with list and strided tensor ids; a duplicate destination
+    is rejected and the next job with the same ids runs."""
     monkeypatch.setattr(mover_mod, "_PARALLEL_MIN_BYTES", 1)
     monkeypatch.setattr(mover_mod, "_KERNEL_CHUNK_BYTES", 64)
     n_gpu, n_cpu = 900, 700

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-__all__ = ["AVAILABLE", "copy_rows", "copy_rows_arrays", "first_duplicate", "ready"]
+__all__ = ["AVAILABLE", "copy_rows", "copy_rows_arrays", "ready"]
 
 
 def _numba_installed() -> bool:
@@ -53,7 +53,6 @@ _ROW_TYPES = ("int64", "int32", "int16", "uint8")
 
 _lock = threading.Lock()
 _kernel: Callable[..., None] | None = None
-_duplicate_kernel: Callable[..., int] | None = None
 _tried = False
 
 
@@ -67,23 +66,6 @@ def _copy_rows_py(src: Any, dst: Any, src_ids: Any, dst_ids: Any) -> None:  # pr
         b = dst[dst_ids[i]]
         for j in range(width):
             b[j] = a[j]
-
-
-def _first_duplicate_py(ids: Any, seen: Any) -> int:  # pragma: no cover - jitted
-    # One pass marking ids in a zeroed scratch map, then a pass clearing what was marked, so the
-    # map is all zero again for the next job: O(len(ids)), never O(len(seen)).
-    found = -1
-    marked = ids.shape[0]
-    for i in range(ids.shape[0]):
-        v = ids[i]
-        if seen[v]:
-            found = i
-            marked = i
-            break
-        seen[v] = 1
-    for i in range(marked):
-        seen[ids[i]] = 0
-    return found
 
 
 def _writable_dir(path: Path) -> bool:
@@ -109,7 +91,7 @@ def _set_cache_dir() -> None:
         os.environ["NUMBA_CACHE_DIR"] = str(target)
 
 
-def _compile() -> tuple[Callable[..., None], Callable[..., int]]:
+def _compile() -> Callable[..., None]:
     _set_cache_dir()
     import numba
     from numba.core.errors import NumbaWarning
@@ -118,14 +100,11 @@ def _compile() -> tuple[Callable[..., None], Callable[..., int]]:
     with warnings.catch_warnings():
         # A cache that cannot be written (e.g. a full disk) only costs a recompile next start.
         warnings.simplefilter("ignore", NumbaWarning)
-        duplicate_sig = "int64(int64[::1], uint8[::1])"
         try:
             kernel = numba.njit(sigs, cache=True, nogil=True, boundscheck=False)(_copy_rows_py)
-            duplicate = numba.njit(duplicate_sig, cache=True, nogil=True, boundscheck=False)(_first_duplicate_py)
         except RuntimeError:  # "cannot cache function ... no locator available"
             kernel = numba.njit(sigs, cache=False, nogil=True, boundscheck=False)(_copy_rows_py)
-            duplicate = numba.njit(duplicate_sig, cache=False, nogil=True, boundscheck=False)(_first_duplicate_py)
-    return kernel, duplicate
+    return kernel  # type: ignore[no-any-return]
 
 
 def ready() -> bool:
@@ -135,14 +114,14 @@ def ready() -> bool:
     cache load; a few seconds more when the cache is cold), nothing afterwards. A failure (numba
     installed but broken) warns once and makes :data:`AVAILABLE` False.
     """
-    global AVAILABLE, _kernel, _duplicate_kernel, _tried
+    global AVAILABLE, _kernel, _tried
     if _kernel is not None or not AVAILABLE:
         return AVAILABLE and _kernel is not None
     with _lock:
         if not _tried:
             _tried = True
             try:
-                _kernel, _duplicate_kernel = _compile()
+                _kernel = _compile()
             except Exception as exc:  # any numba/llvmlite failure: torch still copies correctly
                 warnings.warn(
                     f"numba kernel for CPU block copies unavailable ({type(exc).__name__}: {exc}); "
@@ -169,19 +148,6 @@ def copy_rows_arrays(src: np.ndarray, dst: np.ndarray, src_ids: np.ndarray, dst_
         kernel = _kernel
         assert kernel is not None
     kernel(src, dst, src_ids, dst_ids)
-
-
-def first_duplicate(ids: np.ndarray, seen: np.ndarray) -> int:
-    """Index of the first id in ``ids`` that occurs earlier in ``ids``, or -1 (one pass).
-
-    ``ids``: C-contiguous int64, all in ``[0, len(seen))`` (unchecked); ``seen``: a C-contiguous
-    uint8 scratch map, all zero on entry and left all zero. Raises RuntimeError if the kernel is
-    not available (see :func:`ready`).
-    """
-    if _duplicate_kernel is None and not ready():
-        raise RuntimeError("numba CPU copy kernel is not available")
-    assert _duplicate_kernel is not None
-    return _duplicate_kernel(ids, seen)
 
 
 def copy_rows(src_rows: torch.Tensor, dst_rows: torch.Tensor, src_ids: torch.Tensor, dst_ids: torch.Tensor) -> None:
