@@ -521,6 +521,20 @@ class OffloadExploreModel:
             out.append(("reset",))
         return out
 
+    def touches(self, w: World, action: tuple[Any, ...]) -> frozenset[str] | None:
+        """The requests ``action`` reads or writes in ``w``; None for an action on shared state
+        (the explorer's partial-order reduction treats actions touching disjoint requests as
+        independent). ``finish(r)`` of a request the connector tracks touches only ``r``:
+        ``request_finished`` changes r's tracker and adds r to the scheduler's finished set (a set
+        in the fingerprint), and freeing r's GPU blocks keeps the free list sorted, so two such
+        finishes of different requests commute and neither disables the other. Everything else is
+        shared: an admission (or the finish of a request that never arrived, which looks it up)
+        reads the shared prefix keys and reorders the CPU pool's LRU, and takes the lowest free GPU
+        blocks; a step runs every request; ``reset_cache`` resets every request."""
+        if action[0] == "finish" and w.requests[action[1]].status != NEW:
+            return frozenset((action[1],))
+        return None
+
     def action_name(self, action: tuple[Any, ...]) -> str:
         kind = action[0]
         if kind == "admit":
@@ -855,7 +869,8 @@ class OffloadExploreModel:
             if w.requests[first].status == NEW:  # neither arrived: they touched nothing, either order
                 return _digest(self._canonical(w, 0, jobs, (e0, e1)))
             pair = (e0, e1)
-            return min(_digest(self._canonical(w, 0, jobs, pair)), _digest(self._canonical(w, 1, jobs, pair)))
+            swapped = self._order_naming((1, 0))
+            return min(_digest(self._canonical(w, 0, jobs, pair)), _digest(self._canonical(w, swapped, jobs, pair)))
         entries = [self._request_entry(w, rid, self._relative_index[rid], jobs) for rid in self.request_ids]
         try:
             ranked = sorted(range(n), key=entries.__getitem__)
