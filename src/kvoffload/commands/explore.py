@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -31,6 +32,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="run the EventuallyCleaned/NoLeak drain check on final states (default), every state, or never",
     )
     parser.add_argument("--all-violations", action="store_true", help="keep going after the first violation")
+    parser.add_argument(
+        "--workers", type=int, default=None,
+        help="processes searching in parallel (default: 2 when the machine has 2+ cores; 1: one process, with "
+        "partial-order reduction; ignored with --max-depth)",
+    )
+    parser.add_argument(
+        "--no-reduction", action="store_true",
+        help="one process, full search without partial-order reduction (the exact transition counts)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
 
@@ -39,13 +49,14 @@ def run(args: argparse.Namespace) -> int:
     from kvoffload.bugzoo import MUTANTS, explore_model_for
     from kvoffload.cli import CommandError
     from kvoffload.statemachine.explore import explore, format_result
+    from kvoffload.statemachine.explore_parallel import explore_parallel
 
     mutant = None
     if args.mutant is not None:
         mutant = MUTANTS.get(args.mutant)
         if mutant is None:
             raise CommandError(f"unknown mutant {args.mutant!r}; known: {', '.join(sorted(MUTANTS))}")
-    for name in ("requests", "chunks", "max_states", "max_depth", "cpu_blocks"):
+    for name in ("requests", "chunks", "max_states", "max_depth", "cpu_blocks", "workers"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise CommandError(f"--{name.replace('_', '-')} must be positive, got {value}")
@@ -63,15 +74,25 @@ def run(args: argparse.Namespace) -> int:
         model = explore_model_for(mutant, args.requests, args.chunks, **options)
     except ValueError as error:
         raise CommandError(str(error)) from None
-    result = explore(
-        model,
-        max_depth=args.max_depth,
-        max_states=args.max_states,
-        stop_at_first=not args.all_violations,
-        drain=args.drain,
-    )
+    workers = args.workers if args.workers is not None else min(2, os.cpu_count() or 1)
+    if args.no_reduction or args.max_depth is not None:
+        workers = 1
+    if workers > 1:
+        result = explore_parallel(
+            model, workers, max_states=args.max_states, stop_at_first=not args.all_violations, drain=args.drain
+        )
+    else:
+        result = explore(
+            model,
+            max_depth=args.max_depth,
+            max_states=args.max_states,
+            stop_at_first=not args.all_violations,
+            drain=args.drain,
+            reduce=not args.no_reduction,
+        )
     if args.json:
         out = result.to_json()
+        out["workers"] = workers
         out["model"] = {
             "requests": args.requests, "chunks": args.chunks, "mutant": args.mutant,
             "cpu_blocks": model.cpu_blocks, "gpu_blocks": model.gpu_blocks, **options,
