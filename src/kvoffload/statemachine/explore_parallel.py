@@ -158,7 +158,7 @@ def explore_parallel(
         while new:
             for conn in pipes:
                 conn.send(new)
-            replies = [conn.recv() for conn in pipes]
+            replies = [_receive(conn, process) for conn, process in zip(pipes, processes, strict=True)]
             stop = False
             accepted: list[list[Hashable]] = []
             new = []
@@ -178,8 +178,8 @@ def explore_parallel(
                 new += mine
             for conn, mine in zip(pipes, accepted, strict=True):
                 conn.send(mine)
-            for conn in pipes:
-                stop = report(conn.recv()) or stop
+            for conn, process in zip(pipes, processes, strict=True):
+                stop = report(_receive(conn, process)) or stop
             if new:
                 result.depth += 1
             if stop:
@@ -193,6 +193,16 @@ def explore_parallel(
             if process.is_alive():
                 process.kill()
     return finish()
+
+
+def _receive(conn: Connection, process: Any) -> Any:
+    try:
+        return conn.recv()
+    except EOFError:
+        process.join(timeout=5)
+        raise RuntimeError(
+            f"explorer worker {process.name} died (exit code {process.exitcode}); its error is on stderr"
+        ) from None
 
 
 def _expand_here(
