@@ -221,7 +221,8 @@ def test_result_summary_and_json() -> None:
     assert "distinct states" in text and "1 violation(s)" in text and "1. check(p" in text
     data = result.to_json()
     assert set(data) == {
-        "states", "transitions", "complete", "depth", "seconds", "states_per_s", "violations", "reduction", "reexpanded",
+        "states", "transitions", "complete", "depth", "seconds", "states_per_s", "violations",
+        "reduction", "reexpanded",
     }
     assert data["reduction"] == "none"  # Mutex has no touches()
     (violation,) = data["violations"]
@@ -286,7 +287,7 @@ class Grid:
         return [i for i in range(self.n) if s[i] < self.k]
 
     def step(self, s: tuple[int, ...], i: int) -> tuple[int, ...]:
-        return s[:i] + (s[i] + 1,) + s[i + 1 :]
+        return (*s[:i], s[i] + 1, *s[i + 1 :])
 
     def invariants(self, s: tuple[int, ...]) -> list[tuple[str, str]]:
         return [("NotBad", f"reached {s}")] if s == self.bad else []
