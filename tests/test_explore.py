@@ -329,5 +329,5 @@ def test_parallel_worker_failure_is_an_error_not_a_hang() -> None:
             return []
 
     assert explore_parallel(Grid(3, 10), 1).states == 11**3
-    with pytest.raises(RuntimeError, match="explorer worker .* died"):
+    with pytest.raises(RuntimeError, match=r"explorer worker .* died"):
         explore_parallel(Broken(3, 10), 1)
