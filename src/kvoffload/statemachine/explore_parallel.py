@@ -10,9 +10,13 @@ invariants. States never cross processes (unpickling the real scheduler costs ~1
 frontier is split once, when a sequential warm-up has made it large enough, and children stay with
 the worker that made them.
 
-The set of states and transitions is the full search's (same counts and depth); the first
-violation is found at the same (shortest) depth, possibly on another state of that depth; its
-trace is rebuilt here by replay, as in the sequential search. Needs the ``fork`` start method
+The coordinator accepts successors in the order the sequential search generates them (the
+parent's position in the level, then the action), so of several states with one fingerprint it
+keeps the same one as the sequential search, and visits the same states with the same counts and
+depth (this matters: the model's fingerprint deliberately forgets some orders, e.g. of finished
+requests, so states it merges need not have identical futures). The first violation is found at
+the same (shortest) depth, possibly on another state of that depth; its trace is rebuilt here by
+replay, as in the sequential search. Needs the ``fork`` start method
 (Linux, macOS); no partial-order reduction (sleep sets would have to follow states across
 processes).
 """
@@ -44,7 +48,7 @@ WARM_UP_STATES_PER_WORKER = 64
 _Found = tuple[Hashable, tuple[Any, str | None] | None, str, str]
 
 
-def _worker(model: Any, frontier: list[tuple[Any, Hashable]], conn: Connection, drain: DrainMode) -> None:
+def _worker(model: Any, frontier: list[tuple[Any, Hashable, int]], conn: Connection, drain: DrainMode) -> None:
     """Expand this worker's part of each level, as told by the coordinator (see the module docstring)."""
     drainer = getattr(model, "drain", None) if drain != "none" else None
     is_final = getattr(model, "is_final", None)
@@ -56,10 +60,10 @@ def _worker(model: Any, frontier: list[tuple[Any, Hashable]], conn: Connection, 
             return
         known.update(command)  # every state accepted so far, by any worker
         found: list[_Found] = []
-        candidates: list[tuple[Hashable, Hashable, Any]] = []
+        candidates: list[tuple[int, int, Hashable, Hashable, Any]] = []
         states: dict[Hashable, Any] = {}
         transitions = 0
-        for state, fp in frontier:
+        for state, fp, position in frontier:
             actions = list(model.actions(state))
             final = not actions or bool(is_final is not None and is_final(state))
             if drainer is not None and drain == "final" and final:
@@ -80,17 +84,17 @@ def _worker(model: Any, frontier: list[tuple[Any, Hashable]], conn: Connection, 
                 if child in known or child in states:
                     continue
                 states[child] = successor
-                candidates.append((child, fp, action))
+                candidates.append((position, index, child, fp, action))
         frontier = []
         conn.send((transitions, candidates, found))
         accepted = conn.recv()
         found = []
-        for child in accepted:
+        for child, position in accepted:
             successor = states[child]
             found += [(child, None, name, msg) for name, msg in model.invariants(successor)]
             if drainer is not None and drain == "all":
                 found += [(child, (None, DRAIN_ACTION), name, msg) for name, msg in drainer(successor)]
-            frontier.append((successor, child))
+            frontier.append((successor, child, position))
         conn.send(found)
 
 
@@ -103,8 +107,7 @@ def explore_parallel(
     drain: DrainMode = "final",
 ) -> ExploreResult:
     """:func:`~kvoffload.statemachine.explore.explore` (full search, no reduction, no depth bound)
-    on ``workers`` processes; see the module docstring. With ``max_states`` the states kept are
-    the first ones accepted, level by level (not necessarily the sequential search's)."""
+    on ``workers`` processes; see the module docstring."""
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
     started = time.perf_counter()
@@ -148,7 +151,9 @@ def explore_parallel(
     processes = []
     for w in range(workers):
         parent_end, child_end = context.Pipe()
-        process = context.Process(target=_worker, args=(model, frontier[w::workers], child_end, drain), daemon=True)
+        # Each state carries its position in the level's sequential (BFS) order.
+        part = [(state, fp, position) for position, (state, fp) in enumerate(frontier)][w::workers]
+        process = context.Process(target=_worker, args=(model, part, child_end, drain), daemon=True)
         process.start()
         child_end.close()
         pipes.append(parent_end)
@@ -160,22 +165,27 @@ def explore_parallel(
                 conn.send(new)
             replies = [_receive(conn, process) for conn, process in zip(pipes, processes, strict=True)]
             stop = False
-            accepted: list[list[Hashable]] = []
-            new = []
-            for transitions, candidates, found in replies:
+            # Candidates in the order the sequential search generates them (parent's position in
+            # the level, then action): it keeps the first state of each fingerprint, so this one
+            # keeps the same states, whatever worker found them.
+            ordered = []
+            for worker, (transitions, candidates, found) in enumerate(replies):
                 result.transitions += transitions
                 stop = report(found) or stop
-                mine = []
-                for child, parent, action in candidates:
-                    if child in parents:
-                        continue
-                    if max_states is not None and len(parents) >= max_states:
-                        result.complete = False
-                        continue
-                    parents[child] = (parent, action)
-                    mine.append(child)
-                accepted.append(mine)
-                new += mine
+                ordered += [(position, index, worker, child, parent, action)
+                            for position, index, child, parent, action in candidates]
+            ordered.sort(key=lambda c: (c[0], c[1]))
+            accepted: list[list[tuple[Hashable, int]]] = [[] for _ in pipes]
+            new = []
+            for _, _, worker, child, parent, action in ordered:
+                if child in parents:
+                    continue
+                if max_states is not None and len(parents) >= max_states:
+                    result.complete = False
+                    continue
+                parents[child] = (parent, action)
+                accepted[worker].append((child, len(new)))
+                new.append(child)
             for conn, mine in zip(pipes, accepted, strict=True):
                 conn.send(mine)
             for conn, process in zip(pipes, processes, strict=True):
