@@ -135,7 +135,8 @@ def test_command_json_on_a_synthetic_trace(tmp_path: Path, capsys: pytest.Captur
     # Sorted by timestamp: [1, 2] first, then [1, 2, 3] hits its two blocks in GPU.
     assert (data["requests"], data["blocks"], data["hit_ratio"]) == (2, 5, 2 / 5)
     for key in (
-        "gpu_hit_ratio", "cpu_hit_ratio", "belady_hit_ratio", "infinite_hit_ratio", "violations", "leaks",
+        "gpu_hit_ratio", "cpu_hit_ratio", "belady_hit_ratio", "infinite_hit_ratio", "cpu_oracle_hit_ratio",
+        "ratio_to_cpu_oracle", "violations", "leaks",
         "seconds", "policy", "gpu_blocks", "cpu_blocks", "skipped_lines",
     ):
         assert key in data
