@@ -159,6 +159,30 @@ def _sort(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return t[order], order
 
 
+def _as_array(ids: list[int] | torch.Tensor) -> Any:
+    """Validated ids as a C-contiguous int64 numpy array (zero-copy from a contiguous tensor)."""
+    import numpy as np
+
+    if isinstance(ids, torch.Tensor):
+        return np.ascontiguousarray(ids.numpy())
+    return np.array(ids, dtype=np.int64)
+
+
+def _by_destination_np(src: Any, dst: Any, job_id: int, dst_name: str) -> tuple[Any, Any]:
+    """:func:`_by_destination` on numpy arrays, for the kernel path: numpy ops run on the calling
+    thread, so the job needs no torch intra-op threads before its copy (toggling them around the
+    copy measured up to 2x slower on a loaded 2-core box)."""
+    import numpy as np
+
+    if dst.size > 1 and not bool((dst[1:] > dst[:-1]).all()):
+        order = np.argsort(dst)
+        dst, src = dst[order], src[order]
+        dup = np.flatnonzero(dst[1:] == dst[:-1])
+        if dup.size:
+            raise ValueError(f"job {job_id}: duplicate destination id {int(dst[dup[0]])} in {dst_name}")
+    return np.ascontiguousarray(src), np.ascontiguousarray(dst)
+
+
 def _by_destination(
     src: torch.Tensor, dst: torch.Tensor, job_id: int, dst_name: str
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -584,7 +608,9 @@ class BlockMover:
                 bad = next((v for v in ids if not isinstance(v, int)), None)
                 raise TypeError(f"job {job_id}: {name} must contain ints, got {bad!r} ({exc})") from None
         if len(t):
-            lo, hi = (min(t), max(t)) if isinstance(t, list) else (int(t.min()), int(t.max()))
+            # numpy, not torch: a torch reduction may run on the intra-op threads, which on a
+            # loaded box wait a time slice for the other core (see _intra_op_threads).
+            lo, hi = (min(t), max(t)) if isinstance(t, list) else (int(t.numpy().min()), int(t.numpy().max()))
             if lo < 0 or hi >= limit:
                 bad = lo if lo < 0 else hi
                 raise ValueError(f"job {job_id}: {name} contains {bad}, outside [0, {limit})")
@@ -615,9 +641,8 @@ class BlockMover:
             # by destination, which also finds duplicates: measured 64 MiB of 4 KiB blocks, 0.97
             # of a contiguous copy sorted (sort included) vs 0.78 in random order (fewer TLB
             # misses and page walks on the written side).
-            with _intra_op_threads(1):
-                src, dst = _by_destination(_as_tensor(src), _as_tensor(dst), job_id, dst_name)
-            plan = _Plan(scatter_src=src.contiguous(), scatter_dst=dst.contiguous(), kernel=True)
+            src, dst = _by_destination_np(_as_array(src), _as_array(dst), job_id, dst_name)
+            plan = _Plan(scatter_src=torch.from_numpy(src), scatter_dst=torch.from_numpy(dst), kernel=True)
         else:
             # Planning runs on one thread whatever the job size: its ops touch a few int64 per
             # block, far too little to share, and on a loaded box each 2-thread op can wait a time
@@ -684,12 +709,13 @@ class BlockMover:
             else:
                 self._scatter_cpu(plan.scatter_src, plan.scatter_dst, srcs, dsts)
 
-    def _run_workers(self, work: Callable[[int], None], workers: int) -> None:
+    def _run_workers(self, work: Callable[[int], None], workers: int, torch_ops: bool = True) -> None:
         """Run ``work(0)`` here and ``work(1..workers-1)`` on the pool; re-raise the first failure
-        only after every worker stopped (none may still write when the job is reported)."""
+        only after every worker stopped (none may still write when the job is reported).
+        ``torch_ops``: the workers run torch ops, each on one intra-op thread."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=workers - 1, thread_name_prefix="kvoffload-mover")
-        with _intra_op_threads(1):
+        with _intra_op_threads(1 if torch_ops else None):
             futures = [self._pool.submit(work, w) for w in range(1, workers)]
             try:
                 work(0)
@@ -730,7 +756,7 @@ class BlockMover:
                 for s, d in zip(src_arr, dst_arr, strict=True):
                     mover_cpu_kernel.copy_rows_arrays(s, d, sidx, didx)
 
-        self._run_workers(work, workers)
+        self._run_workers(work, workers, torch_ops=False)
 
     def _scatter_cpu(
         self, src_ids: torch.Tensor, dst_ids: torch.Tensor, srcs: list[torch.Tensor], dsts: list[torch.Tensor]
