@@ -31,6 +31,7 @@ lint: $(STAMP)
 
 tla: $(STAMP)
 	$(VENV)/bin/kvoffload tla check-all tla
+	$(VENV)/bin/kvoffload link tla
 
 bench: $(STAMP)
 	$(VENV)/bin/kvoffload bench scheduler --json

@@ -14,6 +14,9 @@ import os
 
 from hypothesis import HealthCheck, settings
 
+# no_tlc, fake_jar, fake_tlc: one set of TLC stand-ins for the runner's and the command's tests.
+pytest_plugins = ["tlc_fakes"]
+
 settings.register_profile(
     "ci",
     max_examples=200,

@@ -7,9 +7,10 @@ import re
 import pytest
 
 from kvoffload.cli import main
-from kvoffload.spec.lifecycle import REQUEST_LIFECYCLE
+from kvoffload.spec import JOB_LIFECYCLE, REQUEST_LIFECYCLE
 from kvoffload.statemachine.declaration import LifecycleDeclaration, StateDecl, TransitionDecl
 from kvoffload.statemachine.diagram import edge_label, render, to_dot, to_mermaid
+from kvoffload.statemachine.lifecycle_tla import lifecycle_module
 
 DOOR = LifecycleDeclaration(
     name="door",
@@ -27,7 +28,7 @@ DOOR = LifecycleDeclaration(
 )
 
 
-@pytest.mark.parametrize("declaration", [REQUEST_LIFECYCLE, DOOR], ids=["request", "door"])
+@pytest.mark.parametrize("declaration", [REQUEST_LIFECYCLE, JOB_LIFECYCLE, DOOR], ids=["request", "job", "door"])
 def test_mermaid_has_every_state_and_edge(declaration: LifecycleDeclaration) -> None:
     text = to_mermaid(declaration)
     lines = text.splitlines()
@@ -59,7 +60,7 @@ def test_mermaid_descriptions_are_sanitised() -> None:
         assert ";" not in description and ":" not in description and ">" not in description
 
 
-@pytest.mark.parametrize("declaration", [REQUEST_LIFECYCLE, DOOR], ids=["request", "door"])
+@pytest.mark.parametrize("declaration", [REQUEST_LIFECYCLE, JOB_LIFECYCLE, DOOR], ids=["request", "job", "door"])
 def test_dot_has_every_state_and_edge(declaration: LifecycleDeclaration) -> None:
     text = to_dot(declaration)
     assert text.startswith(f'digraph "{declaration.name}" {{') and text.rstrip().endswith("}")
@@ -83,3 +84,12 @@ def test_diagram_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out == to_mermaid(REQUEST_LIFECYCLE)
     assert main(["diagram", "--format", "dot"]) == 0
     assert capsys.readouterr().out == to_dot(REQUEST_LIFECYCLE)
+
+
+def test_diagram_command_takes_any_declaration_by_name(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["diagram", "--lifecycle", "job"]) == 0
+    assert capsys.readouterr().out == to_mermaid(JOB_LIFECYCLE)
+    assert main(["diagram", "--lifecycle", "job", "--format", "tla"]) == 0
+    text = capsys.readouterr().out
+    assert text == lifecycle_module(JOB_LIFECYCLE)[1] and "MODULE JobLifecycle" in text
+    assert '<<"submitted", "flush", "flushed">>' in text and '<<"new", "prepare", "request_not_signaled">>' in text

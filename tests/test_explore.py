@@ -12,7 +12,7 @@ from kvoffload.statemachine.explore import (
     CRASH,
     DRAIN_ACTION,
     Counterexample,
-    TraceStep,
+    CounterexampleStep,
     explore,
     format_counterexample,
     format_result,
@@ -198,9 +198,9 @@ def test_counterexample_printer_format() -> None:
         "MutualExclusion",
         "both in",
         (
-            TraceStep("check(p0)", {"p0": ("idle", "checked")}),
-            TraceStep("enter(p0)", {"p0": ("checked", "crit")}),
-            TraceStep("enter(p1)", {}, error="KeyError: 'p1'"),
+            CounterexampleStep("check(p0)", {"p0": ("idle", "checked")}),
+            CounterexampleStep("enter(p0)", {"p0": ("checked", "crit")}),
+            CounterexampleStep("enter(p1)", {}, error="KeyError: 'p1'"),
         ),
     )
     assert format_counterexample(violation).splitlines() == [

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from kvoffload.bugzoo import MUTANTS, Mutant, explore_model_for
 from kvoffload.cli import main
-from kvoffload.offload.explore_model import OffloadExploreModel
 from kvoffload.statemachine.explore import explore
 from kvoffload.statemachine.explore_parallel import explore_parallel
+from kvoffload.verify.bugzoo import MUTANTS, Mutant, explore_model_for
+from kvoffload.verify.explore_model import OffloadExploreModel
 
 
 @pytest.mark.parametrize(

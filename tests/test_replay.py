@@ -170,7 +170,9 @@ def test_sweep_writes_a_png_and_json(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "belady" in capsys.readouterr().out
 
 
-@pytest.mark.skipif(not TRACE.exists(), reason=f"Mooncake trace not found at {TRACE} (see /work/shared/traces)")
+@pytest.mark.skipif(
+    not TRACE.exists(), reason="Mooncake trace not found at ../shared/traces/mooncake_conversation_trace.jsonl"
+)
 @pytest.mark.parametrize("policy", ["lru", "doorkeeper"])
 def test_real_trace_prefix(policy: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["replay", str(TRACE), "--limit", "500", "--json", "--policy", policy, "--check-every", "25"]) == 0

@@ -35,8 +35,8 @@ def test_faults_aborts_and_resets_leave_no_violation_or_leak(seed: int, delay: i
             users=12,
             turns=3,
             seed=seed,
-            gpu_blocks=48,
-            cpu_blocks=40,
+            num_gpu_blocks=48,
+            num_cpu_blocks=40,
             delay=delay,
             blocks_per_chunk=blocks_per_chunk,
             faults=0.1,
@@ -69,7 +69,7 @@ def test_runs_repeat_exactly_for_a_seed() -> None:
 
 
 def test_offloading_saves_prompt_compute_against_a_run_without_cpu_hits() -> None:
-    tiny_cpu = simulate(SimulationOptions(cpu_blocks=1, backend="model"))
+    tiny_cpu = simulate(SimulationOptions(num_cpu_blocks=1, backend="model"))
     normal = simulate(SimulationOptions(backend="model"))
     assert normal["computed_tokens"] < tiny_cpu["computed_tokens"]
 
@@ -117,6 +117,8 @@ def test_request_hashes_chain_over_full_blocks() -> None:
         ({"faults": 2.0}, "--faults must be in"),
         ({"delay": -1}, "--delay"),
         ({"policy": "mru"}, "--policy 'mru' is unknown; known: arc, doorkeeper"),
+        ({"num_gpu_blocks": 0}, "--gpu-blocks must be >= 1"),
+        ({"mutant": "nope"}, "--mutant 'nope' is unknown; known: abort_unscheduled_stores"),
     ],
 )
 def test_bad_options_are_rejected(kwargs: dict[str, float], message: str) -> None:
@@ -136,7 +138,7 @@ def test_engine_rejects_duplicate_ids_and_unknown_aborts() -> None:
 
 
 def test_conversations_that_outgrow_the_gpu_pool_end_instead_of_hanging() -> None:
-    result = simulate(SimulationOptions(users=6, turns=6, gpu_blocks=24, seed=5, backend="model"))
+    result = simulate(SimulationOptions(users=6, turns=6, num_gpu_blocks=24, seed=5, backend="model"))
     assert (result["violations"], result["leaks"]) == (0, 0)
     assert result["finished"] + result["aborted"] < 36, "some conversations were cut"
 

@@ -1,4 +1,4 @@
-"""The Python spec and the TLA+ spec use the same names (DESIGN.md: one vocabulary everywhere)."""
+"""The Python spec and the TLA+ spec use the same names (docs/design.md: one vocabulary everywhere)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ program starts from a "warm" CPU tier (one finished conversation offloaded), so 
 After every rule: every invariant of ``kvoffload.spec`` on the scheduler's snapshot, the engine's
 own checks (GpuBlockFence, DataIntegrity of loaded blocks), DataIntegrity at the source (a store
 reads GPU blocks that hold its keys), and the lifecycle trace so far replays through the spec's
-mirror (``kvoffload.spec.mirror``). At the end the engine drains and nothing may be left (NoLeak,
+mirror (``kvoffload.verify.mirror``). At the end the engine drains and nothing may be left (NoLeak,
 EventuallyCleaned), and every traced request reached ``cleaned``.
 
 Completions reach the connector only through ``Engine.step`` (``update_connector_output`` inside
@@ -27,7 +27,6 @@ import functools
 import io
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 import pytest
@@ -52,9 +51,12 @@ from kvoffload.offload.types import ConnectorMetadata, JobId, OffloadConfig, Wor
 from kvoffload.sim import Engine, EngineConfig
 from kvoffload.sim.kv_model import ModelWorker
 from kvoffload.spec import check_invariants
-from kvoffload.spec.lifecycle import CLEANED
-from kvoffload.spec.mirror import TraceMirror, parse_line
+from kvoffload.statemachine.explore import CRASH
+from kvoffload.statemachine.runtime import LifecycleError
 from kvoffload.statemachine.trace import TraceWriter
+from kvoffload.verify.bugzoo import MUTANTS, Mutant
+from kvoffload.verify.explore_model import WorkerReport
+from kvoffload.verify.mirror import TraceMirror, parse_line
 
 # Jobs complete only when the program says so (or when the scheduler flushes them).
 NEVER = 10**9
@@ -80,12 +82,14 @@ class ChosenCompletions:
     ``late_flush_reports``: a flushed job is waited for in its step (its copy is done) but
     reported one step later, as a worker that collects completions at the end of a step does; the
     scheduler must keep a preempted request out until the report arrives.
-    ``failed_as_done`` is the worker-side bug of the zoo: a failed transfer reported as done.
+    ``report``: a worker-side bug of the zoo (``Mutant.worker_report``), applied to what is reported.
     """
 
-    def __init__(self, worker: ModelWorker, failed_as_done: bool = False, late_flush_reports: bool = False) -> None:
+    def __init__(
+        self, worker: ModelWorker, report: WorkerReport | None = None, late_flush_reports: bool = False
+    ) -> None:
         self.worker = worker
-        self.failed_as_done = failed_as_done
+        self.report = report
         self.late_flush_reports = late_flush_reports
         self._queued: dict[JobId, bool] = {}
         # DataIntegrity at the source: stores that read GPU blocks not holding their keys' KV.
@@ -109,18 +113,17 @@ class ChosenCompletions:
 
     def complete(self, job_ids: list[JobId], ok: bool) -> None:
         for job_id, done in self.worker.complete(job_ids, ok).completed.items():
-            self._queued[job_id] = True if self.failed_as_done else done
+            self._queued[job_id] = done
 
     def execute(self, metadata: ConnectorMetadata) -> WorkerOutput:
         self._check_store_sources(metadata)
         queued, self._queued = self._queued, {}
         completed = dict(self.worker.execute(metadata).completed)
-        if self.failed_as_done:
-            completed = dict.fromkeys(completed, True)
         if self.late_flush_reports:
             self._queued = {job_id: completed.pop(job_id) for job_id in metadata.flush if job_id in completed}
         completed.update(queued)
-        return WorkerOutput(completed)
+        output = WorkerOutput(completed)
+        return output if self.report is None else self.report(output)
 
     def _check_store_sources(self, metadata: ConnectorMetadata) -> None:
         """A store is submitted for chunks computed in earlier steps, so each chunk's last GPU block
@@ -164,7 +167,7 @@ class OffloadMachine(RuleBasedStateMachine):
 
     make_scheduler: ClassVar[SchedulerFactory | None] = None
     make_manager: ClassVar[ManagerFactory | None] = None
-    failed_as_done: ClassVar[bool] = False
+    worker_report: ClassVar[WorkerReport | None] = None
 
     prompts = Bundle("prompts")
 
@@ -220,10 +223,10 @@ class OffloadMachine(RuleBasedStateMachine):
         manager = cls.make_manager(offload.num_cpu_blocks, offload.policy) if cls.make_manager else None
         scheduler = cls.make_scheduler(offload, manager) if cls.make_scheduler else None
         worker = ModelWorker(blocks_per_chunk, NEVER, 0.0, seed=1)
-        self.backend = ChosenCompletions(worker, cls.failed_as_done, late_flush_reports)
+        self.backend = ChosenCompletions(worker, cls.worker_report, late_flush_reports)
         engine = Engine(config, scheduler=scheduler, backend=self.backend)
         self.engine = engine
-        self.writer.attach(engine.scheduler.lifecycle, step=lambda: engine.scheduler.step)
+        engine.scheduler.attach_trace(self.writer)
         if warm is None:
             return multiple()
         prompt = self._add(warm, 1)
@@ -343,11 +346,13 @@ class OffloadMachine(RuleBasedStateMachine):
         assert not violations, [str(v) for v in violations]
         assert engine.stats.violations == 0, engine.stats.violation_messages
         assert engine.stats.integrity_failures == 0, engine.stats.violation_messages
-        assert engine.leaks() == []
+        assert engine.leaks() == [], f"NoLeak: {engine.leaks()}"
         self._replay_trace()
         self.writer.close()
-        assert self.mirror.result.unfinished == [], "the trace leaves requests not cleaned"
-        assert self.mirror.result.requests == engine.scheduler.stats.cleaned
+        replay = self.mirror.replay
+        assert replay.unfinished("request") == [], "EventuallyCleaned: the trace leaves requests not cleaned"
+        assert replay.unfinished("job") == [], "EventuallyCleaned: the trace leaves jobs not ended"
+        assert replay.counts.instances["request"] == engine.scheduler.stats.cleaned
 
 
 def test_offload_machine() -> None:
@@ -356,19 +361,16 @@ def test_offload_machine() -> None:
 
 
 # ---------------------------------------------------------------------- mutants
-def machine_for(
-    make_scheduler: SchedulerFactory | None,
-    make_manager: ManagerFactory | None = None,
-    failed_as_done: bool = False,
-    name: str = "Mutant",
-) -> type[OffloadMachine]:
-    """The state machine with a mutant's scheduler / manager / worker bug swapped in."""
-    attributes: dict[str, Any] = {"failed_as_done": failed_as_done}
-    if make_scheduler is not None:
-        attributes["make_scheduler"] = staticmethod(make_scheduler)
-    if make_manager is not None:
-        attributes["make_manager"] = staticmethod(make_manager)
-    return type(f"OffloadMachine_{name}", (OffloadMachine,), attributes)
+def machine_for(mutant: Mutant | None) -> type[OffloadMachine]:
+    """The state machine with a mutant's scheduler / manager / worker bug swapped in (None: ours)."""
+    if mutant is None:
+        return OffloadMachine
+    attributes: dict[str, Any] = {
+        "make_scheduler": staticmethod(mutant.make_scheduler),
+        "make_manager": staticmethod(mutant.make_manager),
+        "worker_report": staticmethod(mutant.worker_report) if mutant.worker_report else None,
+    }
+    return type(f"OffloadMachine_{mutant.name}", (OffloadMachine,), attributes)
 
 
 # The mutant hunt's budget is fixed whatever the profile: derandomized, so whether a mutant is
@@ -385,6 +387,18 @@ MUTANT_SETTINGS = settings(
 )
 
 
+def caught_as(failure: BaseException) -> str:
+    """What caught a mutant: the invariant a LifecycleViolation names, ``DeclaredLifecycle`` when the
+    declared machine refused a move, the text of a failed check (every check names its invariant),
+    or ``Crash`` for any other exception the code raised."""
+    invariant = getattr(failure, "invariant", None)
+    if isinstance(invariant, str):
+        return invariant
+    if isinstance(failure, LifecycleError):
+        return "DeclaredLifecycle"
+    return str(failure) if isinstance(failure, AssertionError) else CRASH
+
+
 def hunt(machine: type[OffloadMachine]) -> BaseException | None:
     """Run ``machine`` under MUTANT_SETTINGS; the failure it found, or None."""
     try:
@@ -396,79 +410,10 @@ def hunt(machine: type[OffloadMachine]) -> BaseException | None:
     return None
 
 
-@dataclass(frozen=True)
-class LocalMutant:
-    """Stand-ins for the bug zoo until ``kvoffload.bugzoo.MUTANTS`` exists (same attributes)."""
-
-    name: str
-    invariant: str
-    summary: str
-    make_scheduler: SchedulerFactory | None = None
-    failed_as_done: bool = False
-
-
-class _EagerSignalScheduler(OffloadingScheduler):
-    # The reference crash: the manager hears about the finish inside request_finished.
-    def request_finished(self, request: Any, block_ids: Any) -> bool:
-        hold = super().request_finished(request, block_ids)
-        self.manager.on_request_finished(request.request_id)
-        return hold
-
-    def _signal(self, tracker: Any) -> None:
-        self.lifecycle.fire(tracker, "signal")
-        tracker.signals += 1
-        if self.lifecycle.can_fire(tracker, "clean"):
-            self._clean(tracker)
-
-
-class _CleanWhileInFlightScheduler(OffloadingScheduler):
-    # Drops the request at the signal, whatever is still in flight.
-    def _signal(self, tracker: Any) -> None:
-        self.lifecycle.fire(tracker, "signal")
-        tracker.signals += 1
-        self.manager.on_request_finished(tracker.request_id)
-        tracker.state = CLEANED
-        del self._trackers[tracker.request_id]
-
-
-LOCAL_MUTANTS: dict[str, LocalMutant] = {
-    mutant.name: mutant
-    for mutant in (
-        LocalMutant("eager-signal", "NoManagerCallAfterSignal", "signal inside request_finished",
-                    lambda config, manager: _EagerSignalScheduler(config, manager)),
-        LocalMutant("clean-while-in-flight", "CleanOnlyWhenDrained", "forget a request with jobs in flight",
-                    lambda config, manager: _CleanWhileInFlightScheduler(config, manager)),
-        LocalMutant("failed-as-done", "DataIntegrity", "the worker reports a failed transfer as done",
-                    failed_as_done=True),
-    )
-}
-
-
-def _mutants() -> dict[str, Any]:
-    try:
-        from kvoffload.bugzoo import MUTANTS  # type: ignore[attr-defined]
-    except ImportError:
-        return dict(LOCAL_MUTANTS)
-    return dict(MUTANTS) or dict(LOCAL_MUTANTS)
-
-
-def _worker_bug(mutant: Any) -> bool:
-    # The zoo's flag for a lying worker; LocalMutant calls it failed_as_done.
-    return bool(getattr(mutant, "worker_reports_failure_as_done", False) or getattr(mutant, "failed_as_done", False))
-
-
-MUTANTS = _mutants()
-
-
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_mutant_is_caught(name: str) -> None:
     mutant = MUTANTS[name]
-    machine = machine_for(
-        getattr(mutant, "make_scheduler", None),
-        getattr(mutant, "make_manager", None),
-        _worker_bug(mutant),
-        name=name.replace("-", "_"),
-    )
+    machine = machine_for(mutant)
     started = time.perf_counter()
     failure = hunt(machine)
     elapsed = time.perf_counter() - started
@@ -476,6 +421,10 @@ def test_mutant_is_caught(name: str) -> None:
         f"mutant {name!r} ({mutant.summary}) survived {MUTANT_SETTINGS.max_examples} programs "
         f"({elapsed:.1f} s); the invariant it breaks: {mutant.invariant}"
     )
+    # Caught for the right reason: the failure names one of the mutant's invariants, not just any error.
+    found = caught_as(failure)
+    expected = mutant.caught_by
+    assert any(invariant in found for invariant in expected), f"{name}: caught by {failure!r}, expected {expected}"
 
 
 def test_unmutated_code_passes_the_mutant_budget() -> None:

@@ -26,7 +26,9 @@ class Thing:
 
 def machine(guard_value_attr: str = "guard_value") -> DeclaredMachine:
     return DeclaredMachine(
-        REQUEST_LIFECYCLE, guards={"no_jobs_in_flight": lambda thing: getattr(thing, guard_value_attr)}
+        REQUEST_LIFECYCLE,
+        guards={"no_jobs_in_flight": lambda thing: getattr(thing, guard_value_attr)},
+        id_attribute="request_id",
     )
 
 
@@ -100,7 +102,7 @@ def test_observers_see_every_accepted_transition_and_no_rejected_one() -> None:
 
 def test_missing_guard_implementation_is_reported_at_construction() -> None:
     with pytest.raises(ValueError, match="no implementation for guard"):
-        DeclaredMachine(REQUEST_LIFECYCLE, guards={})
+        DeclaredMachine(REQUEST_LIFECYCLE, guards={}, id_attribute="request_id")
 
 
 def _declaration(**changes: object) -> LifecycleDeclaration:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,6 @@ import pytest
 
 from kvoffload import cli
 from kvoffload.commands import tla as tla_command
-from kvoffload.statemachine import tlc
 from kvoffload.statemachine.checkresult import (
     EXIT_ERROR_CONFIG_PARSE,
     EXIT_ERROR_SPEC_PARSE,
@@ -23,52 +21,10 @@ from kvoffload.statemachine.checkresult import (
     CheckResult,
     TraceStep,
 )
+from tlc_fakes import FakeTlc, fixture
 
 REPO = Path(__file__).parent.parent
 TLA_DIR = REPO / "tla"
-FIXTURES = Path(__file__).parent / "fixtures" / "tlc"
-
-
-def embedded_available() -> bool:
-    try:
-        from kvoffload.statemachine.tlaplus import check_model  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-requires_embedded = pytest.mark.skipif(
-    not embedded_available(), reason="embedded checker kvoffload.statemachine.tlaplus not available yet"
-)
-
-
-@pytest.fixture
-def no_tlc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No cached jar, no TLA2TOOLS_JAR: auto picks the embedded engine."""
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv(tlc.JAR_ENV, raising=False)
-
-
-@pytest.fixture
-def fake_tlc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """A jar in the cache, java "found", and subprocess.run answering with a fixture."""
-    home = tmp_path / "home"
-    jar = home / ".cache" / "kvoffload" / "tla2tools.jar"
-    jar.parent.mkdir(parents=True)
-    jar.write_bytes(b"PK")
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv(tlc.JAR_ENV, raising=False)
-    monkeypatch.setattr(tlc, "find_java", lambda: "java")
-    answer: dict[str, Any] = {"output": "", "exit_code": 0, "calls": []}
-
-    def run(command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-        answer["calls"].append(command)
-        return subprocess.CompletedProcess(command, answer["exit_code"], stdout=answer["output"], stderr="")
-
-    monkeypatch.setattr(tlc.subprocess, "run", run)
-    return answer
 
 
 def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -105,7 +61,7 @@ def test_missing_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert "Other.cfg" in assert_one_error_line(err)
 
 
-def test_engine_tlc_without_jar(no_tlc: None, capsys: pytest.CaptureFixture[str]) -> None:
+def test_engine_tlc_without_jar(no_tlc: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(["tla", "check", str(TLA_DIR / "KVOffload.tla"), "--engine", "tlc"], capsys)
     assert code == 2
     line = assert_one_error_line(err)
@@ -120,10 +76,10 @@ def test_explicit_missing_jar(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 
 def test_tlc_config_error_is_one_line(
-    tmp_path: Path, fake_tlc: dict[str, Any], capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, fake_tlc: FakeTlc, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fake_tlc["output"] = (FIXTURES / "config_error.out").read_text()
-    fake_tlc["exit_code"] = EXIT_ERROR_CONFIG_PARSE
+    fake_tlc.output = fixture("config_error.out")
+    fake_tlc.exit_code = EXIT_ERROR_CONFIG_PARSE
     code, _, err = run_cli(["tla", "check", str(TLA_DIR / "KVOffload.tla"), "--engine", "tlc"], capsys)
     assert code == 2
     line = assert_one_error_line(err)
@@ -139,9 +95,9 @@ def test_tlc_config_error_is_one_line(
     assert f"{tmp_path / 'KVOffload.cfg'}:4: The invariant NoSuchInvariant" in assert_one_error_line(err)
 
 
-def test_tlc_parse_error_is_one_line(fake_tlc: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
-    fake_tlc["output"] = (FIXTURES / "parse_error.out").read_text()
-    fake_tlc["exit_code"] = EXIT_ERROR_SPEC_PARSE
+def test_tlc_parse_error_is_one_line(fake_tlc: FakeTlc, capsys: pytest.CaptureFixture[str]) -> None:
+    fake_tlc.output = fixture("parse_error.out")
+    fake_tlc.exit_code = EXIT_ERROR_SPEC_PARSE
     code, out, err = run_cli(["tla", "check", str(TLA_DIR / "KVOffload.tla"), "--engine", "tlc", "--json"], capsys)
     assert code == 2 and out == ""
     line = assert_one_error_line(err)
@@ -172,7 +128,7 @@ def _fake_result(**changes: Any) -> CheckResult:
 
 
 def test_auto_falls_back_to_embedded_and_says_so_on_stderr(
-    no_tlc: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    no_tlc: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     seen: list[str] = []
 
@@ -195,7 +151,7 @@ def test_auto_falls_back_to_embedded_and_says_so_on_stderr(
 
 
 def test_human_report_lists_changed_variables(
-    no_tlc: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    no_tlc: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(tla_command, "run_engine", lambda *a, **k: _fake_result())
     code, out, _ = run_cli(["tla", "check", str(TLA_DIR / "KVOffload.tla")], capsys)
@@ -216,9 +172,9 @@ def test_human_report_lasso() -> None:
     assert "Back to state 2" in report
 
 
-def test_check_with_tlc_engine(fake_tlc: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
-    fake_tlc["output"] = (FIXTURES / "liveness.out").read_text()
-    fake_tlc["exit_code"] = EXIT_VIOLATION_LIVENESS
+def test_check_with_tlc_engine(fake_tlc: FakeTlc, capsys: pytest.CaptureFixture[str]) -> None:
+    fake_tlc.output = fixture("liveness.out")
+    fake_tlc.exit_code = EXIT_VIOLATION_LIVENESS
     code, out, err = run_cli(["tla", "check", str(TLA_DIR / "KVOffload.tla")], capsys)
     assert code == EXIT_VIOLATION_LIVENESS
     assert err == ""  # auto found TLC: nothing to say
@@ -228,7 +184,7 @@ def test_check_with_tlc_engine(fake_tlc: dict[str, Any], capsys: pytest.CaptureF
     code, out, _ = run_cli(["tla", "check", str(TLA_DIR / "KVOffload.tla"), "--json"], capsys)
     data = json.loads(out)
     assert data["engine"] == "tlc" and data["loop_back_to"] == 3 and data["exit_code"] == 13
-    assert fake_tlc["calls"][0][-1] == "KVOffload.tla"
+    assert fake_tlc.calls[0][0][-1] == "KVOffload.tla"
 
 
 # --- check-all --------------------------------------------------------------------------------
@@ -272,11 +228,14 @@ def test_project_models_state_their_expectations() -> None:
         == "safety failure NoManagerCallAfterSignal"
     )
     for config in TLA_DIR.glob("*.cfg"):
-        assert tla_command.spec_for_config(config) == TLA_DIR / "KVOffload.tla"
+        spec = tla_command.spec_for_config(config)
+        # The refinement of the declared lifecycles extends KVOffload.tla.
+        assert spec in (TLA_DIR / "KVOffload.tla", TLA_DIR / "KVOffloadRefinement.tla")
+        assert "EXTENDS KVOffload\n" in spec.read_text() or spec.name == "KVOffload.tla"
 
 
 def test_project_cfgs_name_only_defined_operators() -> None:
-    spec = (TLA_DIR / "KVOffload.tla").read_text()
+    spec = (TLA_DIR / "KVOffload.tla").read_text() + (TLA_DIR / "KVOffloadRefinement.tla").read_text()
     defined = set(re.findall(r"^([A-Za-z_]\w*)(?:\([^)]*\))? ==", spec, re.MULTILINE))
     required = {
         "TypeOK", "SignalAfterFinalStore", "NoManagerCallAfterSignal", "SignalExactlyOnce",
@@ -293,7 +252,7 @@ def test_project_cfgs_name_only_defined_operators() -> None:
             elif token.isupper() and token.isalpha():
                 section = None
             elif section is not None:
-                assert token in defined, f"{config.name}: {token} is not defined in KVOffload.tla"
+                assert token in defined, f"{config.name}: {token} is not defined in KVOffload(Refinement).tla"
 
 
 def test_spec_for_config_resolution(tmp_path: Path) -> None:
@@ -321,7 +280,7 @@ def _model_dir(tmp_path: Path) -> Path:
 
 
 def test_check_all_all_met(
-    tmp_path: Path, no_tlc: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, no_tlc: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     directory = _model_dir(tmp_path)
 
@@ -347,7 +306,7 @@ def test_check_all_all_met(
 
 
 def test_check_all_unmet_and_errors(
-    tmp_path: Path, no_tlc: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, no_tlc: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     directory = _model_dir(tmp_path)
     (directory / "M_NoExpect.cfg").write_text("SPECIFICATION Spec\n")
@@ -388,7 +347,6 @@ def test_format_tla_error() -> None:
 # --- the project models on the embedded checker ----------------------------------------------
 
 
-@requires_embedded
 def test_embedded_fixed_model_passes(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(["tla", "check", str(TLA_DIR / "KVOffload.tla"), "--engine", "embedded", "--json"], capsys)
     data = json.loads(out)
@@ -398,7 +356,6 @@ def test_embedded_fixed_model_passes(capsys: pytest.CaptureFixture[str]) -> None
     assert 1_000 <= data["distinct_states"] <= 50_000
 
 
-@requires_embedded
 def test_embedded_eager_signal_reference_crash(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(
         [
@@ -423,7 +380,6 @@ def test_embedded_eager_signal_reference_crash(capsys: pytest.CaptureFixture[str
     assert trace[finish]["state"]["afterSignal"] == "{}"
 
 
-@requires_embedded
 def test_embedded_cfg_naming_missing_invariant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = tmp_path / "KVOffload.tla"
     spec.write_text((TLA_DIR / "KVOffload.tla").read_text())
@@ -487,7 +443,6 @@ SPEC_MUTANTS = [
 ]
 
 
-@requires_embedded
 @pytest.mark.parametrize(("old", "new", "result", "violated"), SPEC_MUTANTS)
 def test_spec_mutants_are_caught(tmp_path: Path, old: str, new: str, result: str, violated: str) -> None:
     from kvoffload.statemachine.tlaplus import check_model

@@ -4,9 +4,7 @@ discovery, the command line, and, when a tla2tools.jar and java are present, rea
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -19,14 +17,10 @@ from kvoffload.statemachine.checkresult import (
     EXIT_VIOLATION_LIVENESS,
     EXIT_VIOLATION_SAFETY,
 )
+from tlc_fakes import FIXTURES, FakeTlc, fixture, touch_jar
 
-FIXTURES = Path(__file__).parent / "fixtures" / "tlc"
 REPO = Path(__file__).parent.parent
 TLA_DIR = REPO / "tla"
-
-
-def fixture(name: str) -> str:
-    return (FIXTURES / name).read_text()
 
 
 # --- parsing ----------------------------------------------------------------------------------
@@ -222,35 +216,19 @@ def test_tla_value_from_json() -> None:
 # --- finding TLC ------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def no_tlc_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A HOME without a cached jar and no TLA2TOOLS_JAR."""
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv(tlc.JAR_ENV, raising=False)
-    return home
-
-
-def _touch(path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"PK")
-    return path
-
-
-def test_jar_discovery_order(tmp_path: Path, no_tlc_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    cached = _touch(no_tlc_env / ".cache" / "kvoffload" / "tla2tools.jar")
+def test_jar_discovery_order(tmp_path: Path, no_tlc: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cached = touch_jar(no_tlc)
     assert tlc.default_jar_path() == cached
     assert tlc.find_jar() == cached
-    from_env = _touch(tmp_path / "env" / "tla2tools.jar")
+    from_env = touch_jar(tmp_path / "env")
     monkeypatch.setenv(tlc.JAR_ENV, str(from_env))
     assert tlc.find_jar() == from_env
-    explicit = _touch(tmp_path / "explicit" / "tla2tools.jar")
+    explicit = touch_jar(tmp_path / "explicit")
     assert tlc.find_jar(explicit) == explicit
     assert tlc.find_jar(str(explicit)) == explicit
 
 
-def test_missing_jar_message(no_tlc_env: Path) -> None:
+def test_missing_jar_message(no_tlc: Path) -> None:
     with pytest.raises(tlc.TlcNotFound) as info:
         tlc.find_jar()
     message = str(info.value)
@@ -262,9 +240,9 @@ def test_missing_jar_message(no_tlc_env: Path) -> None:
 
 
 def test_asked_for_jar_that_is_missing_is_an_error(
-    tmp_path: Path, no_tlc_env: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, no_tlc: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _touch(no_tlc_env / ".cache" / "kvoffload" / "tla2tools.jar")
+    touch_jar(no_tlc)
     with pytest.raises(tlc.TlcNotFound, match="given by --jar"):
         tlc.find_jar(tmp_path / "nope.jar")
     monkeypatch.setenv(tlc.JAR_ENV, str(tmp_path / "nope.jar"))
@@ -280,27 +258,6 @@ def test_missing_java(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # --- running TLC (subprocess replaced) --------------------------------------------------------
-
-
-class FakeTlc:
-    """Stands in for subprocess.run: records the call, writes the JSON trace TLC would write."""
-
-    def __init__(self, output: str, exit_code: int, trace_json: str | None = None) -> None:
-        self.output = output
-        self.exit_code = exit_code
-        self.trace_json = trace_json
-        self.calls: list[tuple[list[str], dict[str, Any]]] = []
-
-    def __call__(self, command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-        self.calls.append((command, kwargs))
-        if self.trace_json is not None:
-            Path(command[command.index("-dumpTrace") + 2]).write_text(self.trace_json)
-        return subprocess.CompletedProcess(command, self.exit_code, stdout=self.output, stderr="")
-
-
-@pytest.fixture
-def fake_jar(tmp_path: Path, no_tlc_env: Path) -> Path:
-    return _touch(no_tlc_env / ".cache" / "kvoffload" / "tla2tools.jar")
 
 
 def test_run_tlc_command_line_and_result(fake_jar: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -352,7 +309,7 @@ def test_run_tlc_missing_inputs(fake_jar: Path, tmp_path: Path) -> None:
         tlc.run_tlc(spec)
 
 
-def test_run_tlc_without_jar(no_tlc_env: Path) -> None:
+def test_run_tlc_without_jar(no_tlc: Path) -> None:
     with pytest.raises(tlc.TlcNotFound, match="TLA2TOOLS_JAR"):
         tlc.run_tlc(TLA_DIR / "KVOffload.tla")
 

@@ -12,17 +12,20 @@ import pytest
 
 from kvoffload.cli import main
 from kvoffload.sim import Engine, EngineConfig, MultiTurnWorkload, WorkloadConfig
-from kvoffload.spec.lifecycle import REQUEST_LIFECYCLE
-from kvoffload.spec.mirror import MalformedTrace, check_trace_file, check_trace_lines
+from kvoffload.spec import JOB_LIFECYCLE, REQUEST_LIFECYCLE
 from kvoffload.statemachine.runtime import TransitionEvent
-from kvoffload.statemachine.trace import TraceWriter, default_variables
+from kvoffload.statemachine.tlaplus import check_model
+from kvoffload.statemachine.trace import TraceWriter
 from kvoffload.statemachine.trace_tla import write_trace_module
+from kvoffload.verify.bugzoo import MUTANTS, Mutant
+from kvoffload.verify.mirror import MalformedTrace, check_trace_file, check_trace_lines
+from kvoffload.verify.trace_tla_rules import check_trace_module, write_product_trace_module
 
 
 def run_engine(config: EngineConfig, writer: TraceWriter | None = None, users: int = 4, turns: int = 2) -> Engine:
     engine = Engine(config)
     if writer is not None:
-        writer.attach(engine.scheduler.lifecycle, step=lambda: engine.scheduler.step)
+        engine.scheduler.attach_trace(writer)
     workload = MultiTurnWorkload(WorkloadConfig(users=users, turns=turns, seed=config.seed))
     workload.attach(engine)
     for _ in range(20_000):
@@ -45,7 +48,7 @@ def test_writer_writes_every_transition(tmp_path: Path) -> None:
     fired: list[tuple[Any, ...]] = []
     writer = TraceWriter.open(path)
     engine = Engine(FAULTY)
-    writer.attach(engine.scheduler.lifecycle, step=lambda: engine.scheduler.step)
+    engine.scheduler.attach_trace(writer)
     engine.scheduler.lifecycle.add_observer(
         lambda event, _: fired.append((event.instance_id, event.trigger, event.source, event.dest))
     )
@@ -55,14 +58,19 @@ def test_writer_writes_every_transition(tmp_path: Path) -> None:
         workload.tick(engine)
         engine.step()
     writer.close()
-    lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert [(r["request"], r["trigger"], r["from"], r["to"]) for r in lines] == fired
-    assert [r["seq"] for r in lines] == list(range(1, len(lines) + 1))
-    assert {r["lifecycle"] for r in lines} == {"request"}
-    steps = [r["step"] for r in lines]
+    everything = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["seq"] for r in everything] == list(range(1, len(everything) + 1))
+    lines = [r for r in everything if r.get("lifecycle") == "request"]
+    assert [(r["id"], r["trigger"], r["from"], r["to"]) for r in lines] == fired
+    steps = [r["step"] for r in everything]
     assert steps == sorted(steps)
     # The run exercised more than the happy path, or this test would prove little.
     assert {r["trigger"] for r in lines} == set(REQUEST_LIFECYCLE.triggers)
+    jobs = [r for r in everything if r.get("lifecycle") == "job"]
+    assert {"prepare", "submit", "flush", "complete", "fail"} <= {r["trigger"] for r in jobs}
+    assert all(r["chunks"] and r["kind"] in ("load", "store") for r in jobs if r["trigger"] == "prepare")
+    calls = {(r["object"], r["call"]) for r in everything if "call" in r}
+    assert {("manager", "prepare_store"), ("manager", "on_request_finished"), ("scheduler", "reset_cache")} <= calls
     guarded = [r for r in lines if r["trigger"] in ("clean", "resume")]
     assert guarded and all(r["jobs_in_flight"] == 0 for r in guarded)
 
@@ -71,7 +79,7 @@ def test_writer_detaches_on_close() -> None:
     stream = io.StringIO()
     writer = TraceWriter(stream)
     engine = Engine(EngineConfig(seed=1))
-    writer.attach(engine.scheduler.lifecycle, step=lambda: engine.scheduler.step)
+    engine.scheduler.attach_trace(writer)
     writer.close()
     engine.add_request(list(range(1, 40)), 2)
     engine.drain()
@@ -79,24 +87,27 @@ def test_writer_detaches_on_close() -> None:
     assert writer.seq == 0
 
 
-def test_custom_variables_and_defaults() -> None:
+def test_line_format_and_recorded_calls() -> None:
     stream = io.StringIO()
     writer = TraceWriter(stream)
-
-    class Instance:
-        request_id = "r"
-        state = "running"
-        load_job = None
-        store_jobs = frozenset({3, 1})
-        signals = 0
-
-    assert default_variables(Instance()) == {"load_job": None, "store_jobs": [1, 3], "signals": 0, "jobs_in_flight": 2}
     writer.write(TransitionEvent("request", "r", "preempt", "running", "preempted"), 7, {"extra": 1})
-    line = json.loads(stream.getvalue())
-    assert line == {
-        "seq": 1, "step": 7, "lifecycle": "request", "request": "r", "trigger": "preempt",
+
+    class Target:
+        def hello(self, name: str) -> str:
+            return f"hi {name}"
+
+    target = Target()
+    writer.record_calls(target, "target", ["hello"], lambda: 8, lambda call, args: {"id": args[0]})
+    assert target.hello("x") == "hi x"
+    text = stream.getvalue()
+    writer.close()
+    assert "hello" not in vars(target)  # unwrapped on close
+    first, second = (json.loads(raw) for raw in text.splitlines())
+    assert first == {
+        "seq": 1, "step": 7, "lifecycle": "request", "id": "r", "trigger": "preempt",
         "from": "running", "to": "preempted", "extra": 1,
     }
+    assert second == {"seq": 2, "step": 8, "object": "target", "call": "hello", "id": "x"}
 
 
 # ---------------------------------------------------------------------- simulator traces
@@ -108,17 +119,25 @@ def test_simulated_traces_replay_cleanly(tmp_path: Path, faults: str, capsys: py
     capsys.readouterr()
     assert main(["trace", "check", str(path)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"{path}: OK: ") and "transitions: " in out
+    assert out.startswith(f"{path}: OK: ") and " request(s) (" in out and " job(s) (" in out
     assert main(["trace", "check", "--json", str(path)]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["ok"] and summary["lines"] == len(path.read_text().splitlines())
-    assert summary["transitions"]["signal"] == summary["transitions"]["finish"] == summary["requests"]
-    assert summary["unfinished"] == []
+    requests = summary["transitions"]["request"]
+    assert requests["signal"] == requests["finish"] == summary["instances"]["request"]
+    assert summary["transitions"]["job"]["prepare"] == summary["instances"]["job"]
+    assert summary["unfinished"] == {"request": [], "job": []}
+    # Each lifecycle alone, by name.
+    for name in ("request", "job"):
+        assert main(["trace", "check", "--lifecycle", name, "--json", str(path)]) == 0
+        alone = json.loads(capsys.readouterr().out)
+        assert alone["ok"] and list(alone["transitions"]) == [name]
 
 
 def test_many_simulator_traces_replay(tmp_path: Path) -> None:
     """Preemption, failed loads, resets and aborts, over several seeds."""
     seen: set[str] = set()
+    seen_jobs: set[str] = set()
     for seed in range(4):
         path = tmp_path / f"sim{seed}.ndjson"
         config = EngineConfig(
@@ -130,18 +149,33 @@ def test_many_simulator_traces_replay(tmp_path: Path) -> None:
         assert engine.leaks() == []
         result = check_trace_file(path)
         assert result.ok, result.error
-        seen |= set(result.transitions)
+        seen |= set(result.replay.counts.transitions["request"])
+        seen_jobs |= set(result.replay.counts.transitions["job"])
     assert seen == set(REQUEST_LIFECYCLE.triggers)
+    assert seen_jobs == set(JOB_LIFECYCLE.triggers)
 
 
 # ---------------------------------------------------------------------- bad traces
 def line(request: str, trigger: str, source: str, dest: str, step: int = 1, jobs: int = 0, **extra: Any) -> str:
     store_jobs = extra.pop("store_jobs", list(range(100, 100 + jobs)))
     record = {
-        "step": step, "lifecycle": "request", "request": request, "trigger": trigger, "from": source, "to": dest,
+        "step": step, "lifecycle": "request", "id": request, "trigger": trigger, "from": source, "to": dest,
         "load_job": extra.pop("load_job", None), "store_jobs": store_jobs, "jobs_in_flight": jobs, **extra,
     }
     return json.dumps(record)
+
+
+def job(job_id: int, trigger: str, source: str, dest: str, step: int = 1, **extra: Any) -> str:
+    record = {
+        "step": step, "lifecycle": "job", "id": job_id, "trigger": trigger, "from": source, "to": dest,
+        "request": extra.pop("request", "a"), "kind": extra.pop("kind", "store"), "chunks": [0],
+        "request_signals": extra.pop("request_signals", 0), **extra,
+    }
+    return json.dumps(record)
+
+
+def call(obj: str, name: str, step: int = 1, request: str | None = None) -> str:
+    return json.dumps({"step": step, "object": obj, "call": name, **({"id": request} if request else {})})
 
 
 GOOD = [
@@ -158,8 +192,8 @@ def with_seq(lines: list[str]) -> list[str]:
 
 def test_hand_made_good_trace() -> None:
     result = check_trace_lines(with_seq(GOOD))
-    assert result.ok and result.lines == 4 and result.requests == 1
-    assert dict(result.transitions) == {"schedule": 1, "finish": 1, "signal": 1, "clean": 1}
+    assert result.ok and result.lines == 4 and result.replay.counts.instances["request"] == 1
+    assert dict(result.replay.counts.transitions["request"]) == {"schedule": 1, "finish": 1, "signal": 1, "clean": 1}
 
 
 BAD: dict[str, tuple[list[str], int, str]] = {
@@ -169,7 +203,7 @@ BAD: dict[str, tuple[list[str], int, str]] = {
     ),
     "clean with jobs in flight": (
         [*GOOD[:3], line("a", "clean", "signaled", "cleaned", 4, jobs=1)],
-        4, "'clean' needs guard 'no_jobs_in_flight' but 1 job(s) are in flight",
+        4, "'clean' needs guard 'no_jobs_in_flight' (jobs_in_flight == 0) but jobs_in_flight = 1",
     ),
     "resume with jobs in flight": (
         [GOOD[0], line("a", "preempt", "running", "preempted", 2, jobs=1),
@@ -178,7 +212,7 @@ BAD: dict[str, tuple[list[str], int, str]] = {
     ),
     "transition after cleaned": (
         [*GOOD, line("a", "schedule", "waiting", "running", 5)],
-        5, "'schedule' after the request was cleaned (line 4)",
+        5, "'schedule' after the request reached 'cleaned' (line 4), a terminal state",
     ),
     "unknown trigger": (
         [GOOD[0], line("a", "evict", "running", "running", 2)],
@@ -186,7 +220,7 @@ BAD: dict[str, tuple[list[str], int, str]] = {
     ),
     "unknown request": (
         [GOOD[0], line("b", "finish", "running", "finished_pending_store", 2)],
-        2, "request 'b': unknown request: its first transition starts in 'running'",
+        2, "request 'b': DeclaredLifecycle: unknown request: its first transition starts in 'running'",
     ),
     "from does not match": (
         [GOOD[0], line("a", "finish", "waiting", "finished_pending_store", 2)],
@@ -207,6 +241,51 @@ BAD: dict[str, tuple[list[str], int, str]] = {
     "step goes back": (
         [line("a", "schedule", "waiting", "running", 3), line("b", "schedule", "waiting", "running", 2)],
         2, "step 2 is before the previous line's step 3",
+    ),
+    # The eager-signal bug, three ways a trace shows it.
+    "manager told before the signal": (
+        [GOOD[0], GOOD[1], call("manager", "on_request_finished", 2, "a")],
+        3, "NoManagerCallAfterSignal: on_request_finished for request 'a' in state 'finished_pending_store'",
+    ),
+    "signal with chunks never stored": (
+        [GOOD[0], GOOD[1],
+         line("a", "signal", "finished_pending_store", "signaled", 3, jobs=1, pending_store_chunks=1)],
+        3, "SignalAfterFinalStore: signaled with 1 chunk(s) never offered to prepare_store",
+    ),
+    "signal moved into request_finished": (
+        [GOOD[0], call("scheduler", "request_finished", 2, "a"), GOOD[1],
+         line("a", "signal", "finished_pending_store", "signaled", 2, jobs=1)],
+        4, "SignalAfterFinalStore: signaled inside request_finished()",
+    ),
+    "manager call after the signal": (
+        [*GOOD[:3], call("manager", "on_request_finished", 3, "a"), call("manager", "prepare_store", 4, "a")],
+        5, "NoManagerCallAfterSignal: prepare_store() for request 'a' after on_request_finished (line 4)",
+    ),
+    "second on_request_finished": (
+        [*GOOD[:3], call("manager", "on_request_finished", 3, "a"), call("manager", "on_request_finished", 3, "a")],
+        5, "SignalExactlyOnce: on_request_finished for request 'a' again (first: line 4)",
+    ),
+    "load while a store is in flight": (
+        [GOOD[0], job(1, "prepare", "new", "prepared", 2), job(2, "prepare", "new", "prepared", 2, kind="load")],
+        3, "JobsExclusive: load job 2 of request 'a' while its store job(s) ['1'] are in flight",
+    ),
+    "cleaned with a job in flight": (
+        [GOOD[0], job(100, "prepare", "new", "prepared", 2), GOOD[1], GOOD[2],
+         line("a", "clean", "signaled", "cleaned", 4)],
+        5, "CleanOnlyWhenDrained: 'clean' while job(s) ['100'] are in flight",
+    ),
+    "job built after the signal": (
+        [*GOOD[:3], job(1, "prepare", "new", "prepared", 3, request_signals=1)],
+        4, "'prepare' needs guard 'request_not_signaled' (request_signals == 0) but request_signals = 1",
+    ),
+    "job reported twice": (
+        [GOOD[0], job(1, "prepare", "new", "prepared", 2), job(1, "submit", "prepared", "submitted", 2),
+         job(1, "complete", "submitted", "completed", 3), job(1, "fail", "completed", "failed", 4)],
+        5, "'fail' after the job reached 'completed' (line 4), a terminal state",
+    ),
+    "waiting with a job in flight": (
+        [GOOD[0], line("a", "reset", "running", "waiting", 2, jobs=1)],
+        2, "entered 'waiting' with 1 job(s) in flight",
     ),
 }
 
@@ -240,8 +319,10 @@ def test_seq_gap_is_rejected() -> None:
     [
         ("{not json", "malformed JSON"),
         ("[1, 2]", "expected a JSON object"),
-        (json.dumps({"request": "a", "from": "waiting", "to": "running"}), "missing field 'trigger'"),
-        (json.dumps({"request": "a", "trigger": 3, "from": "waiting", "to": "running"}), "field 'trigger'"),
+        (json.dumps({"lifecycle": "request", "id": "a", "from": "waiting", "to": "running"}),
+         "missing field 'trigger'"),
+        (json.dumps({"lifecycle": "request", "id": "a", "trigger": 3, "from": "waiting", "to": "running"}),
+         "field 'trigger'"),
     ],
 )
 def test_malformed_line_is_one_clear_error(
@@ -265,46 +346,43 @@ def test_missing_file_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 # ---------------------------------------------------------------------- TLA+ trace validation
-def _embedded() -> Any:
-    try:
-        from kvoffload.statemachine.tlaplus import check_model
-    except ImportError:  # pragma: no cover - the embedded checker is another module's work
-        pytest.skip("kvoffload.statemachine.tlaplus (the embedded checker) is not available")
-    return check_model
-
-
 def test_trace_tla_module_checks_with_the_embedded_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    check_model = _embedded()
     path = tmp_path / "sim.ndjson"
     config = EngineConfig(num_gpu_blocks=28, num_cpu_blocks=40, fault_rate=0.15, abort_probability=0.05,
                           reset_probability=0.03, seed=1)
     with TraceWriter.open(path) as writer:
         run_engine(config, writer, users=3, turns=2)
     out = tmp_path / "tla"
-    assert main(["trace", "tla", str(path), "--out", str(out)]) == 0
-    assert "TraceKVOffload.tla" in capsys.readouterr().out
-    result = check_model(out / "TraceKVOffload.tla")
+    assert main(["trace", "tla", str(path), "--out", str(out), "--check"]) == 0
+    assert "TraceRequestJob.tla" in capsys.readouterr().out
+    result = check_model(out / "TraceRequestJob.tla")
     lines = len(path.read_text().splitlines())
     assert result.result == "success", result.message
     # One state per line consumed, plus the initial state: the whole trace was explained.
     assert result.distinct_states == lines + 1
     # The same module through the command the README shows.
-    assert main(["tla", "check", str(out / "TraceKVOffload.tla"), "--engine", "embedded"]) == 0
+    assert main(["tla", "check", str(out / "TraceRequestJob.tla"), "--engine", "embedded"]) == 0
     assert "No error has been found" in capsys.readouterr().out
+    # One lifecycle alone: a module named after it.
+    assert main(["trace", "tla", str(path), "--out", str(out), "--lifecycle", "job", "--check"]) == 0
+    assert (out / "TraceJob.tla").exists()
 
 
-def test_trace_tla_module_rejects_a_bad_line(tmp_path: Path) -> None:
-    check_model = _embedded()
-    lines, bad_line, _ = BAD["clean with jobs in flight"]
-    records = [json.loads(text) for text in lines]
-    tla_path, _ = write_trace_module(records, REQUEST_LIFECYCLE, tmp_path)
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_trace_tla_module_rejects_what_the_mirror_rejects(case: str, tmp_path: Path) -> None:
+    lines, bad_line, _ = BAD[case]
+    numbered = [(number, json.loads(text)) for number, text in enumerate(with_seq(lines), 1)]
+    tla_path, _ = write_product_trace_module(numbered, (REQUEST_LIFECYCLE, JOB_LIFECYCLE), tmp_path)
+    verdict = check_trace_module(tla_path)
+    assert not verdict.ok and verdict.line == bad_line, verdict
+
+
+def test_trace_tla_module_rejects_a_seq_gap(tmp_path: Path) -> None:
+    lines = with_seq(GOOD)
+    del lines[1]
+    tla_path, _ = write_trace_module([json.loads(text) for text in lines], (REQUEST_LIFECYCLE,), tmp_path)
     result = check_model(tla_path)
-    assert result.result == "safety failure" and result.violated == "NotStuck"
-    assert result.trace[-1].state["i"] == str(bad_line)
-    lines, bad_line, _ = BAD["trigger not allowed from state"]
-    tla_path, _ = write_trace_module([json.loads(text) for text in lines], REQUEST_LIFECYCLE, tmp_path / "b")
-    result = check_model(tla_path)
-    assert result.violated == "NotStuck" and result.trace[-1].state["i"] == str(bad_line)
+    assert result.violated == "InOrder" and result.trace[-1].state["line"] == "2"
 
 
 def test_trace_tla_rejects_empty_and_malformed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -316,3 +394,47 @@ def test_trace_tla_rejects_empty_and_malformed(tmp_path: Path, capsys: pytest.Ca
     bad.write_text("{oops\n")
     assert main(["trace", "tla", str(bad), "--out", str(tmp_path / "o")]) == 2
     assert f"{bad}:1: malformed JSON" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- bug-zoo mutants in traces
+TRACE_VISIBLE = [mutant for mutant in MUTANTS.values() if mutant.simulate_options]
+
+
+def test_the_headline_bug_is_visible_in_a_trace() -> None:
+    assert "eager_finish_signal" in {mutant.name for mutant in TRACE_VISIBLE}
+
+
+@pytest.mark.parametrize("mutant", TRACE_VISIBLE, ids=[mutant.name for mutant in TRACE_VISIBLE])
+def test_a_mutant_trace_fails_both_checkers_at_the_same_line(
+    mutant: Mutant, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / f"{mutant.name}.ndjson"
+    argv = ["simulate", "--mutant", mutant.name, "--backend", "model", "--json", "--trace", str(path)]
+    # The run reports what it saw (exit 1), and its trace is complete up to the crash, if any.
+    assert main([*argv, *mutant.simulate_options]) == 1
+    assert json.loads(capsys.readouterr().out)["violations"] > 0
+    result = check_trace_file(path)
+    assert result.error is not None, f"{mutant.name}: trace check found nothing"
+    assert main(["trace", "check", str(path)]) == 1
+    assert capsys.readouterr().out.startswith(f"{path}:{result.error.line}: ")
+    assert main(["trace", "tla", str(path), "--out", str(tmp_path / "tla"), "--check"]) == 1
+    out = capsys.readouterr().out.splitlines()[-1]
+    assert out.startswith(f"{path}:{result.error.line}: TLA+ invariant "), out
+
+
+def test_the_eager_signal_trace_names_the_invariant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    mutant = MUTANTS["eager_finish_signal"]
+    path = tmp_path / "eager.ndjson"
+    main(["simulate", "--mutant", mutant.name, "--backend", "model", "--json", "--trace", str(path),
+          *mutant.simulate_options])
+    capsys.readouterr()
+    result = check_trace_file(path)
+    assert result.error is not None and "NoManagerCallAfterSignal: on_request_finished" in result.error.reason
+    record = json.loads(path.read_text().splitlines()[result.error.line - 1])
+    assert (record["object"], record["call"]) == ("manager", "on_request_finished")
+    tla_path, _ = write_product_trace_module(
+        list(enumerate((json.loads(text) for text in path.read_text().splitlines()), 1)),
+        (REQUEST_LIFECYCLE, JOB_LIFECYCLE), tmp_path / "tla",
+    )
+    verdict = check_trace_module(tla_path)
+    assert (verdict.line, verdict.reason) == (result.error.line, "TLA+ invariant NoManagerCallAfterSignal is violated")

@@ -15,7 +15,7 @@
 (*   - An invariant must hold in every reachable state; a violation comes  *)
 (*     back as the shortest sequence of actions that reaches a bad state.  *)
 (*                                                                         *)
-(* The one rule this spec exists for (DESIGN.md, "ordering rule"): the     *)
+(* The one rule this spec exists for (docs/design.md, "ordering rules"): the *)
 (* manager is told that a request finished (on_request_finished, the       *)
 (* "signal") only after every final store job of that request has been     *)
 (* prepared, and the scheduler forgets the request only once it is         *)
@@ -55,7 +55,7 @@ ASSUME /\ NumChunks \in Nat /\ NumChunks > 0
 
 Chunks == 1..NumChunks
 
-\* The scheduler-side lifecycle of DESIGN.md (spec/lifecycle.py).
+\* The scheduler-side lifecycle of docs/design.md (spec/lifecycle.py).
 LifecycleStates == {"waiting", "loading", "running", "preempted",
                     "finished_pending_store", "signaled", "cleaned"}
 \* States from which the engine may still finish or abort the request.
@@ -196,7 +196,7 @@ Abort(r) ==
     /\ sched[r] \in LiveStates
     /\ EndRequest(r)
 
-(* build_connector_meta, restricted to request r, in DESIGN.md's order:      *)
+(* build_connector_meta, restricted to request r, in docs/design.md order: *)
 (*  1. build store jobs for r's filled-but-unstored chunks (this includes the *)
 (*     final stores of a finished request): one prepare_store call, which    *)
 (*     may evict cached blocks no job uses (see StoreOutcomes) or return     *)

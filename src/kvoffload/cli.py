@@ -12,6 +12,10 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from kvoffload.commands.errors import CommandError
+
+__all__ = ["COMMAND_MODULES", "CommandError", "build_parser", "main"]
+
 COMMAND_MODULES: tuple[str, ...] = (
     "simulate",
     "bench",
@@ -21,11 +25,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "trace",
     "diagram",
     "replay",
+    "link",
 )
-
-
-class CommandError(Exception):
-    """A user-facing error: printed as one line, exit status 2, no traceback."""
 
 
 def build_parser() -> argparse.ArgumentParser:

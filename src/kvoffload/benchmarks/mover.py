@@ -27,6 +27,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from kvoffload.commands.errors import CommandError
+
 if TYPE_CHECKING:
     import torch
 
@@ -64,7 +66,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _device(name: str) -> torch.device:
     import torch
 
-    from kvoffload.cli import CommandError
 
     if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
@@ -110,7 +111,6 @@ def _measure(
 ) -> dict[str, Any]:
     import torch
 
-    from kvoffload.cli import CommandError
     from kvoffload.offload import mover_cpu_kernel
     from kvoffload.offload.mover import BlockMover
 
@@ -205,7 +205,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Measure every block size and return the figures as a JSON-ready dict."""
     import torch
 
-    from kvoffload.cli import CommandError
 
     for option, value in (("--total-mib", args.total_mib or 1), ("--repeats", args.repeats), ("--layers", args.layers)):
         if value < 1:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+from typing import Any
 
 BENCHMARKS: tuple[str, ...] = ("scheduler", "mover", "tla")
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
+def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser("bench", help="run a benchmark and print its figures as JSON")
     names = parser.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
     for name in BENCHMARKS:

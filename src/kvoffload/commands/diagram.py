@@ -1,4 +1,5 @@
-"""``kvoffload diagram``: draw the request lifecycle (REQUEST_LIFECYCLE) as mermaid or Graphviz dot."""
+"""``kvoffload diagram``: draw a declared lifecycle (``request`` or ``job``) as mermaid or Graphviz dot,
+or print it as the TLA+ module the spec refines (``--format tla``)."""
 
 from __future__ import annotations
 
@@ -7,22 +8,30 @@ from typing import Any
 
 
 def add_parser(subparsers: Any) -> None:
-    """Register ``kvoffload diagram [--format mermaid|dot]``."""
+    """Register ``kvoffload diagram [--lifecycle NAME] [--format mermaid|dot]``."""
+    from kvoffload.spec import LIFECYCLES
+
     parser = subparsers.add_parser(
         "diagram",
-        help="draw the request lifecycle as a mermaid stateDiagram-v2 or a Graphviz digraph",
+        help="draw a declared lifecycle as a mermaid stateDiagram-v2 or a Graphviz digraph",
         description=__doc__,
     )
     parser.add_argument(
-        "--format", choices=("mermaid", "dot"), default="mermaid", help="output format (default: mermaid)"
+        "--lifecycle", choices=sorted(LIFECYCLES), default="request", help="which declaration (default: request)"
+    )
+    parser.add_argument(
+        "--format", choices=("mermaid", "dot", "tla"), default="mermaid", help="output format (default: mermaid)"
     )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the diagram on stdout."""
-    from kvoffload.spec.lifecycle import REQUEST_LIFECYCLE
+    from kvoffload.spec import LIFECYCLES
     from kvoffload.statemachine.diagram import render
+    from kvoffload.statemachine.lifecycle_tla import lifecycle_module
 
-    print(render(REQUEST_LIFECYCLE, args.format), end="")
+    declaration = LIFECYCLES[args.lifecycle]
+    text = lifecycle_module(declaration)[1] if args.format == "tla" else render(declaration, args.format)
+    print(text, end="")
     return 0

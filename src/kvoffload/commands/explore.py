@@ -9,9 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from typing import Any
+
+from kvoffload.commands.errors import CommandError
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
+def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "explore",
         help="explore every interleaving of the real scheduler + manager (bounded), shortest counterexample",
@@ -46,10 +49,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvoffload.bugzoo import MUTANTS, explore_model_for
-    from kvoffload.cli import CommandError
     from kvoffload.statemachine.explore import explore, format_result
     from kvoffload.statemachine.explore_parallel import explore_parallel
+    from kvoffload.verify.bugzoo import MUTANTS, explore_model_for
 
     mutant = None
     if args.mutant is not None:

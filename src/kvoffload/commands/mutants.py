@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
+def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser("mutants", help="list the bug-zoo mutants (kvoffload explore --mutant NAME)")
     parser.add_argument("--json", action="store_true", help='print {"mutants": [...]}')
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvoffload.bugzoo import MUTANTS
+    from kvoffload.verify.bugzoo import MUTANTS
 
     entries = [mutant.to_json() for mutant in MUTANTS.values()]
     if args.json:

@@ -24,18 +24,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from kvoffload.commands.errors import CommandError
 from kvoffload.offload.policies import POLICIES
 from kvoffload.offload.types import OffloadConfig
 
 # How many skipped-line messages go to stderr (the count is always reported).
 SHOWN_SKIPPED = 5
 
-
-def _command_error(message: str) -> Exception:
-    # Imported lazily: kvoffload.cli imports this module while building its parser.
-    from kvoffload.cli import CommandError
-
-    return CommandError(message)
 
 
 def _positive(text: str) -> int:
@@ -90,7 +85,7 @@ def _policies(names: str | None, fallback: Sequence[str]) -> tuple[str, ...]:
     chosen = tuple(n.strip() for n in names.split(",") if n.strip()) if names else tuple(fallback)
     unknown = [name for name in chosen if name not in POLICIES]
     if unknown or not chosen:
-        raise _command_error(
+        raise CommandError(
             f"unknown eviction policy {', '.join(map(repr, unknown)) or '(none)'}; known: {', '.join(POLICIES)}"
         )
     return chosen
@@ -128,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         trace = read_trace(args.trace, strict=args.strict, limit=args.limit)
     except TraceError as error:
-        raise _command_error(str(error)) from None
+        raise CommandError(str(error)) from None
     for message in trace.skipped[:SHOWN_SKIPPED]:
         print(f"kvoffload replay: skipped {message}", file=sys.stderr)
     if trace.skipped_lines > SHOWN_SKIPPED:
@@ -138,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
             return _sweep(args, trace)
         return _single(args, trace)
     except ReplayError as error:
-        raise _command_error(str(error)) from None
+        raise CommandError(str(error)) from None
 
 
 def _single(args: argparse.Namespace, trace: Any) -> int:

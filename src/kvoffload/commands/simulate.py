@@ -9,11 +9,11 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from kvoffload.cli import CommandError
+from kvoffload.commands.errors import CommandError
 from kvoffload.offload.types import DEFAULT_POLICY
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
+def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "simulate",
         help="run a seeded multi-turn workload through the engine simulator and report hits and checks",
@@ -36,6 +36,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="model: contents tracked as hashes; torch: real tensors through the mover")
     parser.add_argument("--trace", metavar="FILE", help="write every lifecycle transition as ndjson")
     parser.add_argument("--max-steps", type=int, default=200_000)
+    parser.add_argument("--mutant", metavar="NAME", help="run a bug-zoo mutant instead of our code (kvoffload mutants)")
     parser.set_defaults(func=run)
 
 
@@ -44,10 +45,10 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         options = SimulationOptions(
-            users=args.users, turns=args.turns, seed=args.seed, gpu_blocks=args.gpu_blocks,
-            cpu_blocks=args.cpu_blocks, block_size=args.block_size, blocks_per_chunk=args.blocks_per_chunk,
+            users=args.users, turns=args.turns, seed=args.seed, num_gpu_blocks=args.gpu_blocks,
+            num_cpu_blocks=args.cpu_blocks, gpu_block_size=args.block_size, blocks_per_chunk=args.blocks_per_chunk,
             policy=args.policy, delay=args.delay, faults=args.faults, backend=args.backend,
-            trace_path=args.trace, max_steps=args.max_steps,
+            trace_path=args.trace, max_steps=args.max_steps, mutant=args.mutant,
         )
     except ValueError as error:
         raise CommandError(str(error)) from None

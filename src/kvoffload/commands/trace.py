@@ -1,12 +1,16 @@
-"""``kvoffload trace``: check recorded lifecycle traces.
+"""``kvoffload trace``: check recorded traces (``kvoffload simulate --trace FILE``).
 
-``kvoffload trace check FILE [--json]`` replays the trace through the Python mirror of the spec
-(``kvoffload.spec.mirror``): exit 0 and counts when every line is explained, exit 1 naming the
-first unexplained line (``FILE:LINE: reason``), exit 2 for input that is not a trace (missing file,
-malformed JSON, a missing field), also as one ``FILE:LINE:`` line.
+``kvoffload trace check FILE [--lifecycle NAME] [--json]`` replays the trace through the Python
+mirror of the spec (``kvoffload.verify.mirror``): every request and job transition along its
+declaration, and the protocol's ordering rules over transitions and manager calls. Exit 0 and
+counts when every line is explained, exit 1 naming the first unexplained line
+(``FILE:LINE: reason``), exit 2 for input that is not a trace (missing file, malformed JSON, a
+missing field), also as one ``FILE:LINE:`` line. ``--lifecycle NAME`` checks the lines of one
+declaration alone (``request`` or ``job``), without the rules that relate them.
 
-``kvoffload trace tla FILE --out DIR`` writes a TLA+ trace-validation module
-(``TraceKVOffload.tla`` and ``.cfg``) for ``kvoffload tla check DIR/TraceKVOffload.tla``.
+``kvoffload trace tla FILE --out DIR [--lifecycle NAME] [--check]`` writes a TLA+
+trace-validation module (``Trace<Name>.tla`` and ``.cfg``) for ``kvoffload tla check``;
+``--check`` also checks it with the embedded checker and names the first trace line it rejects.
 """
 
 from __future__ import annotations
@@ -16,12 +20,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from kvoffload.commands.errors import CommandError
 
-def _command_error(message: str) -> Exception:
-    # Imported lazily: kvoffload.cli imports this module while building its parser.
-    from kvoffload.cli import CommandError
 
-    return CommandError(message)
+def _lifecycle_choices() -> list[str]:
+    from kvoffload.spec import LIFECYCLES
+
+    return sorted(LIFECYCLES)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -36,40 +41,53 @@ def add_parser(subparsers: Any) -> None:
     check = actions.add_parser("check", help="replay a trace through the Python mirror of the spec")
     check.add_argument("file", type=Path, help="the ndjson trace")
     check.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    lifecycles = _lifecycle_choices()
+    check.add_argument("--lifecycle", choices=lifecycles, help="check one declaration's lines alone")
     check.set_defaults(func=run_check)
     tla = actions.add_parser("tla", help="write a TLA+ trace-validation module for the trace")
     tla.add_argument("file", type=Path, help="the ndjson trace")
-    tla.add_argument("--out", type=Path, required=True, help="directory for TraceKVOffload.tla and .cfg")
+    tla.add_argument("--out", type=Path, required=True, help="directory for the module's .tla and .cfg")
+    tla.add_argument("--lifecycle", choices=lifecycles, help="one declaration's lines alone")
+    tla.add_argument("--check", action="store_true", help="check the module with the embedded checker")
     tla.set_defaults(func=run_tla)
+
+
+def _declarations(name: str | None) -> tuple[Any, ...]:
+    from kvoffload.spec import LIFECYCLES
+    from kvoffload.verify.mirror import PRODUCT_LIFECYCLES
+
+    return PRODUCT_LIFECYCLES if name is None else (LIFECYCLES[name],)
 
 
 def _read_lines(path: Path) -> list[str]:
     try:
         return path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
-        raise _command_error(f"{path}: no such file") from None
+        raise CommandError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as error:
-        raise _command_error(f"{path}: cannot read: {error}") from None
+        raise CommandError(f"{path}: cannot read: {error}") from None
 
 
 def run_check(args: argparse.Namespace) -> int:
     """``kvoffload trace check``."""
-    from kvoffload.spec.mirror import MalformedTrace, check_trace_lines
+    from kvoffload.verify.mirror import MalformedTrace, check_trace_lines
 
     path: Path = args.file
     try:
-        result = check_trace_lines(_read_lines(path))
+        result = check_trace_lines(_read_lines(path), _declarations(args.lifecycle))
     except MalformedTrace as error:
-        raise _command_error(f"{path}:{error.line}: {error.reason}") from None
+        raise CommandError(f"{path}:{error.line}: {error.reason}") from None
+    summary = result.to_json()
     if args.json:
-        print(json.dumps({"file": str(path), **result.to_json()}))
+        print(json.dumps({"file": str(path), **summary}))
     elif result.error is None:
-        counts = ", ".join(f"{trigger}={count}" for trigger, count in sorted(result.transitions.items()))
-        unfinished = f", {len(result.unfinished)} not cleaned at the end" if result.unfinished else ""
-        print(
-            f"{path}: OK: {result.lines} lines, {result.requests} requests{unfinished}; "
-            f"transitions: {counts or 'none'}"
-        )
+        parts = []
+        for name, counts in summary["transitions"].items():
+            unfinished = summary["unfinished"][name]
+            ended = f", {len(unfinished)} not ended" if unfinished else ""
+            listed = ", ".join(f"{trigger}={count}" for trigger, count in counts.items()) or "none"
+            parts.append(f"{summary['instances'][name]} {name}(s){ended} ({listed})")
+        print(f"{path}: OK: {result.lines} lines, {summary['calls']} calls; {'; '.join(parts)}")
     else:
         print(f"{path}:{result.error.line}: {result.error.reason}")
     return 0 if result.ok else 1
@@ -77,23 +95,26 @@ def run_check(args: argparse.Namespace) -> int:
 
 def run_tla(args: argparse.Namespace) -> int:
     """``kvoffload trace tla``."""
-    from kvoffload.spec.lifecycle import REQUEST_LIFECYCLE
-    from kvoffload.spec.mirror import MalformedTrace, read_trace
-    from kvoffload.statemachine.trace_tla import write_trace_module
+    from kvoffload.verify.mirror import MalformedTrace, read_trace
+    from kvoffload.verify.trace_tla_rules import check_trace_module, write_product_trace_module
 
     path: Path = args.file
     try:
         numbered = read_trace(_read_lines(path))
     except MalformedTrace as error:
-        raise _command_error(f"{path}:{error.line}: {error.reason}") from None
+        raise CommandError(f"{path}:{error.line}: {error.reason}") from None
     if not numbered:
-        raise _command_error(f"{path}: the trace is empty")
+        raise CommandError(f"{path}: the trace is empty")
     try:
-        tla_path, cfg_path = write_trace_module(
-            [record for _, record in numbered], REQUEST_LIFECYCLE, args.out,
-            line_numbers=[number for number, _ in numbered],
-        )
+        tla_path, cfg_path = write_product_trace_module(numbered, _declarations(args.lifecycle), args.out)
     except OSError as error:
-        raise _command_error(f"{args.out}: cannot write: {error}") from None
+        raise CommandError(f"{args.out}: cannot write: {error}") from None
     print(f"wrote {tla_path} and {cfg_path} ({len(numbered)} lines); check with: kvoffload tla check {tla_path}")
-    return 0
+    if not args.check:
+        return 0
+    verdict = check_trace_module(tla_path)
+    if verdict.ok:
+        print(f"{path}: OK: the TLA+ module explains all {len(numbered)} lines")
+        return 0
+    print(f"{path}:{verdict.line}: {verdict.reason}")
+    return 1

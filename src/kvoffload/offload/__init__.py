@@ -1,9 +1,13 @@
-"""The KV offloading system: keys and jobs, the CPU manager, the scheduler, the worker, the mover."""
+"""The KV offloading system (the product): keys and jobs, the CPU manager, the scheduler, the worker,
+the mover. Public API: the names in ``__all__``; ``kvoffload.offload.mover`` and
+``kvoffload.offload.worker`` are imported on their own (they need torch). Nothing here imports a
+checker: the explorer reads the scheduler and the manager through ``clone()`` and ``view()``.
+"""
 
 from kvoffload.offload.errors import LifecycleViolation
-from kvoffload.offload.manager import CPUOffloadingManager
+from kvoffload.offload.manager import CPUOffloadingManager, ManagerState
 from kvoffload.offload.policies import POLICIES, EvictionPolicy, make_policy
-from kvoffload.offload.scheduler import OffloadingScheduler, RequestTracker, UnknownJob
+from kvoffload.offload.scheduler import OffloadingScheduler, RequestTracker, SchedulerState, UnknownJob
 from kvoffload.offload.types import (
     ConnectorMetadata,
     ConnectorUpdate,
@@ -22,11 +26,13 @@ __all__ = [
     "ConnectorUpdate",
     "EvictionPolicy",
     "LifecycleViolation",
+    "ManagerState",
     "OffloadConfig",
     "OffloadEvent",
     "OffloadingScheduler",
     "RequestTracker",
     "SchedulerOutput",
+    "SchedulerState",
     "StorePlan",
     "TransferJob",
     "UnknownJob",

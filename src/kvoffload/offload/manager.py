@@ -22,8 +22,9 @@ whole state for the explorer.
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple, Self
 
 from kvoffload.offload.errors import LifecycleViolation
 from kvoffload.offload.policies import EvictionPolicy, make_policy
@@ -42,6 +43,9 @@ class BlockEntry:
     ref_cnt: int = 0
     write_pending: bool = False
 
+    def copy(self) -> BlockEntry:
+        return BlockEntry(self.block_id, self.ref_cnt, self.write_pending)
+
 
 @dataclass(slots=True)
 class RequestRecord:
@@ -55,6 +59,21 @@ class RequestRecord:
     @property
     def drained(self) -> bool:
         return not self.loading and not self.storing
+
+    def copy(self) -> RequestRecord:
+        return RequestRecord(self.finished, self.loading.copy(), self.storing.copy())
+
+
+class ManagerState(NamedTuple):
+    """A read-only view of the manager's tables (live references: read them, never change them).
+
+    ``free``: free CPU blocks, the next one handed out last; ``entries``: resident keys;
+    ``requests``: announced requests not yet drained after ``on_request_finished``.
+    """
+
+    free: Sequence[int]
+    entries: Mapping[OffloadKey, BlockEntry]
+    requests: Mapping[RequestId, RequestRecord]
 
 
 @dataclass
@@ -311,6 +330,28 @@ class CPUOffloadingManager:
             del self._requests[request_id]
 
     # ----------------------------------------------------------------- introspection
+    def clone(self) -> Self:
+        """An independent copy (policy included); later calls on either never affect the other.
+
+        A subclass with state of its own extends this method.
+        """
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        clone.policy = self.policy.clone()
+        clone._free = self._free.copy()
+        clone._entries = {key: entry.copy() for key, entry in self._entries.items()}
+        clone._requests = {request_id: record.copy() for request_id, record in self._requests.items()}
+        clone._retired = self._retired.copy()
+        clone._events = self._events.copy()
+        stats = object.__new__(ManagerStats)
+        stats.__dict__.update(self.stats.__dict__)
+        clone.stats = stats
+        return clone
+
+    def view(self) -> ManagerState:
+        """The manager's tables, read-only (see :class:`ManagerState`)."""
+        return ManagerState(self._free, self._entries, self._requests)
+
     def is_known(self, request_id: RequestId) -> bool:
         """True while the request is announced and not yet retired."""
         record = self._requests.get(request_id)

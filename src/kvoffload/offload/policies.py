@@ -30,10 +30,12 @@ Shipped policies (``POLICIES``), measured by ``kvoffload replay`` on the Mooncak
 
 from __future__ import annotations
 
+import copy
 import heapq
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Hashable
+from typing import Self
 
 from kvoffload.offload.types import DEFAULT_POLICY, OffloadKey
 
@@ -68,6 +70,10 @@ class EvictionPolicy(ABC):
     @abstractmethod
     def fingerprint(self) -> Hashable:
         """A hashable summary of the whole policy state (for the explorer)."""
+
+    def clone(self) -> Self:
+        """An independent copy (the manager's ``clone`` uses it)."""
+        return copy.deepcopy(self)
 
 
 def _oldest_evictable(order: OrderedDict[OffloadKey, None], count: int, evictable: Evictable) -> list[OffloadKey]:
@@ -109,6 +115,13 @@ class LRUPolicy(EvictionPolicy):
 
     def fingerprint(self) -> Hashable:
         return tuple(self._order)
+
+    def clone(self) -> Self:
+        if type(self) is not LRUPolicy:  # subclasses keep more state
+            return super().clone()
+        clone = object.__new__(type(self))
+        clone._order = self._order.copy()
+        return clone
 
 
 class ARCPolicy(EvictionPolicy):

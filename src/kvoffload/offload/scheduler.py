@@ -6,7 +6,7 @@ vLLM-shaped, so an engine adapter is thin. Per engine step the engine calls, in 
 ``update_connector_output`` with the worker's job outcomes; ``request_finished`` whenever a request
 finishes or is aborted; ``reset_cache`` between steps.
 
-Ordering rules (DESIGN.md), each enforced here by the declared lifecycle:
+Ordering rules (docs/design.md), each enforced here by the declared lifecycle:
 
 1. ``request_finished`` only *records* the finish (trigger ``finish``). The manager hears
    ``on_request_finished`` inside ``build_connector_meta``, after that step's store jobs (the
@@ -29,8 +29,10 @@ Sans-IO and deterministic: no threads, clocks, randomness or I/O; job ids count 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from typing import NamedTuple, Self
 
 from kvoffload.offload.errors import LifecycleViolation
 from kvoffload.offload.manager import CPUOffloadingManager
@@ -48,6 +50,8 @@ from kvoffload.offload.types import (
     WorkerOutput,
 )
 from kvoffload.spec.invariants import JobView, ManagerEntryView, RequestView, SystemSnapshot
+from kvoffload.spec.job_lifecycle import JOB_LIFECYCLE, REQUEST_NOT_SIGNALED
+from kvoffload.spec.job_lifecycle import PREPARED as JOB_PREPARED
 from kvoffload.spec.lifecycle import (
     FINISHED_PENDING_STORE,
     LOADING,
@@ -59,6 +63,7 @@ from kvoffload.spec.lifecycle import (
     WAITING,
 )
 from kvoffload.statemachine.runtime import DeclaredMachine
+from kvoffload.statemachine.trace import TraceWriter
 
 
 @dataclass(slots=True, eq=False)
@@ -83,6 +88,31 @@ class RequestTracker:
     holds_gpu_blocks: bool = False
     signals: int = 0
 
+    def copy(self) -> RequestTracker:
+        """An independent copy (the engine request, which the tracker never changes, is shared)."""
+        return RequestTracker(
+            self.request_id, self.request, self.state, self.num_computed_tokens, self.gpu_block_ids.copy(),
+            self.stored_chunks, self.load_job, self.store_jobs.copy(), self.lookup_start_chunk,
+            self.lookup_hit_chunks, self.local_computed_tokens, self.holds_gpu_blocks, self.signals,
+        )
+
+
+@dataclass(slots=True, eq=False)
+class JobRecord:
+    """A transfer job's lifecycle record; ``state`` is only ever changed by the job lifecycle."""
+
+    job_id: JobId
+    request_id: RequestId
+    kind: str
+    # The request's chunk indices the job copies, in order.
+    chunks: tuple[int, ...]
+    # The request's signal count when the job was built (the prepare guard reads it).
+    request_signals: int
+    state: str = JOB_LIFECYCLE.initial
+
+    def copy(self) -> JobRecord:
+        return JobRecord(self.job_id, self.request_id, self.kind, self.chunks, self.request_signals, self.state)
+
 
 @dataclass
 class SchedulerStats:
@@ -106,13 +136,80 @@ class SchedulerStats:
     cleaned: int = 0
 
 
+def _copy_stats(stats: SchedulerStats) -> SchedulerStats:
+    clone = object.__new__(SchedulerStats)
+    clone.__dict__.update(stats.__dict__)
+    return clone
+
+
 def _no_jobs_in_flight(tracker: RequestTracker) -> bool:
     return tracker.load_job is None and not tracker.store_jobs
 
 
 def request_machine() -> DeclaredMachine:
     """A runtime for REQUEST_LIFECYCLE with the scheduler's guard implementations."""
-    return DeclaredMachine(REQUEST_LIFECYCLE, guards={NO_JOBS_IN_FLIGHT: _no_jobs_in_flight})
+    return DeclaredMachine(REQUEST_LIFECYCLE, guards={NO_JOBS_IN_FLIGHT: _no_jobs_in_flight}, id_attribute="request_id")
+
+
+def _request_not_signaled(job: JobRecord) -> bool:
+    return job.request_signals == 0
+
+
+def job_machine() -> DeclaredMachine:
+    """A runtime for JOB_LIFECYCLE with the scheduler's guard implementations."""
+    return DeclaredMachine(JOB_LIFECYCLE, guards={REQUEST_NOT_SIGNALED: _request_not_signaled}, id_attribute="job_id")
+
+
+# What a trace records of the scheduler's and the manager's calls (see attach_trace).
+TRACED_SCHEDULER_CALLS: tuple[str, ...] = (
+    "get_num_new_matched_tokens", "update_state_after_alloc", "request_finished", "build_connector_meta",
+    "update_connector_output", "reset_cache",
+)
+TRACED_MANAGER_CALLS: tuple[str, ...] = (
+    "on_new_request", "lookup", "touch", "prepare_load", "complete_load", "prepare_store", "complete_store",
+    "on_request_finished", "reset_cache",
+)
+
+
+def _call_fields(call: str, args: tuple[object, ...]) -> dict[str, object]:
+    # The first argument names the request (an engine request, or its id), if the call has one.
+    if not args or call in ("build_connector_meta", "update_connector_output"):
+        return {}
+    first = args[0]
+    return {"id": getattr(first, "request_id", first)}
+
+
+def job_variables(job: JobRecord) -> dict[str, object]:
+    """What a trace records of a job: its request, kind, chunks and the prepare guard's variable."""
+    return {"request": job.request_id, "kind": job.kind, "chunks": list(job.chunks),
+            "request_signals": job.request_signals}
+
+
+class SchedulerState(NamedTuple):
+    """A read-only view of the scheduler's tables (live references: read them, never change them).
+
+    ``jobs`` are the jobs in flight, ``stale_jobs`` those made stale by ``reset_cache``;
+    ``pending_loads`` were prepared during admission and not yet handed to the worker;
+    ``pending_flush`` are to be flushed in the next metadata, ``flushed`` were flushed and not yet
+    reported; ``finished_pending`` finished since the last ``build_connector_meta``;
+    ``released`` / ``loaded`` / ``load_failed`` are what the next ``ConnectorUpdate`` reports;
+    ``fence`` maps a GPU block to the store jobs still reading it; ``keys_loading`` counts the
+    loads in flight per key; ``reset_pending``: a ``reset_cache`` waits for stale jobs to drain.
+    """
+
+    trackers: Mapping[RequestId, RequestTracker]
+    jobs: Mapping[JobId, TransferJob]
+    stale_jobs: Mapping[JobId, TransferJob]
+    pending_loads: Sequence[TransferJob]
+    pending_flush: Collection[JobId]
+    flushed: AbstractSet[JobId]
+    finished_pending: Collection[RequestId]
+    released: Sequence[RequestId]
+    loaded: Sequence[RequestId]
+    load_failed: Sequence[RequestId]
+    fence: Mapping[int, AbstractSet[JobId]]
+    keys_loading: Mapping[OffloadKey, int]
+    reset_pending: bool
 
 
 class UnknownJob(ValueError):
@@ -127,16 +224,20 @@ class OffloadingScheduler:
         config: OffloadConfig,
         manager: CPUOffloadingManager | None = None,
         lifecycle: DeclaredMachine | None = None,
+        job_lifecycle: DeclaredMachine | None = None,
     ) -> None:
         self.config = config
         self.manager = manager if manager is not None else CPUOffloadingManager(config.num_cpu_blocks, config.policy)
         self.lifecycle = lifecycle if lifecycle is not None else request_machine()
+        self.job_lifecycle = job_lifecycle if job_lifecycle is not None else job_machine()
         self.step = 0
         self.stats = SchedulerStats()
         self._chunk_tokens = config.chunk_tokens
         self._bpc = config.blocks_per_chunk
         self._trackers: dict[RequestId, RequestTracker] = {}
         self._jobs: dict[JobId, TransferJob] = {}
+        # Every job not yet ended, with its lifecycle state.
+        self._job_records: dict[JobId, JobRecord] = {}
         self._stale_jobs: dict[JobId, TransferJob] = {}
         self._next_job_id = 1
         self._pending_loads: list[TransferJob] = []
@@ -242,7 +343,8 @@ class OffloadingScheduler:
         keys = self._keys(tracker.request, start, start + chunks)
         cpu_block_ids = self.manager.prepare_load(tracker.request_id, keys)
         job = self._new_job(
-            tracker, "load", keys, tuple(block_ids[start * self._bpc : needed_blocks]), cpu_block_ids
+            tracker, "load", keys, tuple(block_ids[start * self._bpc : needed_blocks]), cpu_block_ids,
+            tuple(range(start, start + chunks)),
         )
         tracker.load_job = job.job_id
         self._pending_loads.append(job)
@@ -288,6 +390,11 @@ class OffloadingScheduler:
         self._pending_flush.clear()
         self._flushed.update(flush)
         self.stats.flushes += len(flush)
+        records = self._job_records
+        for job_id in flush:
+            record = records.get(job_id)
+            if record is not None:  # None: it ended before its flush was handed out
+                self.job_lifecycle.fire(record, "flush")
 
         stores: list[TransferJob] = []
         chunk_tokens = self._chunk_tokens
@@ -318,6 +425,8 @@ class OffloadingScheduler:
                 self._build_stores(tracker, stores, final=True)
             self._signal(tracker)
         self._finished_pending.clear()
+        for job in (*stores, *loads):
+            self.job_lifecycle.fire(records[job.job_id], "submit")
         return ConnectorMetadata(self.step, flush, tuple(stores), loads)
 
     def update_connector_output(self, worker_output: WorkerOutput) -> ConnectorUpdate:
@@ -327,6 +436,9 @@ class OffloadingScheduler:
             if job_id not in self._jobs and job_id not in self._stale_jobs:
                 state = "already completed" if 0 < job_id < self._next_job_id else "never issued"
                 raise UnknownJob(f"worker reported job {job_id}, which was {state}; nothing was applied")
+            record = self._job_records[job_id]
+            if record.state == JOB_PREPARED:
+                raise UnknownJob(f"worker reported job {job_id}, which was never handed to it; nothing was applied")
         for job_id, ok in completed.items():
             self._complete(job_id, bool(ok))
         if self._reset_pending and not self._stale_jobs:
@@ -347,6 +459,7 @@ class OffloadingScheduler:
             for job_id in self._detach_jobs(tracker):
                 self._stale_jobs[job_id] = self._jobs.pop(job_id)
                 self._pending_flush[job_id] = None
+                self.job_lifecycle.fire(self._job_records[job_id], "reset")
             if tracker.state == LOADING:
                 cancelled_loads.append(tracker.request_id)
             if tracker.state in (WAITING, LOADING, RUNNING, PREEMPTED):
@@ -408,10 +521,14 @@ class OffloadingScheduler:
         keys: Sequence[OffloadKey],
         gpu_block_ids: tuple[int, ...],
         cpu_block_ids: tuple[int, ...],
+        chunks: tuple[int, ...],
     ) -> TransferJob:
         job = TransferJob(self._next_job_id, tracker.request_id, kind, tuple(keys), gpu_block_ids, cpu_block_ids)  # type: ignore[arg-type]
         self._next_job_id += 1
         self._jobs[job.job_id] = job
+        record = JobRecord(job.job_id, tracker.request_id, kind, chunks, tracker.signals)
+        self._job_records[job.job_id] = record
+        self.job_lifecycle.fire(record, "prepare")
         return job
 
     def _build_stores(self, tracker: RequestTracker, out: list[TransferJob], final: bool) -> None:
@@ -438,7 +555,10 @@ class OffloadingScheduler:
         gpu_block_ids = tuple(
             block for key in plan.keys_to_store for block in blocks[chunk_of[key] * bpc : (chunk_of[key] + 1) * bpc]
         )
-        job = self._new_job(tracker, "store", plan.keys_to_store, gpu_block_ids, plan.cpu_block_ids)
+        job = self._new_job(
+            tracker, "store", plan.keys_to_store, gpu_block_ids, plan.cpu_block_ids,
+            tuple(chunk_of[key] for key in plan.keys_to_store),
+        )
         tracker.store_jobs.add(job.job_id)
         for block in gpu_block_ids:
             self._fence.setdefault(block, set()).add(job.job_id)
@@ -497,6 +617,7 @@ class OffloadingScheduler:
         self._flushed.discard(job_id)
         stale = job_id in self._stale_jobs
         job = self._stale_jobs.pop(job_id) if stale else self._jobs.pop(job_id)
+        self.job_lifecycle.fire(self._job_records.pop(job_id), "discard" if stale else "complete" if ok else "fail")
         if job.kind == "load":
             self.manager.complete_load(job.request_id, job.keys)
             self._keys_loading.subtract(job.keys)
@@ -534,6 +655,70 @@ class OffloadingScheduler:
             self._clean(tracker)
 
     # ------------------------------------------------------------------ introspection
+    def clone(self) -> Self:
+        """An independent copy, its manager cloned too; later calls on either never affect the other.
+
+        Shares only what never changes: the config, the lifecycle runtime (with its observers),
+        engine requests and the immutable job records. The model checker copies a scheduler per
+        explored transition, so this copies each table directly instead of deep-copying.
+        A subclass with state of its own extends this method.
+        """
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        clone.manager = self.manager.clone()
+        clone.stats = _copy_stats(self.stats)
+        trackers = {request_id: tracker.copy() for request_id, tracker in self._trackers.items()}
+        clone._trackers = trackers
+        # A finished request's tracker is the same object in both tables; keep it one object.
+        clone._finished_pending = {
+            request_id: trackers.get(request_id) or tracker.copy()
+            for request_id, tracker in self._finished_pending.items()
+        }
+        clone._jobs = self._jobs.copy()
+        clone._job_records = {job_id: record.copy() for job_id, record in self._job_records.items()}
+        clone._stale_jobs = self._stale_jobs.copy()
+        clone._pending_loads = self._pending_loads.copy()
+        clone._pending_flush = self._pending_flush.copy()
+        clone._flushed = self._flushed.copy()
+        clone._released = self._released.copy()
+        clone._loaded = self._loaded.copy()
+        clone._load_failed = self._load_failed.copy()
+        clone._fence = {block: readers.copy() for block, readers in self._fence.items()}
+        keys_loading: Counter[OffloadKey] = Counter.__new__(Counter)
+        dict.update(keys_loading, self._keys_loading)  # Counter.copy without its Python-level update
+        clone._keys_loading = keys_loading
+        return clone
+
+    def view(self) -> SchedulerState:
+        """The scheduler's tables, read-only (see :class:`SchedulerState`)."""
+        return SchedulerState(
+            self._trackers, self._jobs, self._stale_jobs, self._pending_loads, self._pending_flush, self._flushed,
+            self._finished_pending, self._released, self._loaded, self._load_failed, self._fence,
+            self._keys_loading, self._reset_pending,
+        )
+
+    def attach_trace(self, writer: TraceWriter) -> None:
+        """Record in ``writer``: every request and job transition (with the variables their guards
+        and the trace checkers read), and every call of the scheduler's API and of the manager."""
+
+        def step() -> int:
+            return self.step
+
+        writer.attach(self.lifecycle, step, self.request_variables)
+        writer.attach(self.job_lifecycle, step, job_variables)
+        writer.record_calls(self, "scheduler", TRACED_SCHEDULER_CALLS, step, _call_fields)
+        writer.record_calls(self.manager, "manager", TRACED_MANAGER_CALLS, step, _call_fields)
+
+    def request_variables(self, tracker: RequestTracker) -> dict[str, object]:
+        """What a trace records of a request: its jobs, signals and chunks never offered to prepare_store."""
+        return {
+            "load_job": tracker.load_job,
+            "store_jobs": sorted(tracker.store_jobs),
+            "jobs_in_flight": (tracker.load_job is not None) + len(tracker.store_jobs),
+            "signals": tracker.signals,
+            "pending_store_chunks": self._chunks_to_store(tracker),
+        }
+
     def take_events(self) -> list[OffloadEvent]:
         """CPU-tier changes (stored / removed keys) since the last call."""
         return self.manager.take_events()
@@ -599,7 +784,7 @@ class OffloadingScheduler:
             requests=requests,
             jobs=jobs,
             manager_entries=entries,
-            manager_free_blocks=tuple(manager._free),
+            manager_free_blocks=tuple(manager.view().free),
             manager_requests_in_flight=frozenset(manager.requests_in_flight()),
             num_cpu_blocks=manager.num_blocks,
             # Leaks only mean something at quiescence (NoLeak), so only then are they computed.

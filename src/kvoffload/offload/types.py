@@ -107,10 +107,6 @@ class ConnectorMetadata:
     stores: tuple[TransferJob, ...] = ()
     loads: tuple[TransferJob, ...] = ()
 
-    @property
-    def is_empty(self) -> bool:
-        return not (self.flush or self.stores or self.loads)
-
 
 @dataclass(frozen=True)
 class WorkerOutput:

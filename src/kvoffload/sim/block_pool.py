@@ -23,10 +23,6 @@ class BlockPool:
         self.cached: dict[int, int] = {}
         self.free_queue: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
 
-    @property
-    def num_free(self) -> int:
-        return len(self.free_queue)
-
     def cached_prefix(self, hashes: Sequence[int]) -> list[int]:
         """Blocks holding the longest cached prefix of ``hashes``."""
         blocks = []

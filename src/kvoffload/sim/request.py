@@ -44,10 +44,6 @@ class SimRequest:
     def num_tokens(self) -> int:
         return len(self.prompt) + len(self.output)
 
-    @property
-    def num_prompt_tokens(self) -> int:
-        return len(self.prompt)
-
     def token(self, index: int) -> int:
         n = len(self.prompt)
         return self.prompt[index] if index < n else self.output[index - n]

@@ -10,6 +10,9 @@ from kvoffload.offload.types import DEFAULT_POLICY
 from kvoffload.sim.engine import Engine, EngineConfig
 from kvoffload.sim.workload import MultiTurnWorkload, WorkloadConfig
 
+# Option -> its command-line flag, where the two names differ.
+FLAGS = {"num_gpu_blocks": "--gpu-blocks", "num_cpu_blocks": "--cpu-blocks", "gpu_block_size": "--block-size"}
+
 
 @dataclass(frozen=True)
 class SimulationOptions:
@@ -18,9 +21,10 @@ class SimulationOptions:
     users: int = 24
     turns: int = 4
     seed: int = 0
-    gpu_blocks: int = 96
-    cpu_blocks: int = 512
-    block_size: int = 16
+    # The size names of OffloadConfig and EngineConfig; the command-line flags are shorter.
+    num_gpu_blocks: int = 96
+    num_cpu_blocks: int = 512
+    gpu_block_size: int = 16
     blocks_per_chunk: int = 1
     policy: str = DEFAULT_POLICY
     delay: int = 1
@@ -28,11 +32,15 @@ class SimulationOptions:
     backend: str = "torch"
     trace_path: str | None = None
     max_steps: int = 200_000
+    # A bug-zoo mutant (kvoffload mutants) run instead of our code; its crashes are reported violations.
+    mutant: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("users", "turns", "gpu_blocks", "cpu_blocks", "block_size", "blocks_per_chunk", "max_steps"):
+        for name in ("users", "turns", "num_gpu_blocks", "num_cpu_blocks", "gpu_block_size", "blocks_per_chunk",
+                     "max_steps"):
             if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+                flag = FLAGS.get(name, "--" + name.replace("_", "-"))
+                raise ValueError(f"{flag} must be >= 1, got {getattr(self, name)}")
         if self.delay < 0:
             raise ValueError(f"--delay must be >= 0, got {self.delay}")
         if not 0.0 <= self.faults <= 1.0:
@@ -41,13 +49,18 @@ class SimulationOptions:
             raise ValueError(f"--policy {self.policy!r} is unknown; known: {', '.join(sorted(POLICIES))}")
         if self.backend not in ("model", "torch"):
             raise ValueError(f"--backend must be model or torch, got {self.backend!r}")
+        if self.mutant is not None:
+            from kvoffload.verify.bugzoo import MUTANTS
+
+            if self.mutant not in MUTANTS:
+                raise ValueError(f"--mutant {self.mutant!r} is unknown; known: {', '.join(sorted(MUTANTS))}")
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(
-            num_gpu_blocks=self.gpu_blocks,
-            gpu_block_size=self.block_size,
+            num_gpu_blocks=self.num_gpu_blocks,
+            gpu_block_size=self.gpu_block_size,
             blocks_per_chunk=self.blocks_per_chunk,
-            num_cpu_blocks=self.cpu_blocks,
+            num_cpu_blocks=self.num_cpu_blocks,
             policy=self.policy,
             fault_rate=self.faults,
             abort_probability=self.faults,
@@ -59,11 +72,17 @@ class SimulationOptions:
 
 def build_engine(options: SimulationOptions) -> Engine:
     config = options.engine_config()
+    backend = None
     if options.backend == "torch":
         from kvoffload.sim.torch_backend import TorchBackend
 
-        return Engine(config, backend=TorchBackend.for_engine(config))
-    return Engine(config)
+        backend = TorchBackend.for_engine(config)
+    if options.mutant is not None:
+        from kvoffload.verify.bugzoo import MUTANTS
+        from kvoffload.verify.bugzoo.simulation import mutant_engine
+
+        return mutant_engine(MUTANTS[options.mutant], config, backend)
+    return Engine(config, backend=backend)
 
 
 def simulate(options: SimulationOptions, progress: bool = False) -> dict[str, Any]:
@@ -76,9 +95,17 @@ def simulate(options: SimulationOptions, progress: bool = False) -> dict[str, An
         from kvoffload.statemachine.trace import TraceWriter
 
         writer = TraceWriter.open(options.trace_path)
-        writer.attach(engine.scheduler.lifecycle, step=lambda: engine.scheduler.step)
+        engine.scheduler.attach_trace(writer)
     try:
         _run(engine, workload, options.max_steps, progress)
+    except Exception as error:
+        if options.mutant is None:
+            raise
+        # The mutant's bug crashed the run: that is the violation it was run to show.
+        invariant = getattr(error, "invariant", None) or "Crash"
+        engine.stats.violations += 1
+        message = f"step {engine.stats.steps}: {invariant}: {type(error).__name__}: {error}"
+        engine.stats.violation_messages.append(message)
     finally:
         if writer is not None:
             writer.close()

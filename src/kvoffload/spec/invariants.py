@@ -1,6 +1,6 @@
 """The named invariants, as predicates over a snapshot of scheduler + manager (+ engine) state.
 
-The names are those of DESIGN.md and tla/KVOffload.tla; ``tests/test_spec_names.py`` checks they
+The names are those of docs/design.md and tla/KVOffload.tla; ``tests/test_spec_names.py`` checks they
 agree. Each predicate returns the list of ways the snapshot breaks it (empty: it holds), so a
 checker can report every violation with its invariant's name. History properties that a single
 snapshot cannot see (a manager call after the signal, a second signal) are also enforced by the
@@ -178,7 +178,7 @@ INVARIANTS: dict[str, InvariantPredicate] = {
     "NoLeak": no_leak,
 }
 
-# Checked elsewhere, listed so every DESIGN.md name has a home: EventuallyCleaned is liveness
+# Checked elsewhere, listed so every docs/design.md name has a home: EventuallyCleaned is liveness
 # (TLA+ and the explorer's drain check), DataIntegrity compares bytes in the simulator.
 OTHER_PROPERTIES: tuple[str, ...] = ("EventuallyCleaned", "DataIntegrity")
 

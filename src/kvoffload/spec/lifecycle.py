@@ -1,4 +1,4 @@
-"""The request offload lifecycle, as data (DESIGN.md, "The request lifecycle").
+"""The request offload lifecycle, as data (docs/design.md, "The request lifecycle").
 
 The scheduler never assigns a state: it fires these triggers through the declared machine, so a
 trigger fired from a state that does not accept it is an error naming the request, the state and
@@ -17,7 +17,7 @@ Rules that the table encodes:
 
 from __future__ import annotations
 
-from kvoffload.statemachine.declaration import LifecycleDeclaration, StateDecl, TransitionDecl
+from kvoffload.statemachine.declaration import GuardDecl, LifecycleDeclaration, StateDecl, TransitionDecl
 
 WAITING = "waiting"
 LOADING = "loading"
@@ -45,7 +45,11 @@ REQUEST_LIFECYCLE = LifecycleDeclaration(
     ),
     initial=WAITING,
     terminal=frozenset({CLEANED}),
-    guards={NO_JOBS_IN_FLIGHT: "the request has no load or store job in flight"},
+    guards={
+        NO_JOBS_IN_FLIGHT: GuardDecl(
+            "the request has no load or store job in flight", variable="jobs_in_flight", op="==", value=0
+        )
+    },
     transitions=(
         TransitionDecl("schedule", (WAITING,), RUNNING, doc="scheduled with nothing to load"),
         TransitionDecl("load", (WAITING,), LOADING, doc="a load job of offloaded chunks was prepared"),

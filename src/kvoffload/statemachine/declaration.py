@@ -7,18 +7,56 @@ was written, with what to write instead:
 - a (source state, trigger) pair has at most one transition: the lifecycle is deterministic, so
   the runtime, the explorer and the TLA+ mirror agree on what a trigger does;
 - terminal states have no outgoing transition;
-- guards are names (strings); what a guard means is supplied by the code that fires triggers,
-  so the declaration stays data and another lifecycle can reuse the framework.
+- guards are names; each is declared once as a :class:`GuardDecl`: what it means, and the same
+  condition as a predicate over one recorded variable (``jobs_in_flight == 0``). The code that
+  fires triggers implements the guard (the runtime calls its callable); trace checkers evaluate
+  the predicate on the variables a trace line recorded, so a guard is checked the same way in the
+  Python replay and in the generated TLA+ module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import operator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any, Literal, cast
 
 
 class DeclarationError(ValueError):
     """A declaration that cannot describe a deterministic lifecycle."""
+
+
+GuardOp = Literal["==", "!=", "<", "<=", ">", ">="]
+
+_OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
+    "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+}
+
+
+@dataclass(frozen=True)
+class GuardDecl:
+    """A guard: what it means, and the same condition as ``variable op value`` over the variables a
+    trace line records (``variable=None``: a guard no trace can check)."""
+
+    meaning: str
+    variable: str | None = None
+    op: GuardOp = "=="
+    value: int | str | bool | None = 0
+
+    def __post_init__(self) -> None:
+        if self.op not in _OPERATORS:
+            raise DeclarationError(f"guard {self.meaning!r}: operator {self.op!r} is not one of {sorted(_OPERATORS)}")
+
+    def holds(self, variables: Mapping[str, Any]) -> bool | None:
+        """The predicate on ``variables``; None when it has no predicate or the variable is missing."""
+        if self.variable is None or self.variable not in variables:
+            return None
+        return bool(_OPERATORS[self.op](variables[self.variable], self.value))
+
+    @property
+    def predicate(self) -> str:
+        """``variable op value`` as text (empty without a predicate)."""
+        return f"{self.variable} {self.op} {self.value!r}" if self.variable is not None else ""
 
 
 @dataclass(frozen=True)
@@ -49,9 +87,14 @@ class LifecycleDeclaration:
     initial: str
     terminal: frozenset[str]
     transitions: tuple[TransitionDecl, ...]
-    guards: dict[str, str] = field(default_factory=dict)
+    # name -> GuardDecl; a plain string is the meaning of a guard without a predicate.
+    guards: Mapping[str, GuardDecl | str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "guards",
+            {name: g if isinstance(g, GuardDecl) else GuardDecl(g) for name, g in self.guards.items()},
+        )
         names = [state.name for state in self.states]
         if len(set(names)) != len(names):
             duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -76,7 +119,7 @@ class LifecycleDeclaration:
             if transition.guard is not None and transition.guard not in self.guards:
                 raise DeclarationError(
                     f"{self.name}: trigger {transition.trigger!r} uses guard {transition.guard!r}, "
-                    f"which is not listed in guards={{name: meaning}}"
+                    f"which is not listed in guards={{name: GuardDecl(meaning, variable, op, value)}}"
                 )
             for source in transition.sources:
                 if source in self.terminal:
@@ -91,6 +134,10 @@ class LifecycleDeclaration:
                         f"be deterministic: use two trigger names or a guard on one trigger"
                     )
                 seen[key] = transition
+
+    def guard(self, name: str) -> GuardDecl:
+        """The declared guard called ``name``."""
+        return cast(GuardDecl, self.guards[name])  # __post_init__ made every guard a GuardDecl
 
     @property
     def state_names(self) -> tuple[str, ...]:
@@ -113,7 +160,3 @@ class LifecycleDeclaration:
                 return transition
         return None
 
-
-def sources_of(transitions: Iterable[TransitionDecl], trigger: str) -> frozenset[str]:
-    """The states from which ``trigger`` is declared."""
-    return frozenset(s for t in transitions if t.trigger == trigger for s in t.sources)

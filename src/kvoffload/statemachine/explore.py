@@ -11,21 +11,24 @@ It knows nothing about KV caches. A *model* is any object with
 - ``fingerprint(s) -> Hashable``: equal fingerprints mean "the same state"; a model does symmetry
   reduction here (e.g. canonical names for interchangeable processes);
 
-and optionally
+and optionally, each a typed protocol a model implements by having the method:
 
-- ``describe(s) -> dict[str, str]``: readable variables, diffed between consecutive trace states;
-- ``is_final(s) -> bool``: the state is an intended end state (checked by ``drain`` in "final" mode);
-- ``drain(s) -> list[(name, message)]``: a liveness-ish check run from ``s`` (e.g. "if every job
-  completes, everything is eventually cleaned and nothing leaks");
-- ``step_owned(s, a) -> S``: ``step`` that may consume ``s`` (mutate or reuse it). The explorer calls
-  it for the last action it takes from a state, which it never touches again, so a model that copies
-  its state in ``step`` can skip one copy per expanded state. It must give the same successor as
-  ``step``.
-- ``touches(s, a) -> frozenset | None``: the processes (e.g. requests) action ``a`` reads or writes
-  in ``s``; None for an action on shared state. Two actions enabled in ``s`` that touch disjoint
-  sets are *independent*: the model promises that each stays enabled after the other and that both
-  orders reach states with the same fingerprint. The explorer then prunes transitions with sleep
-  sets (partial-order reduction, below).
+- :class:`NamesActions` ``action_name(a) -> str``: how an action reads in a trace;
+- :class:`Describes` ``describe(s) -> dict[str, str]``: readable variables, diffed between
+  consecutive trace states;
+- :class:`HasFinalStates` ``is_final(s) -> bool``: the state is an intended end state (checked by
+  ``drain`` in "final" mode);
+- :class:`Drains` ``drain(s) -> list[(name, message)]``: a liveness-ish check run from ``s`` (e.g.
+  "if every job completes, everything is eventually cleaned and nothing leaks");
+- :class:`StepsOwned` ``step_owned(s, a) -> S``: ``step`` that may consume ``s`` (mutate or reuse
+  it). The explorer calls it for the last action it takes from a state, which it never touches
+  again, so a model that copies its state in ``step`` can skip one copy per expanded state. It must
+  give the same successor as ``step``.
+- :class:`Touches` ``touches(s, a) -> frozenset | None``: the processes (e.g. requests) action
+  ``a`` reads or writes in ``s``; None for an action on shared state. Two actions enabled in ``s``
+  that touch disjoint sets are *independent*: the model promises that each stays enabled after the
+  other and that both orders reach states with the same fingerprint. The explorer then prunes
+  transitions with sleep sets (partial-order reduction, below).
 
 Partial-order reduction (sleep sets, Godefroid 1996). When ``a`` and ``b`` are independent in ``s``
 and ``b`` was explored from ``s`` before ``a``, the state ``s.a.b`` is ``s.b.a``, which the search
@@ -57,7 +60,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 DrainMode = Literal["all", "final", "none"]
 
@@ -79,8 +82,38 @@ class ExplorableModel(Protocol):
     def fingerprint(self, state: Any) -> Hashable: ...
 
 
+@runtime_checkable
+class NamesActions(Protocol):
+    def action_name(self, action: Any) -> str: ...
+
+
+@runtime_checkable
+class Describes(Protocol):
+    def describe(self, state: Any) -> dict[str, str]: ...
+
+
+@runtime_checkable
+class HasFinalStates(Protocol):
+    def is_final(self, state: Any) -> bool: ...
+
+
+@runtime_checkable
+class Drains(Protocol):
+    def drain(self, state: Any) -> list[tuple[str, str]]: ...
+
+
+@runtime_checkable
+class StepsOwned(Protocol):
+    def step_owned(self, state: Any, action: Any) -> Any: ...
+
+
+@runtime_checkable
+class Touches(Protocol):
+    def touches(self, state: Any, action: Any) -> frozenset[Hashable] | None: ...
+
+
 @dataclass(frozen=True)
-class TraceStep:
+class CounterexampleStep:
     """One action of a counterexample and the variables it changed, ``{name: (before, after)}``."""
 
     action: str
@@ -100,7 +133,7 @@ class Counterexample:
 
     invariant: str
     message: str
-    trace: tuple[TraceStep, ...]
+    trace: tuple[CounterexampleStep, ...]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -146,8 +179,7 @@ class ExploreResult:
 
 
 def _action_name(model: Any, action: Any) -> str:
-    namer = getattr(model, "action_name", None)
-    return namer(action) if namer is not None else str(action)
+    return model.action_name(action) if isinstance(model, NamesActions) else str(action)
 
 
 def _exception_violation(error: BaseException) -> tuple[str, str]:
@@ -175,11 +207,11 @@ def explore(
     """
     started = time.perf_counter()
     result = ExploreResult()
-    drainer = getattr(model, "drain", None) if drain != "none" else None
-    is_final = getattr(model, "is_final", None)
-    step_owned = getattr(model, "step_owned", None)
+    drainer = model.drain if drain != "none" and isinstance(model, Drains) else None
+    is_final = model.is_final if isinstance(model, HasFinalStates) else None
+    step_owned = model.step_owned if isinstance(model, StepsOwned) else None
     touches: Callable[[Any, Any], frozenset[Hashable] | None] | None = (
-        getattr(model, "touches", None) if reduce else None
+        model.touches if reduce and isinstance(model, Touches) else None
     )
     result.reduced = touches is not None
     # fingerprint -> (parent fingerprint, action) of the first (hence shortest) path reaching it.
@@ -343,20 +375,20 @@ def _diff(before: dict[str, str], after: dict[str, str]) -> dict[str, tuple[str,
 
 def rebuild_trace(
     model: Any, actions: Sequence[Any], extra: tuple[Any, str | None] | None = None
-) -> tuple[TraceStep, ...]:
+) -> tuple[CounterexampleStep, ...]:
     """Replay ``actions`` from ``model.initial()`` and record the variables each one changed.
 
     ``extra`` is a last step that is not a plain action: ``(action, None)`` for an action whose
     ``step`` raised, ``(None, label)`` for a drain check run from the last state.
     """
-    describe = getattr(model, "describe", None)
+    describe = model.describe if isinstance(model, Describes) else None
     state = model.initial()
     before = describe(state) if describe is not None else {}
-    steps: list[TraceStep] = []
+    steps: list[CounterexampleStep] = []
     for action in actions:
         state = model.step(state, action)
         after = describe(state) if describe is not None else {}
-        steps.append(TraceStep(_action_name(model, action), _diff(before, after)))
+        steps.append(CounterexampleStep(_action_name(model, action), _diff(before, after)))
         before = after
     if extra is not None:
         action, label = extra
@@ -367,9 +399,9 @@ def rebuild_trace(
             except Exception as exc:  # reproduces the crash the search saw
                 error = f"{type(exc).__name__}: {exc}"
                 after = before
-            steps.append(TraceStep(_action_name(model, action), _diff(before, after), error))
+            steps.append(CounterexampleStep(_action_name(model, action), _diff(before, after), error))
         else:
-            steps.append(TraceStep(label or DRAIN_ACTION))
+            steps.append(CounterexampleStep(label or DRAIN_ACTION))
     return tuple(steps)
 
 

@@ -34,8 +34,11 @@ from kvoffload.statemachine.explore import (
     DRAIN_ACTION,
     Counterexample,
     DrainMode,
+    Drains,
     ExplorableModel,
     ExploreResult,
+    HasFinalStates,
+    StepsOwned,
     _exception_violation,
     _path,
     rebuild_trace,
@@ -50,9 +53,9 @@ _Found = tuple[Hashable, tuple[Any, str | None] | None, str, str]
 
 def _worker(model: Any, frontier: list[tuple[Any, Hashable, int]], conn: Connection, drain: DrainMode) -> None:
     """Expand this worker's part of each level, as told by the coordinator (see the module docstring)."""
-    drainer = getattr(model, "drain", None) if drain != "none" else None
-    is_final = getattr(model, "is_final", None)
-    step_owned = getattr(model, "step_owned", None)
+    drainer = model.drain if drain != "none" and isinstance(model, Drains) else None
+    is_final = model.is_final if isinstance(model, HasFinalStates) else None
+    step_owned = model.step_owned if isinstance(model, StepsOwned) else None
     known: set[Hashable] = set()
     while True:
         command = conn.recv()
@@ -132,7 +135,7 @@ def explore_parallel(
     initial = model.initial()
     fp0 = model.fingerprint(initial)
     parents[fp0] = None
-    drainer = getattr(model, "drain", None) if drain != "none" else None
+    drainer = model.drain if drain != "none" and isinstance(model, Drains) else None
     first: list[_Found] = [(fp0, None, n, m) for n, m in model.invariants(initial)]
     if drainer is not None and drain == "all":
         first += [(fp0, (None, DRAIN_ACTION), n, m) for n, m in drainer(initial)]
@@ -225,8 +228,8 @@ def _expand_here(
     report: Any,
 ) -> tuple[list[tuple[Any, Hashable]], bool]:
     """One level of the warm-up, in this process; returns the next frontier and whether to stop."""
-    drainer = getattr(model, "drain", None) if drain != "none" else None
-    is_final = getattr(model, "is_final", None)
+    drainer = model.drain if drain != "none" and isinstance(model, Drains) else None
+    is_final = model.is_final if isinstance(model, HasFinalStates) else None
     found: list[_Found] = []
     nxt: list[tuple[Any, Hashable]] = []
     for state, fp in frontier:

@@ -7,7 +7,8 @@ dict lookup instead of the 40-250 µs that ``add_model`` or a Machine per instan
 registry of live models that grows. ``tests/test_statemachine.py`` proves the table and the
 ``transitions`` machine agree on every (state, trigger) pair, the rejected ones included.
 
-An instance is any object with a ``state`` attribute (and an id attribute for error messages).
+An instance is any object with a ``state`` attribute and an id attribute (named by the runtime's
+``id_attribute``) for error messages and traces.
 A rejected trigger raises :class:`IllegalTransition` or :class:`GuardRejected` and changes nothing;
 observers (trace recorders) see every accepted transition after it happened.
 """
@@ -83,8 +84,11 @@ class DeclaredMachine:
         self,
         declaration: LifecycleDeclaration,
         guards: Mapping[str, Guard],
-        id_attribute: str = "request_id",
+        *,
+        id_attribute: str,
     ) -> None:
+        """``guards``: the implementation of every declared guard, ``callable(instance) -> bool``;
+        ``id_attribute``: the instance attribute that names it in errors and traces."""
         missing = sorted(set(declaration.guards) - set(guards))
         if missing:
             raise ValueError(
@@ -107,6 +111,10 @@ class DeclaredMachine:
 
     def remove_observer(self, observer: Observer) -> None:
         self._observers.remove(observer)
+
+    def instance_id(self, instance: object) -> object:
+        """What names ``instance`` in errors and traces."""
+        return getattr(instance, self.id_attribute, None)
 
     def allowed_triggers(self, state: str) -> tuple[str, ...]:
         return self._allowed.get(state, ())

@@ -1,14 +1,15 @@
-"""Trace recording: one ndjson line per accepted lifecycle transition.
+"""Trace recording: one ndjson line per accepted transition, and optionally per recorded call.
 
-A line is ``{"seq", "step", "lifecycle", "request", "trigger", "from", "to", ...variables}``:
+A transition line is ``{"seq", "step", "lifecycle", "id", "trigger", "from", "to", ...variables}``:
 ``seq`` counts lines from 1, ``step`` is what the ``step`` callable returned when the transition
-fired (the scheduler's step counter), and the variables are what a trace checker needs to decide
-the guards (``jobs_in_flight`` for ``no_jobs_in_flight``) and the ordering rules.
+fired, ``lifecycle`` the declaration's name, ``id`` the instance's id (the runtime's
+``id_attribute``), and the variables are what the caller's ``variables(instance)`` returned: what
+a trace checker needs to decide the declared guards (each :class:`GuardDecl` names the variable it
+reads) and any ordering rule of its own.
 
-The framework knows nothing about KV caches, so the default variables are read by duck typing:
-any of :data:`DEFAULT_ATTRIBUTES` the instance has is recorded (sets as sorted lists), and
-``jobs_in_flight`` is derived from ``load_job`` / ``store_jobs`` when both exist. A caller that
-knows more (the scheduler's ``pending_store_chunks``) passes its own ``variables`` callable.
+A call line is ``{"seq", "step", "object", "call", ...arguments}``: :meth:`TraceWriter.record_calls`
+wraps named methods of one object and writes a line *before* each call runs, so a call that raises
+is recorded too (it is often the one a checker must see).
 
 Observers run after the state changed and before the code that fired the trigger continues, so a
 recorded variable is the value the guard saw: guards are evaluated just before the state changes
@@ -17,89 +18,93 @@ and nothing between the two touches the variables.
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from kvoffload.statemachine.runtime import DeclaredMachine, TransitionEvent
 
-# Attributes recorded when the instance has them; what the mirror (kvoffload.spec.mirror) reads.
-DEFAULT_ATTRIBUTES: tuple[str, ...] = ("load_job", "store_jobs", "signals")
-
 Variables = Callable[[Any], dict[str, Any]]
+# (method name, positional arguments) -> the fields a call line records.
+CallFields = Callable[[str, tuple[Any, ...]], dict[str, Any]]
 
 
-def default_variables(instance: Any) -> dict[str, Any]:
-    """The duck-typed variables of ``instance``: see the module docstring."""
-    found: dict[str, Any] = {}
-    for name in DEFAULT_ATTRIBUTES:
-        if hasattr(instance, name):
-            found[name] = _jsonable(getattr(instance, name))
-    if "load_job" in found and "store_jobs" in found:
-        found["jobs_in_flight"] = (found["load_job"] is not None) + len(found["store_jobs"])
-    return found
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, set | frozenset):
-        return sorted(value)
-    if isinstance(value, tuple):
-        return list(value)
-    return value
+def no_variables(instance: Any) -> dict[str, Any]:
+    """Record nothing beyond the transition itself."""
+    return {}
 
 
 class TraceWriter:
-    """Writes every transition of the machines it is attached to, as ndjson, in firing order."""
+    """Writes the transitions (and calls) it is attached to, as ndjson, in the order they happen."""
 
     def __init__(self, stream: IO[str], path: str | None = None) -> None:
         self._stream = stream
         self.path = path
         self.seq = 0
         self._attached: list[tuple[DeclaredMachine, Callable[[TransitionEvent, Any], None]]] = []
+        self._wrapped: list[tuple[object, str]] = []
 
     @classmethod
     def open(cls, path: str | Path) -> TraceWriter:
         """A writer on a new (truncated) file at ``path``."""
         return cls(open(path, "w", encoding="utf-8"), str(path))  # closed by close()
 
-    def attach(
-        self,
-        machine: DeclaredMachine,
-        step: Callable[[], int],
-        variables: Variables | None = None,
-    ) -> None:
+    def attach(self, machine: DeclaredMachine, step: Callable[[], int], variables: Variables = no_variables) -> None:
         """Record every transition ``machine`` accepts from now on, stamped with ``step()``."""
-        read = variables if variables is not None else default_variables
 
         def observer(event: TransitionEvent, instance: Any) -> None:
-            self.write(event, step(), read(instance))
+            self.write(event, step(), variables(instance))
 
         machine.add_observer(observer)
         self._attached.append((machine, observer))
 
+    def record_calls(
+        self, target: object, label: str, methods: Sequence[str], step: Callable[[], int], fields: CallFields
+    ) -> None:
+        """Write a line before every call of ``target.<method>`` for each of ``methods``.
+
+        The wrapper is an attribute of ``target`` itself (removed by :meth:`close`); ``fields``
+        turns the call's positional arguments into the line's fields (e.g. ``{"id": args[0]}``).
+        """
+        for name in methods:
+            original = getattr(target, name)
+
+            @functools.wraps(original)
+            def wrapper(*args: Any, _name: str = name, _original: Any = original, **kwargs: Any) -> Any:
+                self._line({"step": step(), "object": label, "call": _name, **fields(_name, args)})
+                return _original(*args, **kwargs)
+
+            setattr(target, name, wrapper)
+            self._wrapped.append((target, name))
+
     def write(self, event: TransitionEvent, step: int, variables: dict[str, Any]) -> None:
-        """Append one line (attach() calls this; tests may call it to build traces by hand)."""
-        self.seq += 1
-        line = {
-            "seq": self.seq,
+        """Append one transition line (attach() calls this; tests may call it to build traces by hand)."""
+        self._line({
             "step": step,
             "lifecycle": event.lifecycle,
-            "request": event.instance_id,
+            "id": event.instance_id,
             "trigger": event.trigger,
             "from": event.source,
             "to": event.dest,
             **variables,
-        }
-        # default=str: an instance id or a variable that is not JSON (an enum, a tuple key) is
-        # still recorded, as its text, rather than aborting the run that is being traced.
-        self._stream.write(json.dumps(line, separators=(",", ":"), default=str) + "\n")
+        })
+
+    def _line(self, fields: dict[str, Any]) -> None:
+        self.seq += 1
+        # default=str: an id or a variable that is not JSON (an enum, a tuple key) is still
+        # recorded, as its text, rather than aborting the run that is being traced.
+        self._stream.write(json.dumps({"seq": self.seq, **fields}, separators=(",", ":"), default=str) + "\n")
 
     def close(self) -> None:
-        """Detach from every machine and close the file; safe to call twice."""
+        """Detach from every machine, unwrap every recorded method, close the file; safe to call twice."""
         for machine, observer in self._attached:
             machine.remove_observer(observer)
         self._attached.clear()
+        for target, name in self._wrapped:
+            delattr(target, name)
+        self._wrapped.clear()
         if not self._stream.closed:
             self._stream.close()
 

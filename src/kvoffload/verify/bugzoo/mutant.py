@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvoffload.offload.explore_model import OffloadExploreModel
 from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.policies import EvictionPolicy
 from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload.offload.types import OffloadConfig
+from kvoffload.verify.explore_model import OffloadExploreModel, WorkerReport
 
 
 @dataclass(frozen=True)
@@ -18,9 +18,13 @@ class Mutant:
 
     ``invariant`` names the invariant (spec/invariants.py, or ``DataIntegrity``, ``GpuBlockFence``,
     ``EventuallyCleaned``, ``NoLeak``, ``Crash``) expected to catch it; ``also_caught_by`` lists
-    names a checker with a different schedule may legitimately report first.
-    ``worker_reports_failure_as_done`` marks a worker-side bug: the scheduler and manager are ours,
-    the worker lies.
+    names a checker with a different schedule may legitimately report first (``DeclaredLifecycle``:
+    the declared machine itself refused the move, with ``IllegalTransition`` or ``GuardRejected``).
+    ``simulate_options``: ``kvoffload simulate`` settings under which the bug shows in a trace
+    (empty: no trace shows it: it corrupts data, GPU blocks or the manager's pool, which a trace
+    does not record, or the simulator cannot reach its interleaving).
+    ``worker_report`` is a worker-side bug (``worker_bugs``): the scheduler and manager are ours,
+    the worker lies about what it did.
     """
 
     name: str
@@ -29,10 +33,11 @@ class Mutant:
     summary: str
     scheduler_class: type[OffloadingScheduler] = OffloadingScheduler
     manager_class: type[CPUOffloadingManager] = CPUOffloadingManager
-    worker_reports_failure_as_done: bool = False
+    worker_report: WorkerReport | None = None
     also_caught_by: tuple[str, ...] = ()
     # Model sizes the explorer needs to reach the bug (e.g. a one-block CPU pool), as defaults.
     explore_options: tuple[tuple[str, Any], ...] = ()
+    simulate_options: tuple[str, ...] = ()
 
     def make_manager(self, num_blocks: int, policy: str | EvictionPolicy = "lru") -> CPUOffloadingManager:
         """A manager with this mutant's bug (ours when the bug is elsewhere)."""
@@ -67,6 +72,6 @@ def explore_model_for(
         chunks,
         make_scheduler=mutant.make_scheduler,
         make_manager=mutant.make_manager,
-        worker_reports_failure_as_done=mutant.worker_reports_failure_as_done,
+        worker_report=mutant.worker_report,
         **merged,
     )

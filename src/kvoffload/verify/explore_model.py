@@ -40,31 +40,29 @@ the requests by a permutation-invariant summary of each (its state with itself n
 the others "other"), renders the state in that order with requests, keys and job ids renamed
 canonically (a job is named by what it copies, not by its counter; step and job counters and
 statistics are left out, since no decision reads them), and keeps the least digest over every
-order of tied requests. The rendering is a plain tuple read straight from the scheduler's,
-manager's and engine's fields, digested from its ``marshal`` bytes (no text rendering).
+order of tied requests. The rendering is a plain tuple read from the scheduler's and the
+manager's public read-only views (``view()``: their tables, by reference) and the engine model,
+digested from its ``marshal`` bytes (no text rendering). Each state holds its own scheduler and
+manager: ``step`` copies them with their public ``clone()``.
 Content of free blocks that no job references is forgotten (set to EMPTY), so stale bytes neither
 split equal states nor mask a read of a block nobody wrote.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import itertools
 import marshal
 import math
-from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
-from kvoffload.offload.manager import BlockEntry, CPUOffloadingManager, ManagerStats, RequestRecord
-from kvoffload.offload.policies import LRUPolicy
-from kvoffload.offload.scheduler import OffloadingScheduler, RequestTracker, SchedulerStats
+from kvoffload.offload.manager import CPUOffloadingManager
+from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload.offload.types import OffloadConfig, SchedulerOutput, TransferJob, WorkerOutput
 from kvoffload.spec.invariants import check_invariants
 from kvoffload.spec.lifecycle import CLEANED
-from kvoffload.statemachine.runtime import DeclaredMachine
 
 # Keys are large so that no block id, count or job id can be mistaken for one when renaming.
 KEY_BASE = 1 << 20
@@ -89,19 +87,8 @@ DONE = "done"
 
 SchedulerFactory = Callable[[OffloadConfig, CPUOffloadingManager | None], OffloadingScheduler]
 ManagerFactory = Callable[[int, str], CPUOffloadingManager]
-
-# The scheduler and manager attributes the fingerprint reads explicitly; anything else (a mutant's
-# extra state) is frozen generically. ``step``/``stats``/``_next_job_id`` are deliberately left out:
-# counters that never change behaviour would make every state distinct.
-_SCHED_IGNORED = {"config", "manager", "lifecycle", "step", "stats", "_chunk_tokens", "_bpc", "_next_job_id"}
-_SCHED_KNOWN = _SCHED_IGNORED | {
-    "_trackers", "_jobs", "_stale_jobs", "_pending_loads", "_pending_flush", "_flushed", "_finished_pending",
-    "_released", "_loaded", "_load_failed", "_fence", "_keys_loading", "_reset_pending",
-}
-# ``_retired`` only matters for a reused request id, which the model never issues; ``_events`` is
-# drained every step.
-_MANAGER_IGNORED = {"num_blocks", "stats", "_retired", "_events", "enable_events"}
-_MANAGER_KNOWN = _MANAGER_IGNORED | {"policy", "_free", "_entries", "_requests"}
+# What the worker reports for a step's job outcomes; a worker-side bug of the zoo lies here.
+WorkerReport = Callable[[WorkerOutput], WorkerOutput]
 
 
 @dataclass(frozen=True)
@@ -140,212 +127,6 @@ class World:
     problems: list[tuple[str, str]] = field(default_factory=list)
 
 
-# Shared between copies: immutable values, the lifecycle machine, and the statistics counters,
-# which only count (no decision reads them) and are not part of a state's identity.
-_IMMUTABLE = (
-    int, str, bool, float, type(None), TransferJob, ModelRequest, OffloadConfig, DeclaredMachine, frozenset,
-    SchedulerStats, ManagerStats,
-)
-
-
-def fast_copy(value: Any, memo: dict[int, Any] | None = None) -> Any:
-    """A deep copy that shares immutable values (and the shared lifecycle machine).
-
-    ``copy.deepcopy`` of the whole world dominated the explorer's time; this does the same for the
-    containers and plain objects the scheduler, manager and policies use (keeping aliasing: the
-    scheduler holds one tracker in two dicts), and falls back to ``copy.deepcopy`` for anything else.
-    """
-    if isinstance(value, _IMMUTABLE):
-        return value
-    if memo is None:
-        memo = {}
-    found = memo.get(id(value))
-    if found is not None:
-        return found
-    cls = type(value)
-    clone: Any
-    if cls is dict:
-        clone = memo[id(value)] = {}
-        for k, v in value.items():
-            clone[k] = v if isinstance(v, _IMMUTABLE) else fast_copy(v, memo)
-        return clone
-    if cls is list:
-        clone = memo[id(value)] = []
-        if all(isinstance(v, _IMMUTABLE) for v in value):
-            clone.extend(value)
-        else:
-            clone.extend(fast_copy(v, memo) for v in value)
-        return clone
-    if cls is set:
-        clone = memo[id(value)] = {fast_copy(v, memo) for v in value}
-        return clone
-    if cls is tuple:
-        if all(isinstance(v, _IMMUTABLE) for v in value):
-            return value
-        clone = memo[id(value)] = tuple(fast_copy(v, memo) for v in value)
-        return clone
-    if cls is Counter:
-        clone = memo[id(value)] = Counter(value)
-        return clone
-    if cls is OrderedDict:
-        clone = memo[id(value)] = OrderedDict()
-        for k, v in value.items():
-            clone[k] = fast_copy(v, memo)
-        return clone
-    if is_dataclass(value) and getattr(cls, "__dataclass_params__").frozen:  # noqa: B009
-        return value
-    state = getattr(value, "__dict__", None)
-    slots = _slots(cls)
-    if state is None and not slots:
-        clone = memo[id(value)] = copy.deepcopy(value)
-        return clone
-    clone = memo[id(value)] = object.__new__(cls)
-    if state is not None:
-        clone.__dict__.update(
-            {name: item if isinstance(item, _IMMUTABLE) else fast_copy(item, memo) for name, item in state.items()}
-        )
-    for name in slots:
-        item = getattr(value, name, _MISSING)
-        if item is not _MISSING:
-            object.__setattr__(clone, name, item if isinstance(item, _IMMUTABLE) else fast_copy(item, memo))
-    return clone
-
-
-_MISSING = object()
-_CONTAINERS = (list, dict, set, Counter, OrderedDict)
-
-
-def _copy_record(value: Any) -> Any:
-    """A copy of a small record (tracker, block entry, request record): its attributes are
-    immutable values or containers of immutable values, so one level of copying suffices."""
-    cls = type(value)
-    clone = object.__new__(cls)
-    for name in _slots(cls):
-        item = getattr(value, name, _MISSING)
-        if item is not _MISSING:
-            object.__setattr__(clone, name, item.copy() if isinstance(item, _CONTAINERS) else item)
-    state = getattr(value, "__dict__", None)
-    if state:
-        clone.__dict__.update({k: v.copy() if isinstance(v, _CONTAINERS) else v for k, v in state.items()})
-    return clone
-
-
-def _copy_tracker(t: RequestTracker) -> RequestTracker:
-    """:func:`_copy_record` for the scheduler's tracker, written out (the hottest copy)."""
-    if type(t) is not RequestTracker or not _FAST_RECORDS:
-        return _copy_record(t)
-    return RequestTracker(
-        t.request_id, t.request, t.state, t.num_computed_tokens, t.gpu_block_ids.copy(), t.stored_chunks,
-        t.load_job, t.store_jobs.copy(), t.lookup_start_chunk, t.lookup_hit_chunks, t.local_computed_tokens,
-        t.holds_gpu_blocks, t.signals,
-    )
-
-
-def _copy_entry(e: BlockEntry) -> BlockEntry:
-    if type(e) is not BlockEntry or not _FAST_RECORDS:
-        return _copy_record(e)
-    return BlockEntry(e.block_id, e.ref_cnt, e.write_pending)
-
-
-def _copy_request_record(r: RequestRecord) -> RequestRecord:
-    if type(r) is not RequestRecord or not _FAST_RECORDS:
-        return _copy_record(r)
-    return RequestRecord(r.finished, r.loading.copy(), r.storing.copy())
-
-
-# Attributes copied by hand below; any other (a mutant's, or one added later) goes through fast_copy.
-_SCHED_SHALLOW = ("_jobs", "_stale_jobs", "_pending_loads", "_pending_flush", "_flushed", "_released", "_loaded",
-                  "_load_failed", "_keys_loading")
-_MANAGER_SHALLOW = ("_free", "_retired", "_events")
-
-
-def copy_scheduler(sched: OffloadingScheduler) -> OffloadingScheduler:
-    """A deep copy of a scheduler and its manager that shares what never changes.
-
-    Hand-written for the attributes the scheduler and manager have (5x faster than a generic deep
-    copy, which dominated the explorer's time); unknown attributes fall back to :func:`fast_copy`.
-    """
-    memo: dict[int, Any] = {}
-    clone = object.__new__(type(sched))
-    state = dict(sched.__dict__)
-    trackers = {rid: _copy_tracker(t) for rid, t in sched._trackers.items()}
-    by_id = {id(t): trackers[rid] for rid, t in sched._trackers.items()}
-    state["_trackers"] = trackers
-    state["_finished_pending"] = {
-        rid: by_id.get(id(t)) or _copy_tracker(t) for rid, t in sched._finished_pending.items()
-    }
-    for name in _SCHED_SHALLOW:
-        if name in state:
-            item = state[name]
-            state[name] = _copy_counter(item) if type(item) is Counter else item.copy()
-    state["_fence"] = {block: set(readers) for block, readers in sched._fence.items()}
-    state["manager"] = _copy_manager(sched.manager, memo)
-    for name in state.keys() - _SCHED_KNOWN:
-        item = state[name]
-        if not isinstance(item, _IMMUTABLE):
-            state[name] = fast_copy(item, memo)
-    clone.__dict__.update(state)
-    return clone
-
-
-def _copy_counter(counter: Counter[Any]) -> Counter[Any]:
-    """``Counter.copy`` without its Python-level ``__init__``/``update`` (same contents, same type)."""
-    clone: Counter[Any] = Counter.__new__(Counter)
-    dict.update(clone, counter)
-    return clone
-
-
-def _copy_manager(manager: CPUOffloadingManager, memo: dict[int, Any]) -> CPUOffloadingManager:
-    clone = object.__new__(type(manager))
-    state = dict(manager.__dict__)
-    for name in _MANAGER_SHALLOW:
-        if name in state:
-            state[name] = state[name].copy()
-    state["_entries"] = {key: _copy_entry(entry) for key, entry in manager._entries.items()}
-    state["_requests"] = {rid: _copy_request_record(record) for rid, record in manager._requests.items()}
-    policy = manager.policy
-    if type(policy) is LRUPolicy and policy.__dict__.keys() == {"_order"}:  # the default, written out
-        policy_clone = object.__new__(LRUPolicy)
-        policy_clone.__dict__["_order"] = policy._order.copy()
-        state["policy"] = policy_clone
-    elif type(policy).__module__ == "kvoffload.offload.policies":
-        state["policy"] = _copy_record(policy)
-    else:
-        state["policy"] = fast_copy(policy, memo)
-    for name in state.keys() - _MANAGER_KNOWN:
-        item = state[name]
-        if not isinstance(item, _IMMUTABLE):
-            state[name] = fast_copy(item, memo)
-    clone.__dict__.update(state)
-    return clone
-
-
-_SLOTS: dict[type, tuple[str, ...]] = {}
-
-
-def _slots(cls: type) -> tuple[str, ...]:
-    names = _SLOTS.get(cls)
-    if names is None:
-        names = _SLOTS[cls] = tuple(
-            name for klass in cls.__mro__ for name in getattr(klass, "__slots__", ()) if name != "__weakref__"
-        )
-    return names
-
-
-# The hand-written record copies above list every field; if a record class gains or loses one they
-# step aside for the generic :func:`_copy_record`, so a new field is never silently dropped.
-_FAST_RECORDS = (
-    _slots(RequestTracker) == (
-        "request_id", "request", "state", "num_computed_tokens", "gpu_block_ids", "stored_chunks", "load_job",
-        "store_jobs", "lookup_start_chunk", "lookup_hit_chunks", "local_computed_tokens", "holds_gpu_blocks",
-        "signals",
-    )
-    and _slots(BlockEntry) == ("block_id", "ref_cnt", "write_pending")
-    and _slots(RequestRecord) == ("finished", "loading", "storing")
-    and not any(hasattr(cls, "__post_init__") for cls in (RequestTracker, BlockEntry, RequestRecord))
-)
-
-
 def _freeze(value: Any, rename: Callable[[Any], Any]) -> Any:
     """A hashable, order-independent rendering of ``value`` with ``rename`` applied to leaves."""
     if isinstance(value, (int, str, bool, float, type(None))):
@@ -363,9 +144,6 @@ def _freeze(value: Any, rename: Callable[[Any], Any]) -> Any:
     if hasattr(value, "__dict__"):
         return (type(value).__name__, _freeze(vars(value), rename))
     return repr(value)
-
-
-_EMPTY_FROZEN_DICT = _freeze({}, lambda value: value)
 
 
 def _leaf_renamer(rids: dict[str, Any], keys: dict[Any, Any]) -> Callable[[Any], Any]:
@@ -411,7 +189,7 @@ class OffloadExploreModel:
         allow_failures: bool = True,
         make_scheduler: SchedulerFactory | None = None,
         make_manager: ManagerFactory | None = None,
-        worker_reports_failure_as_done: bool = False,
+        worker_report: WorkerReport | None = None,
         symmetry: bool = True,
         drain_steps: int | None = None,
     ) -> None:
@@ -435,7 +213,7 @@ class OffloadExploreModel:
         self.allow_failures = allow_failures
         self.make_scheduler = make_scheduler or (lambda config, manager: OffloadingScheduler(config, manager))
         self.make_manager = make_manager or (lambda num_blocks, policy: CPUOffloadingManager(num_blocks, policy))
-        self.worker_reports_failure_as_done = worker_reports_failure_as_done
+        self.worker_report = worker_report
         self.symmetry = symmetry
         self.drain_steps = drain_steps if drain_steps is not None else 2 * chunks + 6
         self.config = OffloadConfig(gpu_block_size=1, blocks_per_chunk=1, num_cpu_blocks=self.cpu_blocks, policy=policy)
@@ -554,7 +332,7 @@ class OffloadExploreModel:
     def clone(self, w: World) -> World:
         """A copy of ``w`` that no later action on either can affect."""
         return World(
-            scheduler=copy_scheduler(w.scheduler),
+            scheduler=w.scheduler.clone(),
             requests={
                 rid: EngineRequest(er.status, list(er.blocks), er.computed, er.load_chunks)
                 for rid, er in w.requests.items()
@@ -609,7 +387,7 @@ class OffloadExploreModel:
         for block in w.gpu_free:
             if block not in gpu_busy:
                 w.gpu_content[block] = EMPTY
-        for block in w.scheduler.manager._free:
+        for block in w.scheduler.manager.view().free:
             if block not in cpu_busy and 0 <= block < len(w.cpu_content):
                 w.cpu_content[block] = EMPTY
 
@@ -790,8 +568,11 @@ class OffloadExploreModel:
             job = w.inflight.pop(job_id, None)
             if job is not None:  # None: flushed (completed) at the start of this step
                 self._copy(w, job, ok)
-                report[job_id] = ok or self.worker_reports_failure_as_done
-        update = sched.update_connector_output(WorkerOutput(report))
+                report[job_id] = ok
+        output = WorkerOutput(report)
+        if self.worker_report is not None:
+            output = self.worker_report(output)
+        update = sched.update_connector_output(output)
         for rid in update.loaded:
             er = w.requests[rid]
             if er.status == LOADING:
@@ -890,13 +671,13 @@ class OffloadExploreModel:
 
     @staticmethod
     def _all_jobs(w: World) -> dict[int, TransferJob]:
-        return {**w.scheduler._jobs, **w.scheduler._stale_jobs, **w.inflight}
+        return {**w.scheduler.jobs_in_flight, **w.inflight}
 
     def _request_entry(self, w: World, rid: str, naming: int, jobs: dict[int, TransferJob]) -> tuple[Any, ...]:
         """``rid``'s engine and connector state under renaming ``naming`` (see ``_namings``)."""
         rids, _, key_tuples = self._namings[naming]
         er = w.requests[rid]
-        t = w.scheduler._trackers.get(rid)
+        t = w.scheduler.trackers.get(rid)
         tracker: tuple[Any, ...] = ()
         if t is not None:
             load_job = t.load_job
@@ -959,8 +740,8 @@ class OffloadExploreModel:
         """The state under renaming ``naming``; ``per_request``: the request entries, if the caller
         has an equivalent rendering of them (else the renamed entries, sorted)."""
         rids, keys, key_tuples = self._namings[naming]
-        sched = w.scheduler
-        manager = sched.manager
+        sched = w.scheduler.view()
+        manager = w.scheduler.manager
         keys_get = keys.get
 
         # Every job rendered once (a job is named by what it copies); an id no job has stays "?".
@@ -978,23 +759,24 @@ class OffloadExploreModel:
 
         if per_request is None:
             per_request = tuple(sorted([self._request_entry(w, rid, naming, jobs) for rid in w.requests]))
-        fence = sched._fence
-        keys_loading = sched._keys_loading
+        fence = sched.fence
+        keys_loading = sched.keys_loading
         sched_part = (
-            jobset(sched._jobs) if sched._jobs else (),
-            jobset(sched._stale_jobs) if sched._stale_jobs else (),
-            jobset([j.job_id for j in sched._pending_loads]) if sched._pending_loads else (),
-            jobset(sched._pending_flush) if sched._pending_flush else (),
-            jobset(sched._flushed) if sched._flushed else (),
-            tuple(sorted([rids[r] for r in sched._finished_pending])) if sched._finished_pending else (),
-            tuple(sorted([rids[r] for r in sched._released])) if sched._released else (),
-            tuple(sorted([rids[r] for r in sched._loaded])) if sched._loaded else (),
-            tuple(sorted([rids[r] for r in sched._load_failed])) if sched._load_failed else (),
+            jobset(sched.jobs) if sched.jobs else (),
+            jobset(sched.stale_jobs) if sched.stale_jobs else (),
+            jobset([j.job_id for j in sched.pending_loads]) if sched.pending_loads else (),
+            jobset(sched.pending_flush) if sched.pending_flush else (),
+            jobset(sched.flushed) if sched.flushed else (),
+            tuple(sorted([rids[r] for r in sched.finished_pending])) if sched.finished_pending else (),
+            tuple(sorted([rids[r] for r in sched.released])) if sched.released else (),
+            tuple(sorted([rids[r] for r in sched.loaded])) if sched.loaded else (),
+            tuple(sorted([rids[r] for r in sched.load_failed])) if sched.load_failed else (),
             tuple(sorted([(block, jobset(readers)) for block, readers in fence.items()])) if fence else (),
             tuple(sorted([(keys[k], n) for k, n in keys_loading.items() if n])) if keys_loading else (),
-            sched._reset_pending,
+            sched.reset_pending,
         )
-        requests = manager._requests
+        manager_state = manager.view()
+        requests = manager_state.requests
         policy_fp = manager.policy.fingerprint()
         if type(policy_fp) is tuple and all(type(k) is int for k in policy_fp):
             # What _freeze gives, faster; the identity renaming (naming 0) maps every key to itself.
@@ -1002,8 +784,10 @@ class OffloadExploreModel:
         else:
             policy_part = _freeze(policy_fp, _leaf_renamer(rids, keys))
         manager_part = (
-            tuple(manager._free),
-            tuple(sorted([(keys[k], e.block_id, e.ref_cnt, e.write_pending) for k, e in manager._entries.items()])),
+            tuple(manager_state.free),
+            tuple(
+                sorted([(keys[k], e.block_id, e.ref_cnt, e.write_pending) for k, e in manager_state.entries.items()])
+            ),
             tuple(
                 sorted(
                     [
@@ -1018,14 +802,6 @@ class OffloadExploreModel:
             ) if requests else (),
             policy_part,
         )
-        sched_vars = vars(sched)
-        manager_vars = vars(manager)
-        extras = (
-            _freeze({k: sched_vars[k] for k in sched_vars.keys() - _SCHED_KNOWN}, _leaf_renamer(rids, keys))
-            if sched_vars.keys() - _SCHED_KNOWN else _EMPTY_FROZEN_DICT,
-            _freeze({k: manager_vars[k] for k in manager_vars.keys() - _MANAGER_KNOWN}, _leaf_renamer(rids, keys))
-            if manager_vars.keys() - _MANAGER_KNOWN else _EMPTY_FROZEN_DICT,
-        )
         done = w.done
         world_part = (
             tuple(w.gpu_free),
@@ -1036,19 +812,20 @@ class OffloadExploreModel:
             w.resets,
             w.preemptions,
         )
-        return (per_request, sched_part, manager_part, extras, world_part)
+        return (per_request, sched_part, manager_part, world_part)
 
     # ------------------------------------------------------------------ readable state
     def describe(self, w: World) -> dict[str, str]:
         """Readable variables for counterexample diffs."""
         sched = w.scheduler
+        tables = sched.view()
         out: dict[str, str] = {}
         for rid, er in w.requests.items():
             engine = f"{er.status}"
             if er.blocks:
                 engine += f" gpu{er.blocks} computed={er.computed}"
             out[f"{rid}.engine"] = engine
-            t = sched._trackers.get(rid)
+            t = sched.trackers.get(rid)
             if t is None:
                 out[f"{rid}.connector"] = "untracked" if er.status == NEW else CLEANED
             else:
@@ -1064,7 +841,7 @@ class OffloadExploreModel:
             arrow = f"gpu{list(j.gpu_block_ids)} -> cpu{list(j.cpu_block_ids)}"
             if j.kind == "load":
                 arrow = f"cpu{list(j.cpu_block_ids)} -> gpu{list(j.gpu_block_ids)}"
-            stale = " stale" if job_id in sched._stale_jobs else ""
+            stale = " stale" if job_id in tables.stale_jobs else ""
             out[f"job#{job_id}"] = f"{j.kind}{stale} of {j.request_id} [{keys}] {arrow}: {where}"
         for job_id, ok in sorted(w.done.items()):
             if job_id not in sched.jobs_in_flight:
@@ -1080,6 +857,6 @@ class OffloadExploreModel:
         out["cpu.content"] = " ".join(f"{i}:{self.key_name(c)}" for i, c in enumerate(w.cpu_content))
         out["gpu.content"] = " ".join(f"{i}:{self.key_name(c)}" for i, c in enumerate(w.gpu_content))
         out["gpu.free"] = str(w.gpu_free)
-        if sched._pending_flush:
-            out["flush.pending"] = str(sorted(sched._pending_flush))
+        if tables.pending_flush:
+            out["flush.pending"] = str(sorted(tables.pending_flush))
         return out

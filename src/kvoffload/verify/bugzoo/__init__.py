@@ -2,20 +2,21 @@
 
 ``MUTANTS`` maps a name to a :class:`Mutant`: build the buggy system with
 ``mutant.make_scheduler(config)`` (and ``mutant.make_manager(num_blocks, policy)``); a worker-side
-bug sets ``worker_reports_failure_as_done``. The explorer (``kvoffload explore --mutant NAME``)
+bug is ``mutant.worker_report``, the function that turns the worker's true report into its lie.
+The explorer (``kvoffload explore --mutant NAME``)
 must catch every one with a short counterexample; ``tests/test_bugzoo.py`` checks that it does,
 with the invariant each mutant declares.
 """
 
 from __future__ import annotations
 
-from kvoffload.bugzoo.manager_bugs import (
+from kvoffload.verify.bugzoo.manager_bugs import (
     EvictWhileLoadingManager,
     FailedStoreDoubleFreeManager,
     FailedStoreLeakManager,
 )
-from kvoffload.bugzoo.mutant import Mutant, explore_model_for
-from kvoffload.bugzoo.scheduler_bugs import (
+from kvoffload.verify.bugzoo.mutant import Mutant, explore_model_for
+from kvoffload.verify.bugzoo.scheduler_bugs import (
     AbortUnscheduledStoresScheduler,
     DropStateOnFinishScheduler,
     EagerFinishSignalScheduler,
@@ -24,22 +25,28 @@ from kvoffload.bugzoo.scheduler_bugs import (
     ReadmitWhileFlushingScheduler,
     ResetLeavesStaleJobsScheduler,
 )
+from kvoffload.verify.bugzoo.worker_bugs import report_failure_as_done
 
 _ALL = (
     Mutant(
         "eager_finish_signal", "vLLM #49635", "NoManagerCallAfterSignal",
         "on_request_finished is called in request_finished, before the final store is prepared",
         scheduler_class=EagerFinishSignalScheduler,
+        simulate_options=("--users", "5", "--turns", "2", "--gpu-blocks", "40", "--seed", "2"),
     ),
     Mutant(
         "drop_state_on_finish", "vLLM #46027", "CleanOnlyWhenDrained",
         "a finished request's state is dropped while its store jobs are still in flight",
         scheduler_class=DropStateOnFinishScheduler,
+        # The late completion finds no request: the KeyError the real connector raised.
+        also_caught_by=("Crash",),
     ),
     Mutant(
         "readmit_while_flushing", "vLLM #46014", "JobsExclusive",
         "a preempted request is re-admitted with a load while its flushed stores have not reported",
         scheduler_class=ReadmitWhileFlushingScheduler,
+        # It moves the request to waiting behind the declared machine's back, which a trace shows.
+        also_caught_by=("DeclaredLifecycle",),
     ),
     Mutant(
         "abort_unscheduled_stores", "vLLM #49118", "DataIntegrity",
@@ -50,8 +57,13 @@ _ALL = (
         "reset_leaves_stale_jobs", "vLLM #48090", "EventuallyCleaned",
         "reset_cache leaves stale jobs attached to live requests, which then wait forever",
         scheduler_class=ResetLeavesStaleJobsScheduler,
-        # The request that survives reset_cache is signaled with chunks it will never store.
-        also_caught_by=("SignalAfterFinalStore",),
+        # The request that survives reset_cache is signaled with chunks it will never store; the
+        # declared lifecycle refuses to clean a request that still lists jobs.
+        also_caught_by=("SignalAfterFinalStore", "DeclaredLifecycle"),
+        simulate_options=(
+            "--users", "6", "--turns", "2", "--gpu-blocks", "24", "--cpu-blocks", "16",
+            "--faults", "0.3", "--delay", "2",
+        ),
     ),
     Mutant(
         "preempt_without_flush", "vLLM #29870", "GpuBlockFence",
@@ -67,6 +79,8 @@ _ALL = (
         "evict_while_loading", "LMCache #3381, SGLang #35769", "NoEvictWhileInUse",
         "a CPU block being loaded from is evicted and reused",
         manager_class=EvictWhileLoadingManager,
+        # The load's completion finds its key evicted: the KeyError of the real connectors.
+        also_caught_by=("Crash",),
         # With one CPU block, the next store must evict the block being loaded from.
         explore_options=(("cpu_blocks", 1),),
     ),
@@ -85,7 +99,7 @@ _ALL = (
     Mutant(
         "failure_reported_as_done", "Dynamo #15079", "DataIntegrity",
         "the worker reports a failed transfer as done, so garbage is loaded or served",
-        worker_reports_failure_as_done=True,
+        worker_report=report_failure_as_done,
     ),
 )
 

@@ -1,0 +1,27 @@
+"""Everything that checks the product: kvoffload's own code as the subject of its checkers.
+
+- :mod:`kvoffload.verify.explore_model`: the real scheduler + manager, an engine model and a
+  worker model, as a model for the explorer (``OffloadExploreModel``).
+- :mod:`kvoffload.verify.bugzoo`: historical bugs reintroduced as mutants (``MUTANTS``,
+  ``Mutant``, ``explore_model_for``).
+- :mod:`kvoffload.verify.mirror`: the spec's next-state relation replayed over recorded traces
+  (``check_trace_file``, ``check_trace_lines``, ``TraceMirror``).
+
+The product (``kvoffload.offload``) never imports this package.
+"""
+
+from kvoffload.verify.bugzoo import MUTANTS, Mutant, explore_model_for
+from kvoffload.verify.explore_model import OffloadExploreModel
+from kvoffload.verify.mirror import MalformedTrace, MirrorResult, TraceMirror, check_trace_file, check_trace_lines
+
+__all__ = [
+    "MUTANTS",
+    "MalformedTrace",
+    "MirrorResult",
+    "Mutant",
+    "OffloadExploreModel",
+    "TraceMirror",
+    "check_trace_file",
+    "check_trace_lines",
+    "explore_model_for",
+]

@@ -1,0 +1,41 @@
+"""A bug-zoo mutant in the simulator: its scheduler, manager and worker bug in a real engine run."""
+
+from __future__ import annotations
+
+from kvoffload.offload.types import ConnectorMetadata, JobId, WorkerOutput
+from kvoffload.sim.engine import Engine, EngineConfig
+from kvoffload.sim.kv_model import KVBackend
+from kvoffload.verify.bugzoo.mutant import Mutant
+from kvoffload.verify.explore_model import WorkerReport
+
+
+class LyingBackend:
+    """A :class:`KVBackend` whose reports pass through a worker bug (``Mutant.worker_report``)."""
+
+    def __init__(self, backend: KVBackend, report: WorkerReport) -> None:
+        self.backend = backend
+        self.report = report
+
+    def write_block(self, block: int, content: int | None) -> None:
+        self.backend.write_block(block, content)
+
+    def block_matches(self, block: int, content: int) -> bool:
+        return self.backend.block_matches(block, content)
+
+    def execute(self, metadata: ConnectorMetadata) -> WorkerOutput:
+        return self.report(self.backend.execute(metadata))
+
+    def blocks_read_by_stores(self) -> dict[int, set[JobId]]:
+        return self.backend.blocks_read_by_stores()
+
+    def in_flight(self) -> set[JobId]:
+        return self.backend.in_flight()
+
+
+def mutant_engine(mutant: Mutant, config: EngineConfig, backend: KVBackend | None = None) -> Engine:
+    """An engine whose scheduler, manager and worker carry ``mutant``'s bug."""
+    scheduler = mutant.make_scheduler(config.offload_config())
+    engine = Engine(config, scheduler=scheduler, backend=backend)
+    if mutant.worker_report is not None:
+        engine.backend = LyingBackend(engine.backend, mutant.worker_report)
+    return engine
