@@ -221,9 +221,11 @@ def test_result_summary_and_json() -> None:
     assert "distinct states" in text and "1 violation(s)" in text and "1. check(p" in text
     data = result.to_json()
     assert set(data) == {
-        "states", "transitions", "complete", "depth", "seconds", "states_per_s", "violations", "interrupted"
+        "states", "transitions", "complete", "depth", "seconds", "states_per_s", "violations",
+        "reduction", "reexpanded", "interrupted",
     }
     assert data["interrupted"] is False
+    assert data["reduction"] == "none"  # Mutex has no touches()
     (violation,) = data["violations"]
     assert violation["invariant"] == "MutualExclusion"
     assert violation["trace"][0]["changed"]
@@ -283,3 +285,66 @@ def test_ctrl_c_returns_the_figures_reached_so_far() -> None:
     assert result.interrupted and not result.complete
     assert result.states == 4  # 0, 1, 2, 3
     assert result.to_json()["interrupted"] is True
+
+
+@dataclass
+class Grid:
+    """``n`` processes, each counting to ``k`` on its own: every interleaving reaches every state.
+    A step of process i touches only i, so steps of different processes are independent."""
+
+    n: int
+    k: int
+    bad: tuple[int, ...] | None = None
+    declare_touches: bool = True
+
+    def initial(self) -> tuple[int, ...]:
+        return (0,) * self.n
+
+    def actions(self, s: tuple[int, ...]) -> list[int]:
+        return [i for i in range(self.n) if s[i] < self.k]
+
+    def step(self, s: tuple[int, ...], i: int) -> tuple[int, ...]:
+        return (*s[:i], s[i] + 1, *s[i + 1 :])
+
+    def invariants(self, s: tuple[int, ...]) -> list[tuple[str, str]]:
+        return [("NotBad", f"reached {s}")] if s == self.bad else []
+
+    def fingerprint(self, s: tuple[int, ...]) -> Hashable:
+        return s
+
+    def touches(self, s: tuple[int, ...], i: int) -> frozenset[int] | None:
+        return frozenset((i,)) if self.declare_touches else None
+
+
+@pytest.mark.parametrize(("n", "k"), [(2, 3), (3, 4), (4, 2)])
+def test_sleep_sets_prune_transitions_not_states(n: int, k: int) -> None:
+    full = explore(Grid(n, k), reduce=False)
+    reduced = explore(Grid(n, k))
+    assert full.states == reduced.states == (k + 1) ** n
+    assert full.transitions == n * k * (k + 1) ** (n - 1)
+    # Every state is entered by one transition: the reduction is exact on independent processes.
+    assert reduced.transitions == reduced.states - 1
+    assert reduced.depth == full.depth == n * k
+    assert reduced.reduced and not full.reduced
+    assert explore(Grid(n, k, declare_touches=False)).transitions == full.transitions
+
+
+def test_sleep_sets_keep_the_shortest_counterexample() -> None:
+    for bad in [(1, 2, 0), (3, 3, 3), (0, 0, 2)]:
+        full = explore(Grid(3, 3, bad=bad), reduce=False)
+        reduced = explore(Grid(3, 3, bad=bad))
+        assert [len(v.trace) for v in reduced.violations] == [len(v.trace) for v in full.violations] == [sum(bad)]
+
+
+def test_parallel_worker_failure_is_an_error_not_a_hang() -> None:
+    from kvoffload.statemachine.explore_parallel import explore_parallel
+
+    class Broken(Grid):
+        def invariants(self, s: tuple[int, ...]) -> list[tuple[str, str]]:
+            if sum(s) == 25:
+                raise RuntimeError("invariant code broke")
+            return []
+
+    assert explore_parallel(Grid(3, 10), 1).states == 11**3
+    with pytest.raises(RuntimeError, match=r"explorer worker .* died"):
+        explore_parallel(Broken(3, 10), 1)

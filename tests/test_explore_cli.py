@@ -44,11 +44,26 @@ def test_explore_bounds_are_reported(capsys: pytest.CaptureFixture[str]) -> None
 
 @pytest.mark.parametrize(
     "args",
-    [["--mutant", "no_such_bug"], ["--requests", "0"], ["--chunks", "1"], ["--max-states", "0"]],
+    [
+        ["--mutant", "no_such_bug"], ["--requests", "0"], ["--chunks", "1"], ["--max-states", "0"],
+        ["--requests", "1000000"], ["--chunks", "64"],
+    ],
 )
 def test_explore_usage_errors_exit_two(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["explore", *args]) == 2
-    assert "kvoffload explore: error:" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("kvoffload explore: error:") and err.count("\n") == 1
+
+
+def test_explore_set_up_does_not_grow_factorially(capsys: pytest.CaptureFixture[str]) -> None:
+    """Request-order renamings are made when a fingerprint needs them, not all n! up front."""
+    from kvoffload.verify.explore_model import OffloadExploreModel
+
+    model = OffloadExploreModel(12, 3)
+    assert len(model._namings) == 1 + 12  # the identity and one relative renaming per request
+    assert main(["explore", "--requests", "12", "--max-states", "30", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["states"] == 30 and data["complete"] is False
 
 
 def test_mutants_json(capsys: pytest.CaptureFixture[str]) -> None:

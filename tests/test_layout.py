@@ -123,6 +123,15 @@ PRIVATE_READS_ALLOWED = {
     # redis-py has no public handle on a pooled connection's socket; the Redis tier pipelines
     # its own RESP commands on it (kvoffload.tiers.resp) instead of one round trip per key.
     ("kvoffload.tiers.redis_tier", "_sock"),
+    # vLLM's connector scheduler has no public view of its per-request state or jobs in flight;
+    # the check reads them in this one module, one class per vLLM version range (issue: "keep
+    # those reads in one place per version range").
+    ("kvoffload.vllm.check.compat", "_req_status"),
+    ("kvoffload.vllm.check.compat", "_jobs"),
+    # Cloning vLLM's connector for the explorer: deepcopy must re-create its locks and share its
+    # shared-memory region, and the copy module's dispatch table is the only hook for types it
+    # cannot copy.
+    ("kvoffload.vllm.check.explorer", "_deepcopy_dispatch"),
 }
 
 

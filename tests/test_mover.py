@@ -235,7 +235,7 @@ INVALID_SUBMITS: dict[str, tuple[type[Exception], str, Invalid]] = {
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", list(INVALID_SUBMITS))
-def test_invalid_submit_raises_before_any_byte_moves(device: str, case: str) -> None:
+def test_invalid_submit_raises_before_any_byte_moves(device: str, case: str, cpu_path: str) -> None:
     exc, msg, submit = INVALID_SUBMITS[case]
     layers = multi_layers(device)
     m = BlockMover(layers, NUM_CPU)
@@ -615,3 +615,42 @@ def test_cpu_tensors_sharing_memory_with_layers_avoid_the_kernel(kernel_calls: l
     m.store(1, src, dst)
     assert finish(m, 1)[1].ok
     assert torch.equal(buf, expected) and kernel_calls == []
+
+
+@needs_numba
+def test_kernel_path_matches_torch_path_on_big_scattered_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The unplanned kernel path (pairs sorted by destination, chunks over threads) writes exactly
+    the bytes of the planned torch path, with list and strided tensor ids; a duplicate destination
+    is rejected and the next job with the same ids runs."""
+    monkeypatch.setattr(mover_mod, "_PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(mover_mod, "_KERNEL_CHUNK_BYTES", 64)
+    n_gpu, n_cpu = 900, 700
+    movers = {}
+    for path in ("kernel", "torch"):
+        layers = [rand_layer(n_gpu, (5, 2), torch.float16, "cpu", 3), rand_layer(n_gpu, (9,), torch.uint8, "cpu", 4)]
+        movers[path] = (BlockMover(layers, n_cpu), layers)
+    gen = torch.Generator().manual_seed(5)
+    jobs: list[tuple[str, list[int] | torch.Tensor, list[int] | torch.Tensor]] = []
+    for n in (n_cpu, 300, 129, 1):
+        gpu_ids = torch.randperm(n_gpu, generator=gen)[:n]
+        cpu_ids = torch.randperm(n_cpu, generator=gen)[:n]
+        jobs.append(("store", gpu_ids.tolist(), cpu_ids.tolist()))
+        jobs.append(("load", cpu_ids.repeat_interleave(2)[::2], gpu_ids.flip(0)))  # strided tensor ids
+    for path, (m, _) in movers.items():
+        monkeypatch.setattr(mover_cpu_kernel, "AVAILABLE", path == "kernel")
+        for job, (direction, src, dst) in enumerate(jobs, 1):
+            (m.store if direction == "store" else m.load)(job, src, dst)
+            assert finish(m, job)[job].ok
+        if path == "kernel":
+            with pytest.raises(ValueError, match="job 99: duplicate destination id 3 in cpu_block_ids"):
+                m.store(99, list(range(200)), [*range(3, 202), 3])
+            # The ids of the failed job, each once (the torch mover does the same below as job 101).
+            m.store(100, list(range(200)), list(range(200)))
+            assert finish(m, 100)[100].ok
+    kernel_m, kernel_layers = movers["kernel"]
+    torch_m, torch_layers = movers["torch"]
+    kernel_m.store(101, list(range(200)), list(range(200)))
+    torch_m.store(101, list(range(200)), list(range(200)))
+    assert finish(kernel_m, 101)[101].ok and finish(torch_m, 101)[101].ok
+    assert_same(snapshot(kernel_m.cpu_layers), snapshot(torch_m.cpu_layers))
+    assert_same(snapshot(kernel_layers), snapshot(torch_layers))

@@ -10,6 +10,7 @@ import pytest
 from kvoffload.cli import main
 from kvoffload.offload.policies import POLICIES
 from kvoffload.sim.block_pool import BlockPool
+from kvoffload.sim.cpu_oracle import NEVER, BeladyCPUPolicy
 from kvoffload.sim.mooncake import TraceRequest, block_chains
 from kvoffload.sim.trace_replay import ReplayError, TraceReplay, replay_trace
 
@@ -45,7 +46,38 @@ def test_cpu_hits_after_the_gpu_evicted_everything() -> None:
     assert result["blocks"] == 10
     assert result["gpu_hit_ratio"] == 0
     assert result["cpu_hit_ratio"] == 3 / 10
-    assert result["infinite_hit_ratio"] == result["belady_hit_ratio"] == 3 / 10
+    assert result["infinite_hit_ratio"] == result["belady_hit_ratio"] == result["cpu_oracle_hit_ratio"] == 3 / 10
+
+
+def test_cpu_oracle_bypasses_keys_without_a_future() -> None:
+    # GPU and CPU tiers of 4 and 3 blocks: x takes every GPU block of a, and LRU stores x's three
+    # one-off blocks over a's three; the oracle never stores them (no next use) and keeps a's.
+    a = _request([1, 2, 3, 9], 3)
+    x = _request([7, 8, 10, 11], 3)
+    lru = _run([a, x, a], gpu=4, cpu=3)
+    assert lru["gpu_hit_ratio"] == lru["cpu_hit_ratio"] == 0
+    assert lru["cpu_oracle_hit_ratio"] == 3 / 9
+    assert lru["ratio_to_cpu_oracle"] == 0
+
+
+def test_cpu_oracle_evicts_the_furthest_next_use() -> None:
+    policy = BeladyCPUPolicy([[1, 2], [3], [2], [1], [3]], capacity=2)
+    policy.advance(0, [1, 2])
+    assert policy.next_use(1) == 3 and policy.next_use(2) == 2 and policy.next_use(99) == NEVER
+    assert policy.admit(1) and policy.admit(2)
+    policy.on_insert(1, None)
+    policy.on_insert(2, 1)
+    policy.advance(1, [3])
+    assert policy.next_use(3) == 4
+    assert not policy.admit(3)  # next used at 4, after every resident key: bypassed
+    policy.advance(2, [2])  # 2 is used again: its next use is now never
+    assert policy.admit(3)  # displaces 2, whose next use is now the furthest
+    assert policy.victims(1, lambda key: True, [3]) == [2]
+    policy.on_remove(2)
+    policy.on_insert(3, None)
+    policy.advance(3, [1])
+    assert policy.victims(1, lambda key: key != 3, []) == [1]  # 3 is furthest but not evictable
+    assert policy.victims(2, lambda key: key != 3, []) is None
 
 
 def test_gpu_then_cpu_hits_in_one_request() -> None:
@@ -103,7 +135,8 @@ def test_command_json_on_a_synthetic_trace(tmp_path: Path, capsys: pytest.Captur
     # Sorted by timestamp: [1, 2] first, then [1, 2, 3] hits its two blocks in GPU.
     assert (data["requests"], data["blocks"], data["hit_ratio"]) == (2, 5, 2 / 5)
     for key in (
-        "gpu_hit_ratio", "cpu_hit_ratio", "belady_hit_ratio", "infinite_hit_ratio", "violations", "leaks",
+        "gpu_hit_ratio", "cpu_hit_ratio", "belady_hit_ratio", "infinite_hit_ratio", "cpu_oracle_hit_ratio",
+        "ratio_to_cpu_oracle", "violations", "leaks",
         "seconds", "policy", "gpu_blocks", "cpu_blocks", "skipped_lines",
     ):
         assert key in data
@@ -130,6 +163,9 @@ def test_sweep_writes_a_png_and_json(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert len(data["runs"]) == 2 * len(POLICIES)
     assert data["violations"] == data["leaks"] == 0
     assert all(run["hit_ratio"] <= data["infinite_hit_ratio"] for run in data["runs"])
+    assert set(data["cpu_oracle_hit_ratio"]) == {"2", "4"}
+    oracle = data["cpu_oracle_hit_ratio"]
+    assert all(run["cpu_oracle_hit_ratio"] == oracle[str(run["cpu_blocks"])] for run in data["runs"])
     assert main(["replay", str(path), "--sweep", "--cpu-sizes", "2", "--gpu-blocks", "6", "--plot", str(plot)]) == 0
     assert "belady" in capsys.readouterr().out
 
@@ -145,6 +181,8 @@ def test_real_trace_prefix(policy: str, capsys: pytest.CaptureFixture[str]) -> N
     assert data["violations"] == 0 and data["leaks"] == 0
     assert 0 < data["hit_ratio"] <= data["infinite_hit_ratio"]
     assert data["belady_hit_ratio"] <= data["infinite_hit_ratio"]
+    assert data["hit_ratio"] <= data["cpu_oracle_hit_ratio"] <= data["infinite_hit_ratio"]
+    assert data["ratio_to_cpu_oracle"] == pytest.approx(data["hit_ratio"] / data["cpu_oracle_hit_ratio"])
     assert data["hit_ratio"] == pytest.approx(data["gpu_hit_ratio"] + data["cpu_hit_ratio"])
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -43,6 +44,15 @@ def add_parser(subparsers: Any) -> None:
         help="run the EventuallyCleaned/NoLeak drain check on final states (default), every state, or never",
     )
     parser.add_argument("--all-violations", action="store_true", help="keep going after the first violation")
+    parser.add_argument(
+        "--workers", type=int, default=None,
+        help="processes searching in parallel (default: 2 when the machine has 2+ cores; 1: one process, with "
+        "partial-order reduction; ignored with --max-depth)",
+    )
+    parser.add_argument(
+        "--no-reduction", action="store_true",
+        help="one process, full search without partial-order reduction (the exact transition counts)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
         "--tiers", action="store_true",
@@ -55,9 +65,10 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from kvoffload.offload.policies import POLICIES
     from kvoffload.statemachine.explore import explore, format_result
+    from kvoffload.statemachine.explore_parallel import explore_parallel
     from kvoffload.verify.bugzoo import MUTANTS, explore_model_for
 
-    for name in ("requests", "chunks", "max_states", "max_depth", "cpu_blocks"):
+    for name in ("requests", "chunks", "max_states", "max_depth", "cpu_blocks", "workers"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise CommandError(f"--{name.replace('_', '-')} must be positive, got {value}")
@@ -90,13 +101,22 @@ def run(args: argparse.Namespace) -> int:
         model = explore_model_for(mutant, args.requests, args.chunks, **options)
     except ValueError as error:
         raise CommandError(str(error)) from None
-    result = explore(
-        model,
-        max_depth=args.max_depth,
-        max_states=args.max_states,
-        stop_at_first=not args.all_violations,
-        drain=args.drain,
-    )
+    workers = args.workers if args.workers is not None else min(2, os.cpu_count() or 1)
+    if args.no_reduction or args.max_depth is not None:
+        workers = 1
+    if workers > 1:
+        result = explore_parallel(
+            model, workers, max_states=args.max_states, stop_at_first=not args.all_violations, drain=args.drain
+        )
+    else:
+        result = explore(
+            model,
+            max_depth=args.max_depth,
+            max_states=args.max_states,
+            stop_at_first=not args.all_violations,
+            drain=args.drain,
+            reduce=not args.no_reduction,
+        )
     if result.interrupted:
         print(
             f"kvoffload explore: interrupted after {result.seconds:.1f} s: {result.states} states, "
@@ -106,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
         return INTERRUPTED
     if args.json:
         out = result.to_json()
+        out["workers"] = workers
         out["model"] = {
             "requests": args.requests, "chunks": args.chunks, "mutant": args.mutant,
             "cpu_blocks": model.cpu_blocks, "gpu_blocks": model.gpu_blocks, **options,

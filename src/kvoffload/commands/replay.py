@@ -4,7 +4,9 @@ Every request goes through the real OffloadingScheduler, CPUOffloadingManager an
 at a time in timestamp order, with a 512-token block as the scheduling unit, a vLLM-like GPU prefix
 cache of --gpu-blocks blocks in front and the CPU tier of --cpu-blocks blocks behind it. Reports
 the fraction of full prompt blocks served from GPU or CPU instead of recomputed, next to Belady's
-offline bound (one cache of G + C blocks) and the infinite-cache bound; counts invariant
+offline bound (one cache of G + C blocks), the infinite-cache bound and the CPU oracle (the same
+replay with the CPU tier decided by Belady's rule from the trace's future: the fair target of a
+CPU policy); counts invariant
 violations and leaks (exit status 1 if any). --sweep replays every policy over a range of CPU
 sizes and plots hit ratio vs capacity.
 
@@ -221,7 +223,8 @@ def _print_single(data: dict[str, Any]) -> None:
     table = Table(title="kvoffload replay", show_header=False)
     for key in (
         "trace", "policy", "gpu_blocks", "cpu_blocks", "requests", "blocks", "hit_ratio", "gpu_hit_ratio",
-        "cpu_hit_ratio", "belady_hit_ratio", "infinite_hit_ratio", "ratio_to_belady", "violations", "leaks",
+        "cpu_hit_ratio", "belady_hit_ratio", "infinite_hit_ratio", "ratio_to_belady", "cpu_oracle_hit_ratio",
+        "ratio_to_cpu_oracle", "violations", "leaks",
         "skipped_lines", "seconds",
     ):
         value = data[key]
@@ -272,6 +275,7 @@ def _print_sweep(data: dict[str, Any]) -> None:
             str(sum(run["violations"] for run in runs.values())),
             str(sum(run["leaks"] for run in runs.values())),
         )
+    table.add_row("cpu oracle", *(f"{data['cpu_oracle_hit_ratio'][str(size)]:.4f}" for size in sizes), "", "")
     table.add_row("belady", *(f"{data['belady_hit_ratio'][str(size)]:.4f}" for size in sizes), "", "")
     table.add_row("infinite", *(f"{data['infinite_hit_ratio']:.4f}" for _ in sizes), "", "")
     console = Console()

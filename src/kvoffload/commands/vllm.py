@@ -12,12 +12,15 @@ import json
 import logging
 import os
 import time
+from typing import Any
+
+from kvoffload.commands.errors import CommandError
 
 MANAGER_CHOICES = ("lru", "arc", "tiering", "all")
 CHECKER_CHOICES = ("sim", "hypothesis", "explore", "all")
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
+def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser("vllm", help="check vLLM's own offloading connector", description=__doc__)
     actions = parser.add_subparsers(dest="vllm_command", required=True, metavar="ACTION")
     check = actions.add_parser("check", help="vLLM's connector scheduler + managers through kvoffload's checkers",
@@ -31,16 +34,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _choice(value: str, choices: tuple[str, ...], flag: str) -> list[str]:
-    from kvoffload.cli import CommandError
-
     if value not in choices:
         raise CommandError(f"{flag} {value!r} is unknown; choose one of {', '.join(choices)}")
     return list(choices[:-1]) if value == "all" else [value]
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvoffload.cli import CommandError
-
     managers = _choice(args.manager, MANAGER_CHOICES, "--manager")
     checkers = _choice(args.checker, CHECKER_CHOICES, "--checker")
     # vLLM logs every connector step at INFO; its findings are ours to report.

@@ -9,14 +9,15 @@ from typing import Any
 
 from kvoffload.sim.bounds import belady, infinite_cache
 from kvoffload.sim.mooncake import TraceRequest, block_chains
-from kvoffload.sim.trace_replay import ReplayResult, TraceReplay
+from kvoffload.sim.trace_replay import ReplayResult, TraceReplay, cpu_oracle
 
 DEFAULT_CPU_SIZES: tuple[int, ...] = (1000, 2000, 4000, 8000, 16000)
 
 
 @dataclass
 class SweepResult:
-    """One replay per (policy, CPU size), Belady per CPU size (one cache of G + C blocks)."""
+    """One replay per (policy, CPU size); per CPU size Belady (one cache of G + C blocks) and the
+    CPU oracle (the same replay with Belady's rule deciding the CPU tier)."""
 
     gpu_blocks: int
     cpu_sizes: tuple[int, ...]
@@ -25,6 +26,7 @@ class SweepResult:
     blocks: int = 0
     infinite_hit_ratio: float = 0.0
     belady_hit_ratio: dict[int, float] = field(default_factory=dict)
+    cpu_oracle_hit_ratio: dict[int, float] = field(default_factory=dict)
     runs: list[ReplayResult] = field(default_factory=list)
 
     def hit_ratio(self, policy: str, cpu_blocks: int) -> float:
@@ -48,6 +50,9 @@ class SweepResult:
             row["belady_hit_ratio"] = self.belady_hit_ratio[run.cpu_blocks]
             row["infinite_hit_ratio"] = self.infinite_hit_ratio
             row["ratio_to_belady"] = run.hit_ratio / row["belady_hit_ratio"] if row["belady_hit_ratio"] else None
+            oracle = self.cpu_oracle_hit_ratio.get(run.cpu_blocks)
+            row["cpu_oracle_hit_ratio"] = oracle
+            row["ratio_to_cpu_oracle"] = run.hit_ratio / oracle if oracle else None
             rows.append(row)
         return {
             "requests": self.requests,
@@ -57,6 +62,7 @@ class SweepResult:
             "policies": list(self.policies),
             "infinite_hit_ratio": self.infinite_hit_ratio,
             "belady_hit_ratio": {str(size): ratio for size, ratio in self.belady_hit_ratio.items()},
+            "cpu_oracle_hit_ratio": {str(size): ratio for size, ratio in self.cpu_oracle_hit_ratio.items()},
             "violations": self.violations,
             "leaks": self.leaks,
             "runs": rows,
@@ -78,10 +84,12 @@ def run_sweep(
     result.infinite_hit_ratio = infinite.hit_ratio
     for size in cpu_sizes:
         result.belady_hit_ratio[size] = belady(chains, gpu_blocks + size).hit_ratio
+        result.cpu_oracle_hit_ratio[size] = cpu_oracle(chains, gpu_blocks, size).hit_ratio
         for policy in policies:
             run = TraceReplay(gpu_blocks, size, policy, check_every=check_every).run(chains, progress)
             run.belady_hit_ratio = result.belady_hit_ratio[size]
             run.infinite_hit_ratio = result.infinite_hit_ratio
+            run.cpu_oracle_hit_ratio = result.cpu_oracle_hit_ratio[size]
             result.runs.append(run)
     return result
 
@@ -105,6 +113,10 @@ def plot_sweep(result: SweepResult, path: str | Path, title: str = "") -> Path:
     axes.plot(
         sizes, [result.belady_hit_ratio[size] for size in sizes], linestyle="--", color="black",
         label=f"Belady (one cache of {result.gpu_blocks} + C blocks)",
+    )
+    axes.plot(
+        sizes, [result.cpu_oracle_hit_ratio[size] for size in sizes], linestyle="-.", color="black",
+        label="CPU oracle (GPU LRU, CPU tier by Belady's rule)",
     )
     axes.axhline(result.infinite_hit_ratio, linestyle=":", color="grey", label="infinite cache")
     if len(sizes) > 1 and min(sizes) > 0:

@@ -19,7 +19,9 @@ Model (fast mode, documented choices):
   blocks of the running request are pinned; freed blocks stay cached (by chained key) in an LRU
   free queue until reallocated; a request's blocks are freed tail first, so eviction eats a
   prefix from its end and the head stays servable.
-- CPU tier: the real ``CPUOffloadingManager`` of ``cpu_blocks`` blocks with the named policy.
+- CPU tier: the real ``CPUOffloadingManager`` of ``cpu_blocks`` blocks with the named policy (or
+  a policy object: the CPU oracle, :class:`~kvoffload.sim.cpu_oracle.BeladyCPUPolicy`, is run this
+  way, its clock moved before each request).
 - Worker: completes every job successfully ``worker_delay`` steps after the step that issued it
   (default 1), so stores are still in flight when the request finishes and the scheduler's
   hold-and-release path for GPU blocks is exercised.
@@ -37,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvoffload.offload.manager import CPUOffloadingManager
+from kvoffload.offload.policies import EvictionPolicy
 from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload.offload.types import (
     DEFAULT_POLICY,
@@ -48,6 +51,7 @@ from kvoffload.offload.types import (
 )
 from kvoffload.sim.block_pool import BlockPool
 from kvoffload.sim.bounds import belady, infinite_cache
+from kvoffload.sim.cpu_oracle import BeladyCPUPolicy
 from kvoffload.sim.mooncake import TraceRequest, block_chains
 from kvoffload.spec.invariants import check_invariants
 
@@ -80,7 +84,8 @@ class _Request:
 @dataclass
 class ReplayResult:
     """Counts of one replay; ``as_dict`` is the JSON the command prints. ``seconds`` is the replay
-    through the scheduler alone; ``bounds_seconds`` the offline bounds."""
+    through the scheduler alone; ``bounds_seconds`` the offline bounds and the CPU oracle's replay
+    (``cpu_oracle_hit_ratio``: the same replay with :class:`BeladyCPUPolicy` as the CPU policy)."""
 
     policy: str
     gpu_blocks: int
@@ -103,6 +108,7 @@ class ReplayResult:
     bounds_seconds: float = 0.0
     belady_hit_ratio: float | None = None
     infinite_hit_ratio: float | None = None
+    cpu_oracle_hit_ratio: float | None = None
     error: str | None = None
 
     @property
@@ -112,6 +118,7 @@ class ReplayResult:
     def as_dict(self) -> dict[str, Any]:
         blocks = self.blocks or 1
         ratio_to_belady = self.hit_ratio / self.belady_hit_ratio if self.belady_hit_ratio else None
+        oracle = self.cpu_oracle_hit_ratio
         return {
             "requests": self.requests,
             "blocks": self.blocks,
@@ -121,6 +128,8 @@ class ReplayResult:
             "belady_hit_ratio": self.belady_hit_ratio,
             "infinite_hit_ratio": self.infinite_hit_ratio,
             "ratio_to_belady": ratio_to_belady,
+            "cpu_oracle_hit_ratio": oracle,
+            "ratio_to_cpu_oracle": self.hit_ratio / oracle if oracle else None,
             "violations": self.violations,
             "violation_messages": self.violation_messages,
             "leaks": self.leaks,
@@ -176,7 +185,7 @@ class TraceReplay:
         self,
         gpu_blocks: int,
         cpu_blocks: int,
-        policy: str = DEFAULT_POLICY,
+        policy: str | EvictionPolicy = DEFAULT_POLICY,
         *,
         worker_delay: int = 1,
         check_every: int = 100,
@@ -186,13 +195,15 @@ class TraceReplay:
         if worker_delay < 0 or check_every < 1:
             raise ReplayError("worker_delay must be >= 0 and check_every >= 1")
         # One scheduler "token" is one 512-token block: see the module docstring.
-        self.config = OffloadConfig(gpu_block_size=1, blocks_per_chunk=1, num_cpu_blocks=cpu_blocks, policy=policy)
+        name = policy if isinstance(policy, str) else (policy.name or type(policy).__name__)
+        self.config = OffloadConfig(gpu_block_size=1, blocks_per_chunk=1, num_cpu_blocks=cpu_blocks, policy=name)
         self.manager = CPUOffloadingManager(cpu_blocks, policy)
+        self.oracle = policy if isinstance(policy, BeladyCPUPolicy) else None
         self.scheduler = OffloadingScheduler(self.config, self.manager)
         self.gpu = BlockPool(gpu_blocks)
         self.worker = _Worker(worker_delay)
         self.check_every = check_every
-        self.result = ReplayResult(policy, gpu_blocks, cpu_blocks)
+        self.result = ReplayResult(name, gpu_blocks, cpu_blocks)
         self._waited = 0
 
     # ------------------------------------------------------------------ engine loop
@@ -232,6 +243,8 @@ class TraceReplay:
                 "raise --gpu-blocks"
             )
         request = _Request(request_id, keys, num_tokens)
+        if self.oracle is not None:
+            self.oracle.advance(index, keys)
         hit_blocks = gpu.cached_prefix(keys)
         gpu_hits = len(hit_blocks)
         external, _ = scheduler.get_num_new_matched_tokens(request, gpu_hits)
@@ -315,7 +328,8 @@ def replay_trace(
     check_every: int = 100,
 ) -> ReplayResult:
     """Replay ``requests`` (already in arrival order) and, if ``bounds``, add the Belady bound for
-    one cache of ``gpu_blocks + cpu_blocks`` blocks and the infinite-cache bound."""
+    one cache of ``gpu_blocks + cpu_blocks`` blocks, the infinite-cache bound and the CPU oracle
+    (the same replay with Belady's rule deciding the CPU tier, see :func:`cpu_oracle`)."""
     chains = block_chains(requests)
     replay = TraceReplay(gpu_blocks, cpu_blocks, policy, worker_delay=worker_delay, check_every=check_every)
     result = replay.run(chains, progress)
@@ -323,5 +337,15 @@ def replay_trace(
         started = time.perf_counter()
         result.belady_hit_ratio = belady(chains, gpu_blocks + cpu_blocks).hit_ratio
         result.infinite_hit_ratio = infinite_cache(chains).hit_ratio
+        result.cpu_oracle_hit_ratio = cpu_oracle(chains, gpu_blocks, cpu_blocks, worker_delay).hit_ratio
         result.bounds_seconds = time.perf_counter() - started
     return result
+
+
+def cpu_oracle(chains: Sequence[list[int]], gpu_blocks: int, cpu_blocks: int, worker_delay: int = 1) -> ReplayResult:
+    """The replay of ``chains`` with :class:`BeladyCPUPolicy` as the CPU tier's policy: the same
+    GPU prefix cache, scheduler and manager, the CPU tier decided from the trace's future."""
+    oracle = BeladyCPUPolicy(chains, cpu_blocks)
+    return TraceReplay(gpu_blocks, cpu_blocks, oracle, worker_delay=worker_delay, check_every=len(chains) + 1).run(
+        chains
+    )

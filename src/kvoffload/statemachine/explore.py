@@ -24,6 +24,27 @@ and optionally, each a typed protocol a model implements by having the method:
   it). The explorer calls it for the last action it takes from a state, which it never touches
   again, so a model that copies its state in ``step`` can skip one copy per expanded state. It must
   give the same successor as ``step``.
+- :class:`Touches` ``touches(s, a) -> frozenset | None``: the processes (e.g. requests) action
+  ``a`` reads or writes in ``s``; None for an action on shared state. Two actions enabled in ``s``
+  that touch disjoint sets are *independent*: the model promises that each stays enabled after the
+  other and that both orders reach states with the same fingerprint. The explorer then prunes
+  transitions with sleep sets (partial-order reduction, below).
+
+Partial-order reduction (sleep sets, Godefroid 1996). When ``a`` and ``b`` are independent in ``s``
+and ``b`` was explored from ``s`` before ``a``, the state ``s.a.b`` is ``s.b.a``, which the search
+reaches from ``s.b``; so ``b`` is put to *sleep* in ``s.a`` and not executed from there (nor from
+states reached by actions independent of it). Sleep sets prune transitions, never states: every
+state the full search reaches is reached, at the same depth (the diamond's two paths have the
+same length). A state is stored with its sleep set; reached again with a smaller one, it is either
+not expanded yet (the sets are intersected) or it is re-expanded for the actions it slept on
+(rebuilt by replay; counted in ``reexpanded``). Hence, for the properties checked here, the reduced
+search gives the same verdicts as the full one: every invariant is a predicate of one state and
+the drain check a function of one state, both evaluated on exactly the same set of states; the
+shortest counterexample has the same length (the depth of the first violating state); only the
+transition count drops. This holds as long as ``touches`` is truthful; tests check on whole state
+spaces that every pair the model calls independent commutes, and that reduced and full searches
+find the same violations on every mutant of the bug zoo. ``reduce=False`` (``--no-reduction``)
+runs the full search, whose exact transition counts are pinned in tests.
 
 An exception raised by ``step`` is a violation too: one carrying an ``invariant`` attribute (such as
 ``LifecycleViolation``) is reported under that name, any other as ``Crash``.
@@ -37,7 +58,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -86,6 +107,11 @@ class StepsOwned(Protocol):
     def step_owned(self, state: Any, action: Any) -> Any: ...
 
 
+@runtime_checkable
+class Touches(Protocol):
+    def touches(self, state: Any, action: Any) -> frozenset[Hashable] | None: ...
+
+
 @dataclass(frozen=True)
 class CounterexampleStep:
     """One action of a counterexample and the variables it changed, ``{name: (before, after)}``."""
@@ -126,6 +152,8 @@ class ExploreResult:
     complete: bool = True
     depth: int = 0
     seconds: float = 0.0
+    reduced: bool = False
+    reexpanded: int = 0
     violations: list[Counterexample] = field(default_factory=list)
     # True when a KeyboardInterrupt stopped the search: the figures are those reached so far.
     interrupted: bool = False
@@ -146,6 +174,8 @@ class ExploreResult:
             "depth": self.depth,
             "seconds": round(self.seconds, 3),
             "states_per_s": round(self.states_per_s, 1),
+            "reduction": "sleep sets" if self.reduced else "none",
+            "reexpanded": self.reexpanded,
             "violations": [v.to_json() for v in self.violations],
             "interrupted": self.interrupted,
         }
@@ -169,19 +199,22 @@ def explore(
     max_states: int | None = None,
     stop_at_first: bool = True,
     drain: DrainMode = "final",
+    reduce: bool = True,
 ) -> ExploreResult:
     """Breadth-first search of ``model`` within the bounds.
 
     ``drain``: run ``model.drain`` on every new state ("all"), only on final states ("final":
-    no enabled action, ``is_final``, or the depth bound reached), or never ("none"). A
-    KeyboardInterrupt stops the search and returns the figures so far, marked ``interrupted``.
+    no enabled action, ``is_final``, or the depth bound reached), or never ("none").
+    ``reduce``: prune transitions with sleep sets when the model has ``touches`` (see the module
+    docstring); False runs the full search. A KeyboardInterrupt stops the search and returns the
+    figures so far, marked ``interrupted``.
     """
     started = time.perf_counter()
     result = ExploreResult()
     # fingerprint -> (parent fingerprint, action) of the first (hence shortest) path reaching it.
     parents: dict[Hashable, tuple[Hashable, Any] | None] = {}
     try:
-        return _search(model, result, parents, started, max_depth, max_states, stop_at_first, drain)
+        return _search(model, result, parents, started, max_depth, max_states, stop_at_first, drain, reduce)
     except KeyboardInterrupt:
         result.interrupted = True
         result.complete = False
@@ -199,10 +232,19 @@ def _search(
     max_states: int | None,
     stop_at_first: bool,
     drain: DrainMode,
+    reduce: bool,
 ) -> ExploreResult:
     drainer = model.drain if drain != "none" and isinstance(model, Drains) else None
     is_final = model.is_final if isinstance(model, HasFinalStates) else None
     step_owned = model.step_owned if isinstance(model, StepsOwned) else None
+    touches: Callable[[Any, Any], frozenset[Hashable] | None] | None = (
+        model.touches if reduce and isinstance(model, Touches) else None
+    )
+    result.reduced = touches is not None
+    # Sleep sets: of queued states (to be intersected when reached again), and of expanded ones
+    # (a later, smaller sleep set re-expands the difference).
+    queued_sleep: dict[Hashable, frozenset[Any]] = {}
+    expanded_sleep: dict[Hashable, frozenset[Any]] = {}
     seen_violations: set[str] = set()
 
     def report(fp: Hashable, problems: Sequence[tuple[str, str]], extra: tuple[Any, str | None] | None) -> bool:
@@ -228,22 +270,39 @@ def _search(
         return finish()
     if drainer is not None and drain == "all" and report(fp0, drainer(initial), (None, DRAIN_ACTION)):
         return finish()
-    queue: deque[tuple[Any, Hashable, int]] = deque([(initial, fp0, 0)])
+    # (state, fingerprint, depth, only): ``only`` limits a re-expansion to the actions it lacked.
+    queue: deque[tuple[Any, Hashable, int, frozenset[Any] | None]] = deque([(initial, fp0, 0, None)])
+    queued_sleep[fp0] = _NOTHING
     while queue:
-        state, fp, depth = queue.popleft()
+        state, fp, depth, only = queue.popleft()
         actions = list(model.actions(state))
-        at_bound = max_depth is not None and depth >= max_depth
-        final = not actions or at_bound or bool(is_final is not None and is_final(state))
-        if drainer is not None and drain == "final" and final and report(fp, drainer(state), (None, DRAIN_ACTION)):
-            return finish()
-        if at_bound:
-            # Complete only if nothing new lies beyond the bound.
-            if result.complete and any(_leads_somewhere_new(model, state, a, parents) for a in actions):
-                result.complete = False
-            continue
-        last = len(actions) - 1
-        for index, action in enumerate(actions):
+        if only is None:
+            sleep = queued_sleep.pop(fp, _NOTHING)
+            if touches is not None:
+                expanded_sleep[fp] = sleep
+            at_bound = max_depth is not None and depth >= max_depth
+            final = not actions or at_bound or bool(is_final is not None and is_final(state))
+            if drainer is not None and drain == "final" and final and report(fp, drainer(state), (None, DRAIN_ACTION)):
+                return finish()
+            if at_bound:
+                # Complete only if nothing new lies beyond the bound.
+                if result.complete and any(_leads_somewhere_new(model, state, a, parents) for a in actions):
+                    result.complete = False
+                continue
+            todo = [a for a in actions if a not in sleep] if sleep else actions
+        else:
+            if max_depth is not None and depth >= max_depth:
+                continue
+            sleep = expanded_sleep[fp]
+            todo = [a for a in actions if a in only]
+        # (action, what it touches) of the sleeping and already explored actions.
+        done: list[tuple[Any, frozenset[Hashable] | None]] = (
+            [(b, touches(state, b)) for b in sleep] if touches is not None and sleep else []
+        )
+        last = len(todo) - 1
+        for index, action in enumerate(todo):
             result.transitions += 1
+            touched = touches(state, action) if touches is not None else None
             try:
                 if step_owned is not None and index == last:
                     successor = step_owned(state, action)  # consumes state: the last use of it
@@ -253,20 +312,64 @@ def _search(
                 if report(fp, [_exception_violation(error)], (action, None)):
                     return finish()
                 continue
+            child_sleep = (
+                frozenset(b for b, other in done if other is not None and not touched & other)
+                if touched is not None and done
+                else _NOTHING
+            )
+            if touches is not None:
+                done.append((action, touched))
             child = model.fingerprint(successor)
             if child in parents:
+                if touches is not None:
+                    _merge_sleep(model, child, child_sleep, queued_sleep, expanded_sleep, parents, queue, result)
                 continue
             if max_states is not None and len(parents) >= max_states:
                 result.complete = False
                 continue
             parents[child] = (fp, action)
+            queued_sleep[child] = child_sleep
             result.depth = max(result.depth, depth + 1)
             if report(child, model.invariants(successor), None):
                 return finish()
             if drainer is not None and drain == "all" and report(child, drainer(successor), (None, DRAIN_ACTION)):
                 return finish()
-            queue.append((successor, child, depth + 1))
+            queue.append((successor, child, depth + 1, None))
     return finish()
+
+
+_NOTHING: frozenset[Any] = frozenset()
+
+
+def _merge_sleep(
+    model: ExplorableModel,
+    fp: Hashable,
+    sleep: frozenset[Any],
+    queued_sleep: dict[Hashable, frozenset[Any]],
+    expanded_sleep: dict[Hashable, frozenset[Any]],
+    parents: dict[Hashable, tuple[Hashable, Any] | None],
+    queue: deque[tuple[Any, Hashable, int, frozenset[Any] | None]],
+    result: ExploreResult,
+) -> None:
+    """A known state reached again with sleep set ``sleep``: only actions asleep on every path
+    to it may stay unexplored."""
+    queued = queued_sleep.get(fp)
+    if queued is not None:
+        if queued:
+            queued_sleep[fp] = queued & sleep
+        return
+    before = expanded_sleep.get(fp)
+    if not before or before <= sleep:
+        return
+    missing = before - sleep
+    expanded_sleep[fp] = before & sleep
+    # Rebuilt by replaying its recorded path (states are not kept once expanded).
+    path = _path(parents, fp)
+    state = model.initial()
+    for action in path:
+        state = model.step(state, action)
+    result.reexpanded += 1
+    queue.append((state, fp, len(path), missing))
 
 
 def _leads_somewhere_new(model: ExplorableModel, state: Any, action: Any, parents: dict[Hashable, Any]) -> bool:

@@ -56,6 +56,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import marshal
+import math
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
@@ -71,6 +72,14 @@ KEY_BASE = 1 << 20
 EMPTY = -2  # a GPU/CPU block nobody wrote
 GARBAGE = -1  # a block a failed copy left half-written
 DRAFT = -3  # a block holding the KV of a rejected draft
+# Private keys are KEY_BASE + (request + 1) * 64 + chunk, so a request has at most 63 chunks; the
+# request bound keeps the per-request renamings (quadratic in requests) small. Both are far beyond
+# what a search can cover (states grow exponentially with either); larger sizes are refused.
+MAX_CHUNKS = 63
+MAX_REQUESTS = 64
+# The fingerprint tries every order of requests whose entries tie; beyond this many orders it
+# keeps one order (still sound: equal states may then get different fingerprints, never the reverse).
+MAX_TIE_ORDERS = 720
 
 # Engine-side request status.
 NEW = "new"  # not arrived; the connector has never seen it
@@ -192,6 +201,11 @@ class OffloadExploreModel:
     ) -> None:
         if num_requests < 1 or chunks < 2:
             raise ValueError(f"need at least 1 request of at least 2 chunks (got {num_requests} x {chunks})")
+        if num_requests > MAX_REQUESTS or chunks > MAX_CHUNKS:
+            raise ValueError(
+                f"{num_requests} requests x {chunks} chunks is too large to explore: at most {MAX_REQUESTS} requests "
+                f"and {MAX_CHUNKS} chunks (the state space grows exponentially; 2-3 of each is the useful range)"
+            )
         if not 0 <= shared_chunks < chunks:
             raise ValueError(f"shared_chunks must be in [0, {chunks}), got {shared_chunks}")
         self.num_requests = num_requests
@@ -295,6 +309,20 @@ class OffloadExploreModel:
         if w.resets < self.max_resets:
             out.append(("reset",))
         return out
+
+    def touches(self, w: World, action: tuple[Any, ...]) -> frozenset[str] | None:
+        """The requests ``action`` reads or writes in ``w``; None for an action on shared state
+        (the explorer's partial-order reduction treats actions touching disjoint requests as
+        independent). ``finish(r)`` of a request the connector tracks touches only ``r``:
+        ``request_finished`` changes r's tracker and adds r to the scheduler's finished set (a set
+        in the fingerprint), and freeing r's GPU blocks keeps the free list sorted, so two such
+        finishes of different requests commute and neither disables the other. Everything else is
+        shared: an admission (or the finish of a request that never arrived, which looks it up)
+        reads the shared prefix keys and reorders the CPU pool's LRU, and takes the lowest free GPU
+        blocks; a step runs every request; ``reset_cache`` resets every request."""
+        if action[0] == "finish" and w.requests[action[1]].status != NEW:
+            return frozenset((action[1],))
+        return None
 
     def action_name(self, action: tuple[Any, ...]) -> str:
         kind = action[0]
@@ -650,12 +678,13 @@ class OffloadExploreModel:
                 except TypeError:  # parts that do not compare (a mutant's values): order by text
                     swap = repr(e1) < repr(e0)
                 if swap:
-                    return _digest(self._canonical(w, self._order_index[(1, 0)], jobs, (e1, e0)))
+                    return _digest(self._canonical(w, self._order_naming((1, 0)), jobs, (e1, e0)))
                 return _digest(self._canonical(w, 0, jobs, (e0, e1)))
             if w.requests[first].status == NEW:  # neither arrived: they touched nothing, either order
                 return _digest(self._canonical(w, 0, jobs, (e0, e1)))
             pair = (e0, e1)
-            return min(_digest(self._canonical(w, 0, jobs, pair)), _digest(self._canonical(w, 1, jobs, pair)))
+            swapped = self._order_naming((1, 0))
+            return min(_digest(self._canonical(w, 0, jobs, pair)), _digest(self._canonical(w, swapped, jobs, pair)))
         entries = [self._request_entry(w, rid, self._relative_index[rid], jobs) for rid in self.request_ids]
         try:
             ranked = sorted(range(n), key=entries.__getitem__)
@@ -668,8 +697,10 @@ class OffloadExploreModel:
             [g] if w.requests[self.request_ids[g[0]]].status == NEW else list(itertools.permutations(g))
             for g in groups
         ]
+        if math.prod(len(option) for option in options) > MAX_TIE_ORDERS:
+            options = [[g] for g in groups]
         orders = [tuple(i for part in combo for i in part) for combo in itertools.product(*options)]
-        return min(_digest(self._canonical(w, self._order_index[order], jobs)) for order in orders)
+        return min(_digest(self._canonical(w, self._order_naming(order), jobs)) for order in orders)
 
     @staticmethod
     def _all_jobs(w: World) -> dict[int, TransferJob]:
@@ -707,28 +738,35 @@ class OffloadExploreModel:
         return (rids[rid], er.status, tuple(er.blocks), er.computed, er.load_chunks, er.rejected, tracker)
 
     def _build_namings(self) -> None:
-        """Every renaming the fingerprint uses, indexed: ``0 .. n!-1`` are the request orders
-        (``order[k]`` becomes request ``k``, with its private keys; 0 is the identity), then one
-        "relative" renaming per request (itself "self", every other "other"). Each is
-        ``(rids, keys, key_tuples)``; ``key_tuples`` renames a tuple of keys, memoised."""
+        """The renamings the fingerprint uses, indexed: 0 is the identity order, then one
+        "relative" renaming per request (itself "self", every other "other"), then the other
+        request orders (``order[k]`` becomes request ``k``, with its private keys), each made the
+        first time a fingerprint needs it (:meth:`_order_naming`; building all n! up front grew
+        factorially). Each is ``(rids, keys, key_tuples)``; ``key_tuples`` renames a tuple of
+        keys, memoised."""
         self._namings: list[tuple[dict[str, Any], dict[Any, Any], Callable[[tuple[int, ...]], tuple[Any, ...]]]] = []
         self._order_index: dict[tuple[int, ...], int] = {}
+        self._order_naming(tuple(range(self.num_requests)))
+        self._relative_index = {rid: self._add_naming(*self._relative[rid]) for rid in self.request_ids}
 
-        def naming(rids: dict[str, Any], keys: dict[Any, Any]) -> int:
-            memo: dict[tuple[int, ...], tuple[Any, ...]] = {}
+    def _add_naming(self, rids: dict[str, Any], keys: dict[Any, Any]) -> int:
+        memo: dict[tuple[int, ...], tuple[Any, ...]] = {}
 
-            def key_tuples(ks: tuple[int, ...]) -> tuple[Any, ...]:
-                found = memo.get(ks)
-                if found is None:
-                    found = memo[ks] = tuple(keys[k] for k in ks)
-                return found
+        def key_tuples(ks: tuple[int, ...]) -> tuple[Any, ...]:
+            found = memo.get(ks)
+            if found is None:
+                found = memo[ks] = tuple(keys[k] for k in ks)
+            return found
 
-            self._namings.append((rids, keys, key_tuples))
-            return len(self._namings) - 1
+        self._namings.append((rids, keys, key_tuples))
+        return len(self._namings) - 1
 
-        for order in itertools.permutations(range(self.num_requests)):
-            self._order_index[order] = naming(*self._renaming(order))
-        self._relative_index = {rid: naming(*self._relative[rid]) for rid in self.request_ids}
+    def _order_naming(self, order: tuple[int, ...]) -> int:
+        """The index of the renaming for request ``order``, made on first use."""
+        index = self._order_index.get(order)
+        if index is None:
+            index = self._order_index[order] = self._add_naming(*self._renaming(order))
+        return index
 
     def _canonical(
         self, w: World, naming: int, jobs: dict[int, TransferJob], per_request: tuple[Any, ...] | None = None

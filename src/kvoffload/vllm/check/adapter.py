@@ -294,6 +294,12 @@ class VllmConnector:
     def has_pending_work(self) -> bool:
         return bool(self._finished or self._finished_later) or bool(self.connector.has_pending_push_work())
 
+    @property
+    def finishes_not_yet_reported(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Finished requests vLLM reports in the next step's ``finished_req_ids``, and those the
+        asynchronous scheduler holds back one step more (part of the explorer's fingerprint)."""
+        return tuple(self._finished), tuple(self._finished_later)
+
     def snapshot(self, gpu_writes_under_store: Iterable[str] = ()) -> SystemSnapshot:
         """Only what an engine-side snapshot can show of vLLM's state: GPU writes under a store."""
         return SystemSnapshot(

@@ -133,7 +133,7 @@ class VllmExploreModel:
             tuple(sorted(ledger.signals.items())), tuple(sorted((k, len(p)) for k, p in ledger.pins.items())),
             tuple(self.reads.tracked_requests(connector.connector)),
             len(self.reads.jobs_in_flight(connector.connector)),
-            tuple(connector._finished), tuple(connector._finished_later), harness.reset_since_step,
+            *connector.finishes_not_yet_reported, harness.reset_since_step,
             tuple(engine.pool.ref_cnt),
             bytes(worker.cpu.numpy().tobytes()), bool(harness.findings),
         )

@@ -1,0 +1,289 @@
+"""The breadth-first explorer of :mod:`kvoffload.statemachine.explore` on several cores.
+
+Level-synchronous: a coordinator (this process) owns the set of known fingerprints and the parent
+of every state; ``workers`` forked processes own disjoint parts of the frontier. Each level, every
+worker expands its states (step, fingerprint, drain checks) and sends the coordinator only the
+fingerprints of the successors it does not know yet, with their parent and action; the coordinator
+accepts the ones no worker found before (in a fixed order: worker 0's first), and each worker keeps
+the successor states of its accepted fingerprints as its next frontier and checks their
+invariants. States never cross processes (unpickling the real scheduler costs ~100x a copy): the
+frontier is split once, when a sequential warm-up has made it large enough, and children stay with
+the worker that made them.
+
+The coordinator accepts successors in the order the sequential search generates them (the
+parent's position in the level, then the action), so of several states with one fingerprint it
+keeps the same one as the sequential search, and visits the same states with the same counts and
+depth (this matters: the model's fingerprint deliberately forgets some orders, e.g. of finished
+requests, so states it merges need not have identical futures). The first violation is found at
+the same (shortest) depth, possibly on another state of that depth; its trace is rebuilt here by
+replay, as in the sequential search. Needs the ``fork`` start method
+(Linux, macOS); no partial-order reduction (sleep sets would have to follow states across
+processes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import signal
+import time
+from collections.abc import Hashable, Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+from kvoffload.statemachine.explore import (
+    DRAIN_ACTION,
+    Counterexample,
+    DrainMode,
+    Drains,
+    ExplorableModel,
+    ExploreResult,
+    HasFinalStates,
+    StepsOwned,
+    _exception_violation,
+    _path,
+    rebuild_trace,
+)
+
+# The sequential warm-up runs until the frontier holds this many states per worker.
+WARM_UP_STATES_PER_WORKER = 64
+
+# A violation found by a worker: (fingerprint of the state, extra step for the trace, name, message).
+_Found = tuple[Hashable, tuple[Any, str | None] | None, str, str]
+
+
+def _worker(model: Any, frontier: list[tuple[Any, Hashable, int]], conn: Connection, drain: DrainMode) -> None:
+    """Expand this worker's part of each level, as told by the coordinator (see the module docstring)."""
+    # Ctrl-C reaches the whole process group: only the coordinator handles it, and it stops us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    drainer = model.drain if drain != "none" and isinstance(model, Drains) else None
+    is_final = model.is_final if isinstance(model, HasFinalStates) else None
+    step_owned = model.step_owned if isinstance(model, StepsOwned) else None
+    known: set[Hashable] = set()
+    while True:
+        command = conn.recv()
+        if command is None:
+            return
+        known.update(command)  # every state accepted so far, by any worker
+        found: list[_Found] = []
+        candidates: list[tuple[int, int, Hashable, Hashable, Any]] = []
+        states: dict[Hashable, Any] = {}
+        transitions = 0
+        for state, fp, position in frontier:
+            actions = list(model.actions(state))
+            final = not actions or bool(is_final is not None and is_final(state))
+            if drainer is not None and drain == "final" and final:
+                found += [(fp, (None, DRAIN_ACTION), name, msg) for name, msg in drainer(state)]
+            last = len(actions) - 1
+            for index, action in enumerate(actions):
+                transitions += 1
+                try:
+                    if step_owned is not None and index == last:
+                        successor = step_owned(state, action)
+                    else:
+                        successor = model.step(state, action)
+                except Exception as error:  # a crash of the system under test is a finding
+                    name, msg = _exception_violation(error)
+                    found.append((fp, (action, None), name, msg))
+                    continue
+                child = model.fingerprint(successor)
+                if child in known or child in states:
+                    continue
+                states[child] = successor
+                candidates.append((position, index, child, fp, action))
+        frontier = []
+        conn.send((transitions, candidates, found))
+        accepted = conn.recv()
+        found = []
+        for child, position in accepted:
+            successor = states[child]
+            found += [(child, None, name, msg) for name, msg in model.invariants(successor)]
+            if drainer is not None and drain == "all":
+                found += [(child, (None, DRAIN_ACTION), name, msg) for name, msg in drainer(successor)]
+            frontier.append((successor, child, position))
+        conn.send(found)
+
+
+def explore_parallel(
+    model: ExplorableModel,
+    workers: int,
+    *,
+    max_states: int | None = None,
+    stop_at_first: bool = True,
+    drain: DrainMode = "final",
+) -> ExploreResult:
+    """:func:`~kvoffload.statemachine.explore.explore` (full search, no reduction, no depth bound)
+    on ``workers`` processes; see the module docstring. A KeyboardInterrupt stops the search and
+    returns the figures so far, marked ``interrupted``."""
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    started = time.perf_counter()
+    result = ExploreResult()
+    parents: dict[Hashable, tuple[Hashable, Any] | None] = {}
+    try:
+        return _search(model, workers, result, parents, started, max_states, stop_at_first, drain)
+    except KeyboardInterrupt:
+        result.interrupted = True
+        result.complete = False
+        result.states = len(parents)
+        result.seconds = time.perf_counter() - started
+        return result
+
+
+def _search(
+    model: ExplorableModel,
+    workers: int,
+    result: ExploreResult,
+    parents: dict[Hashable, tuple[Hashable, Any] | None],
+    started: float,
+    max_states: int | None,
+    stop_at_first: bool,
+    drain: DrainMode,
+) -> ExploreResult:
+    seen_violations: set[str] = set()
+
+    # The state of the first violation: with stop_at_first, its violations are the whole report,
+    # as in the sequential search (which reports every invariant that state breaks).
+    first_state: list[Hashable] = []
+
+    def report(found: Sequence[_Found]) -> bool:
+        for fp, extra, name, message in found:
+            if stop_at_first and first_state and fp != first_state[0]:
+                break
+            first_state[:] = first_state or [fp]
+            if name not in seen_violations:
+                seen_violations.add(name)
+                result.violations.append(Counterexample(name, message, rebuild_trace(model, _path(parents, fp), extra)))
+        return bool(found) and stop_at_first
+
+    def finish() -> ExploreResult:
+        result.states = len(parents)
+        result.seconds = time.perf_counter() - started
+        return result
+
+    initial = model.initial()
+    fp0 = model.fingerprint(initial)
+    parents[fp0] = None
+    drainer = model.drain if drain != "none" and isinstance(model, Drains) else None
+    first: list[_Found] = [(fp0, None, n, m) for n, m in model.invariants(initial)]
+    if drainer is not None and drain == "all":
+        first += [(fp0, (None, DRAIN_ACTION), n, m) for n, m in drainer(initial)]
+    if report(first):
+        return finish()
+    # Sequential warm-up: level by level until the frontier is worth splitting.
+    frontier: list[tuple[Any, Hashable]] = [(initial, fp0)]
+    while frontier and len(frontier) < WARM_UP_STATES_PER_WORKER * workers:
+        frontier, stop = _expand_here(model, frontier, parents, result, drain, max_states, report)
+        if stop:
+            return finish()
+    if not frontier:
+        return finish()
+    context = multiprocessing.get_context("fork")
+    pipes = []
+    processes = []
+    for w in range(workers):
+        parent_end, child_end = context.Pipe()
+        # Each state carries its position in the level's sequential (BFS) order.
+        part = [(state, fp, position) for position, (state, fp) in enumerate(frontier)][w::workers]
+        process = context.Process(target=_worker, args=(model, part, child_end, drain), daemon=True)
+        process.start()
+        child_end.close()
+        pipes.append(parent_end)
+        processes.append(process)
+    try:
+        new: list[Hashable] = list(parents)
+        while new:
+            for conn in pipes:
+                conn.send(new)
+            replies = [_receive(conn, process) for conn, process in zip(pipes, processes, strict=True)]
+            stop = False
+            # Candidates in the order the sequential search generates them (parent's position in
+            # the level, then action): it keeps the first state of each fingerprint, so this one
+            # keeps the same states, whatever worker found them.
+            ordered = []
+            for worker, (transitions, candidates, found) in enumerate(replies):
+                result.transitions += transitions
+                stop = report(found) or stop
+                ordered += [(position, index, worker, child, parent, action)
+                            for position, index, child, parent, action in candidates]
+            ordered.sort(key=lambda c: (c[0], c[1]))
+            accepted: list[list[tuple[Hashable, int]]] = [[] for _ in pipes]
+            new = []
+            for _, _, worker, child, parent, action in ordered:
+                if child in parents:
+                    continue
+                if max_states is not None and len(parents) >= max_states:
+                    result.complete = False
+                    continue
+                parents[child] = (parent, action)
+                accepted[worker].append((child, len(new)))
+                new.append(child)
+            for conn, mine in zip(pipes, accepted, strict=True):
+                conn.send(mine)
+            for conn, process in zip(pipes, processes, strict=True):
+                stop = report(_receive(conn, process)) or stop
+            if new:
+                result.depth += 1
+            if stop:
+                break
+    finally:
+        for conn in pipes:
+            with contextlib.suppress(BrokenPipeError, OSError):  # a worker that died: nothing to stop
+                conn.send(None)
+        for process in processes:
+            process.join(timeout=5)
+            if process.is_alive():
+                process.kill()
+    return finish()
+
+
+def _receive(conn: Connection, process: Any) -> Any:
+    try:
+        return conn.recv()
+    except EOFError:
+        process.join(timeout=5)
+        raise RuntimeError(
+            f"explorer worker {process.name} died (exit code {process.exitcode}); its error is on stderr"
+        ) from None
+
+
+def _expand_here(
+    model: Any,
+    frontier: list[tuple[Any, Hashable]],
+    parents: dict[Hashable, tuple[Hashable, Any] | None],
+    result: ExploreResult,
+    drain: DrainMode,
+    max_states: int | None,
+    report: Any,
+) -> tuple[list[tuple[Any, Hashable]], bool]:
+    """One level of the warm-up, in this process; returns the next frontier and whether to stop."""
+    drainer = model.drain if drain != "none" and isinstance(model, Drains) else None
+    is_final = model.is_final if isinstance(model, HasFinalStates) else None
+    found: list[_Found] = []
+    nxt: list[tuple[Any, Hashable]] = []
+    for state, fp in frontier:
+        actions = list(model.actions(state))
+        if drainer is not None and drain == "final" and (not actions or bool(is_final is not None and is_final(state))):
+            found += [(fp, (None, DRAIN_ACTION), n, m) for n, m in drainer(state)]
+        for action in actions:
+            result.transitions += 1
+            try:
+                successor = model.step(state, action)
+            except Exception as error:
+                name, msg = _exception_violation(error)
+                found.append((fp, (action, None), name, msg))
+                continue
+            child = model.fingerprint(successor)
+            if child in parents:
+                continue
+            if max_states is not None and len(parents) >= max_states:
+                result.complete = False
+                continue
+            parents[child] = (fp, action)
+            found += [(child, None, n, m) for n, m in model.invariants(successor)]
+            if drainer is not None and drain == "all":
+                found += [(child, (None, DRAIN_ACTION), n, m) for n, m in drainer(successor)]
+            nxt.append((successor, child))
+    if nxt:
+        result.depth += 1
+    return nxt, report(found)
