@@ -13,7 +13,6 @@ import pytest
 
 from kvoffload import cli
 from kvoffload.commands import tla as tla_command
-from kvoffload.statemachine import tlc
 from kvoffload.statemachine.checkresult import (
     EXIT_ERROR_CONFIG_PARSE,
     EXIT_ERROR_SPEC_PARSE,
@@ -23,6 +22,7 @@ from kvoffload.statemachine.checkresult import (
     CheckResult,
     TraceStep,
 )
+from kvoffload.tla import tlc
 
 REPO = Path(__file__).parent.parent
 TLA_DIR = REPO / "tla"
@@ -31,14 +31,14 @@ FIXTURES = Path(__file__).parent / "fixtures" / "tlc"
 
 def embedded_available() -> bool:
     try:
-        from kvoffload.statemachine.tlaplus import check_model  # noqa: F401
+        from kvoffload.tla import check_model  # noqa: F401
     except ImportError:
         return False
     return True
 
 
 requires_embedded = pytest.mark.skipif(
-    not embedded_available(), reason="embedded checker kvoffload.statemachine.tlaplus not available yet"
+    not embedded_available(), reason="embedded checker kvoffload.tla not available yet"
 )
 
 
@@ -490,7 +490,7 @@ SPEC_MUTANTS = [
 @requires_embedded
 @pytest.mark.parametrize(("old", "new", "result", "violated"), SPEC_MUTANTS)
 def test_spec_mutants_are_caught(tmp_path: Path, old: str, new: str, result: str, violated: str) -> None:
-    from kvoffload.statemachine.tlaplus import check_model
+    from kvoffload.tla import check_model
 
     text = (TLA_DIR / "KVOffload.tla").read_text()
     assert text.count(old) == 1, old

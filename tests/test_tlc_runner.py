@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from kvoffload.statemachine import tlc
 from kvoffload.statemachine.checkresult import (
     EXIT_ERROR_CONFIG_PARSE,
     EXIT_ERROR_SPEC_PARSE,
@@ -19,6 +18,7 @@ from kvoffload.statemachine.checkresult import (
     EXIT_VIOLATION_LIVENESS,
     EXIT_VIOLATION_SAFETY,
 )
+from kvoffload.tla import tlc
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tlc"
 REPO = Path(__file__).parent.parent

@@ -267,9 +267,9 @@ def test_missing_file_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixt
 # ---------------------------------------------------------------------- TLA+ trace validation
 def _embedded() -> Any:
     try:
-        from kvoffload.statemachine.tlaplus import check_model
+        from kvoffload.tla import check_model
     except ImportError:  # pragma: no cover - the embedded checker is another module's work
-        pytest.skip("kvoffload.statemachine.tlaplus (the embedded checker) is not available")
+        pytest.skip("kvoffload.tla (the embedded checker) is not available")
     return check_model
 
 

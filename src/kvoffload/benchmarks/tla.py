@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kvoffload.statemachine.tlaplus import check_model
+from kvoffload.tla import check_model
 
 _REPO = Path(__file__).resolve().parents[3]
 

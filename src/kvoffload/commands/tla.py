@@ -77,7 +77,7 @@ def choose_engine(engine: str, jar: Path | None) -> tuple[str, str | None]:
     """Resolve ``auto`` to ``tlc`` or ``embedded``. Returns ``(engine, note)``; the note says why
     ``auto`` fell back to the embedded checker. ``tlc`` without a jar or java raises CommandError
     with the how-to-get-the-jar message."""
-    from kvoffload.statemachine import tlc
+    from kvoffload.tla import tlc
 
     if engine == "embedded":
         return "embedded", None
@@ -108,7 +108,7 @@ def run_engine(
     raise CommandError with one line naming the file and line, whichever engine found them.
     """
     if engine == "tlc":
-        from kvoffload.statemachine import tlc
+        from kvoffload.tla import tlc
 
         try:
             result = tlc.run_tlc(spec, config, jar=jar)
@@ -116,7 +116,7 @@ def run_engine(
             raise _command_error(str(error)) from error
         return _reject_input_errors(result, spec, config)
     try:
-        from kvoffload.statemachine.tlaplus import TlaError, check_model
+        from kvoffload.tla import TlaError, check_model
     except ImportError as error:
         raise _command_error(
             f"the embedded TLA+ checker is not available ({error}); use --engine tlc with a tla2tools.jar"

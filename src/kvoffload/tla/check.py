@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..checkresult import (
+from kvoffload.statemachine.checkresult import (
     EXIT_ERROR_CONFIG_PARSE,
     EXIT_ERROR_SPEC_PARSE,
     EXIT_ERROR_STATESPACE_TOO_LARGE,
@@ -23,11 +23,13 @@ from ..checkresult import (
     CheckResult,
     TraceStep,
 )
-from .compile import EMPTY, UNSET, Compiler, Ctx, Gen, _bool, state_memo
+
+from .action import Compiler
 from .config import ModelConfig, Named, parse_config
 from .errors import EvalError, TlaError
 from .liveness import FairInfo, LivenessSearch
 from .modules import ModuleLoader, OpDef, Scope, pos
+from .syntax import EMPTY, UNSET, Ctx, Gen, VarRef, as_bool, state_memo
 from .temporal import Piece, TemporalAnalyzer
 from .values import Fn, Value, permute, render, sortkey, to_set
 
@@ -70,9 +72,7 @@ def _named(comp: Compiler, root: Scope, cfg: ModelConfig, item: Named, what: str
 
 
 def _ident(name: str, node: Any) -> Any:
-    from .compile import _Var
-
-    return _Var(name, node)
+    return VarRef(name, node)
 
 
 def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
@@ -329,11 +329,11 @@ class Checker:
         if self.m.constraints:
             c = Ctx(t, None)
             for fn in self.m.constraints:
-                if not _bool(fn(c, EMPTY), "CONSTRAINT"):
+                if not as_bool(fn(c, EMPTY), "CONSTRAINT"):
                     return False
         if c_step is not None and self.m.action_constraints:
             for fn in self.m.action_constraints:
-                if not _bool(fn(c_step, EMPTY), "ACTION_CONSTRAINT"):
+                if not as_bool(fn(c_step, EMPTY), "ACTION_CONSTRAINT"):
                     return False
         return True
 

@@ -1,30 +1,50 @@
-"""Compile TLA+ syntax trees to Python closures, once.
+"""Compile TLA+ expressions to Python closures ``f(c, e) -> value``, once.
 
-Every expression becomes ``f(c, e) -> value`` where ``c`` is a :class:`Ctx` (current state tuple
-``c.s`` and the next state being built ``c.n``) and ``e`` a dict of bound names (quantified
-variables, operator parameters, LET definitions). Nothing walks the syntax tree per state.
-
-Actions become generators ``g(c, e)`` that assign primed variables in ``c.n`` and yield once per
-successor (the label of the innermost named sub-action, or None), undoing their assignments when
-resumed: ``x' = e`` assigns when ``x'`` is unassigned and compares otherwise, ``x' \\in S``
-enumerates, ``\\E`` enumerates its bindings, disjunction concatenates, conjunction nests. Init is
-compiled the same way with unprimed variables as the assignment targets.
-
-Constant sub-expressions (no state, no bound names) are evaluated once and cached.
+Constant sub-expressions (no state, no bound names) are evaluated once and cached. Actions are
+compiled by :mod:`kvoffload.tla.action`, which extends this compiler.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import builtins as B
 from .errors import EvalError, TlaError
 from .modules import Decl, InstanceRef, OpDef, Scope, pos
+from .syntax import (
+    ALLVARS,
+    EMPTY,
+    ENV,
+    IMPURE,
+    NEXT,
+    STATE,
+    UNSET,
+    UNSUPPORTED_OPS,
+    VAR0,
+    Ctx,
+    Fun,
+    Local,
+    Thunk,
+    VarRef,
+    all_of,
+    any_of,
+    as_bool,
+    const_value,
+    describe,
+    flatten_product,
+    fold,
+    name_of,
+    ordered,
+    rebuild,
+    state_memo,
+    tname,
+    unescape,
+)
 from .values import (
-    _PLAIN,
     BOOLEAN,
+    PLAIN_TYPES,
     STRING,
     Fn,
     FnSet,
@@ -37,175 +57,13 @@ from .values import (
     mkfn,
     norm,
     render,
-    sortkey,
     update,
 )
 
-UNSET: Any = type("Unset", (), {"__repr__": lambda self: "<unassigned>"})()
-STATE, NEXT, ENV = 1, 2, 4
-# Reading unprimed variable i also sets bit VAR0 << i (with STATE): an expression whose deps
-# are STATE and a few variable bits only is a function of those variables' values.
-VAR0 = 8
-ALLVARS = ~(VAR0 - 1)
-# Side effects (Print, Assert): never memoised (state_memo). Above every variable bit.
-IMPURE = 1 << 4096
-EMPTY: dict[str, Value] = {}
 
-Fun = Callable[["Ctx", dict[str, Value]], Value]
-Gen = Callable[["Ctx", dict[str, Value]], Iterator[str | None]]
-
-
-class Ctx:
-    """The evaluation context: current state ``s`` and next state ``n`` (a list with UNSET)."""
-
-    __slots__ = ("n", "s")
-
-    def __init__(self, s: tuple[Value, ...] | None, n: list[Value] | None) -> None:
-        self.s = s
-        self.n = n
-
-
-class Thunk:
-    """A zero-arity LET definition, evaluated at most once per LET entry (unless it reads
-    primed variables, which may change while an action is being enumerated)."""
-
-    __slots__ = ("c", "e", "fn", "memo", "v")
-    _NO = object()
-
-    def __init__(self, fn: Fun, c: Ctx, e: dict[str, Value], memo: bool) -> None:
-        self.fn, self.c, self.e, self.memo, self.v = fn, c, e, memo, Thunk._NO
-
-    def get(self) -> Value:
-        v = self.v
-        if v is Thunk._NO:
-            v = self.fn(self.c, self.e)
-            if self.memo:
-                self.v = v
-        return v
-
-
-class Local:
-    """Compile-time information about a bound name."""
-
-    __slots__ = ("body", "kind", "locals", "name", "params", "scope")
-
-    def __init__(
-        self,
-        kind: str,
-        name: str = "",
-        params: list[tuple[str, int]] | None = None,
-        body: Any = None,
-        scope: Scope | None = None,
-        locals_: dict[str, Local] | None = None,
-    ) -> None:
-        # kind: "val" (value in e), "thunk" (Thunk in e), "letop" (LET operator with params),
-        # "opparam" (higher-order parameter: a callable(c, args) in e)
-        self.kind = kind
-        self.name = name
-        self.params = params or []
-        self.body = body
-        self.scope = scope
-        self.locals = locals_ or {}
-
-
-def _tname(node: Any) -> str:
-    n = type(node).__name__
-    # Synthetic identifier nodes (implicit INSTANCE substitutions, eta-expansions) behave as
-    # the parser's nullary OperatorApplication.
-    return "OperatorApplication" if n in ("_Ident", "_Var") else n
-
-
-def _unescape(s: str) -> str:
-    body = s[1:-1]
-    out, i = [], 0
-    while i < len(body):
-        ch = body[i]
-        if ch == "\\" and i + 1 < len(body):
-            nxt = body[i + 1]
-            out.append({"n": "\n", "t": "\t", "r": "\r", "f": "\f"}.get(nxt, nxt))
-            i += 2
-        else:
-            out.append(ch)
-            i += 1
-    return "".join(out)
-
-
-def _bool(v: Value, what: str) -> bool:
-    if v is True or v is False:
-        return v
-    raise EvalError(f"{what} evaluated to the non-boolean {render(v)}")
-
-
-def _all_of(fns: list[Fun]) -> Fun:
-    """A conjunction of compiled predicates: stops at the first FALSE, rejects non-booleans."""
-
-    def conj(c: Ctx, e: dict[str, Value]) -> Value:
-        for f in fns:
-            v = f(c, e)
-            if v is not True:
-                if v is False:
-                    return False
-                _bool(v, "conjunct")
-        return True
-
-    return conj
-
-
-def _any_of(fns: list[Fun]) -> Fun:
-    """A disjunction of compiled predicates: stops at the first TRUE, rejects non-booleans."""
-
-    def disj(c: Ctx, e: dict[str, Value]) -> Value:
-        for f in fns:
-            v = f(c, e)
-            if v is not False:
-                if v is True:
-                    return True
-                _bool(v, "disjunct")
-        return False
-
-    return disj
-
-
-def _fold(fn: Fun, deps: int) -> Fun:
-    """Evaluate a constant expression (no state, no bound names) once, at compile time, so
-    that it costs nothing per state. If it fails it may legitimately be unused (e.g. a CHOOSE
-    in a branch never taken), so fall back to evaluating it lazily and caching the value."""
-    if deps:
-        return fn
-    try:
-        v = fn(None, EMPTY)  # type: ignore[arg-type]
-    except Exception:
-        box: list[Value] = []
-
-        def const(c: Ctx, e: dict[str, Value]) -> Value:
-            if box:
-                return box[0]
-            v = fn(c, e)
-            box.append(v)
-            return v
-
-        return const
-    return lambda c, e: v
-
-
-def _const_value(fn: Fun) -> tuple[bool, Value]:
-    try:
-        return True, fn(None, EMPTY)  # type: ignore[arg-type]
-    except Exception:  # not usable as a compile-time constant
-        return False, None
-
-
-def ordered(s: Value) -> list[Value]:
-    """Enumerate a set in a canonical order (deterministic successor order and traces,
-    independent of Python's per-process string hashing)."""
-    items = list(iter_set(s))
-    if len(items) > 1:
-        items.sort(key=sortkey)
-    return items
-
-
-class Compiler:
-    """Compiles the definitions of a loaded root scope against a model's constants."""
+class ExprCompiler:
+    """Compiles expressions (values and state predicates) of a loaded root scope against a model's
+    constants; :class:`~kvoffload.tla.action.Compiler` adds actions."""
 
     def __init__(self, root: Scope, constants: dict[str, Value]) -> None:
         self.root = root
@@ -262,9 +120,9 @@ class Compiler:
 
     def assignable(self, node: Any, scope: Scope, locals_: dict[str, Local]) -> int | None:
         """The state-variable index an identifier denotes (following INSTANCE substitutions)."""
-        while _tname(node) == "Parentheses":
+        while tname(node) == "Parentheses":
             node = node.expression
-        if _tname(node) != "OperatorApplication" or node.arguments:
+        if tname(node) != "OperatorApplication" or node.arguments:
             return None
         name = node.operator
         if name in locals_:
@@ -337,12 +195,12 @@ class Compiler:
         pending: list[Any] = []
         deps = 0
         for d in decls:
-            if _tname(d) == "OperatorApplication" and d.operator == "\\in" and len(d.arguments or []) == 2:
+            if tname(d) == "OperatorApplication" and d.operator == "\\in" and len(d.arguments or []) == 2:
                 pat = self.pattern(d.arguments[0])
                 sfn, sd = self.expr(d.arguments[1], scope, locals_, primed)
                 deps |= sd
                 if sd == 0:
-                    ok, sv = _const_value(sfn)
+                    ok, sv = const_value(sfn)
                     if ok:
                         with contextlib.suppress(EvalError):
                             self.const_sets[id(sfn)] = (sfn, ordered(sv))
@@ -350,22 +208,22 @@ class Compiler:
                     out.append((p, sfn))
                 pending = []
                 out.append((pat, sfn))
-            elif _tname(d) == "OperatorApplication" and not d.arguments:
+            elif tname(d) == "OperatorApplication" and not d.arguments:
                 pending.append(d.operator)
-            elif _tname(d) == "Tuple":
+            elif tname(d) == "Tuple":
                 pending.append(self.pattern(d))
             else:
-                raise self.unsupported(f"binding form {_tname(d)}", d)
+                raise self.unsupported(f"binding form {tname(d)}", d)
         if pending:
             raise self.unsupported("unbounded quantifier or CHOOSE (x without \\in S)", decls[0])
         return out, deps
 
     def pattern(self, node: Any) -> Any:
-        if _tname(node) == "OperatorApplication" and not node.arguments:
+        if tname(node) == "OperatorApplication" and not node.arguments:
             return node.operator
-        if _tname(node) == "Tuple":
+        if tname(node) == "Tuple":
             return tuple(self.pattern(x) for x in node.items)
-        raise self.unsupported(f"binding pattern {_tname(node)}", node)
+        raise self.unsupported(f"binding pattern {tname(node)}", node)
 
     @staticmethod
     def bound_names(binds: list[tuple[Any, Fun]]) -> list[str]:
@@ -390,7 +248,7 @@ class Compiler:
         if type(v) is not tuple or len(v) != len(pat):
             raise EvalError(f"cannot bind {render(v)} to a tuple of {len(pat)} names")
         for p, x in zip(pat, v, strict=True):
-            Compiler.bind(e, p, x)
+            ExprCompiler.bind(e, p, x)
 
     def env_iter(
         self, binds: list[tuple[Any, Fun]], canonical: bool = False
@@ -440,7 +298,7 @@ class Compiler:
     # ---- expressions -----------------------------------------------------------------------
     def expr(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
         fn, deps = self._expr(node, scope, locals_, primed)
-        return _fold(fn, deps), deps
+        return fold(fn, deps), deps
 
     def _expr(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
         if isinstance(node, str):
@@ -449,10 +307,10 @@ class Compiler:
                     raise self.err("@ used outside EXCEPT", None)
                 return (lambda c, e: e["@"]), ENV
             raise self.unsupported(f"bare token {node!r}", None)
-        t = _tname(node)
+        t = tname(node)
         meth = getattr(self, f"x_{t}", None)
         if meth is None:
-            raise self.unsupported(_describe(t), node)
+            raise self.unsupported(describe(t), node)
         return meth(node, scope, locals_, primed)
 
     def x_Parentheses(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
@@ -463,7 +321,7 @@ class Compiler:
         return (lambda c, e: v), 0
 
     def x_StringLiteral(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
-        v = _unescape(node.value)
+        v = unescape(node.value)
         return (lambda c, e: v), 0
 
     def x_BooleanLiteral(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
@@ -507,7 +365,7 @@ class Compiler:
             d = {}
             for k, f in pairs:
                 v = f(c, e)
-                d[k] = v if type(v) in _PLAIN else norm(v)
+                d[k] = v if type(v) in PLAIN_TYPES else norm(v)
             return Fn(d)
 
         return record, deps
@@ -532,7 +390,7 @@ class Compiler:
             v = p(c, e)
             if v is True:
                 return t(c, e)
-            if v is False or not _bool(v, "IF condition"):
+            if v is False or not as_bool(v, "IF condition"):
                 return f(c, e)
             return t(c, e)
 
@@ -553,7 +411,7 @@ class Compiler:
 
         def case(c: Ctx, e: dict[str, Value]) -> Value:
             for p, v in arms:
-                if _bool(p(c, e), "CASE guard"):
+                if as_bool(p(c, e), "CASE guard"):
                     return v(c, e)
             if other is not None:
                 return other(c, e)
@@ -569,12 +427,12 @@ class Compiler:
         thunks: list[tuple[str, Fun, bool]] = []
         deps = ENV
         for d in defs:
-            k = _tname(d)
+            k = tname(d)
             if k == "RecursiveOperators":
                 continue
             if k != "OperatorDefinition":
                 raise self.unsupported(f"{k} inside LET", d)
-            if _tname(d.definiens) == "Instance":
+            if tname(d.definiens) == "Instance":
                 raise self.unsupported("INSTANCE inside LET", d)
             if d.arity:
                 params = [(p.operator, len(p.arguments or []) if p.nonfix else 0) if not isinstance(p, str)
@@ -623,18 +481,18 @@ class Compiler:
                     if r is want:
                         return want
                     if r is not (not want):
-                        _bool(r, "quantifier body")
+                        as_bool(r, "quantifier body")
                 return not want
 
             return quant1, deps
         if node.quantifier == "\\E":
             def exists(c: Ctx, e: dict[str, Value]) -> Value:
-                return any(_bool(body(c, e2), "\\E body") for e2 in it(c, e))
+                return any(as_bool(body(c, e2), "\\E body") for e2 in it(c, e))
 
             return exists, deps
         if node.quantifier == "\\A":
             def forall(c: Ctx, e: dict[str, Value]) -> Value:
-                return all(_bool(body(c, e2), "\\A body") for e2 in it(c, e))
+                return all(as_bool(body(c, e2), "\\A body") for e2 in it(c, e))
 
             return forall, deps
         raise self.unsupported(f"temporal quantifier {node.quantifier}", node)
@@ -653,7 +511,7 @@ class Compiler:
             for v in ordered(sfn(c, e)):
                 e2 = dict(e)
                 bind(e2, pat, v)
-                if _bool(body(c, e2), "CHOOSE body"):
+                if as_bool(body(c, e2), "CHOOSE body"):
                     return v
             raise EvalError("CHOOSE found no element satisfying its predicate", where)
 
@@ -669,7 +527,7 @@ class Compiler:
                 e2 = dict(e)
                 for v in iter_set(sfn(c, e)):
                     e2[pat] = v
-                    if _bool(body(c, e2), "set filter"):
+                    if as_bool(body(c, e2), "set filter"):
                         out.append(v)
                 return frozenset(out)
         else:
@@ -680,7 +538,7 @@ class Compiler:
                 e2 = dict(e)
                 for v in iter_set(sfn(c, e)):
                     bind(e2, pat, v)
-                    if _bool(body(c, e2), "set filter"):
+                    if as_bool(body(c, e2), "set filter"):
                         out.append(v)
                 return frozenset(out)
 
@@ -707,7 +565,7 @@ class Compiler:
                 for v in iter_set(sfn(c, e)):
                     e2[name] = v
                     x = body(c, e2)
-                    d[v] = x if type(x) in _PLAIN else norm(x)
+                    d[v] = x if type(x) in PLAIN_TYPES else norm(x)
                 return mkfn(d)
 
             return fn1, deps
@@ -715,7 +573,7 @@ class Compiler:
         names = [p for p, _ in binds]
 
         def key(e2: dict[str, Value]) -> Value:
-            vals = [_rebuild(p, e2) for p in names]
+            vals = [rebuild(p, e2) for p in names]
             return vals[0] if len(vals) == 1 else tuple(vals)
 
         return (lambda c, e: mkfn({key(e2): norm(body(c, e2)) for e2 in it(c, e)})), deps
@@ -748,10 +606,10 @@ class Compiler:
         if pr:
             return None
         fnode, anode = node.function, node.arguments[0]
-        i = self.assignable(fnode, scope, lc) if _tname(fnode) == "OperatorApplication" else None
-        if i is None or (_tname(fnode) == "OperatorApplication" and fnode.operator not in self.var_index):
+        i = self.assignable(fnode, scope, lc) if tname(fnode) == "OperatorApplication" else None
+        if i is None or (tname(fnode) == "OperatorApplication" and fnode.operator not in self.var_index):
             return None
-        if _tname(anode) == "OperatorApplication" and not anode.arguments and anode.operator in lc:
+        if tname(anode) == "OperatorApplication" and not anode.arguments and anode.operator in lc:
             loc = lc[anode.operator]
             if loc.kind != "val":
                 return None
@@ -839,7 +697,7 @@ class Compiler:
                     e2 = dict(e)
                     e2["@"] = old
                     v = vfn(c, e2)
-                    fv = update(fv, k, v if type(v) in _PLAIN else norm(v))
+                    fv = update(fv, k, v if type(v) in PLAIN_TYPES else norm(v))
                 return fv
 
             return ex1, deps
@@ -856,16 +714,16 @@ class Compiler:
             fns.append(state_memo(f, d, len(self.variables)))
             deps |= d
         if op in ("/\\", "\\land"):
-            return _all_of(fns), deps
-        return _any_of(fns), deps
+            return all_of(fns), deps
+        return any_of(fns), deps
 
     def x_SubscriptedAction(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
         a, ad = self.expr(node.action, scope, lc, pr)
         v, vd = self.expr(node.subscript, scope, lc, False)
         vp, vpd = self.expr(node.subscript, scope, lc, True)
         if node.operator == "[":
-            return (lambda c, e: _bool(a(c, e), "action") or vp(c, e) == v(c, e)), ad | vd | vpd
-        return (lambda c, e: _bool(a(c, e), "action") and vp(c, e) != v(c, e)), ad | vd | vpd
+            return (lambda c, e: as_bool(a(c, e), "action") or vp(c, e) == v(c, e)), ad | vd | vpd
+        return (lambda c, e: as_bool(a(c, e), "action") and vp(c, e) != v(c, e)), ad | vd | vpd
 
     def x_SubexpressionReference(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
         opdef, _target, argnodes = self.resolve_instance_path(node, scope)
@@ -887,7 +745,8 @@ class Compiler:
             if not last or not isinstance(d, OpDef):
                 if last and d is None and name in B.FUNCTIONS:
                     return ("builtin", name), cur, args
-                raise self.err(f"unknown or unsupported reference {name} in {'!'.join(_nm(x) for x in items)}", node)
+                path = "!".join(name_of(x) for x in items)
+                raise self.err(f"unknown or unsupported reference {name} in {path}", node)
             return d, cur, args
         raise self.err("empty module reference", node)
 
@@ -909,14 +768,14 @@ class Compiler:
         if op == "=>":
             a, ad = self.expr(args[0], scope, lc, pr)
             b, bd = self.expr(args[1], scope, lc, pr)
-            return (lambda c, e: (not _bool(a(c, e), "=>")) or _bool(b(c, e), "=>")), ad | bd
+            return (lambda c, e: (not as_bool(a(c, e), "=>")) or as_bool(b(c, e), "=>")), ad | bd
         if op == "<=>":
             a, ad = self.expr(args[0], scope, lc, pr)
             b, bd = self.expr(args[1], scope, lc, pr)
-            return (lambda c, e: _bool(a(c, e), "<=>") == _bool(b(c, e), "<=>")), ad | bd
+            return (lambda c, e: as_bool(a(c, e), "<=>") == as_bool(b(c, e), "<=>")), ad | bd
         if op == "~":
             a, ad = self.expr(args[0], scope, lc, pr)
-            return (lambda c, e: not _bool(a(c, e), "~")), ad
+            return (lambda c, e: not as_bool(a(c, e), "~")), ad
         if op == "'":
             if pr:
                 raise self.unsupported("double prime (x'')", node)
@@ -930,7 +789,7 @@ class Compiler:
         if op in ("[]", "<>", "~>", "-+->", "\\cdot"):
             raise self.unsupported(f"temporal operator {op} inside an expression", node)
         if op == "\\X":
-            parts = _flatten_product(node)
+            parts = flatten_product(node)
             fns, deps = self.many(parts, scope, lc, pr)
             return (lambda c, e: ProductSet([f(c, e) for f in fns])), deps
         # User definitions (and LET / parameters) shadow the standard operators.
@@ -943,7 +802,7 @@ class Compiler:
             b, bd = self.expr(args[1], scope, lc, pr)
             if bd == 0 and ad != 0:
                 # Constant right operand (e.g. pc[p] = "cs"): bake the value in, saving a call.
-                ok, bv = _const_value(b)
+                ok, bv = const_value(b)
                 if ok:
                     if op == "=":
                         return (lambda c, e: a(c, e) == bv), ad
@@ -967,7 +826,7 @@ class Compiler:
             return self.call(("builtin", op), args, scope, lc, pr, node)
         if op == "TLCEval" and len(args) == 1:
             return self.expr(args[0], scope, lc, pr)
-        if op in _UNSUPPORTED_OPS:
+        if op in UNSUPPORTED_OPS:
             raise self.unsupported(f"operator {op}", node)
         raise self.err(f"unknown operator {op}", node)
 
@@ -1023,9 +882,9 @@ class Compiler:
 
     def op_value(self, node: Any, arity: int, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
         """An operator passed as an argument: produces a callable ``(c, args) -> value``."""
-        while _tname(node) == "Parentheses":
+        while tname(node) == "Parentheses":
             node = node.expression
-        if _tname(node) == "Lambda":
+        if tname(node) == "Lambda":
             params = [p.operator if not isinstance(p, str) else p for p in node.parameters]
             inner = dict(lc)
             for p in params:
@@ -1041,7 +900,7 @@ class Compiler:
                 return lam
 
             return mk_lambda, ENV
-        if _tname(node) == "OperatorApplication" and not node.arguments:
+        if tname(node) == "OperatorApplication" and not node.arguments:
             name = node.operator
             loc = lc.get(name)
             if loc is not None and loc.kind == "opparam":
@@ -1055,7 +914,7 @@ class Compiler:
             inner = dict(lc)
             for a in fake_args:
                 inner[a] = Local("val", a)
-            argnodes = [_Var(a, node) for a in fake_args]
+            argnodes = [VarRef(a, node) for a in fake_args]
             body, _ = self.call(target, argnodes, scope, inner, pr, node)
 
             def mk_ref(c: Ctx, e: dict[str, Value]) -> Value:
@@ -1067,7 +926,7 @@ class Compiler:
                 return ref
 
             return mk_ref, ENV
-        raise self.unsupported(f"operator argument of form {_tname(node)}", node)
+        raise self.unsupported(f"operator argument of form {tname(node)}", node)
 
     def call(
         self, target: Any, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool, node: Any
@@ -1181,662 +1040,5 @@ class Compiler:
         return letcall, deps
 
     def enabled(self, anode: Any, scope: Scope, lc: dict[str, Local]) -> tuple[Fun, int]:
-        gen = self.action(anode, scope, lc, False)
-        nv = len(self.variables)
-
-        def en(c: Ctx, e: dict[str, Value]) -> Value:
-            c2 = Ctx(c.s, [UNSET] * nv)
-            for _ in gen(c2, e):
-                return True
-            return False
-
-        return en, STATE | ENV | ALLVARS
-
-    # ---- actions ---------------------------------------------------------------------------
-    def action(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> Gen:
-        """Compile an action (or, with ``pr``, an initial predicate) to a successor generator."""
-        kind, fn = self.act(node, scope, lc, pr)
-        if kind == "pred":
-            return _pred_gen(fn)
-        return fn
-
-    def act(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[str, Any]:
-        t = _tname(node) if not isinstance(node, str) else "str"
-        if t == "Parentheses":
-            return self.act(node.expression, scope, lc, pr)
-        if t == "VerticalList":
-            items = [it.expression for it in node.arguments]
-            op = B.ALIASES.get(node.operator, node.operator)
-            return self.act_junction(op, items, scope, lc, pr)
-        if t == "OperatorApplication":
-            op = B.ALIASES.get(node.operator, node.operator)
-            args = node.arguments or []
-            if op in ("/\\", "\\/") and args:
-                return self.act_junction(op, _flatten(op, node), scope, lc, pr)
-            if op in ("=", "\\in") and len(args) == 2:
-                lhs = args[0]
-                idx = None
-                if pr:
-                    idx = self.assignable(lhs, scope, lc)
-                elif _tname(lhs) == "OperatorApplication" and lhs.operator == "'" and lhs.arguments:
-                    idx = self.assignable(lhs.arguments[0], scope, lc)
-                if idx is not None:
-                    # In Init (pr) the right-hand side reads the partially assigned new state.
-                    rhs, _ = self.expr(args[1], scope, lc, pr)
-                    return "act", (_assign(idx, rhs) if op == "=" else _assign_in(idx, rhs))
-            if op == "UNCHANGED" and len(args) == 1 and not pr:
-                idxs = self.unchanged_vars(args[0], scope, lc)
-                if idxs is not None:
-                    return "act", _unchanged(idxs)
-            if op not in B.BINARY and op not in B.UNARY and op not in ("'", "~", "=>", "<=>", "ENABLED", "UNCHANGED"):
-                target = lc.get(op) if op in lc else scope.defs.get(op)
-                if isinstance(target, OpDef):
-                    return self.act_call(target, args, scope, lc, pr, node)
-                if isinstance(target, Local) and target.kind == "thunk" and not args:
-                    assert target.body is not None
-                    return self.act(target.body.definiens, target.scope or scope, lc, pr)
-                if isinstance(target, Local) and target.kind == "letop":
-                    return self.act_letcall(target, args, scope, lc, pr)
-        elif t == "SubexpressionReference":
-            opdef, _target, argnodes = self.resolve_instance_path(node, scope)
-            if isinstance(opdef, OpDef):
-                return self.act_call(opdef, argnodes, scope, lc, pr, node)
-        elif t == "Quantification" and node.quantifier == "\\A":
-            binds, _ = self.bounds(node.declarations, scope, lc, pr)
-            kind, body = self.act(node.predicate, scope, self.with_bound(lc, binds), pr)
-            if kind == "act":
-                if len(binds) != 1 or not isinstance(binds[0][0], str):
-                    raise self.unsupported("\\A over an action with several bindings", node)
-                (name, sfn), = binds
-
-                def forall(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-                    # \A x \in S : A(x) is the conjunction of A(v) for every v in S.
-                    vals = ordered(sfn(c, e))
-
-                    def rec(k: int) -> Iterator[str | None]:
-                        if k == len(vals):
-                            yield None
-                            return
-                        e2 = dict(e)
-                        e2[name] = vals[k]
-                        for _ in body(c, e2):
-                            yield from rec(k + 1)
-
-                    yield from rec(0)
-
-                return "act", forall
-        elif t == "Quantification" and node.quantifier == "\\E":
-            binds, _ = self.bounds(node.declarations, scope, lc, pr)
-            kind, body = self.act(node.predicate, scope, self.with_bound(lc, binds), pr)
-            if kind == "act":
-                it = self.env_iter(binds, canonical=True)
-                hit = self.const_sets.get(id(binds[0][1])) if len(binds) == 1 else None
-                if hit is not None and hit[0] is binds[0][1] and isinstance(binds[0][0], str):
-                    # \E x \in <constant set>: one generator layer less per action instance.
-                    values, name = hit[1], binds[0][0]
-
-                    def exists_const(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-                        for v in values:
-                            e2 = dict(e)
-                            e2[name] = v
-                            yield from body(c, e2)
-
-                    return "act", exists_const
-
-                def exists(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-                    for e2 in it(c, e):
-                        yield from body(c, e2)
-
-                return "act", exists
-        elif t == "If":
-            p, _ = self.expr(node.predicate, scope, lc, pr)
-            k1, a = self.act(node.then, scope, lc, pr)
-            k2, b = self.act(node.else_, scope, lc, pr)
-            if k1 == "act" or k2 == "act":
-                ga = a if k1 == "act" else _pred_gen(a)
-                gb = b if k2 == "act" else _pred_gen(b)
-
-                def ite(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-                    if _bool(p(c, e), "IF condition"):
-                        yield from ga(c, e)
-                    else:
-                        yield from gb(c, e)
-
-                return "act", ite
-        elif t == "Cases":
-            arms = []
-            any_act = False
-            for item in node.cases:
-                p, _ = self.expr(item.predicate, scope, lc, pr)
-                k, a = self.act(item.expression, scope, lc, pr)
-                any_act |= k == "act"
-                arms.append((p, a if k == "act" else _pred_gen(a)))
-            other = None
-            if node.other is not None:
-                k, o = self.act(node.other, scope, lc, pr)
-                any_act |= k == "act"
-                other = o if k == "act" else _pred_gen(o)
-            if any_act:
-                where = self.where(node)
-
-                def case(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-                    for p, a in arms:
-                        if _bool(p(c, e), "CASE guard"):
-                            yield from a(c, e)
-                            return
-                    if other is None:
-                        raise EvalError("no CASE arm applies and there is no OTHER", where)
-                    yield from other(c, e)
-
-                return "act", case
-        elif t == "Let":
-            inner, thunks, _ = self.let_locals(node.definitions, scope, lc, pr)
-            kind, body = self.act(node.expression, scope, inner, pr)
-            if kind == "act":
-                enter = self.enter_let
-
-                def let(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-                    yield from body(c, enter(thunks, c, e))
-
-                if getattr(body, "guard", None) is not None and getattr(body, "prep", None) is None:
-                    # Expose the body's leading guard (with the LET bindings as an env step) so
-                    # that a disabled action costs no generator at all (see act_call).
-                    let.prep = lambda c, e: enter(thunks, c, e)  # type: ignore[attr-defined]
-                    let.guard = body.guard  # type: ignore[attr-defined]
-                    let.rest = body.rest  # type: ignore[attr-defined]
-                return "act", let
-        elif t == "SubscriptedAction":
-            kind, a = self.act(node.action, scope, lc, pr)
-            ga = a if kind == "act" else _pred_gen(a)
-            v, _ = self.expr(node.subscript, scope, lc, False)
-            vp, _ = self.expr(node.subscript, scope, lc, True)
-            if node.operator == "[":
-                idxs = self.unchanged_vars(node.subscript, scope, lc)
-                if idxs is None:
-                    raise self.unsupported("[A]_e where e is not a tuple of variables", node)
-                unch = _unchanged(idxs)
-
-                def box(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-                    yield from ga(c, e)
-                    yield from unch(c, e)
-
-                return "act", box
-
-            def angle(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-                for lab in ga(c, e):
-                    if vp(c, e) != v(c, e):
-                        yield lab
-
-            return "act", angle
-        fn, _ = self.expr(node, scope, lc, pr)
-        return "pred", fn
-
-    def unchanged_vars(self, node: Any, scope: Scope, lc: dict[str, Local]) -> list[int] | None:
-        """The variables of ``UNCHANGED e`` when e is (a definition of) a tuple of variables."""
-        while _tname(node) == "Parentheses":
-            node = node.expression
-        t = _tname(node)
-        if t == "Tuple":
-            out: list[int] = []
-            for it in node.items:
-                sub = self.unchanged_vars(it, scope, lc)
-                if sub is None:
-                    return None
-                out.extend(sub)
-            return out
-        if t == "OperatorApplication" and not node.arguments:
-            idx = self.assignable(node, scope, lc)
-            if idx is not None:
-                return [idx]
-            d = scope.defs.get(node.operator) if node.operator not in lc else None
-            if isinstance(d, OpDef) and not d.params:
-                return self.unchanged_vars(d.body, d.scope, {})
-        return None
-
-    def act_junction(self, op: str, items: list[Any], scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[str, Any]:
-        parts = [self.act(it, scope, lc, pr) for it in items]
-        if all(k == "pred" for k, _ in parts):
-            fns = [f for _, f in parts]
-            return "pred", (_all_of(fns) if op == "/\\" else _any_of(fns))
-        if op == "\\/":
-            gens = [f if k == "act" else _pred_gen(f) for k, f in parts]
-
-            def disj(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-                for g in gens:
-                    yield from g(c, e)
-
-            return "act", disj
-        return "act", _conj(parts)
-
-    def act_call(
-        self, opdef: OpDef, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool, node: Any
-    ) -> tuple[str, Any]:
-        if len(argnodes) != len(opdef.params):
-            raise self.err(f"operator {opdef.name} expects {len(opdef.params)} arguments", node)
-        key = ("act", id(opdef), pr)
-        hit = self.cache.get(key)
-        if hit is None:
-            self.cache[key] = ("pending", None)
-            locals_ = {p: Local("opparam" if ar else "val", p) for p, ar in opdef.params}
-            self.file_stack.append(opdef.file or opdef.scope.file)
-            try:
-                hit = self.act(opdef.body, opdef.scope, locals_, pr)
-            finally:
-                self.file_stack.pop()
-            self.cache[key] = hit
-        elif hit[0] == "pending":
-            raise self.unsupported(f"recursive action {opdef.name}", node)
-        kind, body = hit
-        if kind == "pred":
-            fn, _ = self.call(opdef, argnodes, scope, lc, pr, node)
-            return "pred", fn
-        name = opdef.name
-        fns = []
-        for (_p, ar), a in zip(opdef.params, argnodes, strict=True):
-            f, _ = self.op_value(a, ar, scope, lc, pr) if ar else self.expr(a, scope, lc, pr)
-            fns.append(f)
-        # The successors of an operator's action depend only on the current state and the
-        # argument values when no primed variable is assigned on entry (the body sees its
-        # parameters only). Memoisable when no argument is an operator.
-        box: list[Any] | None = None
-        if not pr and not any(ar for _p, ar in opdef.params):
-            box = self.act_memos.setdefault(id(opdef), [None, False])
-            if self.collect_acts is not None:
-                self.collect_acts.add(id(opdef))
-        nv = len(self.variables)
-        pairs = list(zip([p for p, _ in opdef.params], fns, strict=True))
-        where = f"{self.where(node)} ({name})"
-
-        n0, f0 = pairs[0] if len(pairs) == 1 else ("", None)
-        # A body that starts with a guard: test it before building the generator chain, since
-        # most actions are disabled in most states.
-        guard: Fun | None = getattr(body, "guard", None)
-        rest: Gen | None = getattr(body, "rest", None)
-        prep: Fun | None = getattr(body, "prep", None)
-        once = (None,)
-        only_name = (name,)
-
-        def call(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-            # A plain function returning the iterator: no generator layer of its own.
-            if f0 is not None:
-                e2 = {n0: f0(c, e)}
-            elif pairs:
-                e2 = {}
-                for n, f in pairs:
-                    e2[n] = f(c, e)
-            else:
-                e2 = EMPTY
-            memo = box[0] if box is not None else None
-            rec_key = None
-            if memo is not None:
-                n, s = c.n, c.s
-                if n is not None and s is not None and n.count(UNSET) == nv:
-                    # Keyed by the state's identity (cheap); the entry keeps the state alive,
-                    # so the identity cannot be reused while the entry exists.
-                    key = (id(s), tuple(e2.values()))
-                    hit = memo.get(key)
-                    if hit is not None and hit[0] is s:
-                        return _replay(n, hit[1])
-                    if box[1]:
-                        if guard is None:
-                            return _record(c, memo, key, _call_body(c, e2))
-                        rec_key = key  # test the guard first: a disabled action records []
-            if guard is None:
-                return _call_body(c, e2)
-            # Test the guard right here: a disabled action costs no generator at all.
-            try:
-                if prep is not None:
-                    e2 = prep(c, e2)
-                v = guard(c, e2)
-                if v is not True:
-                    if v is not False:
-                        _bool(v, "action guard")
-                    if rec_key is not None:
-                        memo[rec_key] = (c.s, [])  # type: ignore[index]
-                    return ()
-            except EvalError as exc:
-                if exc.where is None:
-                    exc.where = where
-                    exc.args = (f"{where}: {exc.bare_message}",)
-                raise
-            if rec_key is not None:
-                return _record(c, memo, rec_key, only_name if rest is None else _rest_body(c, e2))  # type: ignore[arg-type]
-            if rest is None:
-                return only_name
-            return _rest_body(c, e2)
-
-        def _rest_body(c: Ctx, e2: dict[str, Value]) -> Iterator[str | None]:
-            try:
-                for lab in rest(c, e2):  # type: ignore[misc]
-                    yield lab or name
-            except EvalError as exc:
-                if exc.where is None:
-                    exc.where = where
-                    exc.args = (f"{where}: {exc.bare_message}",)
-                raise
-
-        def _replay(n: list[Value], rec: list[tuple[str, list[Value]]]) -> Iterator[str | None]:
-            for lab, t in rec:
-                n[:] = t
-                yield lab
-            n[:] = [UNSET] * nv
-
-        def _record(c: Ctx, memo: dict[Any, Any], key: Any, inner: Iterable[str | None]) -> Iterator[str | None]:
-            n = c.n
-            rec: list[tuple[str, list[Value]]] = []
-            for lab in inner:
-                rec.append((lab, n[:]))  # type: ignore[index]
-                yield lab
-            memo[key] = (c.s, rec)  # only a complete enumeration is remembered
-
-        def _call_body(c: Ctx, e2: dict[str, Value]) -> Iterator[str | None]:
-            try:
-                if guard is not None:
-                    if prep is not None:
-                        e2 = prep(c, e2)
-                    v = guard(c, e2)
-                    if v is not True:
-                        if v is not False:
-                            _bool(v, "action guard")
-                        return
-                    inner = rest(c, e2) if rest is not None else once
-                else:
-                    inner = body(c, e2)
-                for lab in inner:
-                    yield lab or name
-            except EvalError as exc:
-                if exc.where is None:
-                    exc.where = where
-                    exc.args = (f"{where}: {exc.bare_message}",)
-                raise
-
-        return "act", call
-
-    def act_letcall(
-        self, target: Local, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool
-    ) -> tuple[str, Any]:
-        inner = dict(target.locals)
-        for p, ar in target.params:
-            inner[p] = Local("opparam" if ar else "val", p)
-        assert target.scope is not None
-        kind, body = self.act(target.body, target.scope, inner, pr)
-        if kind == "pred":
-            fn, _ = self.call_letop(target, argnodes, scope, lc, pr, None)
-            return "pred", fn
-        fns = [self.op_value(a, ar, scope, lc, pr)[0] if ar else self.expr(a, scope, lc, pr)[0]
-               for (_p, ar), a in zip(target.params, argnodes, strict=True)]
-        pairs = list(zip([p for p, _ in target.params], fns, strict=True))
-
-        def call(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-            e2 = dict(e)
-            for n, f in pairs:
-                e2[n] = f(c, e)
-            yield from body(c, e2)
-
-        return "act", call
-
-
-class _Var:
-    """A synthetic reference to a bound name (used to eta-expand operators passed as values)."""
-
-    def __init__(self, name: str, like: Any) -> None:
-        self.operator = name
-        self.arguments = None
-        self.nonfix = None
-        self.start = getattr(like, "start", None)
-
-
-
-_UNSUPPORTED_OPS = frozenset(
-    {"TLCGet", "TLCSet", "RandomElement", "JavaTime", "Any", "PrintTLCState", "TLCModelValue",
-     "JsonSerialize", "JsonDeserialize", "IOExec", "\\cdot", "-+->"}
-)
-
-
-def _rebuild(p: Any, e: dict[str, Value]) -> Value:
-    if isinstance(p, str):
-        return e[p]
-    return tuple(_rebuild(q, e) for q in p)
-
-
-def _nm(x: Any) -> str:
-    return x if isinstance(x, str) else x.operator
-
-
-def _describe(t: str) -> str:
-    return {
-        "FloatNumeral": "real numbers",
-        "TemporalQuantification": "temporal quantification (\\EE / \\AA)",
-        "Pick": "PICK",
-        "Instance": "INSTANCE in an expression",
-    }.get(t, t)
-
-
-def _flatten(op: str, node: Any) -> list[Any]:
-    """``a /\\ b /\\ c`` (nested binary applications) -> [a, b, c]."""
-    out: list[Any] = []
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if (
-            _tname(n) == "OperatorApplication"
-            and B.ALIASES.get(n.operator, n.operator) == op
-            and len(n.arguments or []) == 2
-        ):
-            stack.append(n.arguments[1])
-            stack.append(n.arguments[0])
-        else:
-            out.append(n)
-    return out
-
-
-def _flatten_product(node: Any) -> list[Any]:
-    a, b = node.arguments
-    if _tname(a) == "OperatorApplication" and B.ALIASES.get(a.operator, a.operator) == "\\X" and a.arguments:
-        return [*_flatten_product(a), b]
-    return [a, b]
-
-
-_MISS: Any = object()
-
-
-def state_memo(fn: Fun, deps: int, nvars: int, most: int = 3) -> Fun:
-    """Memoise an expression that depends on at most ``most`` unprimed variables and nothing else
-    (no bound names, no primed variables), keyed by those variables' values."""
-    if deps & (ENV | NEXT) or not deps & STATE:
-        return fn
-    idxs = [i for i in range(nvars) if deps & (VAR0 << i)]
-    if not idxs or len(idxs) > most or deps & ~(STATE | ((1 << (VAR0.bit_length() - 1 + nvars)) - VAR0)):
-        return fn
-    memo: dict[Any, Value] = {}
-    if len(idxs) == 1:
-        i = idxs[0]
-
-        def memo1(c: Ctx, e: dict[str, Value]) -> Value:
-            k = c.s[i]  # type: ignore[index]
-            v = memo.get(k, _MISS)
-            if v is _MISS:
-                v = memo[k] = fn(c, e)
-            return v
-
-        return memo1
-
-    def memok(c: Ctx, e: dict[str, Value]) -> Value:
-        s = c.s
-        k = tuple([s[i] for i in idxs])  # type: ignore[index]
-        v = memo.get(k, _MISS)
-        if v is _MISS:
-            v = memo[k] = fn(c, e)
-        return v
-
-    return memok
-
-
-def _pred_gen(p: Fun) -> Gen:
-    return _guarded(p, None)
-
-
-def _assign(i: int, rhs: Fun) -> Gen:
-    def g(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-        n = c.n
-        v = rhs(c, e)
-        cur = n[i]  # type: ignore[index]
-        if cur is UNSET:
-            n[i] = norm(v)  # type: ignore[index]
-            yield None
-            n[i] = UNSET  # type: ignore[index]
-        elif cur == v:
-            yield None
-
-    g.steps = ((i, rhs),)  # type: ignore[attr-defined]
-    return g
-
-
-def _assign_in(i: int, rhs: Fun) -> Gen:
-    def g(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-        n = c.n
-        s = rhs(c, e)
-        cur = n[i]  # type: ignore[index]
-        if cur is UNSET:
-            for v in ordered(s):
-                n[i] = norm(v)  # type: ignore[index]
-                yield None
-            n[i] = UNSET  # type: ignore[index]
-        elif cur in s:
-            yield None
-
-    return g
-
-
-def _unchanged(idxs: list[int]) -> Gen:
-    def g(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-        n, s = c.n, c.s
-        done = []
-        for i in idxs:
-            cur = n[i]  # type: ignore[index]
-            if cur is UNSET:
-                n[i] = s[i]  # type: ignore[index]
-                done.append(i)
-            elif cur != s[i]:  # type: ignore[index]
-                for j in done:
-                    n[j] = UNSET  # type: ignore[index]
-                return
-        yield None
-        for j in done:
-            n[j] = UNSET  # type: ignore[index]
-
-    g.steps = tuple((i, None) for i in idxs)  # type: ignore[attr-defined]
-    return g
-
-
-def _fused(steps: tuple[tuple[int, Fun | None], ...]) -> Gen:
-    """A run of conjuncts ``x' = e`` and ``UNCHANGED <<...>>`` (each yields at most once) as one
-    generator: the assignments are made in order, one successor is yielded, then undone. Same
-    results as nesting them, without a generator layer per conjunct."""
-    def g(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-        n = c.n
-        done = []
-        for i, rhs in steps:
-            if rhs is None:
-                v = c.s[i]  # type: ignore[index]
-                cur = n[i]  # type: ignore[index]
-                if cur is UNSET:
-                    n[i] = v  # type: ignore[index]
-                    done.append(i)
-                elif cur != v:
-                    break
-            else:
-                v = rhs(c, e)
-                cur = n[i]  # type: ignore[index]
-                if cur is UNSET:
-                    n[i] = v if type(v) in _PLAIN else norm(v)  # type: ignore[index]
-                    done.append(i)
-                elif not cur == v:  # noqa: SIM201 (exactly _assign's test)
-                    break
-        else:
-            yield None
-        for j in done:
-            n[j] = UNSET  # type: ignore[index]
-
-    g.steps = steps  # type: ignore[attr-defined]
-    return g
-
-
-def _conj(parts: list[tuple[str, Any]]) -> Gen:
-    """Nest conjuncts left to right; runs of predicates become a single guard, runs of
-    deterministic assignments a single generator (_fused)."""
-    merged: list[tuple[str, Any, Any]] = []  # (kind, fn, steps of a run of assignments)
-    for k, f in parts:
-        st = getattr(f, "steps", None) if k == "act" else None
-        if st is not None and merged and merged[-1][2] is not None:
-            merged[-1] = ("act", None, merged[-1][2] + st)
-        else:
-            merged.append((k, f, st))
-    parts = [(k, f if f is not None else _fused(st)) for k, f, st in merged]
-    groups: list[tuple[str, Any]] = []
-    for k, f in parts:
-        if k == "pred" and groups and groups[-1][0] == "pred":
-            prev = groups[-1][1]
-            groups[-1] = ("pred", [*prev, f])
-        elif k == "pred":
-            groups.append(("pred", [f]))
-        else:
-            groups.append(("act", f))
-
-    def guard(fns: list[Fun]) -> Fun:
-        if len(fns) == 1:
-            return fns[0]
-        return _all_of(fns)
-
-    gen: Gen | None = None
-    for k, f in reversed(groups):
-        if k == "pred":
-            p = guard(f)
-            gen = _guarded(p, gen)
-        else:
-            gen = _seq(f, gen)
-    assert gen is not None
-    return gen
-
-
-def _guarded(p: Fun, rest: Gen | None) -> Gen:
-    if rest is None:
-        def g0(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-            v = p(c, e)
-            if v is True:
-                yield None
-            elif v is not False:
-                _bool(v, "action conjunct")
-
-        g0.guard = p  # type: ignore[attr-defined]
-        g0.rest = None  # type: ignore[attr-defined]
-        return g0
-
-    def g(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-        v = p(c, e)
-        if v is True:
-            for _ in rest(c, e):
-                yield None
-        elif v is not False:
-            _bool(v, "action conjunct")
-
-    g.guard = p  # type: ignore[attr-defined]
-    g.rest = rest  # type: ignore[attr-defined]
-    return g
-
-
-def _seq(a: Gen, rest: Gen | None) -> Gen:
-    if rest is None and getattr(a, "steps", None) is not None:
-        return a  # yields None only already
-    if rest is None:
-        def g0(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-            for _ in a(c, e):
-                yield None
-
-        return g0
-
-    def g(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-        for _ in a(c, e):
-            yield from rest(c, e)
-
-    return g
+        """``ENABLED A``; defined by the action compiler, which can enumerate successors."""
+        raise NotImplementedError

@@ -324,7 +324,7 @@ def to_set(v: Value) -> frozenset[Value]:
 
 def norm(v: Value) -> Value:
     """Canonical form of a value about to be stored in a state (lazy values materialised)."""
-    if type(v) in _PLAIN:
+    if type(v) in PLAIN_TYPES:
         return v
     if isinstance(v, LazySet):
         return v.mat()
@@ -333,7 +333,7 @@ def norm(v: Value) -> Value:
     return v
 
 
-_PLAIN = frozenset({int, bool, str, tuple, frozenset, Fn, ModelValue})
+PLAIN_TYPES = frozenset({int, bool, str, tuple, frozenset, Fn, ModelValue})
 
 
 def domain(f: Value) -> Value:

@@ -8,9 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .compile import EMPTY, Compiler, Local, _tname
+from .action import Compiler
 from .errors import TlaError
 from .modules import OpDef, Scope, pos
+from .syntax import EMPTY, Local, tname
 from .values import Value
 
 TEMPORAL_OPS = frozenset({"[]", "<>", "~>", "-+->", "\\cdot"})
@@ -66,7 +67,7 @@ class TemporalAnalyzer:
             return False
         if isinstance(node, list | tuple) and not hasattr(node, "_fields"):
             return any(self.is_temporal(x, scope, seen) for x in node)
-        t = _tname(node)
+        t = tname(node)
         if t in ("Fairness", "TemporalQuantification"):
             return True
         if t == "OperatorApplication":
@@ -84,7 +85,7 @@ class TemporalAnalyzer:
         self, node: Any, scope: Scope, locals_: dict[str, Local], env: dict[str, Value], label: str
     ) -> list[Piece]:
         """Conjuncts, looking through definitions, parentheses and ``\\A x \\in S``."""
-        t = _tname(node)
+        t = tname(node)
         if t == "Parentheses":
             return self.split(node.expression, scope, locals_, env, label)
         if t == "VerticalList" and node.operator in ("/\\", "\\land"):
@@ -120,7 +121,7 @@ class TemporalAnalyzer:
         """Look through parentheses and zero-arity definitions of a single formula."""
         node, scope = piece.node, piece.scope
         while True:
-            t = _tname(node)
+            t = tname(node)
             if t == "Parentheses":
                 node = node.expression
                 continue
@@ -137,7 +138,7 @@ class TemporalAnalyzer:
         for raw in self.split(node, scope, {}, dict(EMPTY), name):
             pc = self.unwrap(raw)
             n, sc = pc.node, pc.scope
-            t = _tname(n)
+            t = tname(n)
             if t == "Fairness":
                 if not is_spec:
                     raise self.err("fairness (WF_/SF_) in a PROPERTY", n, sc)
@@ -150,7 +151,7 @@ class TemporalAnalyzer:
                 continue
             if t == "OperatorApplication" and n.operator == "[]":
                 arg = self.unwrap(Piece(n.arguments[0], sc, pc.locals, pc.env, pc.label))
-                at = _tname(arg.node)
+                at = tname(arg.node)
                 if at == "SubscriptedAction" and arg.node.operator == "[":
                     (out.nexts if is_spec and not out.nexts else out.actions).append(arg)
                     continue
@@ -162,7 +163,7 @@ class TemporalAnalyzer:
                     r = self.unwrap(Piece(rhs, arg.scope, arg.locals, arg.env, pc.label))
                     if (
                         not self.is_temporal(lhs, arg.scope)
-                        and _tname(r.node) == "OperatorApplication"
+                        and tname(r.node) == "OperatorApplication"
                         and r.node.operator == "<>"
                         and not self.is_temporal(r.node.arguments[0], r.scope)
                     ):
@@ -185,7 +186,7 @@ class TemporalAnalyzer:
                 if not self.is_temporal(arg.node, arg.scope):
                     out.liveness.append(Liveness("<>", arg, None, pc.label))
                     continue
-                if _tname(arg.node) == "OperatorApplication" and arg.node.operator == "[]":
+                if tname(arg.node) == "OperatorApplication" and arg.node.operator == "[]":
                     inner = self.unwrap(Piece(arg.node.arguments[0], arg.scope, arg.locals, arg.env, pc.label))
                     if not self.is_temporal(inner.node, inner.scope):
                         out.liveness.append(Liveness("<>[]", inner, None, pc.label))
