@@ -13,7 +13,10 @@ from .parse import parse_module_file
 STANDARD_MODULES = frozenset(
     {"Naturals", "Integers", "FiniteSets", "Sequences", "TLC", "Bags", "TLCExt"}
 )
-UNSUPPORTED_STANDARD = frozenset({"Reals", "RealTime", "Randomization", "Json", "IOUtils", "Toolbox"})
+UNSUPPORTED_STANDARD = frozenset({"Reals", "RealTime", "Randomization", "Json", "Toolbox"})
+# Modules TLC ships (proof modules) and community modules, written in TLA+: a module of the spec's
+# own directory of the same name wins, as with TLC's library path.
+LIBRARY = Path(__file__).parent / "library"
 
 
 def pos(node: Any) -> tuple[int, int]:
@@ -94,6 +97,8 @@ class ModuleLoader:
     def tree(self, name: str, node: Any, scope: Scope | None) -> tuple[Any, str]:
         if name not in self.trees:
             path = self.directory / f"{name}.tla"
+            if not path.exists() and (LIBRARY / f"{name}.tla").exists():
+                path = LIBRARY / f"{name}.tla"
             if not path.exists():
                 if scope is not None:
                     raise scope.err(f"module {name} not found (looked for {path})", node, kind="parse")
@@ -128,7 +133,7 @@ class ModuleLoader:
             self._fill(scope, sub, sub_file, extending)
             scope.file = saved_file
         scope.file = file
-        for unit in tree.units:
+        for unit in tree.units or []:
             self._unit(scope, unit)
         scope.file = saved_file
 
