@@ -15,7 +15,7 @@ from typing import Any
 from . import builtins as B
 from .errors import EvalError
 from .expr import ExprCompiler
-from .modules import OpDef, Scope
+from .modules import Decl, OpDef, Scope
 from .syntax import (
     ALLVARS,
     EMPTY,
@@ -30,6 +30,7 @@ from .syntax import (
     any_of,
     as_bool,
     flatten,
+    is_action,
     ordered,
     tname,
 )
@@ -92,6 +93,8 @@ class Compiler(ExprCompiler):
                 target = lc.get(op) if op in lc else scope.defs.get(op)
                 if isinstance(target, OpDef):
                     return self.act_call(target, args, scope, lc, pr, node)
+                if isinstance(target, Local) and target.kind == "subst" and not args:
+                    return self.act(target.body, target.scope or scope, target.locals, pr)
                 if isinstance(target, Local) and target.kind == "thunk" and not args:
                     assert target.body is not None
                     return self.act(target.body.definiens, target.scope or scope, lc, pr)
@@ -251,6 +254,10 @@ class Compiler(ExprCompiler):
             d = scope.defs.get(node.operator) if node.operator not in lc else None
             if isinstance(d, OpDef) and not d.params:
                 return self.unchanged_vars(d.body, d.scope, {})
+            if isinstance(d, Decl) and d.kind == "var" and d.scope.subst is not None:
+                # A variable of an instantiated module substituted by an expression (vars <- <<x, y>>).
+                sub, outer = d.scope.subst[node.operator]
+                return self.unchanged_vars(sub, outer, {})
         return None
 
     def act_junction(self, op: str, items: list[Any], scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[str, Any]:
@@ -273,6 +280,8 @@ class Compiler(ExprCompiler):
     ) -> tuple[str, Any]:
         if len(argnodes) != len(opdef.params):
             raise self.err(f"operator {opdef.name} expects {len(opdef.params)} arguments", node)
+        if any(not ar and is_action(a, scope) for (_p, ar), a in zip(opdef.params, argnodes, strict=True)):
+            return self.act_inline(opdef, argnodes, scope, lc, pr)
         key = ("act", id(opdef), pr)
         hit = self.cache.get(key)
         if hit is None:
@@ -411,6 +420,37 @@ class Compiler(ExprCompiler):
                 raise
 
         return "act", call
+
+    def act_inline(
+        self, opdef: OpDef, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool
+    ) -> tuple[str, Any]:
+        """``Op(A, ...)`` where an argument is an action (``NoStutter(A) == A /\\ s' = s``):
+        the body is compiled with the arguments substituted (a parameter is compiled at each use
+        in the call site's scope), so it runs in the caller's bindings; operator arguments
+        (``LAMBDA j : j - 1``) are bound in them too."""
+        inner: dict[str, Local] = {}
+        opargs: list[tuple[str, Fun]] = []
+        for (p, ar), a in zip(opdef.params, argnodes, strict=True):
+            if ar:
+                inner[p] = Local("opparam", p)
+                opargs.append((p, self.op_value(a, ar, scope, lc, pr)[0]))
+            else:
+                inner[p] = Local("subst", p, body=a, scope=scope, locals_=lc)
+        self.file_stack.append(opdef.file or opdef.scope.file)
+        try:
+            kind, body = self.act(opdef.body, opdef.scope, inner, pr)
+        finally:
+            self.file_stack.pop()
+        if not opargs:
+            return kind, body
+
+        def bind(c: Ctx, e: dict[str, Value]) -> dict[str, Value]:
+            e2 = dict(e)
+            for p, f in opargs:
+                e2[p] = f(c, e)
+            return e2
+
+        return kind, lambda c, e: body(c, bind(c, e))
 
     def act_letcall(
         self, target: Local, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool

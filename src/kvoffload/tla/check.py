@@ -28,7 +28,7 @@ from .action import Compiler
 from .config import ModelConfig, Named, parse_config
 from .errors import EvalError, TlaError
 from .liveness import FairInfo, LivenessSearch
-from .modules import ModuleLoader, OpDef, Scope, pos
+from .modules import Decl, ModuleLoader, OpDef, Scope, pos
 from .syntax import EMPTY, UNSET, Ctx, Gen, VarRef, as_bool, state_memo
 from .temporal import Piece, TemporalAnalyzer
 from .values import Fn, Value, permute, render, sortkey, to_set
@@ -87,9 +87,16 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
         root.defs[name] = d
     constants: dict[str, Value] = {}
     for name, v in cfg.constants.items():
-        if name not in root.defs:
+        d = root.defs.get(name)
+        if d is None:
             raise TlaError(f"config assigns {name}, which the spec does not declare", cfg.path,
                            cfg.const_lines.get(name, 0), 1, kind="config")
+        if isinstance(d, OpDef):
+            if d.params:
+                raise TlaError(f"config assigns a value to {name}, an operator with parameters", cfg.path,
+                               cfg.const_lines.get(name, 0), 1, kind="config")
+            # Like TLC, a value in the config overrides a definition of the spec (Ballot == Nat).
+            root.defs[name] = Decl("const", name, root, d.node)
         constants[name] = v
     comp = Compiler(root, constants)
     for name in root.constants:

@@ -838,6 +838,8 @@ class ExprCompiler:
                 return (lambda c, e: e[name]), ENV
             if loc.kind == "thunk":
                 return (lambda c, e: e[name].get()), ENV
+            if loc.kind == "subst":
+                return self.expr(loc.body, loc.scope or scope, loc.locals, pr)
             raise self.err(f"operator {name} used without arguments", node)
         d = scope.defs.get(name)
         if d is None:
@@ -961,7 +963,7 @@ class ExprCompiler:
                 return (lambda c, e: e[name](c, tuple([f(c, e) for f in fns]))), deps | ENV
             if target.kind == "letop":
                 return self.call_letop(target, argnodes, scope, lc, pr, node)
-            if target.kind in ("val", "thunk") and not argnodes:
+            if target.kind in ("val", "thunk", "subst") and not argnodes:
                 return self.ident(node, scope, lc, pr)
             raise self.err(f"{target.name} is not an operator", node)
         if isinstance(target, Decl):

@@ -74,7 +74,9 @@ class Local:
         locals_: dict[str, Local] | None = None,
     ) -> None:
         # kind: "val" (value in e), "thunk" (Thunk in e), "letop" (LET operator with params),
-        # "opparam" (higher-order parameter: a callable(c, args) in e)
+        # "opparam" (higher-order parameter: a callable(c, args) in e), "subst" (a parameter whose
+        # argument is an action: ``body`` is the argument node, compiled in ``scope``/``locals``
+        # of the call site wherever the parameter is used)
         self.kind = kind
         self.name = name
         self.params = params or []
@@ -274,3 +276,21 @@ def state_memo(fn: Fun, deps: int, nvars: int, most: int = 3) -> Fun:
         return v
 
     return memok
+
+
+def is_action(node: Any, scope: Scope, seen: frozenset[int] = frozenset()) -> bool:
+    """Does ``node`` read primed variables (``x'``, ``UNCHANGED``), looking through definitions?"""
+    if node is None or isinstance(node, str | int | bool):
+        return False
+    if isinstance(node, list) or (isinstance(node, tuple) and not hasattr(node, "_fields")):
+        return any(is_action(x, scope, seen) for x in node)
+    op = getattr(node, "operator", None)
+    if op in ("'", "UNCHANGED"):
+        return True
+    if isinstance(op, str):
+        d = scope.defs.get(op)
+        body = getattr(d, "body", None)
+        if body is not None and id(d) not in seen and is_action(body, d.scope, seen | {id(d)}):  # type: ignore[union-attr]
+            return True
+    fields = [f for f in getattr(node, "_fields", ()) if f not in ("symbol", "start", "end")]
+    return any(is_action(getattr(node, f), scope, seen) for f in fields)

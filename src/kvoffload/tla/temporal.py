@@ -61,6 +61,21 @@ class TemporalAnalyzer:
         line, col = pos(node)
         return TlaError(msg, scope.file, line, col, kind="unsupported")
 
+    def definition(self, node: Any, scope: Scope, locals_: dict[str, Local]) -> tuple[OpDef, list[Any]] | None:
+        """The definition that ``node`` applies (``Op(args)`` or ``M!Op(args)`` through named
+        instances) with its argument nodes, or None."""
+        t = tname(node)
+        if t == "OperatorApplication" and node.operator not in locals_:
+            d = scope.defs.get(node.operator)
+            return (d, list(node.arguments or [])) if isinstance(d, OpDef) else None
+        if t == "SubexpressionReference":
+            try:
+                d, _target, args = self.comp.resolve_instance_path(node, scope)
+            except TlaError:
+                return None
+            return (d, list(args)) if isinstance(d, OpDef) else None
+        return None
+
     def is_temporal(self, node: Any, scope: Scope, seen: frozenset[int] = frozenset()) -> bool:
         """Does the formula contain a temporal operator (looking through definitions)?"""
         if node is None or isinstance(node, str | int | bool):
@@ -70,11 +85,12 @@ class TemporalAnalyzer:
         t = tname(node)
         if t in ("Fairness", "TemporalQuantification"):
             return True
-        if t == "OperatorApplication":
-            if node.operator in TEMPORAL_OPS:
-                return True
-            d = scope.defs.get(node.operator)
-            if isinstance(d, OpDef) and id(d) not in seen and self.is_temporal(d.body, d.scope, seen | {id(d)}):
+        if t == "OperatorApplication" and node.operator in TEMPORAL_OPS:
+            return True
+        found = self.definition(node, scope, {})
+        if found is not None:
+            d = found[0]
+            if id(d) not in seen and self.is_temporal(d.body, d.scope, seen | {id(d)}):
                 return True
         fields = getattr(node, "_fields", ())
         return any(
@@ -98,8 +114,10 @@ class TemporalAnalyzer:
             args = node.arguments or []
             if op in ("/\\", "\\land") and len(args) == 2:
                 return self.split(args[0], scope, locals_, env, label) + self.split(args[1], scope, locals_, env, label)
-            d = scope.defs.get(op) if op not in locals_ else None
-            if isinstance(d, OpDef) and self.is_temporal(d.body, d.scope):
+        found = self.definition(node, scope, locals_)
+        if found is not None:
+            d, args = found
+            if self.is_temporal(d.body, d.scope):
                 vals = {}
                 for (p, ar), a in zip(d.params, args, strict=True):
                     if ar:
@@ -107,7 +125,7 @@ class TemporalAnalyzer:
                     fn, _ = self.comp.expr(a, scope, locals_, False)
                     vals[p] = fn(None, env)  # type: ignore[arg-type]
                 inner = {p: Local("val", p) for p in vals}
-                return self.split(d.body, d.scope, inner, vals, op)
+                return self.split(d.body, d.scope, inner, vals, d.name)
         if t == "Quantification" and node.quantifier == "\\A" and self.is_temporal(node.predicate, scope):
             binds, _ = self.comp.bounds(node.declarations, scope, locals_, False)
             inner = self.comp.with_bound(locals_, binds)
@@ -125,9 +143,10 @@ class TemporalAnalyzer:
             if t == "Parentheses":
                 node = node.expression
                 continue
-            if t == "OperatorApplication" and not node.arguments and node.operator not in piece.locals:
-                d = scope.defs.get(node.operator)
-                if isinstance(d, OpDef) and not d.params and self.is_temporal(d.body, d.scope):
+            found = self.definition(node, scope, piece.locals)
+            if found is not None:
+                d, args = found
+                if not d.params and not args and self.is_temporal(d.body, d.scope):
                     node, scope = d.body, d.scope
                     continue
             break
