@@ -75,12 +75,12 @@ class Compiler(ExprCompiler):
             if op in ("/\\", "\\/") and args:
                 return self.act_junction(op, flatten(op, node), scope, lc, pr)
             if op in ("=", "\\in") and len(args) == 2:
-                lhs = args[0]
+                lhs, lscope, llc = self.substituted(args[0], scope, lc)
                 idx = None
                 if pr:
-                    idx = self.assignable(lhs, scope, lc)
+                    idx = self.assignable(lhs, lscope, llc)
                 elif tname(lhs) == "OperatorApplication" and lhs.operator == "'" and lhs.arguments:
-                    idx = self.assignable(lhs.arguments[0], scope, lc)
+                    idx = self.assignable(lhs.arguments[0], lscope, llc)
                 if idx is not None:
                     # In Init (pr) the right-hand side reads the partially assigned new state.
                     rhs, _ = self.expr(args[1], scope, lc, pr)
@@ -93,6 +93,12 @@ class Compiler(ExprCompiler):
                 target = lc.get(op) if op in lc else scope.defs.get(op)
                 if isinstance(target, OpDef):
                     return self.act_call(target, args, scope, lc, pr, node)
+                if isinstance(target, Decl) and args and target.scope.subst is not None:
+                    sub, outer = target.scope.subst[target.name]
+                    resolved = outer.defs.get(sub.operator) if tname(sub) == "OperatorApplication" else None
+                    if isinstance(resolved, OpDef) and not sub.arguments:
+                        # An operator constant replaced by an operator of the instantiating module.
+                        return self.act_call(resolved, args, scope, lc, pr, node)
                 if isinstance(target, Local) and target.kind == "subst" and not args:
                     return self.act(target.body, target.scope or scope, target.locals, pr)
                 if isinstance(target, Local) and target.kind == "thunk" and not args:
@@ -236,8 +242,7 @@ class Compiler(ExprCompiler):
 
     def unchanged_vars(self, node: Any, scope: Scope, lc: dict[str, Local]) -> list[int] | None:
         """The variables of ``UNCHANGED e`` when e is (a definition of) a tuple of variables."""
-        while tname(node) == "Parentheses":
-            node = node.expression
+        node, scope, lc = self.substituted(node, scope, lc)
         t = tname(node)
         if t == "Tuple":
             out: list[int] = []
@@ -280,7 +285,12 @@ class Compiler(ExprCompiler):
     ) -> tuple[str, Any]:
         if len(argnodes) != len(opdef.params):
             raise self.err(f"operator {opdef.name} expects {len(opdef.params)} arguments", node)
-        if any(not ar and is_action(a, scope) for (_p, ar), a in zip(opdef.params, argnodes, strict=True)):
+        if any(
+            not ar and (is_action(a, scope) or (pr and self.assignable(a, scope, lc) is not None))
+            for (_p, ar), a in zip(opdef.params, argnodes, strict=True)
+        ):
+            # An action argument (XAct(x, x')), or in Init a variable that the body may assign
+            # (XInit(v) == v = 0): substitute the arguments, as TLA+ defines application.
             return self.act_inline(opdef, argnodes, scope, lc, pr)
         key = ("act", id(opdef), pr)
         hit = self.cache.get(key)
@@ -420,6 +430,19 @@ class Compiler(ExprCompiler):
                 raise
 
         return "act", call
+
+    @staticmethod
+    def substituted(node: Any, scope: Scope, lc: dict[str, Local]) -> tuple[Any, Scope, dict[str, Local]]:
+        """The expression a parameter of an inlined call stands for (see :meth:`act_inline`)."""
+        while True:
+            while tname(node) == "Parentheses":
+                node = node.expression
+            if tname(node) != "OperatorApplication" or node.arguments:
+                return node, scope, lc
+            loc = lc.get(node.operator)
+            if loc is None or loc.kind != "subst":
+                return node, scope, lc
+            node, scope, lc = loc.body, loc.scope or scope, loc.locals
 
     def act_inline(
         self, opdef: OpDef, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool

@@ -12,6 +12,7 @@ from .values import (
     INT,
     NAT,
     STRING,
+    InfiniteCombination,
     LazySet,
     SeqSet,
     SubsetSet,
@@ -95,7 +96,15 @@ def _cap(a: Value, b: Value) -> frozenset[Value]:
     return to_set(a) & to_set(b)
 
 
-def _minus(a: Value, b: Value) -> frozenset[Value]:
+def _cup(a: Value, b: Value) -> Value:
+    if _finite_side(a, b) is not None:
+        return InfiniteCombination("\\cup", a, b)
+    return to_set(a) | to_set(b)
+
+
+def _minus(a: Value, b: Value) -> Value:
+    if isinstance(a, LazySet) and a.infinite:
+        return InfiniteCombination("\\", a, b)
     if isinstance(b, LazySet) and not isinstance(a, LazySet):
         return frozenset(x for x in iter_set(a) if x not in b)
     return to_set(a) - to_set(b)
@@ -134,7 +143,7 @@ BINARY: dict[str, Callable[[Value, Value], Value]] = {
     "..": _range,
     "\\in": lambda a, b: a in b,
     "\\notin": lambda a, b: a not in b,
-    "\\cup": lambda a, b: to_set(a) | to_set(b),
+    "\\cup": _cup,
     "\\cap": _cap,
     "\\": _minus,
     "\\subseteq": _subseteq,

@@ -59,6 +59,9 @@ class Compiled:
     fairness_all_vars: list[bool] = field(default_factory=list)
     # Operators of the fairness actions, whose successors the checker memoises (Compiler.act_memos).
     fairness_ops: set[int] = field(default_factory=set)
+    # False for a config without SPECIFICATION or INIT/NEXT: like TLC, only the constants and
+    # ASSUMEs are evaluated, and no state is explored.
+    has_behaviour: bool = True
 
 
 def _named(comp: Compiler, root: Scope, cfg: ModelConfig, item: Named, what: str) -> OpDef:
@@ -135,6 +138,11 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
         next_piece = dec.nexts[0]
         next_node = next_piece.node.action
         fair = dec.fairness
+    elif cfg.init is None and cfg.next is None:
+        if cfg.invariants or cfg.properties:
+            raise TlaError("config lists invariants or properties but no SPECIFICATION or INIT/NEXT",
+                           cfg.path, 1, 1, kind="config")
+        return Compiled(comp, comp.variables, _no_steps, _no_steps, [], [], [], [], [], [], has_behaviour=False)
     else:
         if cfg.init is None or cfg.next is None:
             raise TlaError("config needs SPECIFICATION or both INIT and NEXT", cfg.path, 1, 1, kind="config")
@@ -246,6 +254,10 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
         comp, comp.variables, init, nxt, invariants, implied, constraints, action_constraints, liveness,
         fairness, symmetry, cfg.check_deadlock, init_props, fairness_all_vars, fairness_ops,
     )
+
+
+def _no_steps(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+    return iter(())
 
 
 def _has_prime(node: Any) -> bool:
@@ -598,6 +610,11 @@ def check_model(
     except TlaError as exc:
         return CheckResult(result="error", message=str(exc), exit_code=_KIND_EXIT.get(exc.kind, 255),
                            seconds=time.monotonic() - start, **base)  # type: ignore[arg-type]
+    if not model.has_behaviour:
+        return CheckResult(result="success", seconds=time.monotonic() - start,
+                           message="No SPECIFICATION or INIT/NEXT in the config: the constants and ASSUMEs "
+                                   "were evaluated, no state was explored.\n0 states generated, 0 distinct "
+                                   "states found, 0 states left on queue.", **base)  # type: ignore[arg-type]
     checker = Checker(model, progress=progress, max_states=max_states)
     stop: _Stop | None = None
     lasso_loop: int | None = None

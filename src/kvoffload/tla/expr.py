@@ -151,7 +151,7 @@ class ExprCompiler:
         locals_ = {p: Local("opparam" if ar else "val", p) for p, ar in opdef.params}
         self.file_stack.append(opdef.file or opdef.scope.file)
         try:
-            if opdef.node is not None and opdef.node.function:
+            if getattr(opdef.node, "function", None):
                 fn, deps = self.function_def(opdef.name, opdef.body, opdef.scope, locals_, primed)
             else:
                 fn, deps = self.expr(opdef.body, opdef.scope, locals_, primed)
@@ -967,6 +967,8 @@ class ExprCompiler:
                 return self.ident(node, scope, lc, pr)
             raise self.err(f"{target.name} is not an operator", node)
         if isinstance(target, Decl):
+            if argnodes and target.scope.subst is not None:
+                return self.call_substituted(target, argnodes, scope, lc, pr, node)
             if argnodes:
                 raise self.err(f"{target.name} is a {target.kind}, not an operator", node)
             return self.decl(target, node, pr)
@@ -1003,6 +1005,33 @@ class ExprCompiler:
             return (lambda c, e: body(c, {n0: f0(c, e), n1: f1(c, e), n2: f2(c, e)})), deps
         pairs = list(zip(names, fns, strict=True))
         return (lambda c, e: body(c, {n: f(c, e) for n, f in pairs})), deps
+
+    def call_substituted(
+        self, target: Decl, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool, node: Any
+    ) -> tuple[Fun, int]:
+        """``Op(args)`` where ``Op`` is an operator constant of an instantiated module, replaced by
+        an operator of the instantiating module (``INSTANCE M`` with ``IsQuorum(Q) == ...``
+        beside it, or ``WITH Op <- LAMBDA x : ...``)."""
+        sub, outer = target.scope.subst[target.name]  # type: ignore[index]
+        while tname(sub) == "Parentheses":
+            sub = sub.expression
+        if tname(sub) == "Lambda":
+            params = [p.operator if not isinstance(p, str) else p for p in sub.parameters]
+            if len(params) != len(argnodes):
+                raise self.err(f"{target.name} expects {len(params)} arguments, got {len(argnodes)}", node)
+            inner = {
+                p: Local("subst", p, body=a, scope=scope, locals_=lc) for p, a in zip(params, argnodes, strict=True)
+            }
+            return self.expr(sub.expression, outer, inner, pr)
+        if tname(sub) == "OperatorApplication" and not sub.arguments:
+            name = sub.operator
+            resolved: Any = outer.defs.get(name)
+            if resolved is None and (name in B.BINARY or name in B.FUNCTIONS or name in B.UNARY):
+                resolved = ("builtin", name)
+            if resolved is None:
+                raise self.err(f"operator constant {target.name} is substituted by the unknown {name}", node)
+            return self.call(resolved, argnodes, scope, lc, pr, node)
+        raise self.unsupported(f"substitution of form {tname(sub)} for operator constant {target.name}", node)
 
     def letop_body(self, target: Local, pr: bool) -> tuple[Fun, int]:
         key = ("letop", id(target.body), pr)

@@ -163,9 +163,12 @@ class ModuleLoader:
         elif kind == "Define":
             for d in unit.definitions:
                 self._unit(scope, d)
-        elif kind in ("Theorem", "Use", "Hide"):
-            return  # proofs are irrelevant to model checking
-        elif kind in ("DashLine", "str") or unit is None:
+        elif kind == "Theorem":
+            # Proofs are irrelevant to model checking, but a named theorem (THEOREM T == F)
+            # defines T as F, which a model may use (ASSUME T).
+            if unit.name and type(unit.goal).__name__ != "Sequent":
+                scope.defs[unit.name] = OpDef(unit.name, [], unit.goal, scope, False, unit, scope.file)
+        elif kind in ("Use", "Hide") or kind in ("DashLine", "str") or unit is None:
             return
         else:
             raise scope.err(f"unsupported module unit {kind}", unit, kind="unsupported")

@@ -180,6 +180,27 @@ class SeqSet(LazySet):
         return type(v) is tuple and all(x in self.base for x in v)
 
 
+class InfiniteCombination(LazySet):
+    """``A \\cup B`` or ``A \\ B`` where ``A`` (or ``B`` for a union) is infinite, as in
+    ``Nat \\ {0}``: answered by membership in the operands."""
+
+    __slots__ = ("a", "b", "op")
+    infinite = True
+
+    def __init__(self, op: str, a: Value, b: Value) -> None:
+        super().__init__()
+        self.op, self.a, self.b = op, a, b
+
+    @property
+    def label(self) -> str:  # type: ignore[override]
+        return f"{render(self.a)} {self.op} {render(self.b)}"
+
+    def contains(self, v: Value) -> bool:
+        if self.op == "\\cup":
+            return v in self.a or v in self.b
+        return v in self.a and v not in self.b
+
+
 class SubsetSet(LazySet):
     """``SUBSET S``."""
 
