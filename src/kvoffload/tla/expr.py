@@ -164,21 +164,28 @@ class ExprCompiler:
     def function_def(
         self, name: str, fnode: Any, scope: Scope, locals_: dict[str, Local], primed: bool
     ) -> tuple[Fun, int]:
-        """``f[x \\in S] == body``: a (possibly recursive, possibly infinite) lazy function."""
+        """``f[x \\in S] == body`` or ``f[x \\in S, y \\in T] == body`` (arguments as a tuple):
+        a (possibly recursive, possibly infinite) lazy function."""
         binds, bdeps = self.bounds(fnode.declaration, scope, locals_, primed)
-        if len(binds) != 1 or not isinstance(binds[0][0], str):
-            raise self.unsupported("recursive function definition with several arguments", fnode)
-        var, sfn = binds[0]
-        inner = dict(locals_)
-        inner[var] = Local("val", var)
+        inner = self.with_bound(locals_, binds)
         body, deps = self.expr(fnode.value, scope, inner, primed)
+        pats = [p for p, _ in binds]
+        sfns = [s for _, s in binds]
+        bind = self.bind
 
         def make(c: Ctx, e: dict[str, Value]) -> Value:
-            dom = sfn(c, e)
+            if len(sfns) == 1:
+                dom = sfns[0](c, e)
+            else:
+                dom = ProductSet([s(c, e) for s in sfns])
 
             def at(x: Value) -> Value:
                 e2 = dict(e)
-                e2[var] = x
+                if len(pats) == 1:
+                    bind(e2, pats[0], x)
+                else:
+                    for p, v in zip(pats, x, strict=True):  # type: ignore[arg-type]
+                        bind(e2, p, v)
                 return body(c, e2)
 
             return LazyFn(dom, at)
