@@ -535,6 +535,17 @@ class Checker:
             elif kind == "<>[]":
                 must = {i for i in range(n) if not pv[i]}
                 found = search.search(list(range(n)), everything, must, self.depth)
+            elif kind == "init=><>":
+                assert qv is not None
+                region = {i for i in range(n) if not qv[i]}
+                found = search.search([i for i in self.init_ids if pv[i] and not qv[i]], region, None, self.depth)
+            elif kind == "init=>[]":
+                assert qv is not None
+                bad = self.reach_violation([i for i in self.init_ids if pv[i]], qv)
+                if bad is not None:
+                    return _Stop("liveness failure", name, bad, None, "", f"Temporal property {name} is violated.",
+                                 EXIT_VIOLATION_LIVENESS), len(bad) - 1
+                continue
             else:
                 assert qv is not None
                 region = {i for i in range(n) if not qv[i]}
@@ -548,6 +559,25 @@ class Checker:
                 idx += cycle[1:-1]
             return _Stop("liveness failure", name, idx, None, "", f"Temporal property {name} is violated.",
                          EXIT_VIOLATION_LIVENESS), loop
+        return None
+
+    def reach_violation(self, starts: list[int], ok: list[bool]) -> list[int] | None:
+        """A shortest path in the state graph from one of ``starts`` to a state where ``ok`` is
+        false (``P => []Q`` over the behaviours starting in ``starts``), or None."""
+        assert self.succ is not None
+        parent: dict[int, int] = {s: -1 for s in starts}
+        queue = deque(starts)
+        while queue:
+            a = queue.popleft()
+            if not ok[a]:
+                path = [a]
+                while parent[path[-1]] >= 0:
+                    path.append(parent[path[-1]])
+                return path[::-1]
+            for b, _lab in self.succ[a]:
+                if b not in parent:
+                    parent[b] = a
+                    queue.append(b)
         return None
 
     def edge_label(self, a: int, b: int) -> str:

@@ -174,10 +174,7 @@ class ExprCompiler:
         bind = self.bind
 
         def make(c: Ctx, e: dict[str, Value]) -> Value:
-            if len(sfns) == 1:
-                dom = sfns[0](c, e)
-            else:
-                dom = ProductSet([s(c, e) for s in sfns])
+            dom = sfns[0](c, e) if len(sfns) == 1 else ProductSet([s(c, e) for s in sfns])
 
             def at(x: Value) -> Value:
                 e2 = dict(e)

@@ -37,7 +37,7 @@ class Fairness:
 
 @dataclass
 class Liveness:
-    kind: str  # "<>" | "[]<>" | "<>[]" | "~>"
+    kind: str  # "<>" | "[]<>" | "<>[]" | "~>" | "init=><>" | "init=>[]" (P => <>Q, P => []Q)
     p: Piece
     q: Piece | None
     name: str
@@ -210,6 +210,20 @@ class TemporalAnalyzer:
                     if not self.is_temporal(inner.node, inner.scope):
                         out.liveness.append(Liveness("<>[]", inner, None, pc.label))
                         continue
+            elif t == "OperatorApplication" and n.operator == "=>" and not self.is_temporal(n.arguments[0], sc):
+                # P => <>Q or P => []Q with P a state predicate: a claim about the behaviours
+                # whose initial state satisfies P.
+                lhs = Piece(n.arguments[0], sc, pc.locals, pc.env, pc.label)
+                r = self.unwrap(Piece(n.arguments[1], sc, pc.locals, pc.env, pc.label))
+                rn = r.node
+                if (
+                    tname(rn) == "OperatorApplication"
+                    and rn.operator in ("<>", "[]")
+                    and not self.is_temporal(rn.arguments[0], r.scope)
+                ):
+                    q = Piece(rn.arguments[0], r.scope, r.locals, r.env, pc.label)
+                    out.liveness.append(Liveness("init=>" + rn.operator, lhs, q, pc.label))
+                    continue
             elif t == "OperatorApplication" and n.operator == "~>":
                 lhs, rhs = n.arguments
                 if not self.is_temporal(lhs, sc) and not self.is_temporal(rhs, sc):
@@ -223,7 +237,7 @@ class TemporalAnalyzer:
                     )
                     continue
             raise self.err(
-                "unsupported temporal formula (supported: []P, [][A]_v, <>P, []<>P, <>[]P, P ~> Q, "
+                "unsupported temporal formula (supported: []P, [][A]_v, <>P, []<>P, <>[]P, P ~> Q, P => <>Q, P => []Q, "
                 "WF/SF, conjunctions and \\A over constant sets of these)",
                 n,
                 sc,
