@@ -28,7 +28,7 @@ from .action import Compiler
 from .config import ModelConfig, Named, parse_config
 from .errors import EvalError, TlaError
 from .liveness import FairInfo, LivenessSearch
-from .modules import Decl, ModuleLoader, OpDef, Scope, pos
+from .modules import Decl, InstanceRef, ModuleLoader, OpDef, Scope, pos
 from .syntax import EMPTY, UNSET, Ctx, Gen, VarRef, as_bool, state_memo
 from .temporal import Piece, TemporalAnalyzer
 from .values import Fn, Value, permute, render, sortkey, to_set
@@ -64,7 +64,20 @@ class Compiled:
     has_behaviour: bool = True
 
 
-def _named(comp: Compiler, root: Scope, cfg: ModelConfig, item: Named, what: str) -> OpDef:
+def _scopes(root: Scope) -> list[Scope]:
+    """The root scope and the scopes of every module instance reachable from it."""
+    out, stack, seen = [], [root], set()
+    while stack:
+        s = stack.pop()
+        if id(s) in seen:
+            continue
+        seen.add(id(s))
+        out.append(s)
+        stack.extend(d.target for d in s.defs.values() if isinstance(d, InstanceRef))
+    return out
+
+
+def _named(root: Scope, cfg: ModelConfig, item: Named, what: str) -> OpDef:
     d = root.defs.get(item.name)
     if not isinstance(d, OpDef):
         raise TlaError(
@@ -88,6 +101,16 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
             raise TlaError(f"substitution {name} <- {target}: {target} is not defined", cfg.path,
                            cfg.const_lines.get(name, 0), 1, kind="config")
         root.defs[name] = d
+    for module, name, target, line in cfg.module_substitutions:
+        d = root.defs.get(target)
+        scopes = [s for s in _scopes(root) if s.module == module and name in s.defs]
+        if d is None or not scopes:
+            what = f"{target} is not defined" if d is None else f"module {module} has no definition {name}"
+            raise TlaError(f"substitution {name} <- [{module}] {target}: {what}", cfg.path, line, 1, kind="config")
+        for s in scopes:
+            s.defs[name] = d
+    if cfg.alias is not None:
+        _named(root, cfg, cfg.alias, "ALIAS")
     constants: dict[str, Value] = {}
     for name, v in cfg.constants.items():
         d = root.defs.get(name)
@@ -124,7 +147,7 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
 
     ta = TemporalAnalyzer(comp)
     if cfg.specification is not None:
-        spec_def = _named(comp, root, cfg, cfg.specification, "SPECIFICATION")
+        spec_def = _named(root, cfg, cfg.specification, "SPECIFICATION")
         dec = ta.decompose(spec_def.body, spec_def.scope, cfg.specification.name, is_spec=True)
         if len(dec.nexts) != 1 or not dec.inits:
             raise TlaError(
@@ -146,8 +169,8 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
     else:
         if cfg.init is None or cfg.next is None:
             raise TlaError("config needs SPECIFICATION or both INIT and NEXT", cfg.path, 1, 1, kind="config")
-        idef = _named(comp, root, cfg, cfg.init, "INIT")
-        ndef = _named(comp, root, cfg, cfg.next, "NEXT")
+        idef = _named(root, cfg, cfg.init, "INIT")
+        ndef = _named(root, cfg, cfg.next, "NEXT")
         init_pieces = [Piece(_ident(idef.name, idef.node), root, {}, {}, idef.name)]
         next_piece = Piece(_ident(ndef.name, ndef.node), root, {}, {}, ndef.name)
         next_node = next_piece.node
@@ -174,7 +197,7 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
 
     invariants = []
     for item in cfg.invariants:
-        d = _named(comp, root, cfg, item, "invariant")
+        d = _named(root, cfg, item, "invariant")
         if ta.is_temporal(d.body, d.scope):
             raise TlaError(f"invariant {item.name} is a temporal formula; list it under PROPERTY",
                            cfg.path, item.line, 1, kind="config")
@@ -190,7 +213,7 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
     init_props: list[tuple[str, Pred, dict[str, Value]]] = []
     liveness: list[tuple[str, str, Pred, Pred | None, dict[str, Value]]] = []
     for item in cfg.properties:
-        d = _named(comp, root, cfg, item, "property")
+        d = _named(root, cfg, item, "property")
         dec = ta.decompose(d.body, d.scope, item.name, is_spec=False)
         for pc in dec.inits:
             # A state predicate (no []) in a PROPERTY is a claim about the initial states only.
@@ -227,15 +250,15 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
         fairness_all_vars.append(idxs is not None and set(idxs) == set(range(len(comp.variables))))
     constraints = []
     for item in cfg.constraints:
-        d = _named(comp, root, cfg, item, "constraint")
+        d = _named(root, cfg, item, "constraint")
         constraints.append(comp.expr(_ident(item.name, d.node), root, {}, False)[0])
     action_constraints = []
     for item in cfg.action_constraints:
-        d = _named(comp, root, cfg, item, "action constraint")
+        d = _named(root, cfg, item, "action constraint")
         action_constraints.append(comp.expr(_ident(item.name, d.node), root, {}, False)[0])
     symmetry: list[dict[Value, Value]] = []
     if cfg.symmetry is not None:
-        d = _named(comp, root, cfg, cfg.symmetry, "symmetry")
+        d = _named(root, cfg, cfg.symmetry, "symmetry")
         fn, _ = comp.expr(_ident(cfg.symmetry.name, d.node), root, {}, False)
         try:
             perms = to_set(fn(Ctx(None, None), EMPTY))

@@ -43,7 +43,7 @@ _SECTIONS = {
     "ALIAS": "ALIAS",
     "POSTCONDITION": "POSTCONDITION",
 }
-_UNSUPPORTED_SECTIONS = {"VIEW", "ALIAS", "POSTCONDITION"}
+_UNSUPPORTED_SECTIONS = {"VIEW", "POSTCONDITION"}
 
 
 @dataclass
@@ -62,6 +62,8 @@ class ModelConfig:
     constants: dict[str, Value] = field(default_factory=dict)
     # CONST <- Op: replace the constant (or operator) by the definition Op of the spec.
     substitutions: dict[str, str] = field(default_factory=dict)
+    # C <- [M] Op: replace the definition C of module M (in every instance of M) by Op of the spec.
+    module_substitutions: list[tuple[str, str, str, int]] = field(default_factory=list)
     const_lines: dict[str, int] = field(default_factory=dict)
     init: Named | None = None
     next: Named | None = None
@@ -71,6 +73,8 @@ class ModelConfig:
     constraints: list[Named] = field(default_factory=list)
     action_constraints: list[Named] = field(default_factory=list)
     symmetry: Named | None = None
+    # ALIAS only changes how TLC prints trace states; the name must still be defined.
+    alias: Named | None = None
     check_deadlock: bool = True
 
 
@@ -201,7 +205,11 @@ class _CfgParser:
                     elif op.text == "<-":
                         target = self.take()
                         if target.text == "[":
-                            raise self.err("unsupported module-scoped substitution 'C <- [M] Op'", target)
+                            module, close, target = self.take(), self.take(), self.take()
+                            if module.kind != "ident" or close.text != "]" or target.kind != "ident":
+                                raise self.err("expected 'C <- [Module] Op'", module)
+                            cfg.module_substitutions.append((module.text, name.text, target.text, name.line))
+                            continue
                         cfg.substitutions[name.text] = target.text
                     else:
                         raise self.err(f"expected '=' or '<-' after constant {name.text}", op)
@@ -212,7 +220,7 @@ class _CfgParser:
                 if val.text not in ("TRUE", "FALSE"):
                     raise self.err("CHECK_DEADLOCK expects TRUE or FALSE", val)
                 cfg.check_deadlock = val.text == "TRUE"
-            elif section in ("INIT", "NEXT", "SPECIFICATION", "SYMMETRY"):
+            elif section in ("INIT", "NEXT", "SPECIFICATION", "SYMMETRY", "ALIAS"):
                 name = self.take()
                 if name.kind != "ident" or name.text in _SECTIONS:
                     raise self.err(f"{tok.text} expects a definition name", name)
