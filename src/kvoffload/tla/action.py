@@ -85,6 +85,8 @@ class Compiler(ExprCompiler):
                     # In Init (pr) the right-hand side reads the partially assigned new state.
                     rhs, _ = self.expr(args[1], scope, lc, pr)
                     return "act", (assign(idx, rhs) if op == "=" else assign_in(idx, rhs))
+            if op == "\\cdot" and len(args) == 2 and not pr:
+                return "act", self.composition(args[0], args[1], scope, lc)
             if op == "UNCHANGED" and len(args) == 1 and not pr:
                 idxs = self.unchanged_vars(args[0], scope, lc)
                 if idxs is not None:
@@ -430,6 +432,24 @@ class Compiler(ExprCompiler):
                 raise
 
         return "act", call
+
+    def composition(self, a: Any, b: Any, scope: Scope, lc: dict[str, Local]) -> Gen:
+        """``A \\cdot B``: a step of A to a middle state, then a step of B from it."""
+        first, second = self.action(a, scope, lc, False), self.action(b, scope, lc, False)
+        nv = len(self.variables)
+        where = self.where(a)
+
+        def compose(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+            c1 = Ctx(c.s, [UNSET] * nv)
+            for lab in first(c1, e):
+                mid = tuple(c1.n)  # type: ignore[arg-type]
+                if any(v is UNSET for v in mid):
+                    missing = self.variables[[v is UNSET for v in mid].index(True)]
+                    raise EvalError(f"{where}: the first action of \\cdot does not assign {missing}'")
+                for lab2 in second(Ctx(mid, c.n), e):
+                    yield lab2 or lab
+
+        return compose
 
     @staticmethod
     def substituted(node: Any, scope: Scope, lc: dict[str, Local]) -> tuple[Any, Scope, dict[str, Local]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -262,6 +263,29 @@ def _copies_in(c: Any, e: Value, b: Value) -> Value:
     return apply(b, e) if e in domain(b) else 0
 
 
+# Java system properties that TLCGet("-Dname") reads: TLC needs this one set to accept \cdot,
+# which the embedded checker always accepts.
+SYSTEM_PROPERTIES = {"tlc2.tool.impl.Tool.cdot": "true"}
+
+
+def _tlc_get(c: Any, key: Value) -> Value:
+    if type(key) is str and key.startswith("-D") and key[2:] in SYSTEM_PROPERTIES:
+        return SYSTEM_PROPERTIES[key[2:]]
+    raise EvalError(f"unsupported construct: TLCGet({render(key)}) (only TLCGet(\"-D<property>\") of "
+                    f"{', '.join(sorted(SYSTEM_PROPERTIES))})")
+
+
+def _atoi(c: Any, s: Value) -> Value:
+    if type(s) is not str or not s.strip().lstrip("+-").isdigit():
+        raise EvalError(f"atoi of {render(s)}, which is not a decimal integer")
+    return int(s)
+
+
+def _environment() -> Value:
+    """IOUtils' IOEnv: the process environment as a record (read once, like TLC at startup)."""
+    return mkfn(dict(os.environ)) if os.environ else frozenset()
+
+
 # name -> (arity, function(c, *args), indices of operator-valued arguments)
 FUNCTIONS: dict[str, tuple[int, Callable[..., Value], tuple[int, ...]]] = {
     "Len": (1, lambda c, s: len(_seq(s, "Len")), ()),
@@ -283,6 +307,8 @@ FUNCTIONS: dict[str, tuple[int, Callable[..., Value], tuple[int, ...]]] = {
     "SetToBag": (1, _set_to_bag, ()),
     "BagIn": (2, _bag_in, ()),
     "CopiesIn": (2, _copies_in, ()),
+    "TLCGet": (1, _tlc_get, ()),
+    "atoi": (1, _atoi, ()),
 }
 
 # Which standard module provides each builtin name (a name is visible only when its module
@@ -307,9 +333,12 @@ PROVIDER: dict[str, str] = {
     "SetToBag": "Bags",
     "BagIn": "Bags",
     "CopiesIn": "Bags",
+    "TLCGet": "TLC",
+    "atoi": "IOUtils",
+    "IOEnv": "IOUtils",
     "Nat": "Naturals",
     "Int": "Integers",
 }
 
-CONSTANTS: dict[str, Value] = {"Nat": NAT, "Int": INT, "STRING": STRING, "EmptyBag": ()}
+CONSTANTS: dict[str, Value] = {"Nat": NAT, "Int": INT, "STRING": STRING, "EmptyBag": (), "IOEnv": _environment()}
 

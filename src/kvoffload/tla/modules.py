@@ -11,7 +11,7 @@ from .errors import TlaError
 from .parse import parse_module_file
 
 STANDARD_MODULES = frozenset(
-    {"Naturals", "Integers", "FiniteSets", "Sequences", "TLC", "Bags", "TLCExt"}
+    {"Naturals", "Integers", "FiniteSets", "Sequences", "TLC", "Bags", "TLCExt", "IOUtils"}
 )
 UNSUPPORTED_STANDARD = frozenset({"Reals", "RealTime", "Randomization", "Json", "Toolbox"})
 # Modules TLC ships (proof modules) and community modules, written in TLA+: a module of the spec's

@@ -194,7 +194,7 @@ class VarRef:
 
 
 UNSUPPORTED_OPS = frozenset(
-    {"TLCGet", "TLCSet", "RandomElement", "JavaTime", "Any", "PrintTLCState", "TLCModelValue",
+    {"TLCSet", "RandomElement", "JavaTime", "Any", "PrintTLCState", "TLCModelValue",
      "JsonSerialize", "JsonDeserialize", "IOExec", "\\cdot", "-+->"}
 )
 
