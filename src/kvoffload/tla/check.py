@@ -38,6 +38,19 @@ Pred = Callable[[Ctx, dict[str, Value]], Value]
 
 
 @dataclass
+class Live:
+    """A liveness property: ``kind`` over ``p`` (and ``q`` for ``~>``), optionally only on the
+    behaviours whose initial state satisfies ``premise`` (``P => F``)."""
+
+    name: str
+    kind: str
+    p: Pred
+    q: Pred | None
+    env: dict[str, Value]
+    premise: tuple[Pred, dict[str, Value]] | None = None
+
+
+@dataclass
 class Compiled:
     """A spec compiled against one model."""
 
@@ -49,7 +62,7 @@ class Compiled:
     implied_actions: list[tuple[str, Pred, dict[str, Value]]]
     constraints: list[Pred]
     action_constraints: list[Pred]
-    liveness: list[tuple[str, str, Pred, Pred | None, dict[str, Value]]]
+    liveness: list[Live]
     fairness: list[tuple[str, Gen, Pred, Pred, dict[str, Value]]]
     symmetry: list[dict[Value, Value]] = field(default_factory=list)
     check_deadlock: bool = True
@@ -211,7 +224,7 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
         invariants.append((item.name, fn, EMPTY))
     implied: list[tuple[str, Pred, dict[str, Value]]] = []
     init_props: list[tuple[str, Pred, dict[str, Value]]] = []
-    liveness: list[tuple[str, str, Pred, Pred | None, dict[str, Value]]] = []
+    liveness: list[Live] = []
     for item in cfg.properties:
         d = _named(root, cfg, item, "property")
         dec = ta.decompose(d.body, d.scope, item.name, is_spec=False)
@@ -233,7 +246,10 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
             q = None
             if lv.q is not None:
                 q, _ = comp.expr(lv.q.node, lv.q.scope, lv.q.locals, False)
-            liveness.append((item.name, lv.kind, p, q, lv.p.env))
+            premise = None
+            if lv.premise is not None:
+                premise = (comp.expr(lv.premise.node, lv.premise.scope, lv.premise.locals, False)[0], lv.premise.env)
+            liveness.append(Live(item.name, lv.kind, p, q, lv.p.env, premise))
     fairness = []
     fairness_all_vars = []
     fairness_ops: set[int] = set()
@@ -546,33 +562,35 @@ class Checker:
         self.release_memos()
         search = LivenessSearch(self.succ, fair)
         everything = set(range(n))
-        for name, kind, p, q, env in self.m.liveness:
-            pv = [p(Ctx(s, None), env) is True for s in self.states]
-            qv = [q(Ctx(s, None), env) is True for s in self.states] if q is not None else None
-            if kind == "<>":
-                region = {i for i in range(n) if not pv[i]}
-                found = search.search([i for i in self.init_ids if not pv[i]], region, None, self.depth)
-            elif kind == "[]<>":
-                region = {i for i in range(n) if not pv[i]}
-                found = search.search(sorted(region), region, None, self.depth)
-            elif kind == "<>[]":
-                must = {i for i in range(n) if not pv[i]}
-                found = search.search(list(range(n)), everything, must, self.depth)
-            elif kind == "init=><>":
-                assert qv is not None
-                region = {i for i in range(n) if not qv[i]}
-                found = search.search([i for i in self.init_ids if pv[i] and not qv[i]], region, None, self.depth)
-            elif kind == "init=>[]":
-                assert qv is not None
-                bad = self.reach_violation([i for i in self.init_ids if pv[i]], qv)
+        for live in self.m.liveness:
+            name, kind, env = live.name, live.kind, live.env
+            pv = [live.p(Ctx(s, None), env) is True for s in self.states]
+            qv = [live.q(Ctx(s, None), env) is True for s in self.states] if live.q is not None else None
+            inits = self.init_ids
+            within = everything
+            if live.premise is not None:
+                pre, penv = live.premise
+                inits = [i for i in inits if pre(Ctx(self.states[i], None), penv) is True]
+                within = self.reachable(inits)
+            if kind == "[]":
+                bad = self.reach_violation(inits, pv)
                 if bad is not None:
                     return _Stop("liveness failure", name, bad, None, "", f"Temporal property {name} is violated.",
                                  EXIT_VIOLATION_LIVENESS), len(bad) - 1
                 continue
+            if kind == "<>":
+                region = {i for i in within if not pv[i]}
+                found = search.search([i for i in inits if not pv[i]], region, None, self.depth)
+            elif kind == "[]<>":
+                region = {i for i in within if not pv[i]}
+                found = search.search(sorted(region), region, None, self.depth)
+            elif kind == "<>[]":
+                must = {i for i in within if not pv[i]}
+                found = search.search(sorted(within), within, must, self.depth)
             else:
                 assert qv is not None
-                region = {i for i in range(n) if not qv[i]}
-                found = search.search([i for i in range(n) if pv[i] and not qv[i]], region, None, self.depth)
+                region = {i for i in within if not qv[i]}
+                found = search.search([i for i in sorted(within) if pv[i] and not qv[i]], region, None, self.depth)
             if found is None:
                 continue
             s, to_comp, cycle = found
@@ -583,6 +601,18 @@ class Checker:
             return _Stop("liveness failure", name, idx, None, "", f"Temporal property {name} is violated.",
                          EXIT_VIOLATION_LIVENESS), loop
         return None
+
+    def reachable(self, starts: list[int]) -> set[int]:
+        """The states reachable from ``starts`` in the explored graph."""
+        assert self.succ is not None
+        seen = set(starts)
+        stack = list(starts)
+        while stack:
+            for b, _lab in self.succ[stack.pop()]:
+                if b not in seen:
+                    seen.add(b)
+                    stack.append(b)
+        return seen
 
     def reach_violation(self, starts: list[int], ok: list[bool]) -> list[int] | None:
         """A shortest path in the state graph from one of ``starts`` to a state where ``ok`` is

@@ -37,10 +37,12 @@ class Fairness:
 
 @dataclass
 class Liveness:
-    kind: str  # "<>" | "[]<>" | "<>[]" | "~>" | "init=><>" | "init=>[]" (P => <>Q, P => []Q)
+    kind: str  # "<>" | "[]<>" | "<>[]" | "~>" | "[]" (only with a premise)
     p: Piece
     q: Piece | None
     name: str
+    # P of ``P => F``: F is checked on the behaviours whose initial state satisfies P.
+    premise: Piece | None = None
 
 
 @dataclass
@@ -155,92 +157,107 @@ class TemporalAnalyzer:
     def decompose(self, node: Any, scope: Scope, name: str, *, is_spec: bool) -> Decomposed:
         out = Decomposed()
         for raw in self.split(node, scope, {}, dict(EMPTY), name):
-            pc = self.unwrap(raw)
-            n, sc = pc.node, pc.scope
-            t = tname(n)
-            if t == "Fairness":
-                if not is_spec:
-                    raise self.err("fairness (WF_/SF_) in a PROPERTY", n, sc)
-                sub = Piece(n.subscript, sc, pc.locals, pc.env, pc.label)
-                act = Piece(n.action, sc, pc.locals, pc.env, pc.label)
-                out.fairness.append(Fairness(n.operator.rstrip("_"), act, sub))
-                continue
-            if not self.is_temporal(n, sc):
-                out.inits.append(pc)
-                continue
-            if t == "OperatorApplication" and n.operator == "[]":
-                arg = self.unwrap(Piece(n.arguments[0], sc, pc.locals, pc.env, pc.label))
-                at = tname(arg.node)
-                if at == "SubscriptedAction" and arg.node.operator == "[":
-                    (out.nexts if is_spec and not out.nexts else out.actions).append(arg)
-                    continue
-                if not self.is_temporal(arg.node, arg.scope):
-                    out.invariants.append(arg)
-                    continue
-                if at == "OperatorApplication" and arg.node.operator == "=>":
-                    lhs, rhs = arg.node.arguments
-                    r = self.unwrap(Piece(rhs, arg.scope, arg.locals, arg.env, pc.label))
-                    if (
-                        not self.is_temporal(lhs, arg.scope)
-                        and tname(r.node) == "OperatorApplication"
-                        and r.node.operator == "<>"
-                        and not self.is_temporal(r.node.arguments[0], r.scope)
-                    ):
-                        out.liveness.append(
-                            Liveness(
-                                "~>",
-                                Piece(lhs, arg.scope, arg.locals, arg.env, pc.label),
-                                Piece(r.node.arguments[0], r.scope, r.locals, r.env, pc.label),
-                                pc.label,
-                            )
-                        )
-                        continue
-                if at == "OperatorApplication" and arg.node.operator == "<>":
-                    inner = self.unwrap(Piece(arg.node.arguments[0], arg.scope, arg.locals, arg.env, pc.label))
-                    if not self.is_temporal(inner.node, inner.scope):
-                        out.liveness.append(Liveness("[]<>", inner, None, pc.label))
-                        continue
-            elif t == "OperatorApplication" and n.operator == "<>":
-                arg = self.unwrap(Piece(n.arguments[0], sc, pc.locals, pc.env, pc.label))
-                if not self.is_temporal(arg.node, arg.scope):
-                    out.liveness.append(Liveness("<>", arg, None, pc.label))
-                    continue
-                if tname(arg.node) == "OperatorApplication" and arg.node.operator == "[]":
-                    inner = self.unwrap(Piece(arg.node.arguments[0], arg.scope, arg.locals, arg.env, pc.label))
-                    if not self.is_temporal(inner.node, inner.scope):
-                        out.liveness.append(Liveness("<>[]", inner, None, pc.label))
-                        continue
-            elif t == "OperatorApplication" and n.operator == "=>" and not self.is_temporal(n.arguments[0], sc):
-                # P => <>Q or P => []Q with P a state predicate: a claim about the behaviours
-                # whose initial state satisfies P.
-                lhs = Piece(n.arguments[0], sc, pc.locals, pc.env, pc.label)
-                r = self.unwrap(Piece(n.arguments[1], sc, pc.locals, pc.env, pc.label))
-                rn = r.node
+            self.decompose_into(out, self.unwrap(raw), is_spec)
+        return out
+
+    def decompose_piece(self, piece: Piece) -> Decomposed:
+        """One property formula (not split into conjuncts) of a PROPERTY."""
+        out = Decomposed()
+        self.decompose_into(out, piece, False)
+        return out
+
+    def decompose_into(self, out: Decomposed, pc: Piece, is_spec: bool) -> None:
+        """Sort one conjunct into ``out``."""
+        n, sc = pc.node, pc.scope
+        t = tname(n)
+        if t == "Fairness":
+            if not is_spec:
+                raise self.err("fairness (WF_/SF_) in a PROPERTY", n, sc)
+            sub = Piece(n.subscript, sc, pc.locals, pc.env, pc.label)
+            act = Piece(n.action, sc, pc.locals, pc.env, pc.label)
+            out.fairness.append(Fairness(n.operator.rstrip("_"), act, sub))
+            return
+        if not self.is_temporal(n, sc):
+            out.inits.append(pc)
+            return
+        if t == "OperatorApplication" and n.operator == "[]":
+            arg = self.unwrap(Piece(n.arguments[0], sc, pc.locals, pc.env, pc.label))
+            at = tname(arg.node)
+            if at == "SubscriptedAction" and arg.node.operator == "[":
+                (out.nexts if is_spec and not out.nexts else out.actions).append(arg)
+                return
+            if not self.is_temporal(arg.node, arg.scope):
+                out.invariants.append(arg)
+                return
+            if at == "OperatorApplication" and arg.node.operator == "=>":
+                lhs, rhs = arg.node.arguments
+                r = self.unwrap(Piece(rhs, arg.scope, arg.locals, arg.env, pc.label))
                 if (
-                    tname(rn) == "OperatorApplication"
-                    and rn.operator in ("<>", "[]")
-                    and not self.is_temporal(rn.arguments[0], r.scope)
+                    not self.is_temporal(lhs, arg.scope)
+                    and tname(r.node) == "OperatorApplication"
+                    and r.node.operator == "<>"
+                    and not self.is_temporal(r.node.arguments[0], r.scope)
                 ):
-                    q = Piece(rn.arguments[0], r.scope, r.locals, r.env, pc.label)
-                    out.liveness.append(Liveness("init=>" + rn.operator, lhs, q, pc.label))
-                    continue
-            elif t == "OperatorApplication" and n.operator == "~>":
-                lhs, rhs = n.arguments
-                if not self.is_temporal(lhs, sc) and not self.is_temporal(rhs, sc):
                     out.liveness.append(
                         Liveness(
                             "~>",
-                            Piece(lhs, sc, pc.locals, pc.env, pc.label),
-                            Piece(rhs, sc, pc.locals, pc.env, pc.label),
+                            Piece(lhs, arg.scope, arg.locals, arg.env, pc.label),
+                            Piece(r.node.arguments[0], r.scope, r.locals, r.env, pc.label),
                             pc.label,
                         )
                     )
-                    continue
-            raise self.err(
-                "unsupported temporal formula (supported: []P, [][A]_v, <>P, []<>P, <>[]P, P ~> Q, P => <>Q, P => []Q, "
-                "WF/SF, conjunctions and \\A over constant sets of these)",
-                n,
-                sc,
-            )
-        return out
+                    return
+            if at == "OperatorApplication" and arg.node.operator == "<>":
+                inner = self.unwrap(Piece(arg.node.arguments[0], arg.scope, arg.locals, arg.env, pc.label))
+                if not self.is_temporal(inner.node, inner.scope):
+                    out.liveness.append(Liveness("[]<>", inner, None, pc.label))
+                    return
+        elif t == "OperatorApplication" and n.operator == "<>":
+            arg = self.unwrap(Piece(n.arguments[0], sc, pc.locals, pc.env, pc.label))
+            if not self.is_temporal(arg.node, arg.scope):
+                out.liveness.append(Liveness("<>", arg, None, pc.label))
+                return
+            if tname(arg.node) == "OperatorApplication" and arg.node.operator == "[]":
+                inner = self.unwrap(Piece(arg.node.arguments[0], arg.scope, arg.locals, arg.env, pc.label))
+                if not self.is_temporal(inner.node, inner.scope):
+                    out.liveness.append(Liveness("<>[]", inner, None, pc.label))
+                    return
+        elif t == "OperatorApplication" and n.operator == "=>" and not self.is_temporal(n.arguments[0], sc):
+            # P => F with P a state predicate and F one of the forms above: F over the
+            # behaviours whose initial state satisfies P ([]Q included).
+            premise = Piece(n.arguments[0], sc, pc.locals, pc.env, pc.label)
+            rhs = self.unwrap(Piece(n.arguments[1], sc, pc.locals, pc.env, pc.label))
+            rn = rhs.node
+            if (
+                tname(rn) == "OperatorApplication"
+                and rn.operator == "[]"
+                and not self.is_temporal(rn.arguments[0], rhs.scope)
+            ):
+                q = Piece(rn.arguments[0], rhs.scope, rhs.locals, rhs.env, pc.label)
+                out.liveness.append(Liveness("[]", q, None, pc.label, premise))
+                return
+            inner = self.decompose_piece(rhs)
+            if inner.liveness and len(inner.liveness) == 1 and not (inner.inits or inner.invariants
+                                                                    or inner.actions or inner.fairness):
+                lv = inner.liveness[0]
+                out.liveness.append(Liveness(lv.kind, lv.p, lv.q, pc.label, premise))
+                return
+        elif t == "OperatorApplication" and n.operator == "~>":
+            lhs, rhs = n.arguments
+            if not self.is_temporal(lhs, sc) and not self.is_temporal(rhs, sc):
+                out.liveness.append(
+                    Liveness(
+                        "~>",
+                        Piece(lhs, sc, pc.locals, pc.env, pc.label),
+                        Piece(rhs, sc, pc.locals, pc.env, pc.label),
+                        pc.label,
+                    )
+                )
+                return
+        raise self.err(
+            "unsupported temporal formula (supported: []P, [][A]_v, <>P, []<>P, <>[]P, P ~> Q, P => <>Q, P => []Q, "
+            "WF/SF, conjunctions and \\A over constant sets of these)",
+            n,
+            sc,
+        )
 
