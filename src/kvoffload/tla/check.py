@@ -75,6 +75,9 @@ class Compiled:
     # False for a config without SPECIFICATION or INIT/NEXT: like TLC, only the constants and
     # ASSUMEs are evaluated, and no state is explored.
     has_behaviour: bool = True
+    # <>[][A]_v conjuncts of the SPECIFICATION: the cycles of liveness counterexamples take only
+    # steps satisfying every one of them.
+    suffix_actions: list[tuple[Pred, dict[str, Value]]] = field(default_factory=list)
 
 
 def _scopes(root: Scope) -> list[Scope]:
@@ -170,6 +173,7 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
         if dec.invariants or dec.actions or dec.liveness:
             raise TlaError(f"unsupported conjunct in SPECIFICATION {cfg.specification.name}", cfg.path,
                            cfg.specification.line, 1, kind="unsupported")
+        suffix_actions = [(comp.expr(pc.node, pc.scope, pc.locals, False)[0], pc.env) for pc in dec.suffix_actions]
         init_pieces = dec.inits
         next_piece = dec.nexts[0]
         next_node = next_piece.node.action
@@ -188,6 +192,7 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
         next_piece = Piece(_ident(ndef.name, ndef.node), root, {}, {}, ndef.name)
         next_node = next_piece.node
         fair = []
+        suffix_actions = []
 
     init_gens = [comp.action(p.node, p.scope, p.locals, True) for p in init_pieces]
     init_envs = [p.env for p in init_pieces]
@@ -292,6 +297,7 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
     return Compiled(
         comp, comp.variables, init, nxt, invariants, implied, constraints, action_constraints, liveness,
         fairness, symmetry, cfg.check_deadlock, init_props, fairness_all_vars, fairness_ops,
+        suffix_actions=suffix_actions,
     )
 
 
@@ -333,6 +339,8 @@ class Checker:
         self.succ: list[list[tuple[int, str]]] | None = [] if model.liveness else None
         self.max_depth = 0
         self.init_ids: list[int] = []
+        # Edges (i, j) that satisfy every <>[][A]_v conjunct of the SPECIFICATION.
+        self.suffix_edges: set[tuple[int, int]] = set()
         self.current = -1
         # Remember the successors of the fairness actions met during the search, so that the
         # liveness pass does not enumerate them again.
@@ -437,6 +445,7 @@ class Checker:
                 self.check_state(t, -1, "Initial predicate", False)
         invariants = bool(self.m.invariants)
         implied = self.m.implied_actions
+        suffix = self.m.suffix_actions
         constrained = bool(self.m.constraints or self.m.action_constraints)
         symmetric = bool(self.m.symmetry)
         seen = self.seen
@@ -495,6 +504,8 @@ class Checker:
                                         f"Action property {name} is violated.", EXIT_VIOLATION_SAFETY)
                     if succ is not None and j >= 0:
                         succ[i].append((j, label))
+                        if suffix and all(fn(c, env) is True for fn, env in suffix):
+                            self.suffix_edges.add((i, j))
                 if not any_succ and self.m.check_deadlock:
                     raise _Stop("deadlock failure", "Deadlock", self.path_to(i), None, "", "Deadlock reached.",
                                 EXIT_VIOLATION_DEADLOCK)
@@ -560,7 +571,11 @@ class Checker:
                 enabled.append(en)
             fair.append(FairInfo(kind, enabled, taken))
         self.release_memos()
-        search = LivenessSearch(self.succ, fair)
+        cycle_succ = None
+        if self.m.suffix_actions:
+            cycle_succ = [[(b, lab) for b, lab in out if (a, b) in self.suffix_edges or a == b]
+                          for a, out in enumerate(self.succ)]
+        search = LivenessSearch(self.succ, fair, cycle_succ)
         everything = set(range(n))
         for live in self.m.liveness:
             name, kind, env = live.name, live.kind, live.env

@@ -99,9 +99,16 @@ def tarjan(nodes: Sequence[int] | set[int], succ: list[list[tuple[int, str]]], a
 
 
 class LivenessSearch:
-    def __init__(self, succ: list[list[tuple[int, str]]], fair: list[FairInfo]) -> None:
+    def __init__(
+        self,
+        succ: list[list[tuple[int, str]]],
+        fair: list[FairInfo],
+        cycle_succ: list[list[tuple[int, str]]] | None = None,
+    ) -> None:
         self.succ = succ
         self.fair = fair
+        # The edges a cycle may use (all of them, unless the spec says <>[][A]_v).
+        self.cycle_succ = cycle_succ if cycle_succ is not None else succ
 
     def fair_components(
         self, region: set[int], must: set[int] | None
@@ -111,7 +118,7 @@ class LivenessSearch:
         todo = [set(region)]
         while todo:
             nodes = todo.pop()
-            for comp_list in tarjan(sorted(nodes), self.succ, nodes):
+            for comp_list in tarjan(sorted(nodes), self.cycle_succ, nodes):
                 comp = set(comp_list)
                 if must is not None and not (comp & must):
                     continue
@@ -130,7 +137,7 @@ class LivenessSearch:
     def check(self, comp: set[int]) -> tuple[bool, list[tuple[str, object]], set[int] | None] | None:
         witnesses: list[tuple[str, object]] = []
         shrink: set[int] | None = None
-        inner_edges = [(a, b) for a in comp for b, _ in self.succ[a] if b in comp and b != a]
+        inner_edges = [(a, b) for a in comp for b, _ in self.cycle_succ[a] if b in comp and b != a]
         for f in self.fair:
             taken = next((ed for ed in inner_edges if ed in f.taken), None)
             if taken is not None:
@@ -149,15 +156,19 @@ class LivenessSearch:
             return (False, [], shrink)
         return (True, witnesses, None)
 
-    def path(self, src: int, targets: set[int], allowed: set[int]) -> list[int] | None:
-        """Shortest path src -> any target, within ``allowed`` (src included)."""
+    def path(
+        self, src: int, targets: set[int], allowed: set[int], cycle: bool = False
+    ) -> list[int] | None:
+        """Shortest path src -> any target, within ``allowed`` (src included); with ``cycle``
+        along the edges a cycle may use."""
+        succ = self.cycle_succ if cycle else self.succ
         if src in targets:
             return [src]
         prev: dict[int, int] = {src: src}
         q = deque([src])
         while q:
             v = q.popleft()
-            for w, _ in self.succ[v]:
+            for w, _ in succ[v]:
                 if w in allowed and w not in prev:
                     prev[w] = v
                     if w in targets:
@@ -205,13 +216,13 @@ class LivenessSearch:
         cur = u
         for kind, w in witnesses:
             if kind == "node":
-                seg = self.path(cur, {w}, comp)  # type: ignore[arg-type]
+                seg = self.path(cur, {w}, comp, cycle=True)  # type: ignore[arg-type]
                 assert seg is not None
                 cycle += seg[1:]
                 cur = w  # type: ignore[assignment]
             else:
                 a, b = w  # type: ignore[misc]
-                seg = self.path(cur, {a}, comp)
+                seg = self.path(cur, {a}, comp, cycle=True)
                 assert seg is not None
                 cycle += [*seg[1:], b]
                 cur = b
@@ -221,6 +232,6 @@ class LivenessSearch:
         return s, to_comp, cycle
 
     def path_nonempty(self, src: int, dst: int, allowed: set[int]) -> list[int]:
-        p = self.path(src, {dst}, allowed)
+        p = self.path(src, {dst}, allowed, cycle=True)
         assert p is not None
         return p

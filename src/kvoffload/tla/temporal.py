@@ -53,6 +53,9 @@ class Decomposed:
     invariants: list[Piece] = field(default_factory=list)  # []P
     actions: list[Piece] = field(default_factory=list)  # [][A]_v (the SubscriptedAction node)
     liveness: list[Liveness] = field(default_factory=list)
+    # <>[][A]_v in a SPECIFICATION: behaviours eventually take only [A]_v steps (the
+    # SubscriptedAction pieces); a liveness counterexample's cycle uses such steps only.
+    suffix_actions: list[Piece] = field(default_factory=list)
 
 
 class TemporalAnalyzer:
@@ -214,6 +217,11 @@ class TemporalAnalyzer:
                     return
         elif t == "OperatorApplication" and n.operator == "<>":
             arg = self.unwrap(Piece(n.arguments[0], sc, pc.locals, pc.env, pc.label))
+            if is_spec and tname(arg.node) == "OperatorApplication" and arg.node.operator == "[]":
+                inner = self.unwrap(Piece(arg.node.arguments[0], arg.scope, arg.locals, arg.env, pc.label))
+                if tname(inner.node) == "SubscriptedAction" and inner.node.operator == "[":
+                    out.suffix_actions.append(inner)
+                    return
             if not self.is_temporal(arg.node, arg.scope):
                 out.liveness.append(Liveness("<>", arg, None, pc.label))
                 return

@@ -1,6 +1,6 @@
 --------------------------- MODULE FiniteSetsExt ---------------------------
 (* Operators of the TLA+ community module FiniteSetsExt, defined in TLA+.  *)
-EXTENDS Naturals, FiniteSets
+EXTENDS Naturals, FiniteSets, Functions
 
 FoldSet(op(_, _), base, set) ==
     LET iter[s \in SUBSET set] ==
