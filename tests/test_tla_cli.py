@@ -125,7 +125,7 @@ def test_tlc_config_error_is_one_line(
     fake_tlc["output"] = (FIXTURES / "config_error.out").read_text()
     fake_tlc["exit_code"] = EXIT_ERROR_CONFIG_PARSE
     code, _, err = run_cli(["tla", "check", str(TLA_DIR / "KVOffload.tla"), "--engine", "tlc"], capsys)
-    assert code == 2
+    assert code == EXIT_ERROR_CONFIG_PARSE
     line = assert_one_error_line(err)
     assert "KVOffload.cfg" in line and "NoSuchInvariant" in line
     # TLC names no line for config errors; the CLI finds the name in the cfg.
@@ -135,7 +135,7 @@ def test_tlc_config_error_is_one_line(
         "\\* NoSuchInvariant in a comment\nINVARIANTS\n    TypeOK\n    NoSuchInvariant\n"
     )
     code, _, err = run_cli(["tla", "check", str(spec), "--engine", "tlc"], capsys)
-    assert code == 2
+    assert code == EXIT_ERROR_CONFIG_PARSE
     assert f"{tmp_path / 'KVOffload.cfg'}:4: The invariant NoSuchInvariant" in assert_one_error_line(err)
 
 
@@ -143,7 +143,7 @@ def test_tlc_parse_error_is_one_line(fake_tlc: dict[str, Any], capsys: pytest.Ca
     fake_tlc["output"] = (FIXTURES / "parse_error.out").read_text()
     fake_tlc["exit_code"] = EXIT_ERROR_SPEC_PARSE
     code, out, err = run_cli(["tla", "check", str(TLA_DIR / "KVOffload.tla"), "--engine", "tlc", "--json"], capsys)
-    assert code == 2 and out == ""
+    assert code == EXIT_ERROR_SPEC_PARSE and out == ""
     line = assert_one_error_line(err)
     assert "KVOffload.tla: parse error in module Broken" in line and "line 12, column 1" in line
 

@@ -25,7 +25,12 @@ COMMAND_MODULES: tuple[str, ...] = (
 
 
 class CommandError(Exception):
-    """A user-facing error: printed as one line, exit status 2, no traceback."""
+    """A user-facing error: printed as one line, no traceback; exit status ``status`` (2, or the
+    command's documented code, e.g. TLC's 150/151 for a spec/config that does not parse)."""
+
+    def __init__(self, message: str, status: int = 2) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except CommandError as error:
         print(f"kvoffload {args.command}: error: {error}", file=sys.stderr)
-        return 2
+        return error.status
     except BrokenPipeError:
         return 0
 

@@ -27,14 +27,27 @@ from kvoffload.statemachine.checkresult import (
 ENGINES = ("auto", "tlc", "embedded")
 _EXPECT_RE = re.compile(r"^\s*\\\*\s*expect:\s*(.+?)\s*$", re.MULTILINE)
 _SPEC_RE = re.compile(r"^\s*\\\*\s*spec:\s*(\S+)\s*$", re.MULTILINE)
+# Binary or non-UTF-8 .tla/.cfg: TLC has no exit code for it; the CLI's usage error status.
+EXIT_UNREADABLE_INPUT = 2
 _OUTCOMES = ("success", "safety failure", "liveness failure", "deadlock failure", "error")
 
 
-def _command_error(message: str) -> Exception:
+def _command_error(message: str, status: int = 2) -> Exception:
     # Imported lazily: kvoffload.cli imports this module while building its parser.
     from kvoffload.cli import CommandError
 
-    return CommandError(message)
+    return CommandError(message, status)
+
+
+def _positive(text: str) -> int:
+    """``--max-states``: a positive number of states (0 or less would check nothing)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of states, got {value}")
+    return value
 
 
 def add_parser(subparsers: Any) -> None:
@@ -56,7 +69,8 @@ def add_parser(subparsers: Any) -> None:
         )
         sub.add_argument("--jar", type=Path, help="path to tla2tools.jar (else $TLA2TOOLS_JAR, else cache)")
         sub.add_argument("--json", action="store_true", help="print the result as JSON")
-        sub.add_argument("--max-states", type=int, default=None, help="embedded engine: stop after N states")
+        sub.add_argument("--max-states", type=_positive, default=None,
+                         help="embedded engine: stop after N distinct states (exit 152)")
 
     check = actions.add_parser("check", help="check one spec with one model (.cfg)")
     check.add_argument("spec", type=Path, help="the .tla module")
@@ -125,7 +139,7 @@ def run_engine(
     try:
         result = check_model(spec, config, max_states=max_states)
     except TlaError as error:
-        raise _command_error(format_tla_error(error)) from error
+        raise _command_error(format_tla_error(error), EXIT_ERROR_SPEC_PARSE) from error
     if not result.seconds:
         result.seconds = time.perf_counter() - started
     return _reject_input_errors(result, spec, config)
@@ -134,13 +148,13 @@ def run_engine(
 def _reject_input_errors(result: CheckResult, spec: Path, config: Path) -> CheckResult:
     """A spec or config that does not parse is the user's input error (one line, exit 2), not a
     model-checking outcome; the message names the file (and line, where the engine knows it)."""
-    if result.exit_code not in (EXIT_ERROR_SPEC_PARSE, EXIT_ERROR_CONFIG_PARSE):
+    if result.exit_code not in (EXIT_ERROR_SPEC_PARSE, EXIT_ERROR_CONFIG_PARSE, EXIT_UNREADABLE_INPUT):
         return result
     message = " ".join(part.strip() for part in result.message.splitlines() if part.strip())
     if not re.match(r"\S+\.(tla|cfg)\b", message):
         where = str(spec) if result.exit_code == EXIT_ERROR_SPEC_PARSE else _config_location(config, message)
         message = f"{where}: {message}"
-    raise _command_error(message)
+    raise _command_error(message, result.exit_code)
 
 
 def _config_location(config: Path, message: str) -> str:
@@ -216,7 +230,10 @@ def format_report(result: CheckResult) -> str:
     if result.result == "success":
         lines.append("Model checking completed. No error has been found.")
     elif result.result == "error":
-        lines.append(f"Error: {result.message}")
+        # The engine's message may carry its own "Error: " and the counters printed below.
+        summary = f"{result.states_generated} states generated, "
+        text = [line for line in result.message.splitlines() if not line.startswith(summary)]
+        lines += [f"Error: {line.removeprefix('Error: ')}" if k == 0 else line for k, line in enumerate(text)]
     else:
         headline = {
             "safety failure": f"Invariant {result.violated} is violated.",

@@ -682,6 +682,8 @@ _KIND_EXIT = {
     "config": EXIT_ERROR_CONFIG_PARSE,
     "eval": EXIT_FAILURE_SPEC_EVAL,
     "assume": EXIT_VIOLATION_ASSUMPTION,
+    # Undecodable (binary, non-UTF-8) input: TLC has no code for it; the CLI's usage error.
+    "input": 2,
 }
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import TlaError
+from .parse import read_source
 from .values import ModelValue, Value
 
 _TOKEN = re.compile(
@@ -232,8 +233,8 @@ class _CfgParser:
 
 def parse_config(path: Path) -> ModelConfig:
     """Parse a TLC .cfg file; raises :class:`TlaError` (kind "config") on malformed input."""
+    text, undecodable = read_source(path, "config", "config")
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise TlaError(f"cannot read config: {exc}", str(path), 0, 0, kind="config") from exc
-    return _CfgParser(_tokenize(text, str(path)), str(path)).parse()
+        return _CfgParser(_tokenize(text, str(path)), str(path)).parse()
+    except TlaError as exc:
+        raise (undecodable or exc) from exc

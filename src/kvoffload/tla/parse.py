@@ -67,9 +67,34 @@ def parse_module_text(text: str, path: str) -> Any:
     return tree
 
 
-def parse_module_file(path: Path) -> Any:
+def read_source(path: Path, what: str, kind: str) -> tuple[str, TlaError | None]:
+    """The text of a module or config, decoded as UTF-8 like TLC. Undecodable bytes become
+    U+FFFD, and the second value is the located error to raise if the text then does not parse
+    (a stray Latin-1 byte in a comment is harmless, a binary file is not)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
-        raise TlaError(f"cannot read module: {exc}", str(path), 0, 0, kind="parse") from exc
-    return parse_module_text(text, str(path))
+        raise TlaError(f"cannot read {what}: {exc}", str(path), 0, 0, kind=kind) from exc
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        bad = TlaError(f"not UTF-8 text (byte 0x{data[exc.start]:02X}); save the {what} as UTF-8",
+                       str(path), line, col, kind="input")
+        return data.decode("utf-8", errors="replace"), bad
+
+
+def parse_module_file(path: Path) -> Any:
+    """Parse a module file; its header must name the file, as SANY requires."""
+    text, undecodable = read_source(path, "module", "parse")
+    try:
+        tree = parse_module_text(text, str(path))
+    except TlaError as exc:
+        raise (undecodable or exc) from exc
+    if tree.name != path.stem:
+        m = _MODULE_START.search(text)
+        line = text.count("\n", 0, m.start()) + 1 if m is not None else 1
+        raise TlaError(f"file name {path.name} does not match the name {tree.name} of the module it contains",
+                       str(path), line, 1, kind="parse")
+    return tree
