@@ -73,13 +73,14 @@ def find_jar(explicit: str | os.PathLike[str] | None = None) -> Path:
     Raises :class:`TlcNotFound` when no jar is found.
     """
     if explicit is not None:
-        path = Path(explicit).expanduser()
+        # Absolute: TLC runs in the spec's directory, where a relative path would mean another file.
+        path = Path(explicit).expanduser().resolve()
         if not path.is_file():
             raise TlcNotFound(f"tla2tools.jar not found at {path} (given by --jar); {HOW_TO_GET_JAR}")
         return path
     from_env = os.environ.get(JAR_ENV)
     if from_env:
-        path = Path(from_env).expanduser()
+        path = Path(from_env).expanduser().resolve()
         if not path.is_file():
             raise TlcNotFound(f"{JAR_ENV}={from_env} names no file; {HOW_TO_GET_JAR}")
         return path
@@ -153,7 +154,8 @@ def build_command(
     if not check_deadlock:
         command.append("-deadlock")  # TLC's flag means "do not report deadlocks"
     command += list(extra_args)
-    command.append(spec.name)
+    # A file name starting with '-' would reach TLC as an option.
+    command.append(spec.name if not spec.name.startswith("-") else f".{os.sep}{spec.name}")
     return command
 
 
