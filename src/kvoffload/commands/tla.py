@@ -23,6 +23,7 @@ from kvoffload.statemachine.checkresult import (
     EXIT_SUCCESS,
     CheckResult,
 )
+from kvoffload.tla.monitor import DEFAULT_MAX_MEMORY_MB
 
 ENGINES = ("auto", "tlc", "embedded")
 _EXPECT_RE = re.compile(r"^\s*\\\*\s*expect:\s*(.+?)\s*$", re.MULTILINE)
@@ -40,13 +41,13 @@ def _command_error(message: str, status: int = 2) -> Exception:
 
 
 def _positive(text: str) -> int:
-    """``--max-states``: a positive number of states (0 or less would check nothing)."""
+    """``--max-states``/``--max-memory``: a positive number (0 or less would check nothing)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of states, got {value}")
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {value}")
     return value
 
 
@@ -71,6 +72,11 @@ def add_parser(subparsers: Any) -> None:
         sub.add_argument("--json", action="store_true", help="print the result as JSON")
         sub.add_argument("--max-states", type=_positive, default=None,
                          help="embedded engine: stop after N distinct states (exit 152)")
+        sub.add_argument("--max-memory", type=_positive, default=DEFAULT_MAX_MEMORY_MB, metavar="MIB",
+                         help=f"embedded engine: stop when the process uses more than MIB MiB (exit 152; "
+                              f"default {DEFAULT_MAX_MEMORY_MB})")
+        sub.add_argument("--quiet", action="store_true",
+                         help="embedded engine: no header and progress lines on stderr")
 
     check = actions.add_parser("check", help="check one spec with one model (.cfg)")
     check.add_argument("spec", type=Path, help="the .tla module")
@@ -115,6 +121,8 @@ def run_engine(
     *,
     jar: Path | None = None,
     max_states: int | None = None,
+    max_memory_mb: int | None = DEFAULT_MAX_MEMORY_MB,
+    progress: bool = False,
 ) -> CheckResult:
     """Check ``spec`` with ``config`` on a resolved engine (``tlc`` or ``embedded``).
 
@@ -137,7 +145,7 @@ def run_engine(
         ) from error
     started = time.perf_counter()
     try:
-        result = check_model(spec, config, max_states=max_states)
+        result = check_model(spec, config, max_states=max_states, max_memory_mb=max_memory_mb, progress=progress)
     except TlaError as error:
         raise _command_error(format_tla_error(error), EXIT_ERROR_SPEC_PARSE) from error
     if not result.seconds:
@@ -204,7 +212,8 @@ def run_check(args: argparse.Namespace) -> int:
     engine, note = choose_engine(args.engine, args.jar)
     if note:
         print(f"kvoffload tla: {note}", file=sys.stderr)
-    result = run_engine(engine, spec, config, jar=args.jar, max_states=args.max_states)
+    result = run_engine(engine, spec, config, jar=args.jar, max_states=args.max_states,
+                        max_memory_mb=args.max_memory, progress=not args.quiet)
     result.spec = result.spec or str(spec)
     result.config = result.config or str(config)
     if args.json:
@@ -228,6 +237,7 @@ def format_report(result: CheckResult) -> str:
         f"(engine: {result.engine})"
     ]
     if result.result == "success":
+        lines += [line for line in result.message.splitlines() if line.startswith("Warning:")]
         lines.append("Model checking completed. No error has been found.")
     elif result.result == "error":
         # The engine's message may carry its own "Error: " and the counters printed below.

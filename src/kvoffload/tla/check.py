@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from .config import ModelConfig, Named, parse_config
 from .errors import EvalError, TlaError
 from .liveness import FairInfo, LivenessSearch
 from .modules import Decl, InstanceRef, ModuleLoader, OpDef, Scope, pos
+from .monitor import DEFAULT_MAX_MEMORY_MB, Halt, Monitor
 from .syntax import EMPTY, UNSET, Ctx, Gen, VarRef, as_bool, state_memo
 from .temporal import Piece, TemporalAnalyzer
 from .values import Fn, Value, permute, render, sortkey, to_set
@@ -325,9 +326,9 @@ class _Stop(Exception):
 
 
 class Checker:
-    def __init__(self, model: Compiled, progress: bool = False, max_states: int | None = None) -> None:
+    def __init__(self, model: Compiled, monitor: Monitor | None = None, max_states: int | None = None) -> None:
         self.m = model
-        self.progress = progress
+        self.monitor = monitor if monitor is not None else Monitor()
         self.max_states = max_states
         self.states: list[State] = []
         self.parent: list[int] = []
@@ -453,77 +454,63 @@ class Checker:
         nxt = self.m.next
         unset_id = id(UNSET)
         pools: list[dict[Value, Value]] = [{} for _ in range(nv)]
-        bar = self._bar()
-        with bar as progress_bar:
-            task = progress_bar.add_task("states", total=None) if progress_bar is not None else None
-            last = time.monotonic()
-            while self.queue:
-                i = self.queue.popleft()
-                s = self.states[i]
-                d = self.depth[i]
-                self.current = i  # for the trace of an evaluation error in Next
-                c = Ctx(s, [UNSET] * nv)
-                any_succ = False
-                for lab in nxt(c, EMPTY):
-                    t = tuple(c.n)  # type: ignore[arg-type]
-                    # Identity test via id(): `UNSET in t` would call __eq__ on every value.
-                    if unset_id in map(id, t):
-                        missing = variables[next(k for k, v in enumerate(t) if v is UNSET)]
-                        raise _Stop("error", None, self.path_to(i), None, "",
-                                    f"successor state is not completely specified: {missing}' is not assigned "
-                                    f"by action {lab or 'Next'}", EXIT_FAILURE_SPEC_EVAL)
-                    any_succ = True
-                    self.generated += 1
-                    label = lab or "Next"
-                    # TLC's order: constraints, then invariants on unseen states, then implied
-                    # actions on every step, then (in model, unseen) enqueue.
-                    if constrained and not self.in_model(t, c):
-                        self.check_state(t, i, label, False)
-                        j = -1
-                    else:
-                        k = self.key(t) if symmetric else t
-                        j = seen.get(k, -1)
-                        if j < 0:
-                            if not symmetric:
-                                # Store one object per distinct value of a variable: later
-                                # lookups keyed by state values (fingerprints, state_memo) then
-                                # compare by identity instead of structurally.
-                                t = k = tuple([v if v is sv else pool.setdefault(v, v)
-                                               for v, sv, pool in zip(t, s, pools, strict=True)])
-                            j = self.add(t, k, i, label, d + 1)
-                            if invariants:
-                                self.check_state(t, j, label, True)
-                            if self.max_states is not None and len(self.states) >= self.max_states:
-                                raise _Stop("error", None, [], None, "",
-                                            f"stopped after max_states={self.max_states} distinct states; "
-                                            "no violation found so far (the check is incomplete)",
-                                            EXIT_ERROR_STATESPACE_TOO_LARGE)
-                    for name, fn, env in implied:
-                        if fn(c, env) is not True:
-                            raise _Stop("safety failure", name, self.path_to(i), t, label,
-                                        f"Action property {name} is violated.", EXIT_VIOLATION_SAFETY)
-                    if succ is not None and j >= 0:
-                        succ[i].append((j, label))
-                        if suffix and all(fn(c, env) is True for fn, env in suffix):
-                            self.suffix_edges.add((i, j))
-                if not any_succ and self.m.check_deadlock:
-                    raise _Stop("deadlock failure", "Deadlock", self.path_to(i), None, "", "Deadlock reached.",
-                                EXIT_VIOLATION_DEADLOCK)
-                if progress_bar is not None and time.monotonic() - last > 0.2:
-                    last = time.monotonic()
-                    progress_bar.update(
-                        task, description=f"{len(self.states)} distinct, {len(self.queue)} queued, depth {d}"
-                    )
-
-    def _bar(self) -> AbstractContextManager[Any]:
-        if not self.progress:
-            return nullcontext(None)
-        from rich.console import Console
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-        # stderr only: stdout must stay clean for --json.
-        return Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                        console=Console(file=sys.stderr), transient=True)
+        monitor = self.monitor
+        expanded = 0
+        while self.queue:
+            i = self.queue.popleft()
+            s = self.states[i]
+            d = self.depth[i]
+            self.current = i  # for the trace of an evaluation error in Next
+            c = Ctx(s, [UNSET] * nv)
+            any_succ = False
+            for lab in nxt(c, EMPTY):
+                t = tuple(c.n)  # type: ignore[arg-type]
+                # Identity test via id(): `UNSET in t` would call __eq__ on every value.
+                if unset_id in map(id, t):
+                    missing = variables[next(k for k, v in enumerate(t) if v is UNSET)]
+                    raise _Stop("error", None, self.path_to(i), None, "",
+                                f"successor state is not completely specified: {missing}' is not assigned "
+                                f"by action {lab or 'Next'}", EXIT_FAILURE_SPEC_EVAL)
+                any_succ = True
+                self.generated += 1
+                label = lab or "Next"
+                # TLC's order: constraints, then invariants on unseen states, then implied
+                # actions on every step, then (in model, unseen) enqueue.
+                if constrained and not self.in_model(t, c):
+                    self.check_state(t, i, label, False)
+                    j = -1
+                else:
+                    k = self.key(t) if symmetric else t
+                    j = seen.get(k, -1)
+                    if j < 0:
+                        if not symmetric:
+                            # Store one object per distinct value of a variable: later
+                            # lookups keyed by state values (fingerprints, state_memo) then
+                            # compare by identity instead of structurally.
+                            t = k = tuple([v if v is sv else pool.setdefault(v, v)
+                                           for v, sv, pool in zip(t, s, pools, strict=True)])
+                        j = self.add(t, k, i, label, d + 1)
+                        if invariants:
+                            self.check_state(t, j, label, True)
+                        if self.max_states is not None and len(self.states) >= self.max_states:
+                            raise _Stop("error", None, [], None, "",
+                                        f"stopped after max_states={self.max_states} distinct states; "
+                                        "no violation found so far (the check is incomplete)",
+                                        EXIT_ERROR_STATESPACE_TOO_LARGE)
+                for name, fn, env in implied:
+                    if fn(c, env) is not True:
+                        raise _Stop("safety failure", name, self.path_to(i), t, label,
+                                    f"Action property {name} is violated.", EXIT_VIOLATION_SAFETY)
+                if succ is not None and j >= 0:
+                    succ[i].append((j, label))
+                    if suffix and all(fn(c, env) is True for fn, env in suffix):
+                        self.suffix_edges.add((i, j))
+            if not any_succ and self.m.check_deadlock:
+                raise _Stop("deadlock failure", "Deadlock", self.path_to(i), None, "", "Deadlock reached.",
+                            EXIT_VIOLATION_DEADLOCK)
+            expanded += 1
+            if not expanded & 255:
+                monitor.tick(self.generated, len(self.states), len(self.queue), d)
 
     # ---- liveness ----------------------------------------------------------------------------
     def liveness(self) -> tuple[_Stop, int] | None:
@@ -693,15 +680,62 @@ def check_model(
     *,
     progress: bool = False,
     max_states: int | None = None,
+    max_memory_mb: float | None = DEFAULT_MAX_MEMORY_MB,
 ) -> CheckResult:
     """Model-check ``spec_path`` under ``config_path`` (default: SPEC.cfg beside the spec).
 
     Returns a :class:`CheckResult` with ``engine="embedded"`` and TLC's verdicts, counters and
     exit codes. Parse errors, unsupported constructs and configuration errors are returned as
     ``result="error"`` with the located message (call :func:`load_model` to get them raised as
-    :class:`TlaError` instead). ``progress=True`` draws a progress bar on stderr.
+    :class:`TlaError` instead). ``progress=True`` prints TLC's header and a progress line every
+    10 s on stderr. The check stops (exit 152) past ``max_states`` distinct states or
+    ``max_memory_mb`` MiB of memory, and on Ctrl-C (exit 130), with the summary so far.
+
+    The search runs in a thread with a large stack, so deeply recursive definitions
+    (``Sum(10000)``) evaluate without Python's default recursion limit.
     """
-    spec_path = Path(spec_path)
+    monitor = Monitor(sys.stderr if progress else None, max_memory_mb)
+    box: list[CheckResult | BaseException] = []
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            box.append(_check(Path(spec_path), config_path, monitor, max_states))
+        except BaseException as exc:  # handed to the calling thread, which re-raises it
+            box.append(exc)
+        finally:
+            done.set()
+
+    previous_limit = sys.getrecursionlimit()
+    previous_stack = threading.stack_size(_STACK_BYTES)
+    try:
+        sys.setrecursionlimit(max(previous_limit, _RECURSION_LIMIT))
+        worker = threading.Thread(target=work, name="tla-check", daemon=True)
+        worker.start()
+    finally:
+        threading.stack_size(previous_stack)
+    try:
+        # An Event, not Thread.join: a KeyboardInterrupt inside join() can mark a running
+        # thread as finished.
+        while not done.is_set():
+            try:
+                done.wait(0.25)
+            except KeyboardInterrupt:
+                monitor.interrupt()  # the search stops at its next tick and reports what it found
+    finally:
+        sys.setrecursionlimit(previous_limit)
+    outcome = box[0]
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome
+
+
+# Deep recursion (RECURSIVE operators, recursive functions) runs on a 512 MiB thread stack.
+_STACK_BYTES = 512 * 1024 * 1024
+_RECURSION_LIMIT = 400_000
+
+
+def _check(spec_path: Path, config_path: Path | None, monitor: Monitor, max_states: int | None) -> CheckResult:
     config_path = Path(config_path) if config_path is not None else spec_path.with_suffix(".cfg")
     start = time.monotonic()
     base = {"engine": "embedded", "spec": str(spec_path), "config": str(config_path)}
@@ -710,12 +744,17 @@ def check_model(
     except TlaError as exc:
         return CheckResult(result="error", message=str(exc), exit_code=_KIND_EXIT.get(exc.kind, 255),
                            seconds=time.monotonic() - start, **base)  # type: ignore[arg-type]
+    except RecursionError:
+        return CheckResult(result="error", message=f"{spec_path}:0:0: expression nested too deeply to compile",
+                           exit_code=EXIT_ERROR_SPEC_PARSE, seconds=time.monotonic() - start,
+                           **base)  # type: ignore[arg-type]
     if not model.has_behaviour:
         return CheckResult(result="success", seconds=time.monotonic() - start,
                            message="No SPECIFICATION or INIT/NEXT in the config: the constants and ASSUMEs "
                                    "were evaluated, no state was explored.\n0 states generated, 0 distinct "
                                    "states found, 0 states left on queue.", **base)  # type: ignore[arg-type]
-    checker = Checker(model, progress=progress, max_states=max_states)
+    monitor.header(str(spec_path), str(config_path))
+    checker = Checker(model, monitor=monitor, max_states=max_states)
     stop: _Stop | None = None
     lasso_loop: int | None = None
     try:
@@ -727,10 +766,17 @@ def check_model(
             found = checker.liveness()
             if found is not None:
                 stop, lasso_loop = found
+    except Halt as exc:
+        stop = _Stop("error", None, [], None, "", exc.message, exc.exit_code)
     except EvalError as exc:
         where = checker.path_to(checker.current) if checker.current >= 0 else []
         stop = _Stop("error", None, where, None, "", f"evaluation error: {exc}", EXIT_FAILURE_SPEC_EVAL)
-    except (TypeError, ValueError, KeyError, IndexError, RecursionError) as exc:
+    except RecursionError:
+        where = checker.path_to(checker.current) if checker.current >= 0 else []
+        stop = _Stop("error", None, where, None, "",
+                     f"evaluation error: recursion deeper than {_RECURSION_LIMIT:,} Python frames "
+                     "(a RECURSIVE operator or recursive function without a base case?)", EXIT_FAILURE_SPEC_EVAL)
+    except (TypeError, ValueError, KeyError, IndexError) as exc:
         where = checker.path_to(checker.current) if checker.current >= 0 else []
         stop = _Stop("error", None, where, None, "", f"evaluation error: {type(exc).__name__}: {exc}",
                      EXIT_FAILURE_SPEC_EVAL)
@@ -747,7 +793,12 @@ def check_model(
         **base,  # type: ignore[arg-type]
     )
     if stop is None or stop.result == "success":
-        result.message = (stop.message + "\n" if stop is not None else "") + \
+        warning = ""
+        if not checker.states:
+            # TLC warns too: a spec without initial states satisfies every property vacuously.
+            warning = "Warning: no state satisfies the initial predicate, so nothing was checked.\n"
+            monitor.say(warning.strip())
+        result.message = warning + (stop.message + "\n" if stop is not None else "") + \
             "Model checking completed. No error has been found.\n" + summary + \
             f"\nThe depth of the complete state graph search is {checker.max_depth}."
         return result
