@@ -52,6 +52,19 @@ class Live:
 
 
 @dataclass
+class FairClaim:
+    """``WF_v(A)`` or ``SF_v(A)`` inside a PROPERTY: violated by a fair behaviour that ends in a
+    cycle without ``<<A>>_v`` steps where ``<<A>>_v`` is always (WF) or repeatedly (SF) enabled."""
+
+    name: str
+    kind: str
+    action: Gen
+    v: Pred
+    vp: Pred
+    env: dict[str, Value]
+
+
+@dataclass
 class Compiled:
     """A spec compiled against one model."""
 
@@ -79,6 +92,7 @@ class Compiled:
     # <>[][A]_v conjuncts of the SPECIFICATION: the cycles of liveness counterexamples take only
     # steps satisfying every one of them.
     suffix_actions: list[tuple[Pred, dict[str, Value]]] = field(default_factory=list)
+    fair_claims: list[FairClaim] = field(default_factory=list)
 
 
 def _scopes(root: Scope) -> list[Scope]:
@@ -231,6 +245,7 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
     implied: list[tuple[str, Pred, dict[str, Value]]] = []
     init_props: list[tuple[str, Pred, dict[str, Value]]] = []
     liveness: list[Live] = []
+    fair_claims: list[FairClaim] = []
     for item in cfg.properties:
         d = _named(root, cfg, item, "property")
         dec = ta.decompose(d.body, d.scope, item.name, is_spec=False)
@@ -247,6 +262,11 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
         for pc in dec.actions:
             fn, _ = comp.expr(pc.node, pc.scope, pc.locals, False)
             implied.append((item.name, fn, pc.env))
+        for f in dec.fairness:
+            gen = comp.action(f.action.node, f.action.scope, f.action.locals, False)
+            v, _ = comp.expr(f.subscript.node, f.subscript.scope, f.subscript.locals, False)
+            vp, _ = comp.expr(f.subscript.node, f.subscript.scope, f.subscript.locals, True)
+            fair_claims.append(FairClaim(item.name, f.kind, gen, v, vp, f.action.env))
         for lv in dec.liveness:
             p, _ = comp.expr(lv.p.node, lv.p.scope, lv.p.locals, False)
             q = None
@@ -292,13 +312,13 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
                 symmetry.append(dict(p.d))
             elif type(p) is tuple:
                 symmetry.append({i + 1: x for i, x in enumerate(p)})
-        if liveness:
+        if liveness or fair_claims:
             raise TlaError("SYMMETRY together with liveness PROPERTY is unsupported (TLC may also miss "
                            "violations in this case)", cfg.path, cfg.symmetry.line, 1, kind="unsupported")
     return Compiled(
         comp, comp.variables, init, nxt, invariants, implied, constraints, action_constraints, liveness,
         fairness, symmetry, cfg.check_deadlock, init_props, fairness_all_vars, fairness_ops,
-        suffix_actions=suffix_actions,
+        suffix_actions=suffix_actions, fair_claims=fair_claims,
     )
 
 
@@ -337,7 +357,7 @@ class Checker:
         self.seen: dict[Any, int] = {}
         self.generated = 0
         self.queue: deque[int] = deque()
-        self.succ: list[list[tuple[int, str]]] | None = [] if model.liveness else None
+        self.succ: list[list[tuple[int, str]]] | None = [] if model.liveness or model.fair_claims else None
         self.max_depth = 0
         self.init_ids: list[int] = []
         # Edges (i, j) that satisfy every <>[][A]_v conjunct of the SPECIFICATION.
@@ -518,44 +538,14 @@ class Checker:
         trace) of the state the lasso loops back to, or None."""
         assert self.succ is not None
         n = len(self.states)
-        nv = len(self.m.variables)
         fair: list[FairInfo] = []
         # Without symmetry (liveness excludes it) the search's fingerprint table is the state index.
         index = self.seen if not self.m.symmetry else {t: k for k, t in enumerate(self.states)}
         for box in self.memos:
             box[1] = False  # replay what the search recorded; record nothing new
-        unset_id = id(UNSET)
         all_vars = self.m.fairness_all_vars or [False] * len(self.m.fairness)
         for (kind, gen, v, vp, env), whole in zip(self.m.fairness, all_vars, strict=True):
-            # One enumeration of <<A>>_v per state gives both ENABLED and the A-steps taken.
-            enabled = []
-            taken: set[tuple[int, int]] = set()
-            for a, s in enumerate(self.states):
-                c = Ctx(s, [UNSET] * nv)
-                en = False
-                if whole:
-                    # v is the tuple of all variables: <<A>>_v is a step to a different state.
-                    for _ in gen(c, env):
-                        t = tuple(c.n)  # type: ignore[arg-type]
-                        if unset_id in map(id, t):
-                            vp(c, env)  # reports the unassigned variable like the general case
-                        # A known successor differs from s exactly when its index does.
-                        b = index.get(t)
-                        if b is None:
-                            if t != s:
-                                en = True
-                        elif b != a:
-                            en = True
-                            taken.add((a, b))
-                else:
-                    vs = v(c, env)
-                    for _ in gen(c, env):
-                        if vp(c, env) != vs:
-                            en = True
-                            b = index.get(tuple(c.n))  # type: ignore[arg-type]
-                            if b is not None and b != a:
-                                taken.add((a, b))
-                enabled.append(en)
+            enabled, taken = self.enabled_and_taken(gen, v, vp, env, whole, index)
             fair.append(FairInfo(kind, enabled, taken))
         self.release_memos()
         cycle_succ = None
@@ -564,6 +554,10 @@ class Checker:
                           for a, out in enumerate(self.succ)]
         search = LivenessSearch(self.succ, fair, cycle_succ)
         everything = set(range(n))
+        for claim in self.m.fair_claims:
+            found = self.fair_claim_violation(claim, fair, index)
+            if found is not None:
+                return self.lasso(found, claim.name)
         for live in self.m.liveness:
             name, kind, env = live.name, live.kind, live.env
             pv = [live.p(Ctx(s, None), env) is True for s in self.states]
@@ -595,14 +589,70 @@ class Checker:
                 found = search.search([i for i in sorted(within) if pv[i] and not qv[i]], region, None, self.depth)
             if found is None:
                 continue
-            s, to_comp, cycle = found
-            idx = self.path_to(s) + to_comp[1:]
-            loop = len(idx) - 1
-            if len(cycle) > 1:
-                idx += cycle[1:-1]
-            return _Stop("liveness failure", name, idx, None, "", f"Temporal property {name} is violated.",
-                         EXIT_VIOLATION_LIVENESS), loop
+            return self.lasso(found, name)
         return None
+
+    def lasso(self, found: tuple[int, list[int], list[int]], name: str) -> tuple[_Stop, int]:
+        """The counterexample of a violated temporal property: a path to a cycle."""
+        s, to_comp, cycle = found
+        idx = self.path_to(s) + to_comp[1:]
+        loop = len(idx) - 1
+        if len(cycle) > 1:
+            idx += cycle[1:-1]
+        return _Stop("liveness failure", name, idx, None, "", f"Temporal property {name} is violated.",
+                     EXIT_VIOLATION_LIVENESS), loop
+
+    def enabled_and_taken(
+        self, gen: Gen, v: Pred, vp: Pred, env: dict[str, Value], whole: bool, index: dict[Any, int]
+    ) -> tuple[list[bool], set[tuple[int, int]]]:
+        """Per state whether ``<<A>>_v`` is enabled, and the explored edges that are ``<<A>>_v``
+        steps (one enumeration of A per state gives both)."""
+        nv = len(self.m.variables)
+        unset_id = id(UNSET)
+        enabled = []
+        taken: set[tuple[int, int]] = set()
+        for a, s in enumerate(self.states):
+            c = Ctx(s, [UNSET] * nv)
+            en = False
+            if whole:
+                # v is the tuple of all variables: <<A>>_v is a step to a different state.
+                for _ in gen(c, env):
+                    t = tuple(c.n)  # type: ignore[arg-type]
+                    if unset_id in map(id, t):
+                        vp(c, env)  # reports the unassigned variable like the general case
+                    # A known successor differs from s exactly when its index does.
+                    b = index.get(t)
+                    if b is None:
+                        if t != s:
+                            en = True
+                    elif b != a:
+                        en = True
+                        taken.add((a, b))
+            else:
+                vs = v(c, env)
+                for _ in gen(c, env):
+                    if vp(c, env) != vs:
+                        en = True
+                        b = index.get(tuple(c.n))  # type: ignore[arg-type]
+                        if b is not None and b != a:
+                            taken.add((a, b))
+            enabled.append(en)
+        return enabled, taken
+
+    def fair_claim_violation(
+        self, claim: FairClaim, fair: list[FairInfo], index: dict[Any, int]
+    ) -> tuple[int, list[int], list[int]] | None:
+        """A fair behaviour ending in a cycle that violates ``WF_v(A)``/``SF_v(A)`` of a PROPERTY."""
+        assert self.succ is not None
+        enabled, taken = self.enabled_and_taken(claim.action, claim.v, claim.vp, claim.env, False, index)
+        # The cycle may not take an <<A>>_v step.
+        cycle_succ = [[(b, lab) for b, lab in out if (a, b) not in taken] for a, out in enumerate(self.succ)]
+        search = LivenessSearch(self.succ, fair, cycle_succ)
+        on = {i for i, en in enumerate(enabled) if en}
+        if claim.kind == "WF":
+            return search.search(sorted(on), on, None, self.depth)  # enabled all along the cycle
+        everything = set(range(len(self.states)))
+        return search.search(sorted(everything), everything, on, self.depth)  # enabled somewhere on it
 
     def reachable(self, starts: list[int]) -> set[int]:
         """The states reachable from ``starts`` in the explored graph."""
@@ -762,7 +812,7 @@ def _check(spec_path: Path, config_path: Path | None, monitor: Monitor, max_stat
             checker.run()
         except _Stop as s:
             stop = s
-        if stop is None and model.liveness:
+        if stop is None and (model.liveness or model.fair_claims):
             found = checker.liveness()
             if found is not None:
                 stop, lasso_loop = found

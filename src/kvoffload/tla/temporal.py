@@ -174,8 +174,7 @@ class TemporalAnalyzer:
         n, sc = pc.node, pc.scope
         t = tname(n)
         if t == "Fairness":
-            if not is_spec:
-                raise self.err("fairness (WF_/SF_) in a PROPERTY", n, sc)
+            # In a SPECIFICATION an assumption on the behaviours; in a PROPERTY a claim to check.
             sub = Piece(n.subscript, sc, pc.locals, pc.env, pc.label)
             act = Piece(n.action, sc, pc.locals, pc.env, pc.label)
             out.fairness.append(Fairness(n.operator.rstrip("_"), act, sub))
