@@ -25,6 +25,7 @@ MODELS: list[dict[str, Any]] = json.loads((CORPUS / "corpus.json").read_text())
 # pure-Python evaluation heavy); all run under `make tla-corpus`.
 SLOW = frozenset({
     "specifications/Bakery-Boulangerie/MCBakery.cfg",
+    "specifications/FiniteMonotonic/MCCRDT.cfg",
     "specifications/GameOfLife/GameOfLife.cfg",
     "specifications/LoopInvariance/MCBinarySearch.cfg",
     "specifications/LoopInvariance/MCQuicksort.cfg",

@@ -280,6 +280,12 @@ class Compiler(ExprCompiler):
                     yield from g(c, e)
 
             return "act", disj
+        # A conjunct that only reads primed variables (done' = e with done an expression of an
+        # instantiated module) waits for the conjuncts that assign them: /\ is commutative.
+        late = [k == "pred" and is_action(it, scope) for (k, _f), it in zip(parts, items, strict=True)]
+        if any(late):
+            parts = [p for p, x in zip(parts, late, strict=True) if not x] + [
+                p for p, x in zip(parts, late, strict=True) if x]
         return "act", conj_gen(parts)
 
     def act_call(

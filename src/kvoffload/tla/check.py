@@ -62,6 +62,9 @@ class FairClaim:
     v: Pred
     vp: Pred
     env: dict[str, Value]
+    # A evaluated on a given edge (both states known): the fallback when A cannot generate its
+    # successors because it leaves variables of a substituted expression undetermined.
+    step: Pred
 
 
 @dataclass
@@ -266,7 +269,8 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
             gen = comp.action(f.action.node, f.action.scope, f.action.locals, False)
             v, _ = comp.expr(f.subscript.node, f.subscript.scope, f.subscript.locals, False)
             vp, _ = comp.expr(f.subscript.node, f.subscript.scope, f.subscript.locals, True)
-            fair_claims.append(FairClaim(item.name, f.kind, gen, v, vp, f.action.env))
+            step, _ = comp.expr(f.action.node, f.action.scope, f.action.locals, False)
+            fair_claims.append(FairClaim(item.name, f.kind, gen, v, vp, f.action.env, step))
         for lv in dec.liveness:
             p, _ = comp.expr(lv.p.node, lv.p.scope, lv.p.locals, False)
             q = None
@@ -639,12 +643,31 @@ class Checker:
             enabled.append(en)
         return enabled, taken
 
+    def enabled_on_edges(self, claim: FairClaim) -> tuple[list[bool], set[tuple[int, int]]]:
+        """``<<A>>_v`` on the explored edges, and ENABLED as "some explored successor is an
+        ``<<A>>_v`` step" (A is a refinement's action over a substituted state function)."""
+        assert self.succ is not None
+        taken: set[tuple[int, int]] = set()
+        for a, out in enumerate(self.succ):
+            s = self.states[a]
+            for b, _lab in out:
+                c = Ctx(s, list(self.states[b]))
+                if claim.step(c, claim.env) is True and claim.vp(c, claim.env) != claim.v(c, claim.env):
+                    taken.add((a, b))
+        enabled = [False] * len(self.states)
+        for a, _b in taken:
+            enabled[a] = True
+        return enabled, taken
+
     def fair_claim_violation(
         self, claim: FairClaim, fair: list[FairInfo], index: dict[Any, int]
     ) -> tuple[int, list[int], list[int]] | None:
         """A fair behaviour ending in a cycle that violates ``WF_v(A)``/``SF_v(A)`` of a PROPERTY."""
         assert self.succ is not None
-        enabled, taken = self.enabled_and_taken(claim.action, claim.v, claim.vp, claim.env, False, index)
+        try:
+            enabled, taken = self.enabled_and_taken(claim.action, claim.v, claim.vp, claim.env, False, index)
+        except EvalError:
+            enabled, taken = self.enabled_on_edges(claim)
         # The cycle may not take an <<A>>_v step.
         cycle_succ = [[(b, lab) for b, lab in out if (a, b) not in taken] for a, out in enumerate(self.succ)]
         search = LivenessSearch(self.succ, fair, cycle_succ)
