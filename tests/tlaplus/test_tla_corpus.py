@@ -30,13 +30,11 @@ SLOW = frozenset({
     "specifications/LoopInvariance/MCBinarySearch.cfg",
     "specifications/LoopInvariance/MCQuicksort.cfg",
     "specifications/MultiPaxos-SMR/MultiPaxos_MC_small.cfg",
-    "specifications/PaxosHowToWinATuringAward/MCPaxosTiny.cfg",
     "specifications/SlushProtocol/SlushSmall.cfg",
     "specifications/TeachingConcurrency/SimpleRegular.cfg",
     "specifications/TransitiveClosure/TransitiveClosure.cfg",
     "specifications/YoYo/YoYoAllGraphs.cfg",
     "specifications/bcastByz/bcastByz.cfg",
-    "specifications/byzpaxos/VoteProof.cfg",
     "specifications/dag-consensus/TLCSailfish1.cfg",
     "specifications/lamport_mutex/MCLamportMutex.cfg",
 })

@@ -46,9 +46,11 @@ from .values import (
     BOOLEAN,
     PLAIN_TYPES,
     STRING,
+    FilteredSet,
     Fn,
     FnSet,
     LazyFn,
+    LazySet,
     ProductSet,
     RecordSet,
     Value,
@@ -527,9 +529,17 @@ class ExprCompiler:
         pat, sfn = binds[0]
         if isinstance(pat, str):
             def filt(c: Ctx, e: dict[str, Value]) -> Value:
+                base = sfn(c, e)
+                if isinstance(base, LazySet) and not base.materialised:
+                    def pred(v: Value) -> bool:
+                        e3 = dict(e)
+                        e3[pat] = v
+                        return as_bool(body(c, e3), "set filter")
+
+                    return FilteredSet(base, pred)
                 out = []
                 e2 = dict(e)
-                for v in iter_set(sfn(c, e)):
+                for v in iter_set(base):
                     e2[pat] = v
                     if as_bool(body(c, e2), "set filter"):
                         out.append(v)

@@ -102,6 +102,11 @@ class LazySet:
     def __init__(self) -> None:
         self._mat: frozenset[Value] | None = None
 
+    @property
+    def materialised(self) -> bool:
+        """Whether the elements are already held (then enumerating costs nothing)."""
+        return self._mat is not None
+
     def contains(self, v: Value) -> bool:
         raise NotImplementedError
 
@@ -199,6 +204,28 @@ class InfiniteCombination(LazySet):
         if self.op == "\\cup":
             return v in self.a or v in self.b
         return v in self.a and v not in self.b
+
+
+class FilteredSet(LazySet):
+    """``{x \\in S : P}`` over a lazy S (``SUBSET SUBSET 1..4``, ``[S -> T]``, ``Nat``):
+    membership tests ``x \\in S /\\ P(x)`` without enumerating S, like TLC."""
+
+    __slots__ = ("base", "pred")
+    label = "{x \\in S : P}"
+
+    def __init__(self, base: LazySet, pred: Callable[[Value], bool]) -> None:
+        super().__init__()
+        self.base, self.pred = base, pred
+
+    @property
+    def infinite(self) -> bool:  # type: ignore[override]
+        return self.base.infinite
+
+    def contains(self, v: Value) -> bool:
+        return v in self.base and self.pred(v)
+
+    def enumerate(self) -> Iterator[Value]:
+        return (v for v in self.base if self.pred(v))
 
 
 class SubsetSet(LazySet):
