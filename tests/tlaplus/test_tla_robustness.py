@@ -127,3 +127,35 @@ def test_eval_error_report_has_one_error_prefix_and_one_summary(
     out = capsys.readouterr().out
     assert code == 75
     assert "Error: Error:" not in out and out.count("states generated") == 1
+
+
+def test_product_of_three_or_more_factors(tmp_path: Path) -> None:
+    spec = model(tmp_path, "X3", "---- MODULE X3 ----\nEXTENDS Naturals\nVARIABLE x\n"
+                                 "Init == x \\in {1} \\X {2, 3} \\X {4}\n"
+                                 "Next == x' \\in (1..2) \\X (1..2) \\X (1..2) \\X {0}\n"
+                                 "Inv == Len(x) \\in {3, 4}\n====\n", "INIT Init\nNEXT Next\nINVARIANT Inv\n")
+    spec.write_text(spec.read_text().replace("EXTENDS Naturals", "EXTENDS Naturals, Sequences"))
+    result = check_model(spec)
+    assert (result.result, result.distinct_states) == ("success", 2 + 8), result.message
+
+
+HOUR_CLOCK = """---- MODULE LiveHourClock ----
+EXTENDS Naturals
+VARIABLE hr
+HCini == hr \\in (1 .. 12)
+HCnxt == hr' = IF hr # 12 THEN hr + 1 ELSE 1
+HC == HCini /\\ [][HCnxt]_hr
+LSpec == HC /\\ WF_hr(HCnxt)
+AlwaysTick == []<><<HCnxt>>_hr
+AllTimes == \\A n \\in 1..12 : []<>(hr = n)
+====
+"""
+
+
+@pytest.mark.parametrize(("spec", "outcome"), [("LSpec", "success"), ("HC", "liveness failure")])
+def test_live_hour_clock(spec: str, outcome: str, tmp_path: Path) -> None:
+    path = model(tmp_path, "LiveHourClock", HOUR_CLOCK, f"SPECIFICATION {spec}\nPROPERTIES AlwaysTick AllTimes\n")
+    result = check_model(path)
+    assert (result.result, result.distinct_states) == (outcome, 12), result.message
+    if outcome != "success":
+        assert result.violated == "AlwaysTick"

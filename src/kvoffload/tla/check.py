@@ -564,6 +564,15 @@ class Checker:
                 return self.lasso(found, claim.name)
         for live in self.m.liveness:
             name, kind, env = live.name, live.kind, live.env
+            if kind == "[]<>step":
+                # A fair cycle without <<A>>_v steps violates []<><<A>>_v.
+                steps = self.edges_where(live.p, env)
+                cycle_succ = [[(b, lab) for b, lab in out if (a, b) not in steps] for a, out in enumerate(self.succ)]
+                found = LivenessSearch(self.succ, fair, cycle_succ).search(sorted(everything), everything, None,
+                                                                           self.depth)
+                if found is not None:
+                    return self.lasso(found, name)
+                continue
             pv = [live.p(Ctx(s, None), env) is True for s in self.states]
             qv = [live.q(Ctx(s, None), env) is True for s in self.states] if live.q is not None else None
             inits = self.init_ids
@@ -643,17 +652,23 @@ class Checker:
             enabled.append(en)
         return enabled, taken
 
+    def edges_where(self, step: Pred, env: dict[str, Value]) -> set[tuple[int, int]]:
+        """The explored edges (a, b) on which the action ``step`` holds."""
+        assert self.succ is not None
+        out: set[tuple[int, int]] = set()
+        for a, succ in enumerate(self.succ):
+            s = self.states[a]
+            for b, _lab in succ:
+                if step(Ctx(s, list(self.states[b])), env) is True:
+                    out.add((a, b))
+        return out
+
     def enabled_on_edges(self, claim: FairClaim) -> tuple[list[bool], set[tuple[int, int]]]:
         """``<<A>>_v`` on the explored edges, and ENABLED as "some explored successor is an
         ``<<A>>_v`` step" (A is a refinement's action over a substituted state function)."""
-        assert self.succ is not None
-        taken: set[tuple[int, int]] = set()
-        for a, out in enumerate(self.succ):
-            s = self.states[a]
-            for b, _lab in out:
-                c = Ctx(s, list(self.states[b]))
-                if claim.step(c, claim.env) is True and claim.vp(c, claim.env) != claim.v(c, claim.env):
-                    taken.add((a, b))
+        taken = {(a, b) for a, b in self.edges_where(claim.step, claim.env)
+                 if claim.vp(Ctx(self.states[a], list(self.states[b])), claim.env)
+                 != claim.v(Ctx(self.states[a], None), claim.env)}
         enabled = [False] * len(self.states)
         for a, _b in taken:
             enabled[a] = True
@@ -816,6 +831,11 @@ def _check(spec_path: Path, config_path: Path | None, monitor: Monitor, max_stat
         model = load_model(spec_path, config_path)
     except TlaError as exc:
         return CheckResult(result="error", message=str(exc), exit_code=_KIND_EXIT.get(exc.kind, 255),
+                           seconds=time.monotonic() - start, **base)  # type: ignore[arg-type]
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+        # A construct the compiler does not expect: say so instead of a traceback.
+        return CheckResult(result="error", message=f"{spec_path}:0:0: unsupported construct (internal "
+                           f"{type(exc).__name__}: {exc})", exit_code=EXIT_ERROR_SPEC_PARSE,
                            seconds=time.monotonic() - start, **base)  # type: ignore[arg-type]
     except RecursionError:
         return CheckResult(result="error", message=f"{spec_path}:0:0: expression nested too deeply to compile",

@@ -237,10 +237,14 @@ def flatten(op: str, node: Any) -> list[Any]:
 
 
 def flatten_product(node: Any) -> list[Any]:
-    a, b = node.arguments
-    if tname(a) == "OperatorApplication" and B.ALIASES.get(a.operator, a.operator) == "\\X" and a.arguments:
-        return [*flatten_product(a), b]
-    return [a, b]
+    """The factors of ``A \\X B \\X C`` (the parser gives n-ary or nested binary nodes)."""
+    out: list[Any] = []
+    for a in node.arguments:
+        if tname(a) == "OperatorApplication" and B.ALIASES.get(a.operator, a.operator) == "\\X" and a.arguments:
+            out += flatten_product(a)
+        else:
+            out.append(a)
+    return out
 
 
 MISSING: Any = object()

@@ -37,7 +37,7 @@ class Fairness:
 
 @dataclass
 class Liveness:
-    kind: str  # "<>" | "[]<>" | "<>[]" | "~>" | "[]" (only with a premise)
+    kind: str  # "<>" | "[]<>" | "<>[]" | "~>" | "[]<>step" ([]<><<A>>_v) | "[]" (only with a premise)
     p: Piece
     q: Piece | None
     name: str
@@ -211,6 +211,9 @@ class TemporalAnalyzer:
                     return
             if at == "OperatorApplication" and arg.node.operator == "<>":
                 inner = self.unwrap(Piece(arg.node.arguments[0], arg.scope, arg.locals, arg.env, pc.label))
+                if tname(inner.node) == "SubscriptedAction" and inner.node.operator == "<<":
+                    out.liveness.append(Liveness("[]<>step", inner, None, pc.label))  # infinitely many A steps
+                    return
                 if not self.is_temporal(inner.node, inner.scope):
                     out.liveness.append(Liveness("[]<>", inner, None, pc.label))
                     return
