@@ -159,3 +159,49 @@ def test_live_hour_clock(spec: str, outcome: str, tmp_path: Path) -> None:
     assert (result.result, result.distinct_states) == (outcome, 12), result.message
     if outcome != "success":
         assert result.violated == "AlwaysTick"
+
+
+def test_membership_in_infinite_sets_without_enumerating(tmp_path: Path) -> None:
+    facts = [r"3 \in Nat", r"-1 \notin Nat", r"-1 \in Int", r"<<1, 2>> \in Seq(Nat)", r"<<-1>> \notin Seq(Nat)",
+             r"[x \in {1} |-> 3] \in [{1} -> Nat]", r'"a" \in STRING', r"{1, 2} \in SUBSET Nat",
+             r"0 \notin Nat \ {0}", r"{-1} \notin SUBSET Nat", r"7 \in {n \in Nat : n > 5}"]
+    assumes = "\n".join(f"ASSUME {f}" for f in facts)
+    spec = model(tmp_path, "I", f"---- MODULE I ----\nEXTENDS Integers, Sequences\n{assumes}\nVARIABLE x\n"
+                                "Init == x \\in {0, 1}\nNext == UNCHANGED x\nTypeOK == x \\in Nat /\\ [v |-> x] \\in "
+                                "[v : Nat]\n====\n", "INIT Init\nNEXT Next\nINVARIANT TypeOK\n")
+    result = check_model(spec)
+    assert (result.result, result.distinct_states) == ("success", 2), result.message
+
+
+ABSTRACT = """---- MODULE Abs ----
+EXTENDS Naturals
+VARIABLE y
+Init == y = 0
+Next == y' = (y + 1) % 2
+Spec == Init /\\ [][Next]_y /\\ WF_y(Next)
+====
+"""
+
+
+@pytest.mark.parametrize(("fair", "outcome"), [("/\\ WF_x(Next)", "success"), ("", "liveness failure")])
+def test_refinement_property_with_fairness(fair: str, outcome: str, tmp_path: Path) -> None:
+    (tmp_path / "Abs.tla").write_text(ABSTRACT)
+    spec = model(tmp_path, "Conc", "---- MODULE Conc ----\nEXTENDS Naturals\nVARIABLE x\n"
+                                   "Init == x = 0\nNext == x' = (x + 1) % 4\n"
+                                   f"Spec == Init /\\ [][Next]_x {fair}\n"
+                                   "A == INSTANCE Abs WITH y <- x % 2\nAbsSpec == A!Spec\n====\n",
+                 "SPECIFICATION Spec\nPROPERTY AbsSpec\n")
+    result = check_model(spec)
+    assert (result.result, result.distinct_states) == (outcome, 4), result.message
+    if outcome != "success":
+        assert result.violated == "AbsSpec"
+
+
+def test_refinement_property_catches_a_wrong_step(tmp_path: Path) -> None:
+    (tmp_path / "Abs.tla").write_text(ABSTRACT)
+    spec = model(tmp_path, "Conc", "---- MODULE Conc ----\nEXTENDS Naturals\nVARIABLE x\n"
+                                   "Init == x = 0\nNext == x' = (x + 2) % 4\nSpec == Init /\\ [][Next]_x\n"
+                                   "A == INSTANCE Abs WITH y <- x % 3\nAbsSpec == A!Spec\n====\n",
+                 "SPECIFICATION Spec\nPROPERTY AbsSpec\n")
+    result = check_model(spec)
+    assert result.result == "safety failure" and result.violated == "AbsSpec", result.message
