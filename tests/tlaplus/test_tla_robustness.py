@@ -205,3 +205,17 @@ def test_refinement_property_catches_a_wrong_step(tmp_path: Path) -> None:
                  "SPECIFICATION Spec\nPROPERTY AbsSpec\n")
     result = check_model(spec)
     assert result.result == "safety failure" and result.violated == "AbsSpec", result.message
+
+
+def test_recursive_function_of_two_arguments_and_alias(tmp_path: Path) -> None:
+    spec = model(tmp_path, "R", "---- MODULE R ----\nEXTENDS Naturals\n"
+                                "binom[n \\in 0..6, k \\in 0..6] == IF k = 0 \\/ k = n THEN 1 ELSE IF k > n THEN 0\n"
+                                "    ELSE binom[n - 1, k - 1] + binom[n - 1, k]\n"
+                                "VARIABLE x\nInit == x = binom[6, 3]\nNext == UNCHANGED x\nInv == x = 20\n"
+                                "Alias == [x |-> x, twice |-> 2 * x]\n====\n",
+                 "INIT Init\nNEXT Next\nINVARIANT Inv\nALIAS Alias\n")
+    result = check_model(spec)
+    assert (result.result, result.distinct_states) == ("success", 1), result.message
+    (tmp_path / "R.cfg").write_text("INIT Init\nNEXT Next\nALIAS NoSuchAlias\n")
+    bad = check_model(spec)
+    assert bad.result == "error" and "R.cfg:3:" in bad.message and "NoSuchAlias" in bad.message
