@@ -75,6 +75,8 @@ def add_parser(subparsers: Any) -> None:
         sub.add_argument("--max-memory", type=_positive, default=DEFAULT_MAX_MEMORY_MB, metavar="MIB",
                          help=f"embedded engine: stop when the process uses more than MIB MiB (exit 152; "
                               f"default {DEFAULT_MAX_MEMORY_MB})")
+        sub.add_argument("--workers", type=_positive, default=1,
+                         help="embedded engine: processes generating successors (same results; default 1)")
         sub.add_argument("--quiet", action="store_true",
                          help="embedded engine: no header and progress lines on stderr")
 
@@ -123,6 +125,7 @@ def run_engine(
     max_states: int | None = None,
     max_memory_mb: int | None = DEFAULT_MAX_MEMORY_MB,
     progress: bool = False,
+    workers: int = 1,
 ) -> CheckResult:
     """Check ``spec`` with ``config`` on a resolved engine (``tlc`` or ``embedded``).
 
@@ -145,7 +148,8 @@ def run_engine(
         ) from error
     started = time.perf_counter()
     try:
-        result = check_model(spec, config, max_states=max_states, max_memory_mb=max_memory_mb, progress=progress)
+        result = check_model(spec, config, max_states=max_states, max_memory_mb=max_memory_mb, progress=progress,
+                             workers=workers)
     except TlaError as error:
         raise _command_error(format_tla_error(error), EXIT_ERROR_SPEC_PARSE) from error
     if not result.seconds:
@@ -213,7 +217,7 @@ def run_check(args: argparse.Namespace) -> int:
     if note:
         print(f"kvoffload tla: {note}", file=sys.stderr)
     result = run_engine(engine, spec, config, jar=args.jar, max_states=args.max_states,
-                        max_memory_mb=args.max_memory, progress=not args.quiet)
+                        max_memory_mb=args.max_memory, progress=not args.quiet, workers=args.workers)
     result.spec = result.spec or str(spec)
     result.config = result.config or str(config)
     if args.json:

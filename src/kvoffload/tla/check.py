@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 import threading
 import time
@@ -24,6 +25,7 @@ from kvoffload.statemachine.checkresult import (
     TraceStep,
 )
 
+from . import parallel
 from .action import Compiler
 from .config import ModelConfig, Named, parse_config
 from .errors import EvalError, TlaError
@@ -350,8 +352,13 @@ class _Stop(Exception):
 
 
 class Checker:
-    def __init__(self, model: Compiled, monitor: Monitor | None = None, max_states: int | None = None) -> None:
+    def __init__(
+        self, model: Compiled, monitor: Monitor | None = None, max_states: int | None = None, workers: int = 1
+    ) -> None:
         self.m = model
+        self.workers = workers
+        # Successors computed ahead by worker processes (parallel.generate), by state index.
+        self.pregenerated: dict[int, parallel.Successors] = {}
         self.monitor = monitor if monitor is not None else Monitor()
         self.max_states = max_states
         self.states: list[State] = []
@@ -487,7 +494,11 @@ class Checker:
             self.current = i  # for the trace of an evaluation error in Next
             c = Ctx(s, [UNSET] * nv)
             any_succ = False
-            for lab in nxt(c, EMPTY):
+            if self.workers > 1 and i not in self.pregenerated and len(self.queue) >= _PARALLEL_BATCH // 4:
+                batch = [i, *itertools.islice(self.queue, _PARALLEL_BATCH - 1)]
+                self.pregenerated = parallel.generate(nxt, self.states, batch, nv, self.workers)
+            pre = self.pregenerated.pop(i, None)
+            for lab in (nxt(c, EMPTY) if pre is None else parallel.replay(c.n, pre)):  # type: ignore[arg-type]
                 t = tuple(c.n)  # type: ignore[arg-type]
                 # Identity test via id(): `UNSET in t` would call __eq__ on every value.
                 if unset_id in map(id, t):
@@ -769,6 +780,7 @@ def check_model(
     progress: bool = False,
     max_states: int | None = None,
     max_memory_mb: float | None = DEFAULT_MAX_MEMORY_MB,
+    workers: int = 1,
 ) -> CheckResult:
     """Model-check ``spec_path`` under ``config_path`` (default: SPEC.cfg beside the spec).
 
@@ -780,7 +792,9 @@ def check_model(
     ``max_memory_mb`` MiB of memory, and on Ctrl-C (exit 130), with the summary so far.
 
     The search runs in a thread with a large stack, so deeply recursive definitions
-    (``Sum(10000)``) evaluate without Python's default recursion limit.
+    (``Sum(10000)``) evaluate without Python's default recursion limit. With ``workers`` > 1,
+    forked processes generate the successors of batches of queued states (POSIX only); the
+    results, counters and traces are exactly those of the single-process search.
     """
     monitor = Monitor(sys.stderr if progress else None, max_memory_mb)
     box: list[CheckResult | BaseException] = []
@@ -788,7 +802,7 @@ def check_model(
 
     def work() -> None:
         try:
-            box.append(_check(Path(spec_path), config_path, monitor, max_states))
+            box.append(_check(Path(spec_path), config_path, monitor, max_states, workers))
         except BaseException as exc:  # handed to the calling thread, which re-raises it
             box.append(exc)
         finally:
@@ -818,12 +832,16 @@ def check_model(
     return outcome
 
 
+# With workers > 1: how many queued states one round of worker processes expands.
+_PARALLEL_BATCH = 4096
 # Deep recursion (RECURSIVE operators, recursive functions) runs on a 512 MiB thread stack.
 _STACK_BYTES = 512 * 1024 * 1024
 _RECURSION_LIMIT = 400_000
 
 
-def _check(spec_path: Path, config_path: Path | None, monitor: Monitor, max_states: int | None) -> CheckResult:
+def _check(
+    spec_path: Path, config_path: Path | None, monitor: Monitor, max_states: int | None, workers: int = 1
+) -> CheckResult:
     config_path = Path(config_path) if config_path is not None else spec_path.with_suffix(".cfg")
     start = time.monotonic()
     base = {"engine": "embedded", "spec": str(spec_path), "config": str(config_path)}
@@ -847,7 +865,7 @@ def _check(spec_path: Path, config_path: Path | None, monitor: Monitor, max_stat
                                    "were evaluated, no state was explored.\n0 states generated, 0 distinct "
                                    "states found, 0 states left on queue.", **base)  # type: ignore[arg-type]
     monitor.header(str(spec_path), str(config_path))
-    checker = Checker(model, monitor=monitor, max_states=max_states)
+    checker = Checker(model, monitor=monitor, max_states=max_states, workers=workers)
     stop: _Stop | None = None
     lasso_loop: int | None = None
     try:

@@ -55,6 +55,10 @@ class ModelValue(tuple):
     def name(self) -> str:
         return self[1]  # type: ignore[no-any-return]
 
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # Unpickled (from a worker process) as the interned value of this process.
+        return (ModelValue, (self.name,))
+
     def __repr__(self) -> str:
         return self[1]  # type: ignore[no-any-return]
 
