@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test test-thorough lint tla bench clean redis-server check-vllm-engine check-vllm
+.PHONY: demo test test-thorough lint tla tla-corpus bench clean redis-server check-vllm-engine check-vllm
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -78,3 +78,8 @@ check-vllm: $(STAMP)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) build dist src/*.egg-info .pytest_cache .ruff_cache .hypothesis
+
+# Every model of the public TLA+ corpus (tests/tlaplus/corpus) against TLC's recorded answers;
+# `make test` runs only the fast ones.
+tla-corpus: $(STAMP)
+	TLA_CORPUS_ALL=1 $(PY) -m pytest -q tests/tlaplus/test_tla_corpus.py

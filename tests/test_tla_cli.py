@@ -81,7 +81,7 @@ def test_tlc_config_error_is_one_line(
     fake_tlc.output = fixture("config_error.out")
     fake_tlc.exit_code = EXIT_ERROR_CONFIG_PARSE
     code, _, err = run_cli(["tla", "check", str(TLA_DIR / "KVOffload.tla"), "--engine", "tlc"], capsys)
-    assert code == 2
+    assert code == EXIT_ERROR_CONFIG_PARSE
     line = assert_one_error_line(err)
     assert "KVOffload.cfg" in line and "NoSuchInvariant" in line
     # TLC names no line for config errors; the CLI finds the name in the cfg.
@@ -91,7 +91,7 @@ def test_tlc_config_error_is_one_line(
         "\\* NoSuchInvariant in a comment\nINVARIANTS\n    TypeOK\n    NoSuchInvariant\n"
     )
     code, _, err = run_cli(["tla", "check", str(spec), "--engine", "tlc"], capsys)
-    assert code == 2
+    assert code == EXIT_ERROR_CONFIG_PARSE
     assert f"{tmp_path / 'KVOffload.cfg'}:4: The invariant NoSuchInvariant" in assert_one_error_line(err)
 
 
@@ -99,7 +99,7 @@ def test_tlc_parse_error_is_one_line(fake_tlc: FakeTlc, capsys: pytest.CaptureFi
     fake_tlc.output = fixture("parse_error.out")
     fake_tlc.exit_code = EXIT_ERROR_SPEC_PARSE
     code, out, err = run_cli(["tla", "check", str(TLA_DIR / "KVOffload.tla"), "--engine", "tlc", "--json"], capsys)
-    assert code == 2 and out == ""
+    assert code == EXIT_ERROR_SPEC_PARSE and out == ""
     line = assert_one_error_line(err)
     assert "KVOffload.tla: parse error in module Broken" in line and "line 12, column 1" in line
 
@@ -450,7 +450,7 @@ SPEC_MUTANTS = [
 
 @pytest.mark.parametrize(("old", "new", "result", "violated"), SPEC_MUTANTS)
 def test_spec_mutants_are_caught(tmp_path: Path, old: str, new: str, result: str, violated: str) -> None:
-    from kvoffload.statemachine.tlaplus import check_model
+    from kvoffload.tla import check_model
 
     text = (TLA_DIR / "KVOffload.tla").read_text()
     assert text.count(old) == 1, old

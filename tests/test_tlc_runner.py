@@ -4,11 +4,11 @@ discovery, the command line, and, when a tla2tools.jar and java are present, rea
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from kvoffload.statemachine import tlc
 from kvoffload.statemachine.checkresult import (
     EXIT_ERROR_CONFIG_PARSE,
     EXIT_ERROR_SPEC_PARSE,
@@ -17,6 +17,7 @@ from kvoffload.statemachine.checkresult import (
     EXIT_VIOLATION_LIVENESS,
     EXIT_VIOLATION_SAFETY,
 )
+from kvoffload.tla import tlc
 from tlc_fakes import FIXTURES, FakeTlc, fixture, touch_jar
 
 REPO = Path(__file__).parent.parent
@@ -370,3 +371,29 @@ def test_run_tlc_through_a_real_subprocess(tmp_path: Path, fake_jar: Path) -> No
     assert result.trace[0].state["sched"] == '[r1 |-> "waiting", r2 |-> "waiting"]'  # read from the JSON
     # The temporary directory with the trace and TLC's metadata is gone.
     assert not Path(args[args.index("-dumpTrace") + 2]).exists()
+
+
+def test_relative_jar_is_resolved_before_tlc_changes_directory(
+    tmp_path: Path, no_tlc: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jar = touch_jar(tmp_path / "tools")
+    relative = str(jar.relative_to(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    assert tlc.find_jar(relative) == jar
+    monkeypatch.setenv(tlc.JAR_ENV, relative)
+    assert tlc.find_jar() == jar
+    fake = FakeTlc(fixture("safety.out"), EXIT_VIOLATION_SAFETY, trace_json=fixture("safety.json"))
+    monkeypatch.setattr(tlc.subprocess, "run", fake)
+    tlc.run_tlc(TLA_DIR / "KVOffload.tla", TLA_DIR / "KVOffload_EagerSignal.cfg", java="java")
+    command, kwargs = fake.calls[0]
+    assert command[command.index("-cp") + 1] == str(jar)
+    assert kwargs["cwd"] != tmp_path
+
+
+def test_spec_named_like_an_option_is_passed_as_a_path(tmp_path: Path) -> None:
+    command = tlc.build_command("java", tmp_path / "t.jar", tmp_path / "-Spec.tla", tmp_path / "a.cfg",
+                                tmp_path / "trace.json")
+    assert command[-1] == f".{os.sep}-Spec.tla"
+    plain = tlc.build_command("java", tmp_path / "t.jar", tmp_path / "Spec.tla", tmp_path / "a.cfg",
+                              tmp_path / "trace.json")
+    assert plain[-1] == "Spec.tla"

@@ -14,9 +14,9 @@ from kvoffload.cli import main
 from kvoffload.sim import Engine, EngineConfig, MultiTurnWorkload, WorkloadConfig
 from kvoffload.spec import JOB_LIFECYCLE, REQUEST_LIFECYCLE
 from kvoffload.statemachine.runtime import TransitionEvent
-from kvoffload.statemachine.tlaplus import check_model
 from kvoffload.statemachine.trace import TraceWriter
 from kvoffload.statemachine.trace_tla import write_trace_module
+from kvoffload.tla import check_model
 from kvoffload.verify.bugzoo import MUTANTS, Mutant
 from kvoffload.verify.mirror import MalformedTrace, check_trace_file, check_trace_lines
 from kvoffload.verify.trace_tla_rules import check_trace_module, write_product_trace_module

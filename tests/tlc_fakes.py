@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kvoffload.statemachine import tlc
+from kvoffload.tla import tlc
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tlc"
 

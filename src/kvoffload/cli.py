@@ -49,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except CommandError as error:
         print(f"kvoffload {args.command}: error: {error}", file=sys.stderr)
-        return 2
+        return error.status
     except BrokenPipeError:
         return 0
 

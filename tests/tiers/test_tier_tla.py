@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from kvoffload.commands import tla as tla_command
-from kvoffload.statemachine.tlaplus import check_model
 from kvoffload.tiers.invariants import TIER_INVARIANTS
+from kvoffload.tla import check_model
 
 TLA_DIR = Path(__file__).resolve().parents[2] / "tla"
 SPEC = TLA_DIR / "KVOffloadTiers.tla"

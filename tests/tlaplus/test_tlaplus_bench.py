@@ -11,9 +11,20 @@ from kvoffload.benchmarks import tla as bench
 def test_bench_reports_rates_and_skips_missing_models(tmp_path: Path) -> None:
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
-    args = parser.parse_args(["--tla-dir", str(tmp_path)])
+    args = parser.parse_args(["--tla-dir", str(tmp_path), "--corpus-models", "0"])
     out = bench.run(args)
     kv, conformance = out["results"]
     assert kv["model"] == "tla/KVOffload.cfg" and "skipped" in kv
     assert conformance["result"] == "success" and conformance["distinct_states"] == 1568
     assert conformance["seconds"] > 0 and conformance["distinct_states_per_s"] > 0
+
+
+def test_bench_reports_corpus_models_next_to_tlc(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    args = parser.parse_args(["--tla-dir", str(tmp_path), "--corpus-models", "1", "--max-states", "2000"])
+    row = bench.run(args)["results"][-1]
+    assert row["model"] == "specifications/lamport_mutex/MCLamportMutex.cfg"
+    assert row["tlc_distinct_states"] == 724274 and row["tlc_seconds"] == 10
+    # Cut short by --max-states: reported, and not claimed to match TLC.
+    assert row["distinct_states"] == 2000 and row["matches_tlc"] is False

@@ -15,7 +15,7 @@ from kvoffload.statemachine.checkresult import (
     EXIT_VIOLATION_SAFETY,
     CheckResult,
 )
-from kvoffload.statemachine.tlaplus import check_model
+from kvoffload.tla import check_model
 
 SPECS = Path(__file__).parent / "specs"
 

@@ -13,7 +13,7 @@ from kvoffload.statemachine.checkresult import (
     EXIT_FAILURE_SPEC_EVAL,
     EXIT_VIOLATION_ASSUMPTION,
 )
-from kvoffload.statemachine.tlaplus import TlaError, check_model, load_model
+from kvoffload.tla import TlaError, check_model, load_model
 
 GOOD = """---- MODULE M ----
 EXTENDS Naturals

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.statemachine.tlaplus import check_model
-from kvoffload.statemachine.tlaplus.values import (
+from kvoffload.tla import check_model
+from kvoffload.tla.values import (
     Fn,
     FnSet,
     ModelValue,

@@ -17,24 +17,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvoffload.commands.errors import CommandError
 from kvoffload.statemachine.checkresult import (
     EXIT_ERROR_CONFIG_PARSE,
     EXIT_ERROR_SPEC_PARSE,
     EXIT_SUCCESS,
     CheckResult,
 )
+from kvoffload.tla.monitor import DEFAULT_MAX_MEMORY_MB
 
 ENGINES = ("auto", "tlc", "embedded")
 _EXPECT_RE = re.compile(r"^\s*\\\*\s*expect:\s*(.+?)\s*$", re.MULTILINE)
 _SPEC_RE = re.compile(r"^\s*\\\*\s*spec:\s*(\S+)\s*$", re.MULTILINE)
+# Binary or non-UTF-8 .tla/.cfg: TLC has no exit code for it; the CLI's usage error status.
+EXIT_UNREADABLE_INPUT = 2
 _OUTCOMES = ("success", "safety failure", "liveness failure", "deadlock failure", "error")
 
 
-def _command_error(message: str) -> Exception:
-    # Imported lazily: kvoffload.cli imports this module while building its parser.
-    from kvoffload.cli import CommandError
-
-    return CommandError(message)
+def _positive(text: str) -> int:
+    """``--max-states``/``--max-memory``: a positive number (0 or less would check nothing)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {value}")
+    return value
 
 
 def add_parser(subparsers: Any) -> None:
@@ -56,7 +64,15 @@ def add_parser(subparsers: Any) -> None:
         )
         sub.add_argument("--jar", type=Path, help="path to tla2tools.jar (else $TLA2TOOLS_JAR, else cache)")
         sub.add_argument("--json", action="store_true", help="print the result as JSON")
-        sub.add_argument("--max-states", type=int, default=None, help="embedded engine: stop after N states")
+        sub.add_argument("--max-states", type=_positive, default=None,
+                         help="embedded engine: stop after N distinct states (exit 152)")
+        sub.add_argument("--max-memory", type=_positive, default=DEFAULT_MAX_MEMORY_MB, metavar="MIB",
+                         help=f"embedded engine: stop when the process uses more than MIB MiB (exit 152; "
+                              f"default {DEFAULT_MAX_MEMORY_MB})")
+        sub.add_argument("--workers", type=_positive, default=1,
+                         help="embedded engine: processes generating successors (same results; default 1)")
+        sub.add_argument("--quiet", action="store_true",
+                         help="embedded engine: no header and progress lines on stderr")
 
     check = actions.add_parser("check", help="check one spec with one model (.cfg)")
     check.add_argument("spec", type=Path, help="the .tla module")
@@ -77,7 +93,7 @@ def choose_engine(engine: str, jar: Path | None) -> tuple[str, str | None]:
     """Resolve ``auto`` to ``tlc`` or ``embedded``. Returns ``(engine, note)``; the note says why
     ``auto`` fell back to the embedded checker. ``tlc`` without a jar or java raises CommandError
     with the how-to-get-the-jar message."""
-    from kvoffload.statemachine import tlc
+    from kvoffload.tla import tlc
 
     if engine == "embedded":
         return "embedded", None
@@ -85,7 +101,7 @@ def choose_engine(engine: str, jar: Path | None) -> tuple[str, str | None]:
         tlc.find_tlc(jar)
     except tlc.TlcNotFound as error:
         if engine == "tlc" or jar is not None:
-            raise _command_error(str(error)) from error
+            raise CommandError(str(error)) from error
         reason = "java not found" if "java not found" in str(error) else "no tla2tools.jar found"
         return "embedded", (
             f"TLC not available ({reason}); using the embedded checker "
@@ -101,6 +117,9 @@ def run_engine(
     *,
     jar: Path | None = None,
     max_states: int | None = None,
+    max_memory_mb: int | None = DEFAULT_MAX_MEMORY_MB,
+    progress: bool = False,
+    workers: int = 1,
 ) -> CheckResult:
     """Check ``spec`` with ``config`` on a resolved engine (``tlc`` or ``embedded``).
 
@@ -108,24 +127,25 @@ def run_engine(
     raise CommandError with one line naming the file and line, whichever engine found them.
     """
     if engine == "tlc":
-        from kvoffload.statemachine import tlc
+        from kvoffload.tla import tlc
 
         try:
             result = tlc.run_tlc(spec, config, jar=jar)
         except tlc.TlcNotFound as error:
-            raise _command_error(str(error)) from error
+            raise CommandError(str(error)) from error
         return _reject_input_errors(result, spec, config)
     try:
-        from kvoffload.statemachine.tlaplus import TlaError, check_model
+        from kvoffload.tla import TlaError, check_model
     except ImportError as error:
-        raise _command_error(
+        raise CommandError(
             f"the embedded TLA+ checker is not available ({error}); use --engine tlc with a tla2tools.jar"
         ) from error
     started = time.perf_counter()
     try:
-        result = check_model(spec, config, max_states=max_states)
+        result = check_model(spec, config, max_states=max_states, max_memory_mb=max_memory_mb, progress=progress,
+                             workers=workers)
     except TlaError as error:
-        raise _command_error(format_tla_error(error)) from error
+        raise CommandError(format_tla_error(error), EXIT_ERROR_SPEC_PARSE) from error
     if not result.seconds:
         result.seconds = time.perf_counter() - started
     return _reject_input_errors(result, spec, config)
@@ -134,13 +154,13 @@ def run_engine(
 def _reject_input_errors(result: CheckResult, spec: Path, config: Path) -> CheckResult:
     """A spec or config that does not parse is the user's input error (one line, exit 2), not a
     model-checking outcome; the message names the file (and line, where the engine knows it)."""
-    if result.exit_code not in (EXIT_ERROR_SPEC_PARSE, EXIT_ERROR_CONFIG_PARSE):
+    if result.exit_code not in (EXIT_ERROR_SPEC_PARSE, EXIT_ERROR_CONFIG_PARSE, EXIT_UNREADABLE_INPUT):
         return result
     message = " ".join(part.strip() for part in result.message.splitlines() if part.strip())
     if not re.match(r"\S+\.(tla|cfg)\b", message):
         where = str(spec) if result.exit_code == EXIT_ERROR_SPEC_PARSE else _config_location(config, message)
         message = f"{where}: {message}"
-    raise _command_error(message)
+    raise CommandError(message, result.exit_code)
 
 
 def _config_location(config: Path, message: str) -> str:
@@ -175,12 +195,12 @@ def format_tla_error(error: Exception) -> str:
 
 def _resolve_inputs(spec: Path, config: Path | None) -> tuple[Path, Path]:
     if spec.suffix == ".cfg":
-        raise _command_error(f"{spec}: SPEC must be the .tla module (pass the model with --config)")
+        raise CommandError(f"{spec}: SPEC must be the .tla module (pass the model with --config)")
     if not spec.is_file():
-        raise _command_error(f"{spec}: no such spec file")
+        raise CommandError(f"{spec}: no such spec file")
     config = config if config is not None else spec.with_suffix(".cfg")
     if not config.is_file():
-        raise _command_error(f"{config}: no such model file (pass --config MODEL.cfg)")
+        raise CommandError(f"{config}: no such model file (pass --config MODEL.cfg)")
     return spec, config
 
 
@@ -190,7 +210,8 @@ def run_check(args: argparse.Namespace) -> int:
     engine, note = choose_engine(args.engine, args.jar)
     if note:
         print(f"kvoffload tla: {note}", file=sys.stderr)
-    result = run_engine(engine, spec, config, jar=args.jar, max_states=args.max_states)
+    result = run_engine(engine, spec, config, jar=args.jar, max_states=args.max_states,
+                        max_memory_mb=args.max_memory, progress=not args.quiet, workers=args.workers)
     result.spec = result.spec or str(spec)
     result.config = result.config or str(config)
     if args.json:
@@ -214,9 +235,13 @@ def format_report(result: CheckResult) -> str:
         f"(engine: {result.engine})"
     ]
     if result.result == "success":
+        lines += [line for line in result.message.splitlines() if line.startswith("Warning:")]
         lines.append("Model checking completed. No error has been found.")
     elif result.result == "error":
-        lines.append(f"Error: {result.message}")
+        # The engine's message may carry its own "Error: " and the counters printed below.
+        summary = f"{result.states_generated} states generated, "
+        text = [line for line in result.message.splitlines() if not line.startswith(summary)]
+        lines += [f"Error: {line.removeprefix('Error: ')}" if k == 0 else line for k, line in enumerate(text)]
     else:
         headline = {
             "safety failure": f"Invariant {result.violated} is violated.",
@@ -298,7 +323,7 @@ def spec_for_config(config: Path) -> Path:
     if match:
         named = directory / match.group(1)
         if not named.is_file():
-            raise _command_error(f"{config}: names spec {match.group(1)}, which is not in {directory}")
+            raise CommandError(f"{config}: names spec {match.group(1)}, which is not in {directory}")
         return named
     by_name = directory / (config.stem.split("_", 1)[0] + ".tla")
     if by_name.is_file():
@@ -306,7 +331,7 @@ def spec_for_config(config: Path) -> Path:
     modules = sorted(directory.glob("*.tla"))
     if len(modules) == 1:
         return modules[0]
-    raise _command_error(f"{config}: cannot tell which .tla it checks (add a line '\\* spec: X.tla')")
+    raise CommandError(f"{config}: cannot tell which .tla it checks (add a line '\\* spec: X.tla')")
 
 
 @dataclass
@@ -337,15 +362,13 @@ class ModelOutcome:
 
 def check_one_model(config: Path, engine: str, jar: Path | None, max_states: int | None) -> ModelOutcome:
     """Check one ``.cfg`` and compare with its expectation; input errors become ``got: error``."""
-    from kvoffload.cli import CommandError
-
     started = time.perf_counter()
     spec_name = "?"
     expected = "?"
     try:
         expectation = read_expectation(config)
         if expectation is None:
-            raise _command_error(f"{config}: no '\\* expect: ...' line")
+            raise CommandError(f"{config}: no '\\* expect: ...' line")
         expected = str(expectation)
         spec = spec_for_config(config)
         spec_name = spec.name
@@ -380,10 +403,10 @@ def run_check_all(args: argparse.Namespace) -> int:
     expectation."""
     directory: Path = args.directory
     if not directory.is_dir():
-        raise _command_error(f"{directory}: no such directory")
+        raise CommandError(f"{directory}: no such directory")
     configs = sorted(directory.glob("*.cfg"))
     if not configs:
-        raise _command_error(f"{directory}: no .cfg models")
+        raise CommandError(f"{directory}: no .cfg models")
     engine, note = choose_engine(args.engine, args.jar)
     if note:
         print(f"kvoffload tla: {note}", file=sys.stderr)

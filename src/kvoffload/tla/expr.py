@@ -1,0 +1,1101 @@
+"""Compile TLA+ expressions to Python closures ``f(c, e) -> value``, once.
+
+Constant sub-expressions (no state, no bound names) are evaluated once and cached. Actions are
+compiled by :mod:`kvoffload.tla.action`, which extends this compiler.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from . import builtins as B
+from .errors import EvalError, TlaError
+from .modules import Decl, InstanceRef, OpDef, Scope, pos
+from .syntax import (
+    ALLVARS,
+    EMPTY,
+    ENV,
+    IMPURE,
+    NEXT,
+    STATE,
+    UNSET,
+    UNSUPPORTED_OPS,
+    VAR0,
+    Ctx,
+    Fun,
+    Local,
+    Thunk,
+    VarRef,
+    all_of,
+    any_of,
+    as_bool,
+    const_value,
+    describe,
+    flatten_product,
+    fold,
+    name_of,
+    ordered,
+    rebuild,
+    state_memo,
+    tname,
+    unescape,
+)
+from .values import (
+    BOOLEAN,
+    PLAIN_TYPES,
+    STRING,
+    FilteredSet,
+    Fn,
+    FnSet,
+    LazyFn,
+    LazySet,
+    ProductSet,
+    RecordSet,
+    Value,
+    apply,
+    iter_set,
+    mkfn,
+    norm,
+    render,
+    sortkey,
+    update,
+)
+
+
+class ExprCompiler:
+    """Compiles expressions (values and state predicates) of a loaded root scope against a model's
+    constants; :class:`~kvoffload.tla.action.Compiler` adds actions."""
+
+    def __init__(self, root: Scope, constants: dict[str, Value]) -> None:
+        self.root = root
+        self.constants = constants
+        self.variables = list(root.variables)
+        self.var_index = {v: i for i, v in enumerate(self.variables)}
+        self.cache: dict[tuple[Any, ...], Any] = {}
+        self.file_stack: list[str] = [root.file]
+        # Quantifier bounds that are constant, pre-sorted once (keyed by the bound's closure).
+        self.const_sets: dict[int, tuple[Fun, list[Value]]] = {}
+        # Successor memos of actions (see act_call): per operator, a box holding None (off) or
+        # a dict (id(state), arguments) -> (state, [(label, successor)]), and whether to record
+        # new entries; switched on by the checker.
+        self.act_memos: dict[int, list[Any]] = {}
+        # While set, act_call records the operators it is asked to call (fairness actions).
+        self.collect_acts: set[int] | None = None
+
+    # ---- errors -------------------------------------------------------------------------
+    def err(self, msg: str, node: Any, kind: str = "semantic") -> TlaError:
+        line, col = pos(node)
+        return TlaError(msg, self.file_stack[-1], line, col, kind=kind)
+
+    def unsupported(self, what: str, node: Any) -> TlaError:
+        return self.err(f"unsupported construct: {what}", node, kind="unsupported")
+
+    def where(self, node: Any) -> str:
+        line, col = pos(node)
+        return f"{self.file_stack[-1]}:{line}:{col}"
+
+    def located(self, fn: Fun, node: Any, what: str) -> Fun:
+        where = f"{self.where(node)} ({what})"
+
+        def g(c: Ctx, e: dict[str, Value]) -> Value:
+            try:
+                return fn(c, e)
+            except EvalError as exc:
+                if exc.where is None:
+                    exc.where = where
+                    exc.args = (f"{where}: {exc.bare_message}",)
+                raise
+            except (TypeError, ValueError) as exc:
+                raise EvalError(f"{where}: {exc}", where) from exc
+
+        return g
+
+    # ---- name resolution ------------------------------------------------------------------
+    def lookup(self, name: str, scope: Scope) -> Any:
+        d = scope.defs.get(name)
+        if d is not None:
+            return d
+        if name in B.FUNCTIONS or name in B.CONSTANTS:
+            return ("builtin", name)
+        return None
+
+    def assignable(self, node: Any, scope: Scope, locals_: dict[str, Local]) -> int | None:
+        """The state-variable index an identifier denotes (following INSTANCE substitutions)."""
+        while tname(node) == "Parentheses":
+            node = node.expression
+        if tname(node) != "OperatorApplication" or node.arguments:
+            return None
+        name = node.operator
+        if name in locals_:
+            return None
+        d = scope.defs.get(name)
+        if isinstance(d, Decl) and d.kind == "var":
+            if d.scope.subst is None:
+                return self.var_index[name]
+            sub, outer = d.scope.subst[name]
+            return self.assignable(sub, outer, {})
+        return None
+
+    # ---- operator bodies -------------------------------------------------------------------
+    def op_body(self, opdef: OpDef, primed: bool) -> tuple[Fun, int]:
+        key = ("op", id(opdef), primed)
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit
+        cell: list[Fun] = []
+
+        def indirect(c: Ctx, e: dict[str, Value]) -> Value:
+            return cell[0](c, e)
+
+        # While compiling (recursion) assume the worst so nothing gets wrongly folded.
+        self.cache[key] = (indirect, STATE | NEXT | ENV | ALLVARS)
+        locals_ = {p: Local("opparam" if ar else "val", p) for p, ar in opdef.params}
+        self.file_stack.append(opdef.file or opdef.scope.file)
+        try:
+            if getattr(opdef.node, "function", None):
+                fn, deps = self.function_def(opdef.name, opdef.body, opdef.scope, locals_, primed)
+            else:
+                fn, deps = self.expr(opdef.body, opdef.scope, locals_, primed)
+        finally:
+            self.file_stack.pop()
+        cell.append(fn)
+        self.cache[key] = (fn, deps)
+        return fn, deps
+
+    def function_def(
+        self, name: str, fnode: Any, scope: Scope, locals_: dict[str, Local], primed: bool
+    ) -> tuple[Fun, int]:
+        """``f[x \\in S] == body`` or ``f[x \\in S, y \\in T] == body`` (arguments as a tuple):
+        a (possibly recursive, possibly infinite) lazy function."""
+        binds, bdeps = self.bounds(fnode.declaration, scope, locals_, primed)
+        inner = self.with_bound(locals_, binds)
+        body, deps = self.expr(fnode.value, scope, inner, primed)
+        pats = [p for p, _ in binds]
+        sfns = [s for _, s in binds]
+        bind = self.bind
+
+        def make(c: Ctx, e: dict[str, Value]) -> Value:
+            dom = sfns[0](c, e) if len(sfns) == 1 else ProductSet([s(c, e) for s in sfns])
+
+            def at(x: Value) -> Value:
+                e2 = dict(e)
+                if len(pats) == 1:
+                    bind(e2, pats[0], x)
+                else:
+                    for p, v in zip(pats, x, strict=True):  # type: ignore[arg-type]
+                        bind(e2, p, v)
+                return body(c, e2)
+
+            return LazyFn(dom, at)
+
+        return make, (deps | bdeps) & ~ENV if not locals_ else deps | bdeps
+
+    # ---- bounds ----------------------------------------------------------------------------
+    def bounds(
+        self, decls: Any, scope: Scope, locals_: dict[str, Local], primed: bool
+    ) -> tuple[list[tuple[Any, Fun]], int]:
+        if not isinstance(decls, list):
+            decls = [decls]
+        out: list[tuple[Any, Fun]] = []
+        pending: list[Any] = []
+        deps = 0
+        for d in decls:
+            if tname(d) == "OperatorApplication" and d.operator == "\\in" and len(d.arguments or []) == 2:
+                pat = self.pattern(d.arguments[0])
+                sfn, sd = self.expr(d.arguments[1], scope, locals_, primed)
+                deps |= sd
+                if sd == 0:
+                    ok, sv = const_value(sfn)
+                    if ok:
+                        with contextlib.suppress(EvalError):
+                            self.const_sets[id(sfn)] = (sfn, ordered(sv))
+                for p in pending:
+                    out.append((p, sfn))
+                pending = []
+                out.append((pat, sfn))
+            elif tname(d) == "OperatorApplication" and not d.arguments:
+                pending.append(d.operator)
+            elif tname(d) == "Tuple":
+                pending.append(self.pattern(d))
+            else:
+                raise self.unsupported(f"binding form {tname(d)}", d)
+        if pending:
+            raise self.unsupported("unbounded quantifier or CHOOSE (x without \\in S)", decls[0])
+        return out, deps
+
+    def pattern(self, node: Any) -> Any:
+        if tname(node) == "OperatorApplication" and not node.arguments:
+            return node.operator
+        if tname(node) == "Tuple":
+            return tuple(self.pattern(x) for x in node.items)
+        raise self.unsupported(f"binding pattern {tname(node)}", node)
+
+    @staticmethod
+    def bound_names(binds: list[tuple[Any, Fun]]) -> list[str]:
+        out: list[str] = []
+
+        def walk(p: Any) -> None:
+            if isinstance(p, str):
+                out.append(p)
+            else:
+                for q in p:
+                    walk(q)
+
+        for p, _ in binds:
+            walk(p)
+        return out
+
+    @staticmethod
+    def bind(e: dict[str, Value], pat: Any, v: Value) -> None:
+        if isinstance(pat, str):
+            e[pat] = v
+            return
+        if type(v) is not tuple or len(v) != len(pat):
+            raise EvalError(f"cannot bind {render(v)} to a tuple of {len(pat)} names")
+        for p, x in zip(pat, v, strict=True):
+            ExprCompiler.bind(e, p, x)
+
+    def env_iter(
+        self, binds: list[tuple[Any, Fun]], canonical: bool = False
+    ) -> Callable[[Ctx, dict[str, Value]], Iterator[dict[str, Value]]]:
+        enum = ordered if canonical else iter_set
+        if len(binds) == 1 and isinstance(binds[0][0], str):
+            (name, sfn), = binds
+            hit = self.const_sets.get(id(sfn)) if canonical else None
+            if hit is not None and hit[0] is sfn:
+                values = hit[1]
+
+                def one_const(c: Ctx, e: dict[str, Value]) -> Iterator[dict[str, Value]]:
+                    for v in values:
+                        e2 = dict(e)
+                        e2[name] = v
+                        yield e2
+
+                return one_const
+
+            def one(c: Ctx, e: dict[str, Value]) -> Iterator[dict[str, Value]]:
+                for v in enum(sfn(c, e)):
+                    e2 = dict(e)
+                    e2[name] = v
+                    yield e2
+
+            return one
+        bind = self.bind
+
+        def many(c: Ctx, e: dict[str, Value], k: int = 0) -> Iterator[dict[str, Value]]:
+            if k == len(binds):
+                yield e
+                return
+            pat, sfn = binds[k]
+            for v in enum(sfn(c, e)):
+                e2 = dict(e)
+                bind(e2, pat, v)
+                yield from many(c, e2, k + 1)
+
+        return many
+
+    def with_bound(self, locals_: dict[str, Local], binds: list[tuple[Any, Fun]]) -> dict[str, Local]:
+        inner = dict(locals_)
+        for n in self.bound_names(binds):
+            inner[n] = Local("val", n)
+        return inner
+
+    # ---- expressions -----------------------------------------------------------------------
+    def expr(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
+        fn, deps = self._expr(node, scope, locals_, primed)
+        return fold(fn, deps), deps
+
+    def _expr(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
+        if isinstance(node, str):
+            if node == "@":
+                if "@" not in locals_:
+                    raise self.err("@ used outside EXCEPT", None)
+                return (lambda c, e: e["@"]), ENV
+            raise self.unsupported(f"bare token {node!r}", None)
+        t = tname(node)
+        meth = getattr(self, f"x_{t}", None)
+        if meth is None:
+            raise self.unsupported(describe(t), node)
+        return meth(node, scope, locals_, primed)
+
+    def x_Parentheses(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        return self._expr(node.expression, scope, lc, pr)
+
+    def x_IntegralNumeral(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        v = int(node.value)
+        return (lambda c, e: v), 0
+
+    def x_StringLiteral(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        v = unescape(node.value)
+        return (lambda c, e: v), 0
+
+    def x_BooleanLiteral(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        v = node.value == "TRUE"
+        return (lambda c, e: v), 0
+
+    def x_SetOfBooleans(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        return (lambda c, e: BOOLEAN), 0
+
+    def x_SetOfStrings(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        return (lambda c, e: STRING), 0
+
+    def many(self, nodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[list[Fun], int]:
+        fns, deps = [], 0
+        for n in nodes:
+            f, d = self.expr(n, scope, lc, pr)
+            fns.append(f)
+            deps |= d
+        return fns, deps
+
+    def x_SetEnumeration(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        fns, deps = self.many(node.items or [], scope, lc, pr)
+        if len(fns) == 1:
+            f0 = fns[0]
+            return (lambda c, e: frozenset((norm(f0(c, e)),))), deps
+        return (lambda c, e: frozenset([norm(f(c, e)) for f in fns])), deps
+
+    def x_Tuple(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        fns, deps = self.many(node.items or [], scope, lc, pr)
+        if len(fns) == 2:
+            f0, f1 = fns
+            return (lambda c, e: (f0(c, e), f1(c, e))), deps
+        return (lambda c, e: tuple([f(c, e) for f in fns])), deps
+
+    def x_Record(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        keys = [k for k, _ in node.key_values]
+        fns, deps = self.many([v for _, v in node.key_values], scope, lc, pr)
+        pairs = list(zip(keys, fns, strict=True))
+
+        def record(c: Ctx, e: dict[str, Value]) -> Value:
+            d = {}
+            for k, f in pairs:
+                v = f(c, e)
+                d[k] = v if type(v) in PLAIN_TYPES else norm(v)
+            return Fn(d)
+
+        return record, deps
+
+    def x_SetOfRecords(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        keys = [kb.name for kb in node.key_bounds]
+        fns, deps = self.many([kb.bound for kb in node.key_bounds], scope, lc, pr)
+        pairs = list(zip(keys, fns, strict=True))
+        return (lambda c, e: RecordSet({k: f(c, e) for k, f in pairs})), deps
+
+    def x_SetOfFunctions(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        d, dd = self.expr(node.domain, scope, lc, pr)
+        r, rd = self.expr(node.codomain, scope, lc, pr)
+        return (lambda c, e: FnSet(d(c, e), r(c, e))), dd | rd
+
+    def x_If(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        p, pd = self.expr(node.predicate, scope, lc, pr)
+        t, td = self.expr(node.then, scope, lc, pr)
+        f, fd = self.expr(node.else_, scope, lc, pr)
+
+        def ite(c: Ctx, e: dict[str, Value]) -> Value:
+            v = p(c, e)
+            if v is True:
+                return t(c, e)
+            if v is False or not as_bool(v, "IF condition"):
+                return f(c, e)
+            return t(c, e)
+
+        return ite, pd | td | fd
+
+    def x_Cases(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        arms, deps = [], 0
+        for item in node.cases:
+            p, pd = self.expr(item.predicate, scope, lc, pr)
+            v, vd = self.expr(item.expression, scope, lc, pr)
+            arms.append((p, v))
+            deps |= pd | vd
+        other = None
+        if node.other is not None:
+            other, od = self.expr(node.other, scope, lc, pr)
+            deps |= od
+        where = self.where(node)
+
+        def case(c: Ctx, e: dict[str, Value]) -> Value:
+            for p, v in arms:
+                if as_bool(p(c, e), "CASE guard"):
+                    return v(c, e)
+            if other is not None:
+                return other(c, e)
+            raise EvalError("no CASE arm applies and there is no OTHER", where)
+
+        return case, deps
+
+    def let_locals(
+        self, defs: list[Any], scope: Scope, lc: dict[str, Local], pr: bool
+    ) -> tuple[dict[str, Local], list[tuple[str, Fun, bool]], int]:
+        """Compile-time bindings of a LET, and the zero-arity definitions to thunk on entry."""
+        inner = dict(lc)
+        thunks: list[tuple[str, Fun, bool]] = []
+        deps = ENV
+        for d in defs:
+            k = tname(d)
+            if k == "RecursiveOperators":
+                continue
+            if k != "OperatorDefinition":
+                raise self.unsupported(f"{k} inside LET", d)
+            if tname(d.definiens) == "Instance":
+                raise self.unsupported("INSTANCE inside LET", d)
+            if d.arity:
+                params = [(p.operator, len(p.arguments or []) if p.nonfix else 0) if not isinstance(p, str)
+                          else (p, 0) for p in d.arity]
+                inner[d.name] = Local("letop", d.name, params, d.definiens, scope, None)
+                inner[d.name].locals = inner  # later defs and recursion see each other
+                continue
+            inner[d.name] = Local("thunk", d.name, [], d, scope, None)
+            if d.function:
+                fn, fd = self.function_def(d.name, d.definiens, scope, inner, pr)
+            else:
+                fn, fd = self.expr(d.definiens, scope, inner, pr)
+            thunks.append((d.name, fn, not (fd & NEXT)))
+            deps |= fd
+        return inner, thunks, deps
+
+    @staticmethod
+    def enter_let(thunks: list[tuple[str, Fun, bool]], c: Ctx, e: dict[str, Value]) -> dict[str, Value]:
+        e2 = dict(e)
+        for name, fn, memo in thunks:
+            e2[name] = Thunk(fn, c, e2, memo)
+        return e2
+
+    def x_Let(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        inner, thunks, deps = self.let_locals(node.definitions, scope, lc, pr)
+        body, bd = self.expr(node.expression, scope, inner, pr)
+        enter = self.enter_let
+        if not thunks:
+            return body, bd | deps
+        return (lambda c, e: body(c, enter(thunks, c, e))), bd | deps
+
+    def x_Quantification(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        binds, bd = self.bounds(node.declarations, scope, lc, pr)
+        body, pd = self.expr(node.predicate, scope, self.with_bound(lc, binds), pr)
+        it = self.env_iter(binds)
+        deps = bd | pd if lc else bd | (pd & ~ENV)
+        if len(binds) == 1 and isinstance(binds[0][0], str) and node.quantifier in ("\\E", "\\A"):
+            (name, sfn), = binds
+            want = node.quantifier == "\\E"
+
+            def quant1(c: Ctx, e: dict[str, Value]) -> Value:
+                e2 = dict(e)
+                for v in iter_set(sfn(c, e)):
+                    e2[name] = v
+                    r = body(c, e2)
+                    if r is want:
+                        return want
+                    if r is not (not want):
+                        as_bool(r, "quantifier body")
+                return not want
+
+            return quant1, deps
+        if node.quantifier == "\\E":
+            def exists(c: Ctx, e: dict[str, Value]) -> Value:
+                return any(as_bool(body(c, e2), "\\E body") for e2 in it(c, e))
+
+            return exists, deps
+        if node.quantifier == "\\A":
+            def forall(c: Ctx, e: dict[str, Value]) -> Value:
+                return all(as_bool(body(c, e2), "\\A body") for e2 in it(c, e))
+
+            return forall, deps
+        raise self.unsupported(f"temporal quantifier {node.quantifier}", node)
+
+    def x_Choose(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        binds, bd = self.bounds(node.declaration, scope, lc, pr)
+        if len(binds) != 1:
+            raise self.unsupported("CHOOSE over several bindings", node)
+        body, pd = self.expr(node.predicate, scope, self.with_bound(lc, binds), pr)
+        pat, sfn = binds[0]
+        bind = self.bind
+        where = self.where(node)
+
+        known, always = const_value(body) if pd == 0 else (False, None)
+        if known and always is True:
+            # CHOOSE x \in S : TRUE (recursions over a set): the least element, without sorting S.
+            def choose_any(c: Ctx, e: dict[str, Value]) -> Value:
+                try:
+                    return min(iter_set(sfn(c, e)), key=sortkey)
+                except ValueError:
+                    raise EvalError("CHOOSE over the empty set", where) from None
+
+            return choose_any, bd
+
+        def choose(c: Ctx, e: dict[str, Value]) -> Value:
+            # TLC picks a fixed element; we pick the least in our canonical order.
+            for v in ordered(sfn(c, e)):
+                e2 = dict(e)
+                bind(e2, pat, v)
+                if as_bool(body(c, e2), "CHOOSE body"):
+                    return v
+            raise EvalError("CHOOSE found no element satisfying its predicate", where)
+
+        return choose, bd | pd if lc else bd | (pd & ~ENV)
+
+    def x_SetSlice(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        binds, bd = self.bounds(node.declaration, scope, lc, pr)
+        body, pd = self.expr(node.predicate, scope, self.with_bound(lc, binds), pr)
+        pat, sfn = binds[0]
+        if isinstance(pat, str):
+            def filt(c: Ctx, e: dict[str, Value]) -> Value:
+                base = sfn(c, e)
+                if isinstance(base, LazySet) and not base.materialised:
+                    def pred(v: Value) -> bool:
+                        e3 = dict(e)
+                        e3[pat] = v
+                        return as_bool(body(c, e3), "set filter")
+
+                    return FilteredSet(base, pred)
+                out = []
+                e2 = dict(e)
+                for v in iter_set(base):
+                    e2[pat] = v
+                    if as_bool(body(c, e2), "set filter"):
+                        out.append(v)
+                return frozenset(out)
+        else:
+            bind = self.bind
+
+            def filt(c: Ctx, e: dict[str, Value]) -> Value:
+                out = []
+                e2 = dict(e)
+                for v in iter_set(sfn(c, e)):
+                    bind(e2, pat, v)
+                    if as_bool(body(c, e2), "set filter"):
+                        out.append(v)
+                return frozenset(out)
+
+        return filt, bd | pd if lc else bd | (pd & ~ENV)
+
+    def x_SetComprehension(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        binds, bd = self.bounds(node.declarations, scope, lc, pr)
+        body, pd = self.expr(node.item, scope, self.with_bound(lc, binds), pr)
+        it = self.env_iter(binds)
+        return (lambda c, e: frozenset([norm(body(c, e2)) for e2 in it(c, e)])), (
+            bd | pd if lc else bd | (pd & ~ENV)
+        )
+
+    def x_Function(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        binds, bd = self.bounds(node.declaration, scope, lc, pr)
+        body, pd = self.expr(node.value, scope, self.with_bound(lc, binds), pr)
+        deps = bd | pd if lc else bd | (pd & ~ENV)
+        if len(binds) == 1 and isinstance(binds[0][0], str):
+            (name, sfn), = binds
+
+            def fn1(c: Ctx, e: dict[str, Value]) -> Value:
+                e2 = dict(e)
+                d = {}
+                for v in iter_set(sfn(c, e)):
+                    e2[name] = v
+                    x = body(c, e2)
+                    d[v] = x if type(x) in PLAIN_TYPES else norm(x)
+                return mkfn(d)
+
+            return fn1, deps
+        it = self.env_iter(binds)
+        names = [p for p, _ in binds]
+
+        def key(e2: dict[str, Value]) -> Value:
+            vals = [rebuild(p, e2) for p in names]
+            return vals[0] if len(vals) == 1 else tuple(vals)
+
+        return (lambda c, e: mkfn({key(e2): norm(body(c, e2)) for e2 in it(c, e)})), deps
+
+    def x_FunctionApplication(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        f, fd = self.expr(node.function, scope, lc, pr)
+        args, ad = self.many(node.arguments, scope, lc, pr)
+        if len(args) == 1:
+            a = args[0]
+            fast = self.fast_application(node, scope, lc, pr)
+            if fast is not None:
+                return fast, fd | ad
+
+            def fn(c: Ctx, e: dict[str, Value]) -> Value:
+                fv = f(c, e)
+                if type(fv) is Fn:
+                    # Fast path for the commonest case; apply() handles errors and the rest.
+                    r = fv.d.get(a(c, e), UNSET)
+                    if r is not UNSET:
+                        return r
+                    return apply(fv, a(c, e))
+                return apply(fv, a(c, e))
+        else:
+            fn = lambda c, e: apply(f(c, e), tuple([x(c, e) for x in args]))  # noqa: E731
+        return fn, fd | ad
+
+    def fast_application(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> Fun | None:
+        """``v[x]`` with v an unprimed state variable and x a bound name or a constant (``sched[r]``,
+        the commonest application in specs): read both directly instead of via two closures."""
+        if pr:
+            return None
+        fnode, anode = node.function, node.arguments[0]
+        i = self.assignable(fnode, scope, lc) if tname(fnode) == "OperatorApplication" else None
+        if i is None or (tname(fnode) == "OperatorApplication" and fnode.operator not in self.var_index):
+            return None
+        if tname(anode) == "OperatorApplication" and not anode.arguments and anode.operator in lc:
+            loc = lc[anode.operator]
+            if loc.kind != "val":
+                return None
+            name = anode.operator
+
+            def app_env(c: Ctx, e: dict[str, Value]) -> Value:
+                fv = c.s[i]  # type: ignore[index]
+                x = e[name]
+                if type(fv) is Fn:
+                    r = fv.d.get(x, UNSET)
+                    if r is not UNSET:
+                        return r
+                return apply(fv, x)
+
+            return app_env
+        return None
+
+    def x_Field(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        r, rd = self.expr(node.expression, scope, lc, pr)
+        name = node.name
+
+        def field(c: Ctx, e: dict[str, Value]) -> Value:
+            v = r(c, e)
+            if type(v) is Fn:
+                try:
+                    return v.d[name]
+                except KeyError:
+                    pass
+            raise EvalError(f"record {render(v)} has no field {name}")
+
+        return field, rd
+
+    def x_Except(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        f, deps = self.expr(node.function, scope, lc, pr)
+        changes = []
+        inner = dict(lc)
+        inner["@"] = Local("val", "@")
+        for ch in node.changes:
+            path = []
+            for item in ch.item:
+                if isinstance(item, str):
+                    k = item
+                    path.append(lambda c, e, k=k: k)
+                else:
+                    ks, kd = self.many(item, scope, lc, pr)
+                    deps |= kd
+                    if len(ks) == 1:
+                        path.append(ks[0])
+                    else:
+                        path.append(lambda c, e, ks=ks: tuple([k(c, e) for k in ks]))
+            v, vd = self.expr(ch.expression, scope, inner, pr)
+            deps |= vd & ~ENV if not lc else vd
+            changes.append((path, v))
+
+        def setp(c: Ctx, e: dict[str, Value], fv: Value, keys: list[Value], vfn: Fun) -> Value:
+            k = keys[0]
+            try:
+                old = apply(fv, k)
+            except EvalError:
+                return fv  # a key outside the domain leaves the function unchanged
+            if len(keys) == 1:
+                e2 = dict(e)
+                e2["@"] = old
+                return update(fv, k, norm(vfn(c, e2)))
+            return update(fv, k, setp(c, e, old, keys[1:], vfn))
+
+        def ex(c: Ctx, e: dict[str, Value]) -> Value:
+            fv = f(c, e)
+            for path, vfn in changes:
+                fv = setp(c, e, fv, [k(c, e) for k in path], vfn)
+            return fv
+
+        if all(len(path) == 1 for path, _ in changes):
+            simple = [(path[0], vfn) for path, vfn in changes]
+
+            def ex1(c: Ctx, e: dict[str, Value]) -> Value:
+                # ![k] = v only: setp's single-key case inlined.
+                fv = f(c, e)
+                for kfn, vfn in simple:
+                    k = kfn(c, e)
+                    try:
+                        old = apply(fv, k)
+                    except EvalError:
+                        continue  # a key outside the domain leaves the function unchanged
+                    e2 = dict(e)
+                    e2["@"] = old
+                    v = vfn(c, e2)
+                    fv = update(fv, k, v if type(v) in PLAIN_TYPES else norm(v))
+                return fv
+
+            return ex1, deps
+        return ex, deps
+
+    def x_VerticalList(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        items = [it.expression for it in node.arguments]
+        return self.junction(node.operator, items, scope, lc, pr)
+
+    def junction(self, op: str, items: list[Any], scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        fns, deps = [], 0
+        for n in items:
+            f, d = self.expr(n, scope, lc, pr)
+            fns.append(state_memo(f, d, len(self.variables)))
+            deps |= d
+        if op in ("/\\", "\\land"):
+            return all_of(fns), deps
+        return any_of(fns), deps
+
+    def x_SubscriptedAction(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        a, ad = self.expr(node.action, scope, lc, pr)
+        v, vd = self.expr(node.subscript, scope, lc, False)
+        vp, vpd = self.expr(node.subscript, scope, lc, True)
+        if node.operator == "[":
+            return (lambda c, e: as_bool(a(c, e), "action") or vp(c, e) == v(c, e)), ad | vd | vpd
+        return (lambda c, e: as_bool(a(c, e), "action") and vp(c, e) != v(c, e)), ad | vd | vpd
+
+    def x_SubexpressionReference(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        opdef, _target, argnodes = self.resolve_instance_path(node, scope)
+        return self.call(opdef, argnodes, scope, lc, pr, node)
+
+    def resolve_instance_path(self, node: Any, scope: Scope) -> tuple[Any, Scope, list[Any]]:
+        items = list(node.items)
+        cur = scope
+        for i, item in enumerate(items):
+            name = item if isinstance(item, str) else item.operator
+            args = [] if isinstance(item, str) else (item.arguments or [])
+            d = cur.defs.get(name)
+            last = i == len(items) - 1
+            if isinstance(d, InstanceRef) and not last:
+                if d.params or args:
+                    raise self.unsupported("parameterised INSTANCE", node)
+                cur = d.target
+                continue
+            if not last or not isinstance(d, OpDef):
+                if last and d is None and name in B.FUNCTIONS:
+                    return ("builtin", name), cur, args
+                path = "!".join(name_of(x) for x in items)
+                raise self.err(f"unknown or unsupported reference {name} in {path}", node)
+            return d, cur, args
+        raise self.err("empty module reference", node)
+
+    def x_Lambda(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        raise self.unsupported("LAMBDA outside an operator argument", node)
+
+    def x_Fairness(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        raise self.unsupported("fairness formula (WF_/SF_) inside an expression", node)
+
+    # ---- operator application ----------------------------------------------------------------
+    def x_OperatorApplication(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        op = node.operator
+        args = node.arguments or []
+        if not args:
+            return self.ident(node, scope, lc, pr)
+        op = B.ALIASES.get(op, op)
+        if op in ("/\\", "\\/"):
+            return self.junction(op, args, scope, lc, pr)
+        if op == "=>":
+            a, ad = self.expr(args[0], scope, lc, pr)
+            b, bd = self.expr(args[1], scope, lc, pr)
+            return (lambda c, e: (not as_bool(a(c, e), "=>")) or as_bool(b(c, e), "=>")), ad | bd
+        if op == "<=>":
+            a, ad = self.expr(args[0], scope, lc, pr)
+            b, bd = self.expr(args[1], scope, lc, pr)
+            return (lambda c, e: as_bool(a(c, e), "<=>") == as_bool(b(c, e), "<=>")), ad | bd
+        if op == "~":
+            a, ad = self.expr(args[0], scope, lc, pr)
+            return (lambda c, e: not as_bool(a(c, e), "~")), ad
+        if op == "'":
+            if pr:
+                raise self.unsupported("double prime (x'')", node)
+            return self.expr(args[0], scope, lc, True)
+        if op == "UNCHANGED":
+            v, vd = self.expr(args[0], scope, lc, False)
+            vp, vpd = self.expr(args[0], scope, lc, True)
+            return (lambda c, e: vp(c, e) == v(c, e)), vd | vpd
+        if op == "ENABLED":
+            return self.enabled(args[0], scope, lc)
+        if op in ("[]", "<>", "~>", "-+->", "\\cdot"):
+            raise self.unsupported(f"temporal operator {op} inside an expression", node)
+        if op == "\\X":
+            parts = flatten_product(node)
+            fns, deps = self.many(parts, scope, lc, pr)
+            return (lambda c, e: ProductSet([f(c, e) for f in fns])), deps
+        # User definitions (and LET / parameters) shadow the standard operators.
+        target = lc.get(op) or scope.defs.get(op)
+        if target is not None:
+            return self.call(target, args, scope, lc, pr, node)
+        if len(args) == 2 and op in B.BINARY:
+            f = B.BINARY[op]
+            a, ad = self.expr(args[0], scope, lc, pr)
+            b, bd = self.expr(args[1], scope, lc, pr)
+            if bd == 0 and ad != 0:
+                # Constant right operand (e.g. pc[p] = "cs"): bake the value in, saving a call.
+                ok, bv = const_value(b)
+                if ok:
+                    if op == "=":
+                        return (lambda c, e: a(c, e) == bv), ad
+                    if op == "#":
+                        return (lambda c, e: a(c, e) != bv), ad
+                    if op == "\\in":
+                        return (lambda c, e: a(c, e) in bv), ad
+                    return (lambda c, e: f(a(c, e), bv)), ad
+            if op == "=":
+                return (lambda c, e: a(c, e) == b(c, e)), ad | bd
+            if op == "#":
+                return (lambda c, e: a(c, e) != b(c, e)), ad | bd
+            if op == "\\in":
+                return (lambda c, e: a(c, e) in b(c, e)), ad | bd
+            return (lambda c, e: f(a(c, e), b(c, e))), ad | bd
+        if len(args) == 1 and op in B.UNARY:
+            f1 = B.UNARY[op]
+            a, ad = self.expr(args[0], scope, lc, pr)
+            return (lambda c, e: f1(a(c, e))), ad
+        if op in B.FUNCTIONS:
+            return self.call(("builtin", op), args, scope, lc, pr, node)
+        if op == "TLCEval" and len(args) == 1:
+            return self.expr(args[0], scope, lc, pr)
+        if op in UNSUPPORTED_OPS:
+            raise self.unsupported(f"operator {op}", node)
+        raise self.err(f"unknown operator {op}", node)
+
+    def ident(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        name = node.operator
+        loc = lc.get(name)
+        if loc is not None:
+            if loc.kind == "val":
+                return (lambda c, e: e[name]), ENV
+            if loc.kind == "thunk":
+                return (lambda c, e: e[name].get()), ENV
+            if loc.kind == "subst":
+                return self.expr(loc.body, loc.scope or scope, loc.locals, pr)
+            raise self.err(f"operator {name} used without arguments", node)
+        d = scope.defs.get(name)
+        if d is None:
+            if name in B.CONSTANTS:
+                v = B.CONSTANTS[name]
+                return (lambda c, e: v), 0
+            raise self.err(f"unknown identifier {name}", node)
+        if isinstance(d, Decl):
+            return self.decl(d, node, pr)
+        if isinstance(d, OpDef):
+            return self.call(d, [], scope, lc, pr, node)
+        raise self.err(f"{name} is a module instance, not a value", node)
+
+    def decl(self, d: Decl, node: Any, pr: bool) -> tuple[Fun, int]:
+        name = d.name
+        if d.scope.subst is not None:
+            key = ("subst", id(d.scope), name, pr)
+            hit = self.cache.get(key)
+            if hit is None:
+                sub, outer = d.scope.subst[name]
+                hit = self.expr(sub, outer, {}, pr)
+                self.cache[key] = hit
+            return hit
+        if d.kind == "const":
+            if name not in self.constants:
+                raise TlaError(
+                    f"constant {name} is not assigned a value in the config", self.root.file, *pos(d.node),
+                    kind="config",
+                )
+            v = self.constants[name]
+            return (lambda c, e: v), 0
+        i = self.var_index[name]
+        if pr:
+            def nxt(c: Ctx, e: dict[str, Value]) -> Value:
+                v = c.n[i]  # type: ignore[index]
+                if v is UNSET:
+                    raise EvalError(f"{name}' is read before it is assigned")
+                return v
+
+            return nxt, NEXT
+        return (lambda c, e: c.s[i]), STATE | (VAR0 << i)  # type: ignore[index]
+
+    def op_value(self, node: Any, arity: int, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        """An operator passed as an argument: produces a callable ``(c, args) -> value``."""
+        while tname(node) == "Parentheses":
+            node = node.expression
+        if tname(node) == "Lambda":
+            params = [p.operator if not isinstance(p, str) else p for p in node.parameters]
+            inner = dict(lc)
+            for p in params:
+                inner[p] = Local("val", p)
+            body, _ = self.expr(node.expression, scope, inner, pr)
+
+            def mk_lambda(c: Ctx, e: dict[str, Value]) -> Value:
+                def lam(c2: Ctx, args: tuple[Value, ...]) -> Value:
+                    e2 = dict(e)
+                    e2.update(zip(params, args, strict=True))
+                    return body(c2, e2)
+
+                return lam
+
+            return mk_lambda, ENV
+        if tname(node) == "OperatorApplication" and not node.arguments:
+            name = node.operator
+            loc = lc.get(name)
+            if loc is not None and loc.kind == "opparam":
+                return (lambda c, e: e[name]), ENV
+            target = loc or scope.defs.get(name)
+            if target is None and (name in B.BINARY or name in B.FUNCTIONS or name in B.UNARY):
+                target = ("builtin", name)
+            if target is None:
+                raise self.err(f"unknown operator {name} passed as an argument", node)
+            fake_args = [f"#arg{i}" for i in range(arity)]
+            inner = dict(lc)
+            for a in fake_args:
+                inner[a] = Local("val", a)
+            argnodes = [VarRef(a, node) for a in fake_args]
+            body, _ = self.call(target, argnodes, scope, inner, pr, node)
+
+            def mk_ref(c: Ctx, e: dict[str, Value]) -> Value:
+                def ref(c2: Ctx, args: tuple[Value, ...]) -> Value:
+                    e2 = dict(e)
+                    e2.update(zip(fake_args, args, strict=True))
+                    return body(c2, e2)
+
+                return ref
+
+            return mk_ref, ENV
+        raise self.unsupported(f"operator argument of form {tname(node)}", node)
+
+    def call(
+        self, target: Any, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool, node: Any
+    ) -> tuple[Fun, int]:
+        if isinstance(target, tuple) and target[0] == "builtin":
+            name = target[1]
+            if name in B.CONSTANTS and not argnodes:
+                v = B.CONSTANTS[name]
+                return (lambda c, e: v), 0
+            if name in B.BINARY and len(argnodes) == 2:
+                bf = B.BINARY[name]
+                fns, deps = self.many(argnodes, scope, lc, pr)
+                a0, a1 = fns
+                return (lambda c, e: bf(a0(c, e), a1(c, e))), deps
+            arity, fn, opargs = B.FUNCTIONS[name]
+            if len(argnodes) != arity:
+                raise self.err(f"{name} expects {arity} arguments, got {len(argnodes)}", node)
+            fns, deps = [], 0
+            for i, a in enumerate(argnodes):
+                f, d = self.op_value(a, 1 if name == "SelectSeq" else 2, scope, lc, pr) if i in opargs else self.expr(
+                    a, scope, lc, pr
+                )
+                fns.append(f)
+                deps |= d
+            if name in ("Print", "PrintT", "Assert"):
+                deps |= ENV | IMPURE  # side effects / failures must happen each time, never folded
+            return self.located(lambda c, e: fn(c, *[f(c, e) for f in fns]), node, name), deps
+        if isinstance(target, Local):
+            if target.kind == "opparam":
+                fns, deps = self.many(argnodes, scope, lc, pr)
+                name = target.name
+                return (lambda c, e: e[name](c, tuple([f(c, e) for f in fns]))), deps | ENV
+            if target.kind == "letop":
+                return self.call_letop(target, argnodes, scope, lc, pr, node)
+            if target.kind in ("val", "thunk", "subst") and not argnodes:
+                return self.ident(node, scope, lc, pr)
+            raise self.err(f"{target.name} is not an operator", node)
+        if isinstance(target, Decl):
+            if argnodes and target.scope.subst is not None:
+                return self.call_substituted(target, argnodes, scope, lc, pr, node)
+            if argnodes:
+                raise self.err(f"{target.name} is a {target.kind}, not an operator", node)
+            return self.decl(target, node, pr)
+        if isinstance(target, InstanceRef):
+            raise self.err(f"{target.name} is a module instance; use {target.name}!Op", node)
+        if not isinstance(target, OpDef):
+            raise self.err(f"cannot apply {target!r}", node)
+        if len(argnodes) != len(target.params):
+            raise self.err(
+                f"operator {target.name} expects {len(target.params)} arguments, got {len(argnodes)}", node
+            )
+        body, bdeps = self.op_body(target, pr)
+        if not argnodes:
+            # A definition reading a few variables only (e.g. Evictable) is memoised on them.
+            return state_memo(lambda c, e: body(c, EMPTY), bdeps & ~ENV, len(self.variables)), bdeps & ~ENV
+        fns, deps = [], 0
+        for (_p, ar), a in zip(target.params, argnodes, strict=True):
+            f, d = self.op_value(a, ar, scope, lc, pr) if ar else self.expr(a, scope, lc, pr)
+            fns.append(f)
+            deps |= d
+        names = [p for p, _ in target.params]
+        deps |= bdeps & ~ENV
+        if len(fns) == 1:
+            n0, f0 = names[0], fns[0]
+            return (lambda c, e: body(c, {n0: f0(c, e)})), deps
+        if len(fns) == 2:
+            n0, f0 = names[0], fns[0]
+            n1, f1 = names[1], fns[1]
+            return (lambda c, e: body(c, {n0: f0(c, e), n1: f1(c, e)})), deps
+        if len(fns) == 3:
+            n0, f0 = names[0], fns[0]
+            n1, f1 = names[1], fns[1]
+            n2, f2 = names[2], fns[2]
+            return (lambda c, e: body(c, {n0: f0(c, e), n1: f1(c, e), n2: f2(c, e)})), deps
+        pairs = list(zip(names, fns, strict=True))
+        return (lambda c, e: body(c, {n: f(c, e) for n, f in pairs})), deps
+
+    def call_substituted(
+        self, target: Decl, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool, node: Any
+    ) -> tuple[Fun, int]:
+        """``Op(args)`` where ``Op`` is an operator constant of an instantiated module, replaced by
+        an operator of the instantiating module (``INSTANCE M`` with ``IsQuorum(Q) == ...``
+        beside it, or ``WITH Op <- LAMBDA x : ...``)."""
+        sub, outer = target.scope.subst[target.name]  # type: ignore[index]
+        while tname(sub) == "Parentheses":
+            sub = sub.expression
+        if tname(sub) == "Lambda":
+            params = [p.operator if not isinstance(p, str) else p for p in sub.parameters]
+            if len(params) != len(argnodes):
+                raise self.err(f"{target.name} expects {len(params)} arguments, got {len(argnodes)}", node)
+            inner = {
+                p: Local("subst", p, body=a, scope=scope, locals_=lc) for p, a in zip(params, argnodes, strict=True)
+            }
+            return self.expr(sub.expression, outer, inner, pr)
+        if tname(sub) == "OperatorApplication" and not sub.arguments:
+            name = sub.operator
+            resolved: Any = outer.defs.get(name)
+            if resolved is None and (name in B.BINARY or name in B.FUNCTIONS or name in B.UNARY):
+                resolved = ("builtin", name)
+            if resolved is None:
+                raise self.err(f"operator constant {target.name} is substituted by the unknown {name}", node)
+            return self.call(resolved, argnodes, scope, lc, pr, node)
+        raise self.unsupported(f"substitution of form {tname(sub)} for operator constant {target.name}", node)
+
+    def letop_body(self, target: Local, pr: bool) -> tuple[Fun, int]:
+        key = ("letop", id(target.body), pr)
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit
+        cell: list[Fun] = []
+        self.cache[key] = ((lambda c, e: cell[0](c, e)), STATE | NEXT | ENV | ALLVARS)
+        inner = dict(target.locals)
+        for p, ar in target.params:
+            inner[p] = Local("opparam" if ar else "val", p)
+        assert target.scope is not None
+        fn, deps = self.expr(target.body, target.scope, inner, pr)
+        cell.append(fn)
+        self.cache[key] = (fn, deps | ENV)
+        return fn, deps | ENV
+
+    def call_letop(
+        self, target: Local, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool, node: Any
+    ) -> tuple[Fun, int]:
+        if len(argnodes) != len(target.params):
+            raise self.err(f"operator {target.name} expects {len(target.params)} arguments", node)
+        body, bdeps = self.letop_body(target, pr)
+        fns, deps = [], bdeps
+        for (_p, ar), a in zip(target.params, argnodes, strict=True):
+            f, d = self.op_value(a, ar, scope, lc, pr) if ar else self.expr(a, scope, lc, pr)
+            fns.append(f)
+            deps |= d
+        pairs = list(zip([p for p, _ in target.params], fns, strict=True))
+
+        def letcall(c: Ctx, e: dict[str, Value]) -> Value:
+            e2 = dict(e)
+            for n, f in pairs:
+                e2[n] = f(c, e)
+            return body(c, e2)
+
+        return letcall, deps
+
+    def enabled(self, anode: Any, scope: Scope, lc: dict[str, Local]) -> tuple[Fun, int]:
+        """``ENABLED A``; defined by the action compiler, which can enumerate successors."""
+        raise NotImplementedError

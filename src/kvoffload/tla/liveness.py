@@ -1,0 +1,230 @@
+"""Liveness checking on the explicit reachable state graph.
+
+A property is violated when some fair behaviour of the spec falsifies it. Each supported form
+reduces to finding, in a region of the graph, a *fair* strongly connected component reachable
+from a set of start states:
+
+============  ===================  ==========================  ===================
+property      start states          region (prefix + cycle)    cycle must visit
+============  ===================  ==========================  ===================
+``<>P``       initial, ``~P``       ``~P``                      -
+``[]<>P``     reachable, ``~P``     ``~P``                      -
+``<>[]P``     reachable             all                         a ``~P`` state
+``P ~> Q``    reachable, ``P/\\~Q``  ``~Q``                      -
+============  ===================  ==========================  ===================
+
+Every state may stutter (TLA+ behaviours are stuttering-closed), so a single state is a cycle.
+A component C is fair when for every ``WF_v(A)`` either ``<<A>>_v`` is disabled in some state
+of C or an ``<<A>>_v`` step lies inside C, and for every ``SF_v(A)`` either such a step lies
+inside C or ``<<A>>_v`` is disabled in all of C; when only an SF condition fails, the states
+where A is enabled are removed and the rest is decomposed again (the standard refinement, since
+a behaviour confined to a sub-component can avoid enabling A).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass
+class FairInfo:
+    """Per fairness condition: where ``<<A>>_v`` is enabled and which edges take it."""
+
+    kind: str  # "WF" | "SF"
+    enabled: list[bool]
+    taken: set[tuple[int, int]]
+
+
+def tarjan(nodes: Sequence[int] | set[int], succ: list[list[tuple[int, str]]], allowed: set[int]) -> list[list[int]]:
+    """Strongly connected components of the subgraph induced by ``allowed`` (iterative)."""
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    on: set[int] = set()
+    stack: list[int] = []
+    out: list[list[int]] = []
+    counter = 0
+    for root in nodes:
+        if root in index:
+            continue
+        work: list[tuple[int, int]] = [(root, 0)]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, k = work[-1]
+            edges = succ[v]
+            advanced = False
+            while k < len(edges):
+                w = edges[k][0]
+                k += 1
+                if w not in allowed:
+                    continue
+                if w not in index:
+                    work[-1] = (v, k)
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, 0))
+                    advanced = True
+                    break
+                if w in on:
+                    low[v] = min(low[v], index[w])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                u = work[-1][0]
+                low[u] = min(low[u], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                out.append(comp)
+    return out
+
+
+class LivenessSearch:
+    def __init__(
+        self,
+        succ: list[list[tuple[int, str]]],
+        fair: list[FairInfo],
+        cycle_succ: list[list[tuple[int, str]]] | None = None,
+    ) -> None:
+        self.succ = succ
+        self.fair = fair
+        # The edges a cycle may use (all of them, unless the spec says <>[][A]_v).
+        self.cycle_succ = cycle_succ if cycle_succ is not None else succ
+
+    def fair_components(
+        self, region: set[int], must: set[int] | None
+    ) -> list[tuple[set[int], list[tuple[str, object]]]]:
+        """Fair (sub)components inside ``region``, each with the witnesses a cycle must visit."""
+        found: list[tuple[set[int], list[tuple[str, object]]]] = []
+        todo = [set(region)]
+        while todo:
+            nodes = todo.pop()
+            for comp_list in tarjan(sorted(nodes), self.cycle_succ, nodes):
+                comp = set(comp_list)
+                if must is not None and not (comp & must):
+                    continue
+                res = self.check(comp)
+                if res is None:
+                    continue
+                ok, witnesses, shrink = res
+                if ok:
+                    if must is not None:
+                        witnesses.append(("node", min(comp & must)))
+                    found.append((comp, witnesses))
+                elif shrink is not None and shrink:
+                    todo.append(shrink)
+        return found
+
+    def check(self, comp: set[int]) -> tuple[bool, list[tuple[str, object]], set[int] | None] | None:
+        witnesses: list[tuple[str, object]] = []
+        shrink: set[int] | None = None
+        inner_edges = [(a, b) for a in comp for b, _ in self.cycle_succ[a] if b in comp and b != a]
+        for f in self.fair:
+            taken = next((ed for ed in inner_edges if ed in f.taken), None)
+            if taken is not None:
+                witnesses.append(("edge", taken))
+                continue
+            disabled = [s for s in comp if not f.enabled[s]]
+            if f.kind == "WF":
+                if disabled:
+                    witnesses.append(("node", min(disabled)))
+                    continue
+                return None  # enabled everywhere, never taken: no sub-component helps
+            if len(disabled) == len(comp):
+                continue
+            shrink = set(disabled) if shrink is None else shrink & set(disabled)
+        if shrink is not None:
+            return (False, [], shrink)
+        return (True, witnesses, None)
+
+    def path(
+        self, src: int, targets: set[int], allowed: set[int], cycle: bool = False
+    ) -> list[int] | None:
+        """Shortest path src -> any target, within ``allowed`` (src included); with ``cycle``
+        along the edges a cycle may use."""
+        succ = self.cycle_succ if cycle else self.succ
+        if src in targets:
+            return [src]
+        prev: dict[int, int] = {src: src}
+        q = deque([src])
+        while q:
+            v = q.popleft()
+            for w, _ in succ[v]:
+                if w in allowed and w not in prev:
+                    prev[w] = v
+                    if w in targets:
+                        out = [w]
+                        while out[-1] != src:
+                            out.append(prev[out[-1]])
+                        return out[::-1]
+                    q.append(w)
+        return None
+
+    def search(
+        self, starts: list[int], region: set[int], must: set[int] | None, depth: list[int]
+    ) -> tuple[int, list[int], list[int]] | None:
+        """Find start s, a path s -> u inside region and a fair cycle u -> ... -> u."""
+        comps = self.fair_components(region, must)
+        if not comps:
+            return None
+        comp_of: dict[int, int] = {}
+        for k, (comp, _) in enumerate(comps):
+            for v in comp:
+                comp_of[v] = k
+        # Backward reachability (within the region) from the fair components.
+        pred: dict[int, list[int]] = {}
+        for a in region:
+            for b, _ in self.succ[a]:
+                if b in region:
+                    pred.setdefault(b, []).append(a)
+        reach = set(comp_of)
+        q = deque(reach)
+        while q:
+            v = q.popleft()
+            for a in pred.get(v, ()):
+                if a not in reach:
+                    reach.add(a)
+                    q.append(a)
+        cands = [s for s in starts if s in reach]
+        if not cands:
+            return None
+        s = min(cands, key=lambda x: (depth[x], x))
+        to_comp = self.path(s, set(comp_of), region)
+        assert to_comp is not None
+        u = to_comp[-1]
+        comp, witnesses = comps[comp_of[u]]
+        cycle = [u]
+        cur = u
+        for kind, w in witnesses:
+            if kind == "node":
+                seg = self.path(cur, {w}, comp, cycle=True)  # type: ignore[arg-type]
+                assert seg is not None
+                cycle += seg[1:]
+                cur = w  # type: ignore[assignment]
+            else:
+                a, b = w  # type: ignore[misc]
+                seg = self.path(cur, {a}, comp, cycle=True)
+                assert seg is not None
+                cycle += [*seg[1:], b]
+                cur = b
+        if cur != u:
+            back = self.path_nonempty(cur, u, comp)
+            cycle += back[1:]
+        return s, to_comp, cycle
+
+    def path_nonempty(self, src: int, dst: int, allowed: set[int]) -> list[int]:
+        p = self.path(src, {dst}, allowed, cycle=True)
+        assert p is not None
+        return p

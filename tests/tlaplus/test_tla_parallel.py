@@ -1,0 +1,57 @@
+"""Successor generation in worker processes gives exactly the single-process search's answer."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from kvoffload.tla import check, check_model, parallel
+
+GRID = """---- MODULE Grid ----
+EXTENDS Naturals
+CONSTANTS N, LIMIT
+VARIABLES a, b, c
+Init == a = 0 /\\ b = 0 /\\ c \\in 0..N
+Next == \\/ a < N /\\ a' = a + 1 /\\ UNCHANGED <<b, c>>
+        \\/ b < N /\\ b' = b + 1 /\\ UNCHANGED <<a, c>>
+        \\/ c > 0 /\\ c' = c - 1 /\\ UNCHANGED <<a, b>>
+        \\/ a = N /\\ b = N /\\ c = N /\\ UNCHANGED <<a, b, c>>
+NextErr == Next \\/ (a = N - 1 /\\ b = N - 1 /\\ a' = 1 \\div (c - c) /\\ UNCHANGED <<b, c>>)
+NextUnset == Next \\/ (a = N - 1 /\\ b = N - 2 /\\ a' = 0 /\\ b' = 0)
+Inv == a + b + c # LIMIT
+====
+"""
+
+
+def run(tmp_path: Path, cfg: str, workers: int) -> dict[str, object]:
+    (tmp_path / "Grid.tla").write_text(GRID)
+    (tmp_path / "Grid.cfg").write_text(cfg)
+    result = check_model(tmp_path / "Grid.tla", tmp_path / "Grid.cfg", workers=workers)
+    out = asdict(result)
+    out.pop("seconds")
+    return out
+
+
+@pytest.mark.parametrize("cfg", [
+    "CONSTANT N = 20\nLIMIT = 100\nINIT Init\nNEXT Next\nINVARIANT Inv\n",  # success, wide levels
+    "CONSTANT N = 20\nLIMIT = 45\nINIT Init\nNEXT Next\nINVARIANT Inv\n",  # violation deep in the search
+    "CONSTANT N = 20\nLIMIT = 100\nINIT Init\nNEXT NextErr\n",  # evaluation error (\\div 0) in Next
+    "CONSTANT N = 20\nLIMIT = 100\nINIT Init\nNEXT NextUnset\n",  # c' left unassigned
+], ids=["deadlock", "violation", "eval-error", "unassigned"])
+def test_two_workers_give_the_sequential_answer(cfg: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    one = run(tmp_path, cfg, 1)
+    # Small batches, so that the worker processes take part at every level of this model.
+    monkeypatch.setattr(check, "_PARALLEL_BATCH", 64)
+    calls: list[int] = []
+    real = parallel.generate
+
+    def counted(*args: object, **kwargs: object) -> dict[int, parallel.Successors]:
+        calls.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(parallel, "generate", counted)
+    two = run(tmp_path, cfg, 2)
+    assert one == two
+    assert len(calls) > 10 and one["distinct_states"] > 2000, one
