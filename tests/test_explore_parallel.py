@@ -54,3 +54,30 @@ def test_command_modes_agree(capsys: pytest.CaptureFixture[str]) -> None:
 def test_workers_must_be_positive() -> None:
     with pytest.raises(ValueError, match="workers must be at least 1"):
         explore_parallel(OffloadExploreModel(1, 2), 0)
+
+
+class CountsToThreeThenCtrlC:
+    """One process counting up; Ctrl-C arrives while the coordinator steps it from 3."""
+
+    def initial(self) -> int:
+        return 0
+
+    def actions(self, s: int) -> list[str]:
+        return ["inc"]
+
+    def step(self, s: int, action: str) -> int:
+        if s == 3:
+            raise KeyboardInterrupt
+        return s + 1
+
+    def invariants(self, s: int) -> list[tuple[str, str]]:
+        return []
+
+    def fingerprint(self, s: int) -> int:
+        return s
+
+
+def test_parallel_ctrl_c_returns_the_figures_reached_so_far() -> None:
+    result = explore_parallel(CountsToThreeThenCtrlC(), 2)
+    assert result.interrupted and not result.complete
+    assert result.states == 4  # 0, 1, 2, 3

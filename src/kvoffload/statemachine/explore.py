@@ -216,11 +216,16 @@ def explore(
     try:
         return _search(model, result, parents, started, max_depth, max_states, stop_at_first, drain, reduce)
     except KeyboardInterrupt:
-        result.interrupted = True
-        result.complete = False
-        result.states = len(parents)
-        result.seconds = time.perf_counter() - started
-        return result
+        return interrupted_result(result, len(parents), started)
+
+
+def interrupted_result(result: ExploreResult, states: int, started: float) -> ExploreResult:
+    """``result`` as it stands when Ctrl-C stopped a search: the figures so far, not complete."""
+    result.interrupted = True
+    result.complete = False
+    result.states = states
+    result.seconds = time.perf_counter() - started
+    return result
 
 
 def _search(

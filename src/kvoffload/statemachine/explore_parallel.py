@@ -42,6 +42,7 @@ from kvoffload.statemachine.explore import (
     StepsOwned,
     _exception_violation,
     _path,
+    interrupted_result,
     rebuild_trace,
 )
 
@@ -123,11 +124,7 @@ def explore_parallel(
     try:
         return _search(model, workers, result, parents, started, max_states, stop_at_first, drain)
     except KeyboardInterrupt:
-        result.interrupted = True
-        result.complete = False
-        result.states = len(parents)
-        result.seconds = time.perf_counter() - started
-        return result
+        return interrupted_result(result, len(parents), started)
 
 
 def _search(
