@@ -223,9 +223,30 @@ def interrupted_result(result: ExploreResult, states: int, started: float) -> Ex
     """``result`` as it stands when Ctrl-C stopped a search: the figures so far, not complete."""
     result.interrupted = True
     result.complete = False
+    return finished_result(result, states, started)
+
+
+def finished_result(result: ExploreResult, states: int, started: float) -> ExploreResult:
+    """``result`` with its state count and the seconds since ``started``."""
     result.states = states
     result.seconds = time.perf_counter() - started
     return result
+
+
+def record_violation(
+    model: ExplorableModel,
+    result: ExploreResult,
+    parents: dict[Hashable, tuple[Hashable, Any] | None],
+    seen_violations: set[str],
+    violation: tuple[Hashable, tuple[Any, str | None] | None, str, str],
+) -> None:
+    """Add ``(fingerprint, extra step, invariant, message)`` to ``result`` with its rebuilt trace,
+    once per invariant name."""
+    fp, extra, name, message = violation
+    if name in seen_violations:
+        return
+    seen_violations.add(name)
+    result.violations.append(Counterexample(name, message, rebuild_trace(model, _path(parents, fp), extra)))
 
 
 def _search(
@@ -255,18 +276,11 @@ def _search(
     def report(fp: Hashable, problems: Sequence[tuple[str, str]], extra: tuple[Any, str | None] | None) -> bool:
         """Record violations; True when the search must stop."""
         for name, message in problems:
-            if name in seen_violations:
-                continue
-            seen_violations.add(name)
-            result.violations.append(
-                Counterexample(name, message, rebuild_trace(model, _path(parents, fp), extra))
-            )
+            record_violation(model, result, parents, seen_violations, (fp, extra, name, message))
         return bool(problems) and stop_at_first
 
     def finish() -> ExploreResult:
-        result.states = len(parents)
-        result.seconds = time.perf_counter() - started
-        return result
+        return finished_result(result, len(parents), started)
 
     initial = model.initial()
     fp0 = model.fingerprint(initial)

@@ -33,7 +33,6 @@ from typing import Any
 
 from kvoffload.statemachine.explore import (
     DRAIN_ACTION,
-    Counterexample,
     DrainMode,
     Drains,
     ExplorableModel,
@@ -41,9 +40,9 @@ from kvoffload.statemachine.explore import (
     HasFinalStates,
     StepsOwned,
     _exception_violation,
-    _path,
+    finished_result,
     interrupted_result,
-    rebuild_trace,
+    record_violation,
 )
 
 # The sequential warm-up runs until the frontier holds this many states per worker.
@@ -144,19 +143,15 @@ def _search(
     first_state: list[Hashable] = []
 
     def report(found: Sequence[_Found]) -> bool:
-        for fp, extra, name, message in found:
-            if stop_at_first and first_state and fp != first_state[0]:
+        for violation in found:
+            if stop_at_first and first_state and violation[0] != first_state[0]:
                 break
-            first_state[:] = first_state or [fp]
-            if name not in seen_violations:
-                seen_violations.add(name)
-                result.violations.append(Counterexample(name, message, rebuild_trace(model, _path(parents, fp), extra)))
+            first_state[:] = first_state or [violation[0]]
+            record_violation(model, result, parents, seen_violations, violation)
         return bool(found) and stop_at_first
 
     def finish() -> ExploreResult:
-        result.states = len(parents)
-        result.seconds = time.perf_counter() - started
-        return result
+        return finished_result(result, len(parents), started)
 
     initial = model.initial()
     fp0 = model.fingerprint(initial)
