@@ -245,6 +245,18 @@ def _count(value: object, call: str, what: str) -> int:
     return number
 
 
+def _counts(values: Iterable[object], call: str, what: str) -> Sequence[int]:
+    """``values`` as non-negative ints: ``values`` itself when it is a list or tuple of such ints
+    (no copy on the hot path), otherwise a converted list (see :func:`_count`)."""
+    if type(values) is list or type(values) is tuple:
+        for value in values:
+            if type(value) is not int or value < 0:
+                break
+        else:
+            return values  # type: ignore[return-value]
+    return [_count(value, call, what) for value in values]
+
+
 class OffloadingScheduler:
     """Decides which chunks are stored, which are loaded back, and when a request is forgotten."""
 
@@ -442,7 +454,7 @@ class OffloadingScheduler:
         The whole output is checked before anything is applied: an unknown request, a request in a
         state that cannot be preempted or scheduled, a request both preempted and given work, or a
         count that is not a non-negative int raises and changes nothing."""
-        scheduled, new_block_ids, drafts, rejected = self._checked_output(scheduler_output)
+        new_block_ids, drafts, rejected, converted_tokens = self._checked_output(scheduler_output)
         self.step += 1
         for request_id in scheduler_output.preempted:
             self._preempt(self._trackers[request_id])
@@ -470,8 +482,13 @@ class OffloadingScheduler:
         trackers = self._trackers
         storing = not self._reset_pending
         # The hot loop: one pass per running request per step, so only a few attribute reads
-        # unless a chunk just filled up.
-        for tracker, num_tokens in scheduled:
+        # unless a chunk just filled up. It reads the engine's mapping again rather than a list
+        # built by the check: a list of 10^4 live tuples per step drives Python's full garbage
+        # collections (README, "Connector and lifecycle overhead").
+        for request_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
+            tracker = trackers[request_id]
+            if type(num_tokens) is not int:
+                num_tokens = converted_tokens[request_id]
             if tracker.state != RUNNING:
                 # After reset_cache a running request is tracked as waiting; being scheduled again
                 # makes it running (_checked_output rejected every other state).
@@ -496,11 +513,11 @@ class OffloadingScheduler:
 
     def _checked_output(
         self, scheduler_output: SchedulerOutput
-    ) -> tuple[
-        list[tuple[RequestTracker, int]], dict[RequestId, list[int]], dict[RequestId, int], dict[RequestId, int]
-    ]:
-        """Validate a whole SchedulerOutput; returns its scheduled (tracker, tokens), new blocks, draft
-        tokens and rejected drafts, as ints."""
+    ) -> tuple[dict[RequestId, Sequence[int]], dict[RequestId, int], dict[RequestId, int], dict[RequestId, int]]:
+        """Validate a whole SchedulerOutput; returns its new blocks, draft tokens and rejected drafts
+        as ints, and the scheduled counts that were not plain ints, converted.
+
+        Allocates nothing per scheduled request on the hot path (see build_connector_meta)."""
         call = "build_connector_meta"
         preempted = set()
         for request_id in scheduler_output.preempted:
@@ -510,36 +527,26 @@ class OffloadingScheduler:
             if tracker.state != WAITING:
                 self._require_trigger(tracker, "preempt")
             preempted.add(request_id)
-        new_block_ids: dict[RequestId, list[int]] = {}
+        new_block_ids: dict[RequestId, Sequence[int]] = {}
         for request_id, block_ids in scheduler_output.new_block_ids.items():
             self._tracker(request_id, f"{call}(new_block_ids)")
             if request_id in preempted:
                 raise ValueError(f"{call}: request {request_id!r} is both preempted and given new GPU blocks")
-            new_block_ids[request_id] = [
-                _count(block, f"{call} for request {request_id!r}", "a new GPU block id") for block in block_ids
-            ]
+            new_block_ids[request_id] = _counts(block_ids, f"{call} for request {request_id!r}", "a new GPU block id")
         rejected = self._checked_rejections(scheduler_output.num_rejected_tokens, preempted)
-        scheduled: list[tuple[RequestTracker, int]] = []
+        converted: dict[RequestId, int] = {}
         trackers = self._trackers
-        # One pass per scheduled request per step: the common case costs a few checks.
+        # One pass per scheduled request per step: a request running with a plain count and no
+        # drafts to verify costs one lookup and a few reads; anything else takes the full check.
         for request_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
             tracker = trackers.get(request_id)
-            if tracker is None:
-                raise LifecycleViolation(
-                    "KnownRequest", request_id, call, "unknown", "scheduled without get_num_new_matched_tokens"
-                )
-            if preempted and request_id in preempted:
-                raise ValueError(f"{call}: request {request_id!r} is both preempted and scheduled")
-            if tracker.state != RUNNING:
-                self._require_trigger(tracker, "schedule")
-            if type(num_tokens) is not int or num_tokens < 0:
-                num_tokens = _count(num_tokens, f"{call} for request {request_id!r}", "num_scheduled_tokens")
-            if tracker.draft_tokens and request_id not in rejected:
-                raise ValueError(
-                    f"{call}: request {request_id!r} is scheduled with {tracker.draft_tokens} unverified draft "
-                    f"token(s) of its last step; report how many were rejected in num_rejected_tokens"
-                )
-            scheduled.append((tracker, num_tokens))
+            if (
+                tracker is None or tracker.state != RUNNING or tracker.draft_tokens or type(num_tokens) is not int
+                or num_tokens < 0 or (preempted and request_id in preempted)
+            ):
+                checked = self._checked_scheduled(request_id, tracker, num_tokens, preempted, rejected)
+                if type(num_tokens) is not int:
+                    converted[request_id] = checked
         drafts: dict[RequestId, int] = {}
         for request_id, count in scheduler_output.num_draft_tokens.items():
             what = f"{call} for request {request_id!r}"
@@ -549,7 +556,33 @@ class OffloadingScheduler:
             drafts[request_id] = _count(count, what, "num_draft_tokens")
             if drafts[request_id] > tokens:
                 raise ValueError(f"{what}: num_draft_tokens={count} exceeds its {tokens} scheduled token(s)")
-        return scheduled, new_block_ids, drafts, rejected
+        return new_block_ids, drafts, rejected, converted
+
+    def _checked_scheduled(
+        self,
+        request_id: RequestId,
+        tracker: RequestTracker | None,
+        num_tokens: object,
+        preempted: AbstractSet[RequestId],
+        rejected: Mapping[RequestId, int],
+    ) -> int:
+        """The full check of one ``num_scheduled_tokens`` entry; returns its count as an int."""
+        call = "build_connector_meta"
+        if tracker is None:
+            raise LifecycleViolation(
+                "KnownRequest", request_id, call, "unknown", "scheduled without get_num_new_matched_tokens"
+            )
+        if request_id in preempted:
+            raise ValueError(f"{call}: request {request_id!r} is both preempted and scheduled")
+        if tracker.state != RUNNING:
+            self._require_trigger(tracker, "schedule")
+        count = _count(num_tokens, f"{call} for request {request_id!r}", "num_scheduled_tokens")
+        if tracker.draft_tokens and request_id not in rejected:
+            raise ValueError(
+                f"{call}: request {request_id!r} is scheduled with {tracker.draft_tokens} unverified draft "
+                f"token(s) of its last step; report how many were rejected in num_rejected_tokens"
+            )
+        return count
 
     def _checked_rejections(
         self, rejections: Mapping[RequestId, int], preempted: set[RequestId]
