@@ -86,9 +86,12 @@ def malformed_calls(scheduler: OffloadingScheduler) -> list[Probe]:
         ("manager finish of an unknown request", lambda: manager.on_request_finished("ghost")),
         ("manager complete_load of an unknown request", lambda: manager.complete_load("ghost", [1])),
     ]
-    # A valid part first, so a call that applies entries one by one shows the half it applied.
-    valid_tokens = {rid: 0 for rid in by_state.get(RUNNING, [])}
+    # A valid part first, so a call that applies entries one by one shows the half it applied
+    # (one token each: build_connector_meta advances counts as it checks, and must take them back).
+    valid_tokens = {rid: 1 for rid in by_state.get(RUNNING, []) if not trackers[rid].draft_tokens}
     valid_preempt = list(by_state.get(RUNNING, []))
+    probes.append(("schedule valid requests, then an unknown one", lambda: scheduler.build_connector_meta(
+        SchedulerOutput({**valid_tokens, "ghost": 1}))))
     for rid in by_state.get(RUNNING, []):
         probes += [
             (f"schedule {rid} for -1 tokens", lambda rid=rid: scheduler.build_connector_meta(
@@ -96,7 +99,7 @@ def malformed_calls(scheduler: OffloadingScheduler) -> list[Probe]:
             (f"schedule {rid} for '1' tokens", lambda rid=rid: scheduler.build_connector_meta(
                 SchedulerOutput({**valid_tokens, rid: "1"}))),  # type: ignore[dict-item]
             (f"preempt and schedule {rid}", lambda rid=rid: scheduler.build_connector_meta(
-                SchedulerOutput(valid_tokens, preempted=[rid]))),
+                SchedulerOutput({**valid_tokens, rid: 1}, preempted=[rid]))),
             (f"preempt {rid} twice", lambda rid=rid: scheduler.build_connector_meta(
                 SchedulerOutput(preempted=[rid, rid]))),
             (f"new block -1 for {rid}", lambda rid=rid: scheduler.build_connector_meta(

@@ -50,6 +50,30 @@ def test_build_with_an_unknown_request_builds_no_store_for_the_earlier_ones() ->
     assert meta.step == 2, "the rejected call did not count a step"
 
 
+@pytest.mark.parametrize(
+    ("bad", "error", "match"),
+    [
+        (SchedulerOutput({"c": 1, "a": 1, "b": 2, "ghost": 1}), LifecycleViolation, "KnownRequest"),
+        (SchedulerOutput({"c": 1, "a": 1, "b": 2, "d": -1}), ValueError, "num_scheduled_tokens must be >= 0"),
+        (SchedulerOutput({"c": 1, "a": 1, "b": 2}, num_draft_tokens={"ghost": 1}), ValueError, "not scheduled"),
+    ],
+    ids=["unknown-last", "negative-last", "bad-drafts-after-every-entry"],
+)
+def test_build_takes_back_the_counts_it_advanced_before_the_bad_entry(
+    bad: SchedulerOutput, error: type[Exception], match: str
+) -> None:
+    # build_connector_meta checks and advances each scheduled request in one pass: "c" and "b"
+    # are advanced (no chunk due), "a" has a chunk due (handled after the pass), then it fails.
+    s = scheduler()
+    for rid, hashes in (("a", [1, 2]), ("b", [3, 4]), ("c", [5, 6]), ("d", [7, 8])):
+        _running(s, rid, hashes, [0, 1, 2])
+    s.build_connector_meta(SchedulerOutput({"a": 4, "b": 1, "c": 2, "d": 1}))
+    _rejected(s, error, match, s.build_connector_meta, bad)
+    meta = s.build_connector_meta(SchedulerOutput({"c": 1, "a": 1, "b": 2}))
+    assert [job.keys for job in meta.stores] == [(1,)]
+    assert {rid: s.tracker(rid).num_computed_tokens for rid in "abcd"} == {"a": 5, "b": 3, "c": 3, "d": 1}
+
+
 def test_build_scheduling_a_loading_request_changes_nothing() -> None:
     s = _with_stored_prefix([1, 2])
     _running(s, "a", [7], [5, 6])

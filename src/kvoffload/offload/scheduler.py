@@ -257,6 +257,10 @@ def _counts(values: Iterable[object], call: str, what: str) -> Sequence[int]:
     return [_count(value, call, what) for value in values]
 
 
+# _undo_advance's stop when every scheduled entry was advanced: it matches none.
+_EVERY_ENTRY = object()
+
+
 class OffloadingScheduler:
     """Decides which chunks are stored, which are loaded back, and when a request is forgotten."""
 
@@ -454,7 +458,10 @@ class OffloadingScheduler:
         The whole output is checked before anything is applied: an unknown request, a request in a
         state that cannot be preempted or scheduled, a request both preempted and given work, or a
         count that is not a non-negative int raises and changes nothing."""
-        new_block_ids, drafts, rejected, converted_tokens = self._checked_output(scheduler_output)
+        preempted, new_block_ids, rejected = self._checked_output(scheduler_output)
+        # Checks the rest and advances the requests that only compute tokens this step; the rest
+        # comes back (raises having changed nothing).
+        deferred, drafts = self._advance_scheduled(scheduler_output, preempted, rejected)
         self.step += 1
         for request_id in scheduler_output.preempted:
             self._preempt(self._trackers[request_id])
@@ -479,26 +486,18 @@ class OffloadingScheduler:
 
         stores: list[TransferJob] = []
         chunk_tokens = self._chunk_tokens
-        trackers = self._trackers
         storing = not self._reset_pending
-        # The hot loop: one pass per running request per step, so only a few attribute reads
-        # unless a chunk just filled up. It reads the engine's mapping again rather than a list
-        # built by the check: a list of 10^4 live tuples per step drives Python's full garbage
-        # collections (README, "Connector and lifecycle overhead").
-        for request_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
-            tracker = trackers[request_id]
-            if type(num_tokens) is not int:
-                num_tokens = converted_tokens[request_id]
+        for tracker, num_tokens in deferred:
             if tracker.state != RUNNING:
                 # After reset_cache a running request is tracked as waiting; being scheduled again
-                # makes it running (_checked_output rejected every other state).
+                # makes it running (_advance_scheduled rejected every other state).
                 self.lifecycle.fire(tracker, "schedule")
             computed = tracker.num_computed_tokens
             if storing and computed >= (tracker.stored_chunks + 1) * chunk_tokens:
                 self._build_stores(tracker, stores, final=False)
             tracker.num_computed_tokens = computed + num_tokens
         for request_id, count in drafts.items():
-            trackers[request_id].draft_tokens = count
+            self._trackers[request_id].draft_tokens = count
 
         loads = tuple(self._pending_loads)
         self._pending_loads.clear()
@@ -513,11 +512,9 @@ class OffloadingScheduler:
 
     def _checked_output(
         self, scheduler_output: SchedulerOutput
-    ) -> tuple[dict[RequestId, Sequence[int]], dict[RequestId, int], dict[RequestId, int], dict[RequestId, int]]:
-        """Validate a whole SchedulerOutput; returns its new blocks, draft tokens and rejected drafts
-        as ints, and the scheduled counts that were not plain ints, converted.
-
-        Allocates nothing per scheduled request on the hot path (see build_connector_meta)."""
+    ) -> tuple[set[RequestId], dict[RequestId, Sequence[int]], dict[RequestId, int]]:
+        """Validate a SchedulerOutput's preemptions, new blocks and rejected drafts; returns the
+        preempted ids, the new blocks and the rejected drafts as ints."""
         call = "build_connector_meta"
         preempted = set()
         for request_id in scheduler_output.preempted:
@@ -534,29 +531,74 @@ class OffloadingScheduler:
                 raise ValueError(f"{call}: request {request_id!r} is both preempted and given new GPU blocks")
             new_block_ids[request_id] = _counts(block_ids, f"{call} for request {request_id!r}", "a new GPU block id")
         rejected = self._checked_rejections(scheduler_output.num_rejected_tokens, preempted)
-        converted: dict[RequestId, int] = {}
+        return preempted, new_block_ids, rejected
+
+    def _advance_scheduled(
+        self, scheduler_output: SchedulerOutput, preempted: AbstractSet[RequestId], rejected: Mapping[RequestId, int]
+    ) -> tuple[list[tuple[RequestTracker, int]], dict[RequestId, int]]:
+        """Check every ``num_scheduled_tokens`` entry and the draft counts, and advance the computed
+        count of each request that only computes this step (running, no drafts to verify, no
+        chunk to store). Returns the others as (tracker, tokens scheduled as an int), in order,
+        and the draft counts as ints. Raises having changed nothing: what it advanced is undone.
+
+        Checking and advancing in one pass touches each tracker once: at 10^4 live requests a
+        second pass over them costs as much again in cache misses (README, "Connector and
+        lifecycle overhead"). It allocates nothing per request that only computes, so Python's
+        full garbage collections stay rare."""
+        scheduled = scheduler_output.num_scheduled_tokens
         trackers = self._trackers
-        # One pass per scheduled request per step: a request running with a plain count and no
-        # drafts to verify costs one lookup and a few reads; anything else takes the full check.
-        for request_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
-            tracker = trackers.get(request_id)
-            if (
-                tracker is None or tracker.state != RUNNING or tracker.draft_tokens or type(num_tokens) is not int
-                or num_tokens < 0 or (preempted and request_id in preempted)
-            ):
-                checked = self._checked_scheduled(request_id, tracker, num_tokens, preempted, rejected)
-                if type(num_tokens) is not int:
-                    converted[request_id] = checked
+        stores_due = not self._reset_pending
+        chunk_tokens = self._chunk_tokens
+        deferred: list[tuple[RequestTracker, int]] = []
+        advanced_all = False
+        request_id: object = None
+        try:
+            for request_id, num_tokens in scheduled.items():
+                tracker = trackers.get(request_id)
+                if (
+                    tracker is None or tracker.state != RUNNING or tracker.draft_tokens
+                    or type(num_tokens) is not int or num_tokens < 0 or (preempted and request_id in preempted)
+                ):
+                    deferred.append(
+                        (tracker, self._checked_scheduled(request_id, tracker, num_tokens, preempted, rejected))  # type: ignore[arg-type]
+                    )
+                    continue
+                computed = tracker.num_computed_tokens
+                if stores_due and computed >= (tracker.stored_chunks + 1) * chunk_tokens:
+                    deferred.append((tracker, num_tokens))
+                else:
+                    tracker.num_computed_tokens = computed + num_tokens
+            advanced_all = True
+            drafts = self._checked_drafts(scheduler_output)
+        except BaseException:
+            self._undo_advance(scheduled, _EVERY_ENTRY if advanced_all else request_id, deferred)
+            raise
+        return deferred, drafts
+
+    def _undo_advance(
+        self, scheduled: Mapping[RequestId, object], stop: object, deferred: list[tuple[RequestTracker, int]]
+    ) -> None:
+        """Take back what _advance_scheduled advanced, up to the entry ``stop`` (excluded)."""
+        not_advanced = {id(tracker) for tracker, _ in deferred}
+        for request_id, num_tokens in scheduled.items():
+            if request_id is stop:
+                return
+            tracker = self._trackers[request_id]
+            if id(tracker) not in not_advanced:
+                tracker.num_computed_tokens -= num_tokens  # type: ignore[operator]
+
+    def _checked_drafts(self, scheduler_output: SchedulerOutput) -> dict[RequestId, int]:
+        """num_draft_tokens as ints, each for a request scheduled with at least as many tokens."""
         drafts: dict[RequestId, int] = {}
         for request_id, count in scheduler_output.num_draft_tokens.items():
-            what = f"{call} for request {request_id!r}"
+            what = f"build_connector_meta for request {request_id!r}"
             tokens = scheduler_output.num_scheduled_tokens.get(request_id)
             if tokens is None:
                 raise ValueError(f"{what}: num_draft_tokens for a request not scheduled in this step")
             drafts[request_id] = _count(count, what, "num_draft_tokens")
             if drafts[request_id] > tokens:
                 raise ValueError(f"{what}: num_draft_tokens={count} exceeds its {tokens} scheduled token(s)")
-        return new_block_ids, drafts, rejected, converted
+        return drafts
 
     def _checked_scheduled(
         self,
@@ -742,23 +784,32 @@ class OffloadingScheduler:
                 tracker.stored_chunks = end
             return
         tracker.stored_chunks = end
-        if not plan.keys_to_store:
+        keys_to_store = plan.keys_to_store
+        if not keys_to_store:
             return
-        chunk_of = {key: first + offset for offset, key in enumerate(keys)}
         bpc = self._bpc
         blocks = tracker.gpu_block_ids
-        gpu_block_ids = tuple(
-            block for key in plan.keys_to_store for block in blocks[chunk_of[key] * bpc : (chunk_of[key] + 1) * bpc]
-        )
-        job = self._new_job(
-            tracker, "store", plan.keys_to_store, gpu_block_ids, plan.cpu_block_ids,
-            tuple(chunk_of[key] for key in plan.keys_to_store),
-        )
-        tracker.store_jobs.add(job.job_id)
+        if len(keys_to_store) == end - first:
+            # Every chunk offered is new to the tier (keys_to_store keeps the order of keys): one slice.
+            chunks: tuple[int, ...] = tuple(range(first, end))
+            gpu_block_ids = tuple(blocks[first * bpc : end * bpc])
+        else:
+            chunk_of = {key: first + offset for offset, key in enumerate(keys)}
+            chunks = tuple(chunk_of[key] for key in keys_to_store)
+            gpu_block_ids = tuple(block for chunk in chunks for block in blocks[chunk * bpc : (chunk + 1) * bpc])
+        job = self._new_job(tracker, "store", keys_to_store, gpu_block_ids, plan.cpu_block_ids, chunks)
+        job_id = job.job_id
+        tracker.store_jobs.add(job_id)
+        fence = self._fence
         for block in gpu_block_ids:
-            self._fence.setdefault(block, set()).add(job.job_id)
-        self.stats.stores += 1
-        self.stats.stored_chunks += len(plan.keys_to_store)
+            readers = fence.get(block)
+            if readers is None:
+                fence[block] = {job_id}
+            else:
+                readers.add(job_id)
+        stats = self.stats
+        stats.stores += 1
+        stats.stored_chunks += len(keys_to_store)
         out.append(job)
 
     def _fence_check(self, block_ids: Iterable[int]) -> None:
@@ -817,8 +868,15 @@ class OffloadingScheduler:
         self.job_lifecycle.fire(self._job_records.pop(job_id), "discard" if stale else "complete" if ok else "fail")
         if job.kind == "load":
             self.manager.complete_load(job.request_id, job.keys)
-            self._keys_loading.subtract(job.keys)
-            self._keys_loading += Counter()  # drop keys whose count reached zero
+            keys_loading = self._keys_loading
+            for key in job.keys:
+                # Drop a key whose count reaches zero (Counter's `+= Counter()` would rebuild the
+                # whole table per completion).
+                left = keys_loading[key] - 1
+                if left:
+                    keys_loading[key] = left
+                else:
+                    del keys_loading[key]
         else:
             # A stale store may have written into a block that reset_cache is about to forget:
             # report it failed so the manager frees it either way.
