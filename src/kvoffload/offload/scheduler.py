@@ -24,6 +24,8 @@ Ordering rules (docs/design.md), each enforced here by the declared lifecycle:
    then lookups miss and nothing new is stored.
 6. Every public call checks its whole input before it changes anything: a call that raises has
    changed nothing (no store built for an earlier entry, no count advanced, no flush consumed).
+   ``build_connector_meta`` checks each scheduled request and advances one that only computes in
+   the same pass, and takes those counts back when a later entry is rejected.
 7. Speculative decoding: draft tokens (``SchedulerOutput.num_draft_tokens``) count as computed only
    once the next output reports how many were rejected (``num_rejected_tokens``, which lowers the
    computed count as vLLM's ``update_from_output`` does); a chunk is stored only when every token
