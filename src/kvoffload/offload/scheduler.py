@@ -549,7 +549,7 @@ class OffloadingScheduler:
         full garbage collections stay rare."""
         scheduled = scheduler_output.num_scheduled_tokens
         trackers = self._trackers
-        stores_due = not self._reset_pending
+        storing = not self._reset_pending
         chunk_tokens = self._chunk_tokens
         deferred: list[tuple[RequestTracker, int]] = []
         advanced_all = False
@@ -561,12 +561,10 @@ class OffloadingScheduler:
                     tracker is None or tracker.state != RUNNING or tracker.draft_tokens
                     or type(num_tokens) is not int or num_tokens < 0 or (preempted and request_id in preempted)
                 ):
-                    deferred.append(
-                        (tracker, self._checked_scheduled(request_id, tracker, num_tokens, preempted, rejected))  # type: ignore[arg-type]
-                    )
+                    deferred.append(self._checked_scheduled(request_id, tracker, num_tokens, preempted, rejected))
                     continue
                 computed = tracker.num_computed_tokens
-                if stores_due and computed >= (tracker.stored_chunks + 1) * chunk_tokens:
+                if storing and computed >= (tracker.stored_chunks + 1) * chunk_tokens:
                     deferred.append((tracker, num_tokens))
                 else:
                     tracker.num_computed_tokens = computed + num_tokens
@@ -609,8 +607,9 @@ class OffloadingScheduler:
         num_tokens: object,
         preempted: AbstractSet[RequestId],
         rejected: Mapping[RequestId, int],
-    ) -> int:
-        """The full check of one ``num_scheduled_tokens`` entry; returns its count as an int."""
+    ) -> tuple[RequestTracker, int]:
+        """The full check of one ``num_scheduled_tokens`` entry; returns its tracker and its count
+        as an int."""
         call = "build_connector_meta"
         if tracker is None:
             raise LifecycleViolation(
@@ -626,7 +625,7 @@ class OffloadingScheduler:
                 f"{call}: request {request_id!r} is scheduled with {tracker.draft_tokens} unverified draft "
                 f"token(s) of its last step; report how many were rejected in num_rejected_tokens"
             )
-        return count
+        return tracker, count
 
     def _checked_rejections(
         self, rejections: Mapping[RequestId, int], preempted: set[RequestId]
