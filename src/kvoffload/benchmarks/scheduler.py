@@ -3,6 +3,10 @@
 Steady decode: N requests each compute one token per step; every ``block_size`` steps a request
 fills a block, which the scheduler stores (staggered, so stores happen every step). The worker
 completes each store one step later. Timed: ``build_connector_meta`` + ``update_connector_output``.
+``full_gc_collections`` counts Python's full (oldest-generation) garbage collections during the
+steps: each walks every live object, so at 10^4 live requests a few of them are a visible part of
+the figure, and an object allocated per request per step that lives through the step makes them
+frequent (README, "Connector and lifecycle overhead").
 
 Lifecycle: one request lifetime (load, load_done, finish, signal, clean, with the guard) through
 the shipped runtime, through one ``transitions`` Machine per request (the obvious design), and
@@ -12,6 +16,7 @@ through a bare dict table (the floor), all in the same run.
 from __future__ import annotations
 
 import argparse
+import gc
 import platform
 import time
 from dataclasses import dataclass, field
@@ -60,6 +65,7 @@ def connector_overhead(live: int, steps: int, block_size: int = 16) -> dict[str,
     pending: dict[int, bool] = {}
     elapsed = 0.0
     stores = 0
+    full_collections = gc.get_stats()[-1]["collections"]
     for _ in range(steps):
         new_blocks: dict[str, list[int]] = {}
         for request, blocks in requests:
@@ -82,6 +88,7 @@ def connector_overhead(live: int, steps: int, block_size: int = 16) -> dict[str,
         "steps": steps,
         "stores": stores,
         "connector_us_per_request_step": round(elapsed / (steps * live) * 1e6, 3),
+        "full_gc_collections": gc.get_stats()[-1]["collections"] - full_collections,
     }
 
 
