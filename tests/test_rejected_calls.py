@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+
 import pytest
 
 from kvoffload.offload import OffloadingScheduler, SchedulerOutput, UnknownJob, WorkerOutput
@@ -72,6 +74,33 @@ def test_build_takes_back_the_counts_it_advanced_before_the_bad_entry(
     meta = s.build_connector_meta(SchedulerOutput({"c": 1, "a": 1, "b": 2}))
     assert [job.keys for job in meta.stores] == [(1,)]
     assert {rid: s.tracker(rid).num_computed_tokens for rid in "abcd"} == {"a": 5, "b": 3, "c": 3, "d": 1}
+
+
+class _BreaksAfterTwo(Mapping[str, int]):
+    """A mapping whose iteration fails after its first two entries."""
+
+    def __init__(self, entries: dict[str, int]) -> None:
+        self._entries = entries
+
+    def __getitem__(self, key: str) -> int:
+        return self._entries[key]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[str]:
+        keys = list(self._entries)
+        yield from keys[:2]
+        raise RuntimeError("the engine's mapping broke")
+
+
+def test_build_with_a_mapping_that_fails_mid_iteration_changes_nothing() -> None:
+    s = scheduler()
+    for rid, hashes in (("a", [1, 2]), ("b", [3, 4]), ("c", [5, 6])):
+        _running(s, rid, hashes, [0, 1, 2])
+    s.build_connector_meta(SchedulerOutput({"a": 1, "b": 1, "c": 1}))
+    _rejected(s, RuntimeError, "mapping broke", s.build_connector_meta,
+              SchedulerOutput(_BreaksAfterTwo({"a": 1, "b": 1, "c": 1})))
 
 
 def test_build_scheduling_a_loading_request_changes_nothing() -> None:

@@ -548,6 +548,10 @@ class OffloadingScheduler:
         lifecycle overhead"). It allocates nothing per request that only computes, so Python's
         full garbage collections stay rare."""
         scheduled = scheduler_output.num_scheduled_tokens
+        if type(scheduled) is not dict:
+            # Iterating a plain dict cannot raise between two entries, so an error names the entry
+            # that was not advanced; any other mapping is copied first (before anything changes).
+            scheduled = dict(scheduled)
         trackers = self._trackers
         storing = not self._reset_pending
         chunk_tokens = self._chunk_tokens
