@@ -1,0 +1,132 @@
+"""Where the CPU oracle's advantage comes from: half-clairvoyant policies in the same replay.
+
+The CPU oracle (:mod:`kvoffload.sim.cpu_oracle`) knows, for every offered block, whether and when it
+is used again. These policies know only part of that, so the hit ratio of each one bounds what a
+class of online policies can reach (each is run by the real manager, through the same scheduler
+and GPU prefix cache):
+
+- :class:`SecondSightingBelady`: the doorkeeper's admission (a block is stored the second time it
+  is offered, once the tier is full) with Belady's eviction (furthest next use first). It bounds
+  every policy that admits on second sighting, whatever it evicts.
+- :class:`ReuseKnowingLRU`: admits exactly the blocks used again within ``horizon`` requests (any
+  later time when ``horizon`` is None) and evicts the least recently used. It bounds what a perfect
+  reuse predictor earns without knowing *when* the reuse comes.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Collection, Hashable, Sequence
+from typing import Any
+
+from kvoffload.offload.policies import Evictable, EvictionPolicy
+from kvoffload.offload.types import OffloadKey
+from kvoffload.sim.cpu_oracle import NEVER, BeladyCPUPolicy, ClairvoyantPolicy
+from kvoffload.sim.trace_replay import TraceReplay, cpu_oracle
+
+# How many keys the second-sighting admission remembers, per CPU block (the doorkeeper's default).
+GHOST_FACTOR = 4
+
+
+class SecondSightingBelady(BeladyCPUPolicy):
+    """Stores a key the second time it is offered (once the tier is full, as the doorkeeper does)
+    and evicts the resident key used furthest in the future; the incoming key is never bypassed."""
+
+    name = "second_sighting_belady"
+
+    def __init__(self, chains: Sequence[Sequence[OffloadKey]], capacity: int) -> None:
+        super().__init__(chains, capacity)
+        self._seen: OrderedDict[OffloadKey, None] = OrderedDict()
+
+    def _remember(self, key: OffloadKey) -> None:
+        self._seen[key] = None
+        self._seen.move_to_end(key)
+        while len(self._seen) > GHOST_FACTOR * self.capacity:
+            self._seen.popitem(last=False)
+
+    def admit(self, key: OffloadKey) -> bool:
+        if len(self._next) + self._promised < self.capacity:
+            self._promised += 1
+            return True
+        if key in self._seen:
+            del self._seen[key]
+            return True
+        self._remember(key)
+        return False
+
+    def victims(
+        self, count: int, evictable: Evictable, incoming: Collection[OffloadKey]
+    ) -> list[OffloadKey] | None:
+        chosen = super().victims(count, evictable, incoming)
+        for key in chosen or ():
+            self._remember(key)
+        return chosen
+
+    def reset(self) -> None:
+        super().reset()
+        self._seen.clear()
+
+    def fingerprint(self) -> Hashable:
+        return (super().fingerprint(), tuple(self._seen))
+
+
+class ReuseKnowingLRU(ClairvoyantPolicy):
+    """Admits a key only if it is used again within ``horizon`` requests (None: ever) and evicts
+    the least recently used resident key."""
+
+    name = "reuse_knowing_lru"
+
+    def __init__(self, chains: Sequence[Sequence[OffloadKey]], horizon: int | None = None) -> None:
+        super().__init__(chains)
+        if horizon is not None and horizon < 1:
+            raise ValueError(f"horizon must be positive or None, got {horizon}")
+        self.horizon = horizon
+        self._order: OrderedDict[OffloadKey, None] = OrderedDict()
+
+    def admit(self, key: OffloadKey) -> bool:
+        upcoming = self.next_use(key)
+        return upcoming != NEVER and (self.horizon is None or upcoming - self._clock <= self.horizon)
+
+    def on_insert(self, key: OffloadKey, parent: OffloadKey | None) -> None:
+        self._order[key] = None
+
+    def on_hit(self, key: OffloadKey) -> None:
+        if key in self._order:
+            self._order.move_to_end(key)
+
+    def on_remove(self, key: OffloadKey) -> None:
+        self._order.pop(key, None)
+
+    def victims(
+        self, count: int, evictable: Evictable, incoming: Collection[OffloadKey]
+    ) -> list[OffloadKey] | None:
+        chosen = [key for key in self._order if evictable(key)][:count]
+        return chosen if len(chosen) == count else None
+
+    def reset(self) -> None:
+        self._order.clear()
+
+    def fingerprint(self) -> Hashable:
+        return (self._clock, self.horizon, tuple(self._order))
+
+
+def oracle_breakdown(
+    chains: Sequence[list[int]], gpu_blocks: int, cpu_blocks: int, horizons: Sequence[int] = (1000,)
+) -> dict[str, Any]:
+    """Hit ratios of the CPU oracle and of each half-clairvoyant policy, same GPU and CPU sizes."""
+    policies: list[EvictionPolicy] = [SecondSightingBelady(chains, cpu_blocks), ReuseKnowingLRU(chains)]
+    policies += [ReuseKnowingLRU(chains, horizon) for horizon in horizons]
+    oracle = cpu_oracle(chains, gpu_blocks, cpu_blocks).hit_ratio
+    result: dict[str, Any] = {"cpu_oracle_hit_ratio": oracle, "bounds": []}
+    for policy in policies:
+        run = TraceReplay(gpu_blocks, cpu_blocks, policy, check_every=len(chains) + 1).run(chains)
+        horizon = getattr(policy, "horizon", None)
+        result["bounds"].append({
+            "policy": policy.name,
+            "horizon": horizon,
+            "hit_ratio": run.hit_ratio,
+            "ratio_to_cpu_oracle": run.hit_ratio / oracle if oracle else None,
+            "violations": run.violations,
+            "leaks": run.leaks,
+        })
+    return result
