@@ -26,6 +26,8 @@ from kvoffload.sim.trace_replay import TraceReplay, cpu_oracle
 
 # How many keys the second-sighting admission remembers, per CPU block (the doorkeeper's default).
 GHOST_FACTOR = 4
+# Reuse horizons (in requests) of the ReuseKnowingLRU rows besides "ever".
+DEFAULT_HORIZONS: tuple[int, ...] = (1000,)
 
 
 class SecondSightingBelady(BeladyCPUPolicy):
@@ -111,22 +113,28 @@ class ReuseKnowingLRU(ClairvoyantPolicy):
 
 
 def oracle_breakdown(
-    chains: Sequence[list[int]], gpu_blocks: int, cpu_blocks: int, horizons: Sequence[int] = (1000,)
-) -> dict[str, Any]:
-    """Hit ratios of the CPU oracle and of each half-clairvoyant policy, same GPU and CPU sizes."""
+    chains: Sequence[list[int]],
+    gpu_blocks: int,
+    cpu_blocks: int,
+    horizons: Sequence[int] = DEFAULT_HORIZONS,
+    oracle_hit_ratio: float | None = None,
+) -> list[dict[str, Any]]:
+    """One row per half-clairvoyant policy (hit ratio, ratio to the CPU oracle, violations, leaks),
+    replayed at the same GPU and CPU sizes; the CPU oracle is replayed too unless its hit ratio is
+    given."""
+    if oracle_hit_ratio is None:
+        oracle_hit_ratio = cpu_oracle(chains, gpu_blocks, cpu_blocks).hit_ratio
     policies: list[EvictionPolicy] = [SecondSightingBelady(chains, cpu_blocks), ReuseKnowingLRU(chains)]
     policies += [ReuseKnowingLRU(chains, horizon) for horizon in horizons]
-    oracle = cpu_oracle(chains, gpu_blocks, cpu_blocks).hit_ratio
-    result: dict[str, Any] = {"cpu_oracle_hit_ratio": oracle, "bounds": []}
+    rows = []
     for policy in policies:
         run = TraceReplay(gpu_blocks, cpu_blocks, policy, check_every=len(chains) + 1).run(chains)
-        horizon = getattr(policy, "horizon", None)
-        result["bounds"].append({
+        rows.append({
             "policy": policy.name,
-            "horizon": horizon,
+            "horizon": getattr(policy, "horizon", None),
             "hit_ratio": run.hit_ratio,
-            "ratio_to_cpu_oracle": run.hit_ratio / oracle if oracle else None,
+            "ratio_to_cpu_oracle": run.hit_ratio / oracle_hit_ratio if oracle_hit_ratio else None,
             "violations": run.violations,
             "leaks": run.leaks,
         })
-    return result
+    return rows
