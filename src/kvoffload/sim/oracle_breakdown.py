@@ -27,7 +27,7 @@ from kvoffload.sim.trace_replay import TraceReplay, cpu_oracle
 # How many keys the second-sighting admission remembers, per CPU block (the doorkeeper's default).
 GHOST_FACTOR = 4
 # Reuse horizons (in requests) of the ReuseKnowingLRU rows besides "ever".
-DEFAULT_HORIZONS: tuple[int, ...] = (1000,)
+DEFAULT_HORIZONS: tuple[int, ...] = (300, 1000)
 
 
 class SecondSightingBelady(BeladyCPUPolicy):
