@@ -13,6 +13,7 @@ time since the previous turn) predicts whether the conversation comes back, and 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -21,6 +22,9 @@ from kvoffload.sim.mooncake import TraceRequest, read_trace
 
 # Turns from this one on are counted together.
 LAST_TURN_BUCKET = 6
+# Lower edges of the buckets of prompt length (full blocks) and of seconds since the previous turn.
+PROMPT_BLOCK_EDGES = (0, 8, 16, 32, 64)
+SECONDS_SINCE_PREVIOUS_EDGES = (0.0, 60.0, 120.0, 240.0, 480.0)
 
 
 def _quartiles(values: Sequence[float]) -> list[float] | None:
@@ -28,6 +32,34 @@ def _quartiles(values: Sequence[float]) -> list[float] | None:
         return None
     ordered = sorted(values)
     return [ordered[len(ordered) * q // 4] for q in (1, 2, 3)]
+
+
+def _share_by_bucket(
+    values: dict[int, float], edges: Sequence[float], nexts: dict[int, int]
+) -> list[dict[str, Any]]:
+    """Per bucket of ``values`` (request index -> value; bucket = last edge <= value): how many
+    requests, and the share of them with a next turn."""
+    rows = []
+    for at, low in enumerate(edges):
+        high = edges[at + 1] if at + 1 < len(edges) else math.inf
+        members = [i for i, value in values.items() if low <= value < high]
+        rows.append({
+            "from": low,
+            "requests": len(members),
+            "with_next_turn": sum(i in nexts for i in members) / len(members) if members else None,
+        })
+    return rows
+
+
+def _log_correlation(pairs: Sequence[tuple[int, int]]) -> float | None:
+    if len(pairs) < 2:
+        return None
+    xs = [math.log(a) for a, _ in pairs]
+    ys = [math.log(b) for _, b in pairs]
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    cov = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True))
+    spread = math.sqrt(sum((x - mean_x) ** 2 for x in xs) * sum((y - mean_y) ** 2 for y in ys))
+    return cov / spread if spread else None
 
 
 def conversation_structure(requests: Sequence[TraceRequest]) -> dict[str, Any]:
@@ -51,6 +83,11 @@ def conversation_structure(requests: Sequence[TraceRequest]) -> dict[str, Any]:
             owner.setdefault(key, index)
     # Request index -> the index of its next turn, for the requests that have one.
     nexts = {index: later for index, later in enumerate(next_turn) if later is not None}
+    since_previous = {
+        i: (request.timestamp - requests[earlier].timestamp) / 1000
+        for i, (request, earlier) in enumerate(zip(requests, parent, strict=True))
+        if earlier is not None
+    }
     by_turn = []
     for bucket in range(1, LAST_TURN_BUCKET + 1):
         members = [i for i, t in enumerate(turn) if min(t, LAST_TURN_BUCKET) == bucket]
@@ -70,6 +107,16 @@ def conversation_structure(requests: Sequence[TraceRequest]) -> dict[str, Any]:
             [(requests[later].timestamp - requests[i].timestamp) / 1000 for i, later in nexts.items()]
         ),
         "by_turn": by_turn,
+        "by_prompt_blocks": _share_by_bucket(
+            {i: request.full_blocks() for i, request in enumerate(requests)}, PROMPT_BLOCK_EDGES, nexts
+        ),
+        "by_seconds_since_previous_turn": _share_by_bucket(
+            since_previous, SECONDS_SINCE_PREVIOUS_EDGES, nexts
+        ),
+        # Log of the gap (in requests) from the previous turn against the log of the gap to the next.
+        "gap_log_correlation": _log_correlation(
+            [(i - p, nexts[i] - i) for i, p in enumerate(parent) if p is not None and i in nexts]
+        ),
     }
 
 
