@@ -94,3 +94,25 @@ def test_command_reports_the_breakdown(tmp_path: Path, capsys: pytest.CaptureFix
     assert "second_sighting_belady" in capsys.readouterr().out
     assert main([*args, "--tier-blocks", "file=8"]) == 2
     assert "--oracle-breakdown does not combine with --tier-blocks" in capsys.readouterr().err
+
+
+def test_sweep_reports_the_breakdown_per_size(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"timestamp": at, "input_length": 3 * 512 + 100, "output_length": 5, "hash_ids": [*ids, 99]})
+            + "\n"
+            for at, ids in enumerate(SCENARIO)
+        )
+    )
+    plot = tmp_path / "sweep.png"
+    args = ["replay", str(path), "--sweep", "--json", "--cpu-sizes", "3,12", "--gpu-blocks", "4", "--plot", str(plot)]
+    assert main([*args, "--policies", "doorkeeper", "--oracle-breakdown"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data["oracle_breakdown"]) == {"3", "12"}
+    small = {row["policy"]: row["hit_ratio"] for row in data["oracle_breakdown"]["3"] if row["horizon"] is None}
+    assert small == {"second_sighting_belady": 0, "reuse_knowing_lru": 3 / 12}
+    # With room for every block, admitting on second sighting no longer costs the first reuse.
+    assert all(row["hit_ratio"] == 3 / 12 for row in data["oracle_breakdown"]["12"] if row["horizon"] is None)
+    assert main([*args, "--policies", "doorkeeper"]) == 0
+    assert "oracle_breakdown" not in json.loads(capsys.readouterr().out)
