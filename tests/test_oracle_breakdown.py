@@ -71,7 +71,7 @@ def test_reuse_knowing_lru_admits_by_next_use_and_evicts_least_recent() -> None:
         ReuseKnowingLRU([], horizon=0)
 
 
-def test_command_reports_the_breakdown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def _scenario_file(tmp_path: Path) -> Path:
     path = tmp_path / "t.jsonl"
     path.write_text(
         "".join(
@@ -80,6 +80,11 @@ def test_command_reports_the_breakdown(tmp_path: Path, capsys: pytest.CaptureFix
             for at, ids in enumerate(SCENARIO)
         )
     )
+    return path
+
+
+def test_command_reports_the_breakdown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _scenario_file(tmp_path)
     args = ["replay", str(path), "--gpu-blocks", "4", "--cpu-blocks", "3", "--oracle-breakdown"]
     assert main([*args, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -97,14 +102,7 @@ def test_command_reports_the_breakdown(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_sweep_reports_the_breakdown_per_size(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = tmp_path / "t.jsonl"
-    path.write_text(
-        "".join(
-            json.dumps({"timestamp": at, "input_length": 3 * 512 + 100, "output_length": 5, "hash_ids": [*ids, 99]})
-            + "\n"
-            for at, ids in enumerate(SCENARIO)
-        )
-    )
+    path = _scenario_file(tmp_path)
     plot = tmp_path / "sweep.png"
     args = ["replay", str(path), "--sweep", "--json", "--cpu-sizes", "3,12", "--gpu-blocks", "4", "--plot", str(plot)]
     assert main([*args, "--policies", "doorkeeper", "--oracle-breakdown"]) == 0

@@ -28,10 +28,11 @@ from kvoffload.offload.types import OffloadKey
 NEVER = 1 << 62
 
 
-class ClairvoyantPolicy(EvictionPolicy):
-    """A CPU-tier policy told the trace's future: every request's keys, in replay order. The replay
-    calls :meth:`advance` before each request, so :meth:`next_use` is relative to it. Used only
-    for bounds (this oracle and :mod:`kvoffload.sim.oracle_breakdown`), never by an engine."""
+class ClairvoyantPolicy:
+    """The trace's future for a CPU-tier policy (a mixin next to :class:`EvictionPolicy`): every
+    request's keys, in replay order. The replay calls :meth:`advance` before each request, so
+    :meth:`next_use` is relative to it. Used only for bounds (this oracle and
+    :mod:`kvoffload.sim.oracle_breakdown`), never by an engine."""
 
     def __init__(self, chains: Sequence[Sequence[OffloadKey]]) -> None:
         self._uses: dict[OffloadKey, list[int]] = {}
@@ -53,7 +54,7 @@ class ClairvoyantPolicy(EvictionPolicy):
         return uses[at] if at < len(uses) else NEVER
 
 
-class BeladyCPUPolicy(ClairvoyantPolicy):
+class BeladyCPUPolicy(ClairvoyantPolicy, EvictionPolicy):
     """Belady's furthest-next-use rule, with bypass, for the CPU tier (see the module docstring).
 
     Args:

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Collection, Hashable, Sequence
 from typing import Any
 
-from kvoffload.offload.policies import Evictable, EvictionPolicy
+from kvoffload.offload.policies import Evictable, EvictionPolicy, LRUPolicy
 from kvoffload.offload.types import OffloadKey
 from kvoffload.sim.cpu_oracle import NEVER, BeladyCPUPolicy, ClairvoyantPolicy
 from kvoffload.sim.trace_replay import TraceReplay, cpu_oracle
@@ -72,44 +72,25 @@ class SecondSightingBelady(BeladyCPUPolicy):
         return (super().fingerprint(), tuple(self._seen))
 
 
-class ReuseKnowingLRU(ClairvoyantPolicy):
+class ReuseKnowingLRU(ClairvoyantPolicy, LRUPolicy):
     """Admits a key only if it is used again within ``horizon`` requests (None: ever) and evicts
     the least recently used resident key."""
 
     name = "reuse_knowing_lru"
 
     def __init__(self, chains: Sequence[Sequence[OffloadKey]], horizon: int | None = None) -> None:
-        super().__init__(chains)
         if horizon is not None and horizon < 1:
             raise ValueError(f"horizon must be positive or None, got {horizon}")
+        LRUPolicy.__init__(self)
+        ClairvoyantPolicy.__init__(self, chains)
         self.horizon = horizon
-        self._order: OrderedDict[OffloadKey, None] = OrderedDict()
 
     def admit(self, key: OffloadKey) -> bool:
         upcoming = self.next_use(key)
         return upcoming != NEVER and (self.horizon is None or upcoming - self._clock <= self.horizon)
 
-    def on_insert(self, key: OffloadKey, parent: OffloadKey | None) -> None:
-        self._order[key] = None
-
-    def on_hit(self, key: OffloadKey) -> None:
-        if key in self._order:
-            self._order.move_to_end(key)
-
-    def on_remove(self, key: OffloadKey) -> None:
-        self._order.pop(key, None)
-
-    def victims(
-        self, count: int, evictable: Evictable, incoming: Collection[OffloadKey]
-    ) -> list[OffloadKey] | None:
-        chosen = [key for key in self._order if evictable(key)][:count]
-        return chosen if len(chosen) == count else None
-
-    def reset(self) -> None:
-        self._order.clear()
-
     def fingerprint(self) -> Hashable:
-        return (self._clock, self.horizon, tuple(self._order))
+        return (self._clock, self.horizon, LRUPolicy.fingerprint(self))
 
 
 def oracle_breakdown(
