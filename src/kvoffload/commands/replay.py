@@ -80,6 +80,10 @@ def add_parser(subparsers: Any) -> None:
         "--plot", default=None, help="sweep: plot path ending .png, .pdf or .svg (default replay_sweep.png)"
     )
     parser.add_argument(
+        "--oracle-breakdown", action="store_true",
+        help="also replay the half-clairvoyant bounds that split the CPU oracle's advantage",
+    )
+    parser.add_argument(
         "--check-every", type=_positive, default=100, help="check the invariants every N requests (default 100)"
     )
     parser.add_argument(
@@ -197,6 +201,8 @@ def _single(args: argparse.Namespace, trace: Any) -> int:
 
     (policy,) = _policies(args.policy, ())
     if args.tier_blocks:
+        if args.oracle_breakdown:
+            raise CommandError("--oracle-breakdown does not combine with --tier-blocks")
         from kvoffload.sim.tiers.replay import replay_tiered
 
         data = {"trace": trace.path, **replay_tiered(
@@ -209,11 +215,20 @@ def _single(args: argparse.Namespace, trace: Any) -> int:
             trace.requests, args.gpu_blocks, args.cpu_blocks, policy, progress=advance, check_every=args.check_every
         )
     data = {"trace": trace.path, **result.as_dict(), "skipped_lines": trace.skipped_lines}
+    if args.oracle_breakdown:
+        from kvoffload.sim.mooncake import block_chains
+        from kvoffload.sim.oracle_breakdown import oracle_breakdown
+
+        data["oracle_breakdown"] = oracle_breakdown(
+            block_chains(trace.requests), args.gpu_blocks, args.cpu_blocks,
+            oracle_hit_ratio=result.cpu_oracle_hit_ratio,
+        )
     if args.json:
         print(json.dumps(data, indent=2))
     else:
         _print_single(data)
-    return 0 if not (result.violations or result.leaks) else 1
+    bounds_failed = any(row["violations"] or row["leaks"] for row in data.get("oracle_breakdown", ()))
+    return 0 if not (result.violations or result.leaks or bounds_failed) else 1
 
 
 def _print_single(data: dict[str, Any]) -> None:
@@ -229,6 +244,10 @@ def _print_single(data: dict[str, Any]) -> None:
     ):
         value = data[key]
         table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+    for row in data.get("oracle_breakdown", ()):
+        horizon = f" within {row['horizon']}" if row["horizon"] else ""
+        ratio = f"{row['hit_ratio']:.4f} ({row['ratio_to_cpu_oracle']:.2f} x oracle)"
+        table.add_row(f"{row['policy']}{horizon}", ratio)
     console = Console()
     console.print(table)
     for message in [*data["violation_messages"], *data["leak_messages"]]:
@@ -241,7 +260,9 @@ def _sweep(args: argparse.Namespace, trace: Any, plot: str) -> int:
     policies = _policies(args.policies, tuple(POLICIES))
     sizes = args.cpu_sizes or DEFAULT_CPU_SIZES
     with _progress(len(trace.requests) * len(policies) * len(sizes), "sweep") as advance:
-        result = run_sweep(trace.requests, args.gpu_blocks, sizes, policies, advance, args.check_every)
+        result = run_sweep(
+            trace.requests, args.gpu_blocks, sizes, policies, advance, args.check_every, args.oracle_breakdown
+        )
     try:
         plot_path = plot_sweep(result, plot)
     except OSError as error:

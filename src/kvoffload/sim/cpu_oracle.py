@@ -28,7 +28,33 @@ from kvoffload.offload.types import OffloadKey
 NEVER = 1 << 62
 
 
-class BeladyCPUPolicy(EvictionPolicy):
+class ClairvoyantPolicy:
+    """The trace's future for a CPU-tier policy (a mixin next to :class:`EvictionPolicy`): every
+    request's keys, in replay order. The replay calls :meth:`advance` before each request, so
+    :meth:`next_use` is relative to it. Used only for bounds (this oracle and
+    :mod:`kvoffload.sim.oracle_breakdown`), never by an engine."""
+
+    def __init__(self, chains: Sequence[Sequence[OffloadKey]]) -> None:
+        self._uses: dict[OffloadKey, list[int]] = {}
+        for index, keys in enumerate(chains):
+            for key in keys:
+                self._uses.setdefault(key, []).append(index)
+        self._clock = -1
+
+    def advance(self, index: int, keys: Sequence[OffloadKey]) -> None:
+        """Request ``index`` (whose prompt holds ``keys``) is being replayed: move the clock."""
+        self._clock = index
+
+    def next_use(self, key: OffloadKey) -> int:
+        """The first request after the current one that uses ``key``, or NEVER."""
+        uses = self._uses.get(key)
+        if not uses:
+            return NEVER
+        at = bisect_right(uses, self._clock)
+        return uses[at] if at < len(uses) else NEVER
+
+
+class BeladyCPUPolicy(ClairvoyantPolicy, EvictionPolicy):
     """Belady's furthest-next-use rule, with bypass, for the CPU tier (see the module docstring).
 
     Args:
@@ -39,12 +65,8 @@ class BeladyCPUPolicy(EvictionPolicy):
     name = "cpu_oracle"
 
     def __init__(self, chains: Sequence[Sequence[OffloadKey]], capacity: int) -> None:
+        super().__init__(chains)
         self.capacity = capacity
-        self._uses: dict[OffloadKey, list[int]] = {}
-        for index, keys in enumerate(chains):
-            for key in keys:
-                self._uses.setdefault(key, []).append(index)
-        self._clock = -1
         # Resident key -> its next use; the heap holds (-next use, key), stale entries included
         # (an entry is live while it matches the dict).
         self._next: dict[OffloadKey, int] = {}
@@ -54,19 +76,10 @@ class BeladyCPUPolicy(EvictionPolicy):
         self._promised = 0
 
     def advance(self, index: int, keys: Sequence[OffloadKey]) -> None:
-        """Request ``index`` (whose prompt holds ``keys``) is being replayed: move the clock."""
-        self._clock = index
+        super().advance(index, keys)
         for key in keys:
             if key in self._next:
                 self._set(key)
-
-    def next_use(self, key: OffloadKey) -> int:
-        """The first request after the current one that uses ``key``, or NEVER."""
-        uses = self._uses.get(key)
-        if not uses:
-            return NEVER
-        at = bisect_right(uses, self._clock)
-        return uses[at] if at < len(uses) else NEVER
 
     def _set(self, key: OffloadKey) -> None:
         upcoming = self.next_use(key)

@@ -9,6 +9,7 @@ from typing import Any
 
 from kvoffload.sim.bounds import belady, infinite_cache
 from kvoffload.sim.mooncake import TraceRequest, block_chains
+from kvoffload.sim.oracle_breakdown import oracle_breakdown
 from kvoffload.sim.trace_replay import ReplayResult, TraceReplay, cpu_oracle
 
 DEFAULT_CPU_SIZES: tuple[int, ...] = (1000, 2000, 4000, 8000, 16000)
@@ -27,6 +28,8 @@ class SweepResult:
     infinite_hit_ratio: float = 0.0
     belady_hit_ratio: dict[int, float] = field(default_factory=dict)
     cpu_oracle_hit_ratio: dict[int, float] = field(default_factory=dict)
+    # Per CPU size, the half-clairvoyant bounds (kvoffload.sim.oracle_breakdown), when asked for.
+    oracle_breakdown: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     runs: list[ReplayResult] = field(default_factory=list)
 
     def hit_ratio(self, policy: str, cpu_blocks: int) -> float:
@@ -37,11 +40,14 @@ class SweepResult:
 
     @property
     def violations(self) -> int:
-        return sum(run.violations for run in self.runs)
+        return sum(run.violations for run in self.runs) + self._bound_total("violations")
 
     @property
     def leaks(self) -> int:
-        return sum(run.leaks for run in self.runs)
+        return sum(run.leaks for run in self.runs) + self._bound_total("leaks")
+
+    def _bound_total(self, name: str) -> int:
+        return sum(row[name] for rows in self.oracle_breakdown.values() for row in rows)
 
     def as_dict(self) -> dict[str, Any]:
         rows = []
@@ -54,7 +60,7 @@ class SweepResult:
             row["cpu_oracle_hit_ratio"] = oracle
             row["ratio_to_cpu_oracle"] = run.hit_ratio / oracle if oracle else None
             rows.append(row)
-        return {
+        data: dict[str, Any] = {
             "requests": self.requests,
             "blocks": self.blocks,
             "gpu_blocks": self.gpu_blocks,
@@ -67,6 +73,9 @@ class SweepResult:
             "leaks": self.leaks,
             "runs": rows,
         }
+        if self.oracle_breakdown:
+            data["oracle_breakdown"] = {str(size): rows for size, rows in self.oracle_breakdown.items()}
+        return data
 
 
 def run_sweep(
@@ -76,8 +85,10 @@ def run_sweep(
     policies: Sequence[str],
     progress: Callable[[int], None] | None = None,
     check_every: int = 100,
+    breakdown: bool = False,
 ) -> SweepResult:
-    """Replay every policy at every CPU size; ``progress(n)`` is called as requests complete."""
+    """Replay every policy at every CPU size; ``progress(n)`` is called as requests complete.
+    With ``breakdown``, also the half-clairvoyant bounds at every size (:func:`oracle_breakdown`)."""
     chains = block_chains(requests)
     infinite = infinite_cache(chains)
     result = SweepResult(gpu_blocks, tuple(cpu_sizes), tuple(policies), len(chains), infinite.blocks)
@@ -85,6 +96,10 @@ def run_sweep(
     for size in cpu_sizes:
         result.belady_hit_ratio[size] = belady(chains, gpu_blocks + size).hit_ratio
         result.cpu_oracle_hit_ratio[size] = cpu_oracle(chains, gpu_blocks, size).hit_ratio
+        if breakdown:
+            result.oracle_breakdown[size] = oracle_breakdown(
+                chains, gpu_blocks, size, oracle_hit_ratio=result.cpu_oracle_hit_ratio[size]
+            )
         for policy in policies:
             run = TraceReplay(gpu_blocks, size, policy, check_every=check_every).run(chains, progress)
             run.belady_hit_ratio = result.belady_hit_ratio[size]

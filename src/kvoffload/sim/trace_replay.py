@@ -20,8 +20,8 @@ Model (fast mode, documented choices):
   free queue until reallocated; a request's blocks are freed tail first, so eviction eats a
   prefix from its end and the head stays servable.
 - CPU tier: the real ``CPUOffloadingManager`` of ``cpu_blocks`` blocks with the named policy (or
-  a policy object: the CPU oracle, :class:`~kvoffload.sim.cpu_oracle.BeladyCPUPolicy`, is run this
-  way, its clock moved before each request).
+  a policy object; a :class:`~kvoffload.sim.cpu_oracle.ClairvoyantPolicy`, such as the CPU oracle
+  :class:`~kvoffload.sim.cpu_oracle.BeladyCPUPolicy`, has its clock moved before each request).
 - Worker: completes every job successfully ``worker_delay`` steps after the step that issued it
   (default 1), so stores are still in flight when the request finishes and the scheduler's
   hold-and-release path for GPU blocks is exercised.
@@ -51,7 +51,7 @@ from kvoffload.offload.types import (
 )
 from kvoffload.sim.block_pool import BlockPool
 from kvoffload.sim.bounds import belady, infinite_cache
-from kvoffload.sim.cpu_oracle import BeladyCPUPolicy
+from kvoffload.sim.cpu_oracle import BeladyCPUPolicy, ClairvoyantPolicy
 from kvoffload.sim.mooncake import TraceRequest, block_chains
 from kvoffload.spec.invariants import check_invariants
 
@@ -198,7 +198,7 @@ class TraceReplay:
         name = policy if isinstance(policy, str) else (policy.name or type(policy).__name__)
         self.config = OffloadConfig(gpu_block_size=1, blocks_per_chunk=1, num_cpu_blocks=cpu_blocks, policy=name)
         self.manager = CPUOffloadingManager(cpu_blocks, policy)
-        self.oracle = policy if isinstance(policy, BeladyCPUPolicy) else None
+        self.oracle = policy if isinstance(policy, ClairvoyantPolicy) else None
         self.scheduler = OffloadingScheduler(self.config, self.manager)
         self.gpu = BlockPool(gpu_blocks)
         self.worker = _Worker(worker_delay)

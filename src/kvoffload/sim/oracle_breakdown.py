@@ -1,0 +1,121 @@
+"""Where the CPU oracle's advantage comes from: half-clairvoyant policies in the same replay.
+
+The CPU oracle (:mod:`kvoffload.sim.cpu_oracle`) knows, for every offered block, whether and when it
+is used again. These policies know only part of that, so the hit ratio of each one bounds what a
+class of online policies can reach (each is run by the real manager, through the same scheduler
+and GPU prefix cache):
+
+- :class:`SecondSightingBelady`: the doorkeeper's admission (a block is stored the second time it
+  is offered, once the tier is full) with Belady's eviction (furthest next use first). It bounds
+  every policy that admits on second sighting, whatever it evicts.
+- :class:`ReuseKnowingLRU`: admits exactly the blocks used again within ``horizon`` requests (any
+  later time when ``horizon`` is None) and evicts the least recently used. It bounds what a perfect
+  reuse predictor earns without knowing *when* the reuse comes.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Collection, Hashable, Sequence
+from typing import Any
+
+from kvoffload.offload.policies import Evictable, EvictionPolicy, LRUPolicy
+from kvoffload.offload.types import OffloadKey
+from kvoffload.sim.cpu_oracle import NEVER, BeladyCPUPolicy, ClairvoyantPolicy
+from kvoffload.sim.trace_replay import TraceReplay, cpu_oracle
+
+# How many keys the second-sighting admission remembers, per CPU block (the doorkeeper's default).
+GHOST_FACTOR = 4
+# Reuse horizons (in requests) of the ReuseKnowingLRU rows besides "ever".
+DEFAULT_HORIZONS: tuple[int, ...] = (300, 1000)
+
+
+class SecondSightingBelady(BeladyCPUPolicy):
+    """Stores a key the second time it is offered (once the tier is full, as the doorkeeper does)
+    and evicts the resident key used furthest in the future; the incoming key is never bypassed."""
+
+    name = "second_sighting_belady"
+
+    def __init__(self, chains: Sequence[Sequence[OffloadKey]], capacity: int) -> None:
+        super().__init__(chains, capacity)
+        self._seen: OrderedDict[OffloadKey, None] = OrderedDict()
+
+    def _remember(self, key: OffloadKey) -> None:
+        self._seen[key] = None
+        self._seen.move_to_end(key)
+        while len(self._seen) > GHOST_FACTOR * self.capacity:
+            self._seen.popitem(last=False)
+
+    def admit(self, key: OffloadKey) -> bool:
+        if len(self._next) + self._promised < self.capacity:
+            self._promised += 1
+            return True
+        if key in self._seen:
+            del self._seen[key]
+            return True
+        self._remember(key)
+        return False
+
+    def victims(
+        self, count: int, evictable: Evictable, incoming: Collection[OffloadKey]
+    ) -> list[OffloadKey] | None:
+        chosen = super().victims(count, evictable, incoming)
+        for key in chosen or ():
+            self._remember(key)
+        return chosen
+
+    def reset(self) -> None:
+        super().reset()
+        self._seen.clear()
+
+    def fingerprint(self) -> Hashable:
+        return (super().fingerprint(), tuple(self._seen))
+
+
+class ReuseKnowingLRU(ClairvoyantPolicy, LRUPolicy):
+    """Admits a key only if it is used again within ``horizon`` requests (None: ever) and evicts
+    the least recently used resident key."""
+
+    name = "reuse_knowing_lru"
+
+    def __init__(self, chains: Sequence[Sequence[OffloadKey]], horizon: int | None = None) -> None:
+        if horizon is not None and horizon < 1:
+            raise ValueError(f"horizon must be positive or None, got {horizon}")
+        LRUPolicy.__init__(self)
+        ClairvoyantPolicy.__init__(self, chains)
+        self.horizon = horizon
+
+    def admit(self, key: OffloadKey) -> bool:
+        upcoming = self.next_use(key)
+        return upcoming != NEVER and (self.horizon is None or upcoming - self._clock <= self.horizon)
+
+    def fingerprint(self) -> Hashable:
+        return (self._clock, self.horizon, LRUPolicy.fingerprint(self))
+
+
+def oracle_breakdown(
+    chains: Sequence[list[int]],
+    gpu_blocks: int,
+    cpu_blocks: int,
+    horizons: Sequence[int] = DEFAULT_HORIZONS,
+    oracle_hit_ratio: float | None = None,
+) -> list[dict[str, Any]]:
+    """One row per half-clairvoyant policy (hit ratio, ratio to the CPU oracle, violations, leaks),
+    replayed at the same GPU and CPU sizes; the CPU oracle is replayed too unless its hit ratio is
+    given."""
+    if oracle_hit_ratio is None:
+        oracle_hit_ratio = cpu_oracle(chains, gpu_blocks, cpu_blocks).hit_ratio
+    policies: list[EvictionPolicy] = [SecondSightingBelady(chains, cpu_blocks), ReuseKnowingLRU(chains)]
+    policies += [ReuseKnowingLRU(chains, horizon) for horizon in horizons]
+    rows = []
+    for policy in policies:
+        run = TraceReplay(gpu_blocks, cpu_blocks, policy, check_every=len(chains) + 1).run(chains)
+        rows.append({
+            "policy": policy.name,
+            "horizon": getattr(policy, "horizon", None),
+            "hit_ratio": run.hit_ratio,
+            "ratio_to_cpu_oracle": run.hit_ratio / oracle_hit_ratio if oracle_hit_ratio else None,
+            "violations": run.violations,
+            "leaks": run.leaks,
+        })
+    return rows
