@@ -24,6 +24,11 @@ and optionally, each a typed protocol a model implements by having the method:
   it). The explorer calls it for the last action it takes from a state, which it never touches
   again, so a model that copies its state in ``step`` can skip one copy per expanded state. It must
   give the same successor as ``step``.
+- :class:`StepsMany` ``successors(s, actions) -> Iterable[(a, successor | None, error | None)]``:
+  every action of ``actions`` taken from ``s``, in that order: its successor, or the exception its
+  ``step`` raises. It may consume ``s`` (the explorer never touches it again) and share work between
+  actions that begin alike (e.g. one engine step that ends in different ways); each successor must
+  be the one ``step`` gives.
 - :class:`Touches` ``touches(s, a) -> frozenset | None``: the processes (e.g. requests) action
   ``a`` reads or writes in ``s``; None for an action on shared state. Two actions enabled in ``s``
   that touch disjoint sets are *independent*: the model promises that each stays enabled after the
@@ -105,6 +110,13 @@ class Drains(Protocol):
 @runtime_checkable
 class StepsOwned(Protocol):
     def step_owned(self, state: Any, action: Any) -> Any: ...
+
+
+@runtime_checkable
+class StepsMany(Protocol):
+    def successors(
+        self, state: Any, actions: Sequence[Any]
+    ) -> Iterable[tuple[Any, Any, Exception | None]]: ...
 
 
 @runtime_checkable
@@ -249,6 +261,39 @@ def record_violation(
     result.violations.append(Counterexample(name, message, rebuild_trace(model, _path(parents, fp), extra)))
 
 
+Expander = Callable[[Any, Sequence[Any]], Iterable[tuple[Any, Any, Exception | None]]]
+
+
+def expander(model: ExplorableModel) -> Expander:
+    """``expand(state, actions)``: ``(action, successor, None)`` or ``(action, None, error)`` for
+    each of ``actions`` from ``state``, in order; it consumes ``state`` (the caller never touches it
+    again): the model's ``successors`` if it has one, else ``step`` (``step_owned`` for the last)."""
+    if isinstance(model, StepsMany):
+        return model.successors
+    step_owned = model.step_owned if isinstance(model, StepsOwned) else None
+
+    def expand(state: Any, actions: Sequence[Any]) -> Iterable[tuple[Any, Any, Exception | None]]:
+        return _expand_one_by_one(model, step_owned, state, actions)
+
+    return expand
+
+
+def _expand_one_by_one(
+    model: ExplorableModel, step_owned: Callable[[Any, Any], Any] | None, state: Any, actions: Sequence[Any]
+) -> Iterable[tuple[Any, Any, Exception | None]]:
+    last = len(actions) - 1
+    for index, action in enumerate(actions):
+        try:
+            if step_owned is not None and index == last:
+                successor = step_owned(state, action)  # consumes state: the last use of it
+            else:
+                successor = model.step(state, action)
+        except Exception as error:  # a crash of the system under test is a finding, not our bug
+            yield action, None, error
+            continue
+        yield action, successor, None
+
+
 def _search(
     model: ExplorableModel,
     result: ExploreResult,
@@ -262,7 +307,7 @@ def _search(
 ) -> ExploreResult:
     drainer = model.drain if drain != "none" and isinstance(model, Drains) else None
     is_final = model.is_final if isinstance(model, HasFinalStates) else None
-    step_owned = model.step_owned if isinstance(model, StepsOwned) else None
+    expand = expander(model)
     touches: Callable[[Any, Any], frozenset[Hashable] | None] | None = (
         model.touches if reduce and isinstance(model, Touches) else None
     )
@@ -318,16 +363,12 @@ def _search(
         done: list[tuple[Any, frozenset[Hashable] | None]] = (
             [(b, touches(state, b)) for b in sleep] if touches is not None and sleep else []
         )
-        last = len(todo) - 1
-        for index, action in enumerate(todo):
+        # Read before the expansion, which consumes the state.
+        touched_by = [touches(state, action) for action in todo] if touches is not None else None
+        for index, (action, successor, error) in enumerate(expand(state, todo)):
             result.transitions += 1
-            touched = touches(state, action) if touches is not None else None
-            try:
-                if step_owned is not None and index == last:
-                    successor = step_owned(state, action)  # consumes state: the last use of it
-                else:
-                    successor = model.step(state, action)
-            except Exception as error:  # a crash of the system under test is a finding, not our bug
+            touched = touched_by[index] if touched_by is not None else None
+            if error is not None:
                 if report(fp, [_exception_violation(error)], (action, None)):
                     return finish()
                 continue

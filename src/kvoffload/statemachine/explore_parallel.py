@@ -38,8 +38,8 @@ from kvoffload.statemachine.explore import (
     ExplorableModel,
     ExploreResult,
     HasFinalStates,
-    StepsOwned,
     _exception_violation,
+    expander,
     finished_result,
     interrupted_result,
     record_violation,
@@ -58,7 +58,7 @@ def _worker(model: Any, frontier: list[tuple[Any, Hashable, int]], conn: Connect
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     drainer = model.drain if drain != "none" and isinstance(model, Drains) else None
     is_final = model.is_final if isinstance(model, HasFinalStates) else None
-    step_owned = model.step_owned if isinstance(model, StepsOwned) else None
+    expand = expander(model)
     known: set[Hashable] = set()
     while True:
         command = conn.recv()
@@ -74,15 +74,9 @@ def _worker(model: Any, frontier: list[tuple[Any, Hashable, int]], conn: Connect
             final = not actions or bool(is_final is not None and is_final(state))
             if drainer is not None and drain == "final" and final:
                 found += [(fp, (None, DRAIN_ACTION), name, msg) for name, msg in drainer(state)]
-            last = len(actions) - 1
-            for index, action in enumerate(actions):
+            for index, (action, successor, error) in enumerate(expand(state, actions)):
                 transitions += 1
-                try:
-                    if step_owned is not None and index == last:
-                        successor = step_owned(state, action)
-                    else:
-                        successor = model.step(state, action)
-                except Exception as error:  # a crash of the system under test is a finding
+                if error is not None:  # a crash of the system under test is a finding
                     name, msg = _exception_violation(error)
                     found.append((fp, (action, None), name, msg))
                     continue
@@ -251,17 +245,16 @@ def _expand_here(
     """One level of the warm-up, in this process; returns the next frontier and whether to stop."""
     drainer = model.drain if drain != "none" and isinstance(model, Drains) else None
     is_final = model.is_final if isinstance(model, HasFinalStates) else None
+    expand = expander(model)
     found: list[_Found] = []
     nxt: list[tuple[Any, Hashable]] = []
     for state, fp in frontier:
         actions = list(model.actions(state))
         if drainer is not None and drain == "final" and (not actions or bool(is_final is not None and is_final(state))):
             found += [(fp, (None, DRAIN_ACTION), n, m) for n, m in drainer(state)]
-        for action in actions:
+        for action, successor, error in expand(state, actions):
             result.transitions += 1
-            try:
-                successor = model.step(state, action)
-            except Exception as error:
+            if error is not None:
                 name, msg = _exception_violation(error)
                 found.append((fp, (action, None), name, msg))
                 continue

@@ -57,7 +57,7 @@ import hashlib
 import itertools
 import marshal
 import math
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
@@ -368,6 +368,57 @@ class OffloadExploreModel:
         w.problems = []
         return self._apply(w, action)
 
+    def successors(
+        self, w: World, actions: Sequence[tuple[Any, ...]]
+    ) -> Iterator[tuple[tuple[Any, ...], World | None, Exception | None]]:
+        """Every action of ``actions`` from ``w`` (consumed), as :meth:`step` takes it; the plain
+        steps that differ only in the job that ends (``step``, ``step(job j completes|FAILS)``)
+        share one run of the step up to the end of its forward pass, so the real scheduler builds
+        that step's metadata once, not once per ending."""
+        endings = [a for a in actions if a[0] == "step" and a[1] is None]
+        shared = len(endings) > 1
+        begun: tuple[World, dict[int, bool]] | Exception | None = None
+        left = len(endings)
+        last = len(actions) - 1
+        for index, action in enumerate(actions):
+            if shared and action[0] == "step" and action[1] is None:
+                if begun is None:
+                    begun = self._begin_shared_step(w)
+                left -= 1
+                yield action, *self._end_shared_step(begun, action[2], action[3], owned=left == 0)
+                continue
+            try:
+                successor = self.step_owned(w, action) if index == last else self.step(w, action)
+            except Exception as error:  # a crash of the system under test: the explorer reports it
+                yield action, None, error
+                continue
+            yield action, successor, None
+
+    def _begin_shared_step(self, w: World) -> tuple[World, dict[int, bool]] | Exception:
+        begun = self.clone(w)
+        try:
+            return begun, self._begin_step(begun, None, None)
+        except Exception as error:  # every ending of this step raises it: the explorer reports each
+            return error
+
+    def _end_shared_step(
+        self, begun: tuple[World, dict[int, bool]] | Exception, job_id: int | None, ok: bool, *, owned: bool
+    ) -> tuple[World | None, Exception | None]:
+        if isinstance(begun, Exception):
+            return None, begun
+        mid, report = begun
+        if not owned:
+            problems = mid.problems
+            mid = self.clone(mid)
+            mid.problems = list(problems)
+            report = dict(report)
+        try:
+            self._end_step(mid, {} if job_id is None else {job_id: ok}, report)
+            self._forget_free_content(mid)
+        except Exception as error:
+            return None, error
+        return mid, None
+
     def _apply(self, w: World, action: tuple[Any, ...]) -> World:
         kind = action[0]
         if kind == "admit":
@@ -540,6 +591,12 @@ class OffloadExploreModel:
         """One engine step; ``completing``: in-flight jobs whose copy ends during this step (after
         the forward pass: the adversarial order for a store still reading a block); ``drafting``:
         a request that also computes a draft of its next chunk, rejected at verification."""
+        self._end_step(w, completing, self._begin_step(w, preempt, drafting))
+
+    def _begin_step(self, w: World, preempt: str | None, drafting: str | None) -> dict[int, bool]:
+        """An engine step up to the end of its forward pass; returns the job outcomes the worker
+        reports at its end (flushed now, or finished in earlier steps), before any job of
+        ``completing`` ends: :meth:`_end_step` finishes it."""
         sched = w.scheduler
         preempted: list[str] = []
         if preempt is not None:
@@ -597,6 +654,12 @@ class OffloadExploreModel:
                 self._write_gpu(w, er.blocks[er.computed + 1], DRAFT, f"{rid}'s draft")
                 er.rejected = tokens
             er.computed += 1
+        return report
+
+    def _end_step(self, w: World, completing: dict[int, bool], report: dict[int, bool]) -> None:
+        """The end of an engine step begun by :meth:`_begin_step`: the jobs of ``completing`` end,
+        the worker reports, and the engine applies the connector's update."""
+        sched = w.scheduler
         for job_id, ok in completing.items():
             job = w.inflight.pop(job_id, None)
             if job is not None:  # None: flushed (completed) at the start of this step
