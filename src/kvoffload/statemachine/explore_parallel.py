@@ -27,7 +27,7 @@ import contextlib
 import multiprocessing
 import signal
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -39,6 +39,7 @@ from kvoffload.statemachine.explore import (
     ExploreResult,
     HasFinalStates,
     _exception_violation,
+    collection_per_level,
     expander,
     finished_result,
     interrupted_result,
@@ -56,6 +57,17 @@ def _worker(model: Any, frontier: list[tuple[Any, Hashable, int]], conn: Connect
     """Expand this worker's part of each level, as told by the coordinator (see the module docstring)."""
     # Ctrl-C reaches the whole process group: only the coordinator handles it, and it stops us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with collection_per_level() as level_done:
+        _work(model, frontier, conn, drain, level_done)
+
+
+def _work(
+    model: Any,
+    frontier: list[tuple[Any, Hashable, int]],
+    conn: Connection,
+    drain: DrainMode,
+    level_done: Callable[[], None],
+) -> None:
     drainer = model.drain if drain != "none" and isinstance(model, Drains) else None
     is_final = model.is_final if isinstance(model, HasFinalStates) else None
     expand = expander(model)
@@ -96,6 +108,7 @@ def _worker(model: Any, frontier: list[tuple[Any, Hashable, int]], conn: Connect
                 found += [(child, (None, DRAIN_ACTION), name, msg) for name, msg in drainer(successor)]
             frontier.append((successor, child, position))
         conn.send(found)
+        level_done()
 
 
 def explore_parallel(
@@ -115,7 +128,8 @@ def explore_parallel(
     result = ExploreResult()
     parents: dict[Hashable, tuple[Hashable, Any] | None] = {}
     try:
-        return _search(model, workers, result, parents, started, max_states, stop_at_first, drain)
+        with collection_per_level() as level_done:
+            return _search(model, workers, result, parents, started, max_states, stop_at_first, drain, level_done)
     except KeyboardInterrupt:
         return interrupted_result(result, len(parents), started)
 
@@ -129,6 +143,7 @@ def _search(
     max_states: int | None,
     stop_at_first: bool,
     drain: DrainMode,
+    level_done: Callable[[], None],
 ) -> ExploreResult:
     seen_violations: set[str] = set()
 
@@ -160,6 +175,7 @@ def _search(
     frontier: list[tuple[Any, Hashable]] = [(initial, fp0)]
     while frontier and len(frontier) < WARM_UP_STATES_PER_WORKER * workers:
         frontier, stop = _expand_here(model, frontier, parents, result, drain, max_states, report)
+        level_done()
         if stop:
             return finish()
     if not frontier:
@@ -210,6 +226,7 @@ def _search(
                 stop = report(_receive(conn, process)) or stop
             if new:
                 result.depth += 1
+            level_done()
             if stop:
                 break
     finally:
