@@ -62,7 +62,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 from kvoffload.offload.manager import CPUOffloadingManager
-from kvoffload.offload.scheduler import OffloadingScheduler
+from kvoffload.offload.scheduler import OffloadingScheduler, SchedulerState
 from kvoffload.offload.types import OffloadConfig, SchedulerOutput, TransferJob, WorkerOutput
 from kvoffload.spec.invariants import check_invariants
 from kvoffload.spec.lifecycle import CLEANED
@@ -104,7 +104,7 @@ class ModelRequest:
     num_tokens: int
 
 
-@dataclass
+@dataclass(slots=True)
 class EngineRequest:
     """The engine's view of one request."""
 
@@ -113,6 +113,18 @@ class EngineRequest:
     computed: int = 0  # chunks whose KV is in GPU memory
     load_chunks: int = 0  # chunks the pending load brings
     rejected: int = 0  # rejected draft tokens of the last step, for the next SchedulerOutput
+
+    def copy(self) -> EngineRequest:
+        copy = _new_engine_request(EngineRequest)
+        copy.status = self.status
+        copy.blocks = self.blocks.copy()
+        copy.computed = self.computed
+        copy.load_chunks = self.load_chunks
+        copy.rejected = self.rejected
+        return copy
+
+
+_new_engine_request = object.__new__
 
 
 @dataclass
@@ -345,18 +357,16 @@ class OffloadExploreModel:
     def clone(self, w: World) -> World:
         """A copy of ``w`` that no later action on either can affect."""
         return World(
-            scheduler=w.scheduler.clone(),
-            requests={
-                rid: EngineRequest(er.status, list(er.blocks), er.computed, er.load_chunks, er.rejected)
-                for rid, er in w.requests.items()
-            },
-            gpu_free=list(w.gpu_free),
-            gpu_content=list(w.gpu_content),
-            cpu_content=list(w.cpu_content),
-            inflight=dict(w.inflight),
-            done=dict(w.done),
-            resets=w.resets,
-            preemptions=w.preemptions,
+            w.scheduler.clone(),
+            {rid: er.copy() for rid, er in w.requests.items()},
+            w.gpu_free.copy(),
+            w.gpu_content.copy(),
+            w.cpu_content.copy(),
+            w.inflight.copy(),
+            w.done.copy(),
+            w.resets,
+            w.preemptions,
+            [],
         )
 
     def step(self, w: World, action: tuple[Any, ...]) -> World:
@@ -736,9 +746,10 @@ class OffloadExploreModel:
         values give equal bytes), several times cheaper than rendering the tuple as text.
         """
         n = self.num_requests
-        jobs = self._all_jobs(w)
+        tables = w.scheduler.view()
+        jobs = {**tables.jobs, **tables.stale_jobs, **w.inflight}
         if not self.symmetry or n == 1:
-            return _digest(self._canonical(w, 0, jobs))
+            return _digest(self._canonical(w, tables, 0, jobs))
         if n == 2:
             # With two requests, the pair of "self"/"other" entries in canonical order says exactly
             # what the canonically renamed, sorted entries say (each names the other request and
@@ -752,13 +763,16 @@ class OffloadExploreModel:
                 except TypeError:  # parts that do not compare (a mutant's values): order by text
                     swap = repr(e1) < repr(e0)
                 if swap:
-                    return _digest(self._canonical(w, self._order_naming((1, 0)), jobs, (e1, e0)))
-                return _digest(self._canonical(w, 0, jobs, (e0, e1)))
+                    return _digest(self._canonical(w, tables, self._order_naming((1, 0)), jobs, (e1, e0)))
+                return _digest(self._canonical(w, tables, 0, jobs, (e0, e1)))
             if w.requests[first].status == NEW:  # neither arrived: they touched nothing, either order
-                return _digest(self._canonical(w, 0, jobs, (e0, e1)))
+                return _digest(self._canonical(w, tables, 0, jobs, (e0, e1)))
             pair = (e0, e1)
             swapped = self._order_naming((1, 0))
-            return min(_digest(self._canonical(w, 0, jobs, pair)), _digest(self._canonical(w, swapped, jobs, pair)))
+            return min(
+                _digest(self._canonical(w, tables, 0, jobs, pair)),
+                _digest(self._canonical(w, tables, swapped, jobs, pair)),
+            )
         entries = [self._request_entry(w, rid, self._relative_index[rid], jobs) for rid in self.request_ids]
         try:
             ranked = sorted(range(n), key=entries.__getitem__)
@@ -774,11 +788,7 @@ class OffloadExploreModel:
         if math.prod(len(option) for option in options) > MAX_TIE_ORDERS:
             options = [[g] for g in groups]
         orders = [tuple(i for part in combo for i in part) for combo in itertools.product(*options)]
-        return min(_digest(self._canonical(w, self._order_naming(order), jobs)) for order in orders)
-
-    @staticmethod
-    def _all_jobs(w: World) -> dict[int, TransferJob]:
-        return {**w.scheduler.jobs_in_flight, **w.inflight}
+        return min(_digest(self._canonical(w, tables, self._order_naming(order), jobs)) for order in orders)
 
     def _request_entry(self, w: World, rid: str, naming: int, jobs: dict[int, TransferJob]) -> tuple[Any, ...]:
         """``rid``'s engine and connector state under renaming ``naming`` (see ``_namings``)."""
@@ -843,12 +853,17 @@ class OffloadExploreModel:
         return index
 
     def _canonical(
-        self, w: World, naming: int, jobs: dict[int, TransferJob], per_request: tuple[Any, ...] | None = None
+        self,
+        w: World,
+        sched: SchedulerState,
+        naming: int,
+        jobs: dict[int, TransferJob],
+        per_request: tuple[Any, ...] | None = None,
     ) -> tuple[Any, ...]:
-        """The state under renaming ``naming``; ``per_request``: the request entries, if the caller
-        has an equivalent rendering of them (else the renamed entries, sorted)."""
+        """The state under renaming ``naming``; ``sched``: the scheduler's tables, ``jobs``: every
+        job by id; ``per_request``: the request entries, if the caller has an equivalent rendering
+        of them (else the renamed entries, sorted)."""
         rids, keys, key_tuples = self._namings[naming]
-        sched = w.scheduler.view()
         manager = w.scheduler.manager
         keys_get = keys.get
 
