@@ -224,9 +224,10 @@ def test_result_summary_and_json() -> None:
     assert "distinct states" in text and "1 violation(s)" in text and "1. check(p" in text
     data = result.to_json()
     assert set(data) == {
-        "states", "transitions", "complete", "depth", "seconds", "states_per_s", "violations",
+        "states", "transitions", "complete", "depth", "seconds", "cpu_seconds", "states_per_s", "violations",
         "reduction", "reexpanded", "interrupted",
     }
+    assert data["cpu_seconds"] >= 0
     assert data["interrupted"] is False
     assert data["reduction"] == "none"  # Mutex has no touches()
     (violation,) = data["violations"]

@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
@@ -174,6 +175,10 @@ class ExploreResult:
     complete: bool = True
     depth: int = 0
     seconds: float = 0.0
+    # CPU seconds (user and system) of this process and of the workers it waited for, from
+    # ``cpu_started`` (when the result was made) to the end of the search.
+    cpu_seconds: float = 0.0
+    cpu_started: float = field(default_factory=lambda: cpu_time(), repr=False, compare=False)
     reduced: bool = False
     reexpanded: int = 0
     violations: list[Counterexample] = field(default_factory=list)
@@ -195,6 +200,7 @@ class ExploreResult:
             "complete": self.complete,
             "depth": self.depth,
             "seconds": round(self.seconds, 3),
+            "cpu_seconds": round(self.cpu_seconds, 3),
             "states_per_s": round(self.states_per_s, 1),
             "reduction": "sleep sets" if self.reduced else "none",
             "reexpanded": self.reexpanded,
@@ -271,10 +277,17 @@ def interrupted_result(result: ExploreResult, states: int, started: float) -> Ex
 
 
 def finished_result(result: ExploreResult, states: int, started: float) -> ExploreResult:
-    """``result`` with its state count and the seconds since ``started``."""
+    """``result`` with its state count, the seconds since ``started`` and its CPU seconds."""
     result.states = states
     result.seconds = time.perf_counter() - started
+    result.cpu_seconds = cpu_time() - result.cpu_started
     return result
+
+
+def cpu_time() -> float:
+    """User and system CPU seconds of this process and of its children it has waited for."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
 
 
 def record_violation(
