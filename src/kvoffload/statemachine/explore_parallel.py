@@ -16,7 +16,8 @@ keeps the same one as the sequential search, and visits the same states with the
 depth (this matters: the model's fingerprint deliberately forgets some orders, e.g. of finished
 requests, so states it merges need not have identical futures). The first violation is found at
 the same (shortest) depth, possibly on another state of that depth; its trace is rebuilt here by
-replay, as in the sequential search. Needs the ``fork`` start method
+replay, as in the sequential search. The coordinator and the workers run without automatic garbage
+collection and collect once per level, as the sequential search does. Needs the ``fork`` start method
 (Linux, macOS); no partial-order reduction (sleep sets would have to follow states across
 processes).
 """

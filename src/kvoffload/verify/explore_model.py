@@ -46,7 +46,10 @@ statistics are left out, since no decision reads them), and keeps the least dige
 order of tied requests. The rendering is a plain tuple read from the scheduler's and the
 manager's public read-only views (``view()``: their tables, by reference) and the engine model,
 digested from its ``marshal`` bytes (no text rendering). Each state holds its own scheduler and
-manager: ``step`` copies them with their public ``clone()``.
+manager: ``step`` copies them with their public ``clone()``. ``successors`` (the explorer's way in)
+runs a plain step once up to the end of its forward pass and copies that half-done state for
+each way the step can end (no job, or one job completing or failing), so the real scheduler
+builds each step's metadata once per state.
 Content of free blocks that no job references is forgotten (set to EMPTY), so stale bytes neither
 split equal states nor mask a read of a block nobody wrote.
 """
