@@ -139,6 +139,41 @@ def test_step_owned_gives_the_same_successor_as_step() -> None:
     assert checked > 100
 
 
+@pytest.mark.parametrize("mutant", [None, MUTANTS["preempt_without_flush"]], ids=["unmutated", "mutant"])
+def test_successors_are_the_successors_of_step(mutant: Mutant | None) -> None:
+    # successors() shares one run of the engine step between its endings (plain, job j completes,
+    # job j FAILS); each successor must still be the one step() gives, problems included.
+    model = OffloadExploreModel(2, 2) if mutant is None else explore_model_for(mutant, 2, 2)
+    frontier = [model.initial()]
+    shared = 0
+    for _ in range(8):
+        successors = []
+        for state in frontier:
+            actions = model.actions(state)
+            expected = {}
+            for action in actions:
+                try:
+                    expected[action] = model.step(state, action)
+                except Exception as error:  # a mutant's crash: successors() must raise the same
+                    expected[action] = error
+            endings = sum(1 for a in actions if a[0] == "step" and a[1] is None)
+            shared += endings if endings > 1 else 0
+            got = list(model.successors(model.clone(state), actions))
+            assert [a for a, _, _ in got] == actions
+            for action, successor, error in got:
+                want = expected[action]
+                if isinstance(want, Exception):
+                    assert successor is None and repr(error) == repr(want)
+                    continue
+                assert error is None and successor is not None
+                assert model.fingerprint(successor) == model.fingerprint(want)
+                assert model.describe(successor) == model.describe(want)
+                assert successor.problems == want.problems
+                successors.append(want)
+        frontier = successors[:60]
+    assert shared > 100
+
+
 @pytest.mark.slow
 def test_unmutated_code_passes_two_requests_every_choice() -> None:
     # Every choice (loads, preemption, reset_cache, failures, aborts) at 2 requests x 2 chunks:

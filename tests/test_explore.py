@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import itertools
+import weakref
 from collections.abc import Hashable
 from dataclasses import dataclass
 
@@ -221,9 +224,10 @@ def test_result_summary_and_json() -> None:
     assert "distinct states" in text and "1 violation(s)" in text and "1. check(p" in text
     data = result.to_json()
     assert set(data) == {
-        "states", "transitions", "complete", "depth", "seconds", "states_per_s", "violations",
+        "states", "transitions", "complete", "depth", "seconds", "cpu_seconds", "states_per_s", "violations",
         "reduction", "reexpanded", "interrupted",
     }
+    assert data["cpu_seconds"] >= 0
     assert data["interrupted"] is False
     assert data["reduction"] == "none"  # Mutex has no touches()
     (violation,) = data["violations"]
@@ -348,3 +352,52 @@ def test_parallel_worker_failure_is_an_error_not_a_hang() -> None:
     assert explore_parallel(Grid(3, 10), 1).states == 11**3
     with pytest.raises(RuntimeError, match=r"explorer worker .* died"):
         explore_parallel(Broken(3, 10), 1)
+
+
+class CyclicGrid(Grid):
+    """A Grid whose every step makes a reference cycle that only the cyclic collector can free;
+    ``live`` counts the cycles not freed yet, ``most_live`` the most seen at once."""
+
+    def __init__(self, n: int, k: int) -> None:
+        super().__init__(n, k)
+        self.live = self.made = self.most_live = 0
+        self.gc_was_enabled: list[bool] = []
+
+    def step(self, s: tuple[int, ...], i: int) -> tuple[int, ...]:
+        node: dict[str, object] = {}
+        node["self"] = node
+        holder = _Cycle(node)
+        weakref.finalize(holder, self._freed)
+        self.live += 1
+        self.made += 1
+        self.most_live = max(self.most_live, self.live)
+        self.gc_was_enabled.append(gc.isenabled())
+        return super().step(s, i)
+
+    def _freed(self) -> None:
+        self.live -= 1
+
+
+class _Cycle:
+    def __init__(self, node: dict[str, object]) -> None:
+        self.node = node
+        node["holder"] = self
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_search_runs_without_automatic_collection_and_collects_each_level(enabled: bool) -> None:
+    model = CyclicGrid(3, 6)
+    (gc.enable if enabled else gc.disable)()
+    try:
+        result = explore(model, reduce=False)
+        assert gc.isenabled() is enabled  # as it was before the search
+    finally:
+        gc.enable()
+    assert result.states == 7**3
+    assert not any(model.gc_was_enabled)
+    # Cycles are freed level by level, not all at the end: at most about two levels' worth live.
+    widest_level = max(
+        sum(1 for s in itertools.product(range(7), repeat=3) if sum(s) == depth) for depth in range(19)
+    )
+    assert model.made == result.transitions
+    assert model.most_live <= 3 * 3 * widest_level < model.made // 2

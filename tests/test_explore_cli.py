@@ -9,7 +9,7 @@ import pytest
 from kvoffload.cli import main
 from kvoffload.verify.bugzoo import MUTANTS
 
-RESULT_KEYS = {"states", "transitions", "complete", "depth", "seconds", "states_per_s", "violations"}
+RESULT_KEYS = {"states", "transitions", "complete", "depth", "seconds", "cpu_seconds", "states_per_s", "violations"}
 
 
 def test_explore_clean_run_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,6 +4,7 @@ finds the same first violation (invariant and length) on every bug-zoo mutant.""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -29,6 +30,18 @@ def test_parallel_search_has_the_full_search_counts(
     parallel = explore_parallel(OffloadExploreModel(*args, **options), workers)  # type: ignore[arg-type]
     assert parallel.ok and parallel.complete
     assert (parallel.states, parallel.transitions, parallel.depth) == (full.states, full.transitions, full.depth)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("HYPOTHESIS_PROFILE") != "thorough",
+    reason="the default 2 x 3 full search takes about a minute on two quiet cores; make test-thorough runs it",
+)
+def test_default_two_by_three_full_search_counts_are_pinned() -> None:
+    # What `kvoffload explore` searches by default (two workers, the full search): its exact counts.
+    result = explore_parallel(OffloadExploreModel(2, 3), 2)
+    assert result.ok and result.complete
+    assert (result.states, result.transitions, result.depth) == (421_816, 1_778_346, 24)
 
 
 @pytest.mark.parametrize("mutant", list(MUTANTS.values()), ids=list(MUTANTS))

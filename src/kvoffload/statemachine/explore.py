@@ -24,6 +24,11 @@ and optionally, each a typed protocol a model implements by having the method:
   it). The explorer calls it for the last action it takes from a state, which it never touches
   again, so a model that copies its state in ``step`` can skip one copy per expanded state. It must
   give the same successor as ``step``.
+- :class:`StepsMany` ``successors(s, actions) -> Iterable[(a, successor | None, error | None)]``:
+  every action of ``actions`` taken from ``s``, in that order: its successor, or the exception its
+  ``step`` raises. It may consume ``s`` (the explorer never touches it again) and share work between
+  actions that begin alike (e.g. one engine step that ends in different ways); each successor must
+  be the one ``step`` gives.
 - :class:`Touches` ``touches(s, a) -> frozenset | None``: the processes (e.g. requests) action
   ``a`` reads or writes in ``s``; None for an action on shared state. Two actions enabled in ``s``
   that touch disjoint sets are *independent*: the model promises that each stays enabled after the
@@ -49,6 +54,14 @@ runs the full search, whose exact transition counts are pinned in tests.
 An exception raised by ``step`` is a violation too: one carrying an ``invariant`` attribute (such as
 ``LifecycleViolation``) is reported under that name, any other as ``Crash``.
 
+Memory: a search allocates a state per transition, frees most of them at once (by reference
+counting: a known fingerprint), and keeps a frontier of up to hundreds of thousands of states made of
+many small containers. Python's cyclic collector, run every few hundred allocations, would scan that
+frontier over and over (a quarter of the time on the explore model); it finds nothing, since states
+have no reference cycles. So a search runs with automatic collection off (:func:`collection_per_level`)
+and collects the young generations once per breadth-first level, which frees any cycles a model does
+make, scanning each surviving object about once.
+
 Breadth-first order makes the first violation found a shortest one: every state of depth ``d`` was
 checked before any state of depth ``d + 1`` is generated. The explorer keeps only the frontier's
 states and one (parent fingerprint, action) pair per state; a trace is rebuilt by replay.
@@ -56,9 +69,12 @@ states and one (parent fingerprint, action) pair per state; a trace is rebuilt b
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import os
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -108,6 +124,13 @@ class StepsOwned(Protocol):
 
 
 @runtime_checkable
+class StepsMany(Protocol):
+    def successors(
+        self, state: Any, actions: Sequence[Any]
+    ) -> Iterable[tuple[Any, Any, Exception | None]]: ...
+
+
+@runtime_checkable
 class Touches(Protocol):
     def touches(self, state: Any, action: Any) -> frozenset[Hashable] | None: ...
 
@@ -152,6 +175,10 @@ class ExploreResult:
     complete: bool = True
     depth: int = 0
     seconds: float = 0.0
+    # CPU seconds (user and system) of this process and of the workers it waited for, from
+    # ``cpu_started`` (when the result was made) to the end of the search.
+    cpu_seconds: float = 0.0
+    cpu_started: float = field(default_factory=lambda: cpu_time(), repr=False, compare=False)
     reduced: bool = False
     reexpanded: int = 0
     violations: list[Counterexample] = field(default_factory=list)
@@ -173,6 +200,7 @@ class ExploreResult:
             "complete": self.complete,
             "depth": self.depth,
             "seconds": round(self.seconds, 3),
+            "cpu_seconds": round(self.cpu_seconds, 3),
             "states_per_s": round(self.states_per_s, 1),
             "reduction": "sleep sets" if self.reduced else "none",
             "reexpanded": self.reexpanded,
@@ -190,6 +218,25 @@ def _exception_violation(error: BaseException) -> tuple[str, str]:
     if isinstance(invariant, str) and invariant:
         return invariant, str(error)
     return CRASH, f"{type(error).__name__}: {error}"
+
+
+@contextlib.contextmanager
+def collection_per_level() -> Iterator[Callable[[], None]]:
+    """Automatic garbage collection off for the ``with`` block (as it was after it); yields the
+    function to call at the end of each breadth-first level (see the module docstring)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield _collect_young
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _collect_young() -> None:
+    # The young generations only: what the level allocated and kept moves to the oldest
+    # generation, which is not scanned again while automatic collection is off.
+    gc.collect(1)
 
 
 def explore(
@@ -214,7 +261,10 @@ def explore(
     # fingerprint -> (parent fingerprint, action) of the first (hence shortest) path reaching it.
     parents: dict[Hashable, tuple[Hashable, Any] | None] = {}
     try:
-        return _search(model, result, parents, started, max_depth, max_states, stop_at_first, drain, reduce)
+        with collection_per_level() as level_done:
+            return _search(
+                model, result, parents, started, max_depth, max_states, stop_at_first, drain, reduce, level_done
+            )
     except KeyboardInterrupt:
         return interrupted_result(result, len(parents), started)
 
@@ -227,10 +277,17 @@ def interrupted_result(result: ExploreResult, states: int, started: float) -> Ex
 
 
 def finished_result(result: ExploreResult, states: int, started: float) -> ExploreResult:
-    """``result`` with its state count and the seconds since ``started``."""
+    """``result`` with its state count, the seconds since ``started`` and its CPU seconds."""
     result.states = states
     result.seconds = time.perf_counter() - started
+    result.cpu_seconds = cpu_time() - result.cpu_started
     return result
+
+
+def cpu_time() -> float:
+    """User and system CPU seconds of this process and of its children it has waited for."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
 
 
 def record_violation(
@@ -249,6 +306,39 @@ def record_violation(
     result.violations.append(Counterexample(name, message, rebuild_trace(model, _path(parents, fp), extra)))
 
 
+Expander = Callable[[Any, Sequence[Any]], Iterable[tuple[Any, Any, Exception | None]]]
+
+
+def expander(model: ExplorableModel) -> Expander:
+    """``expand(state, actions)``: ``(action, successor, None)`` or ``(action, None, error)`` for
+    each of ``actions`` from ``state``, in order; it consumes ``state`` (the caller never touches it
+    again): the model's ``successors`` if it has one, else ``step`` (``step_owned`` for the last)."""
+    if isinstance(model, StepsMany):
+        return model.successors
+    step_owned = model.step_owned if isinstance(model, StepsOwned) else None
+
+    def expand(state: Any, actions: Sequence[Any]) -> Iterable[tuple[Any, Any, Exception | None]]:
+        return _expand_one_by_one(model, step_owned, state, actions)
+
+    return expand
+
+
+def _expand_one_by_one(
+    model: ExplorableModel, step_owned: Callable[[Any, Any], Any] | None, state: Any, actions: Sequence[Any]
+) -> Iterable[tuple[Any, Any, Exception | None]]:
+    last = len(actions) - 1
+    for index, action in enumerate(actions):
+        try:
+            if step_owned is not None and index == last:
+                successor = step_owned(state, action)  # consumes state: the last use of it
+            else:
+                successor = model.step(state, action)
+        except Exception as error:  # a crash of the system under test is a finding, not our bug
+            yield action, None, error
+            continue
+        yield action, successor, None
+
+
 def _search(
     model: ExplorableModel,
     result: ExploreResult,
@@ -259,10 +349,11 @@ def _search(
     stop_at_first: bool,
     drain: DrainMode,
     reduce: bool,
+    level_done: Callable[[], None],
 ) -> ExploreResult:
     drainer = model.drain if drain != "none" and isinstance(model, Drains) else None
     is_final = model.is_final if isinstance(model, HasFinalStates) else None
-    step_owned = model.step_owned if isinstance(model, StepsOwned) else None
+    expand = expander(model)
     touches: Callable[[Any, Any], frozenset[Hashable] | None] | None = (
         model.touches if reduce and isinstance(model, Touches) else None
     )
@@ -292,8 +383,12 @@ def _search(
     # (state, fingerprint, depth, only): ``only`` limits a re-expansion to the actions it lacked.
     queue: deque[tuple[Any, Hashable, int, frozenset[Any] | None]] = deque([(initial, fp0, 0, None)])
     queued_sleep[fp0] = _NOTHING
+    level = 0
     while queue:
         state, fp, depth, only = queue.popleft()
+        if depth > level:
+            level = depth
+            level_done()
         actions = list(model.actions(state))
         if only is None:
             sleep = queued_sleep.pop(fp, _NOTHING)
@@ -318,16 +413,12 @@ def _search(
         done: list[tuple[Any, frozenset[Hashable] | None]] = (
             [(b, touches(state, b)) for b in sleep] if touches is not None and sleep else []
         )
-        last = len(todo) - 1
-        for index, action in enumerate(todo):
+        # Read before the expansion, which consumes the state.
+        touched_by = [touches(state, action) for action in todo] if touches is not None else None
+        for index, (action, successor, error) in enumerate(expand(state, todo)):
             result.transitions += 1
-            touched = touches(state, action) if touches is not None else None
-            try:
-                if step_owned is not None and index == last:
-                    successor = step_owned(state, action)  # consumes state: the last use of it
-                else:
-                    successor = model.step(state, action)
-            except Exception as error:  # a crash of the system under test is a finding, not our bug
+            touched = touched_by[index] if touched_by is not None else None
+            if error is not None:
                 if report(fp, [_exception_violation(error)], (action, None)):
                     return finish()
                 continue

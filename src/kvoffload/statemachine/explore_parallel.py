@@ -16,7 +16,8 @@ keeps the same one as the sequential search, and visits the same states with the
 depth (this matters: the model's fingerprint deliberately forgets some orders, e.g. of finished
 requests, so states it merges need not have identical futures). The first violation is found at
 the same (shortest) depth, possibly on another state of that depth; its trace is rebuilt here by
-replay, as in the sequential search. Needs the ``fork`` start method
+replay, as in the sequential search. The coordinator and the workers run without automatic garbage
+collection and collect once per level, as the sequential search does. Needs the ``fork`` start method
 (Linux, macOS); no partial-order reduction (sleep sets would have to follow states across
 processes).
 """
@@ -27,7 +28,7 @@ import contextlib
 import multiprocessing
 import signal
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -38,8 +39,9 @@ from kvoffload.statemachine.explore import (
     ExplorableModel,
     ExploreResult,
     HasFinalStates,
-    StepsOwned,
     _exception_violation,
+    collection_per_level,
+    expander,
     finished_result,
     interrupted_result,
     record_violation,
@@ -56,9 +58,20 @@ def _worker(model: Any, frontier: list[tuple[Any, Hashable, int]], conn: Connect
     """Expand this worker's part of each level, as told by the coordinator (see the module docstring)."""
     # Ctrl-C reaches the whole process group: only the coordinator handles it, and it stops us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with collection_per_level() as level_done:
+        _work(model, frontier, conn, drain, level_done)
+
+
+def _work(
+    model: Any,
+    frontier: list[tuple[Any, Hashable, int]],
+    conn: Connection,
+    drain: DrainMode,
+    level_done: Callable[[], None],
+) -> None:
     drainer = model.drain if drain != "none" and isinstance(model, Drains) else None
     is_final = model.is_final if isinstance(model, HasFinalStates) else None
-    step_owned = model.step_owned if isinstance(model, StepsOwned) else None
+    expand = expander(model)
     known: set[Hashable] = set()
     while True:
         command = conn.recv()
@@ -74,15 +87,9 @@ def _worker(model: Any, frontier: list[tuple[Any, Hashable, int]], conn: Connect
             final = not actions or bool(is_final is not None and is_final(state))
             if drainer is not None and drain == "final" and final:
                 found += [(fp, (None, DRAIN_ACTION), name, msg) for name, msg in drainer(state)]
-            last = len(actions) - 1
-            for index, action in enumerate(actions):
+            for index, (action, successor, error) in enumerate(expand(state, actions)):
                 transitions += 1
-                try:
-                    if step_owned is not None and index == last:
-                        successor = step_owned(state, action)
-                    else:
-                        successor = model.step(state, action)
-                except Exception as error:  # a crash of the system under test is a finding
+                if error is not None:  # a crash of the system under test is a finding
                     name, msg = _exception_violation(error)
                     found.append((fp, (action, None), name, msg))
                     continue
@@ -102,6 +109,7 @@ def _worker(model: Any, frontier: list[tuple[Any, Hashable, int]], conn: Connect
                 found += [(child, (None, DRAIN_ACTION), name, msg) for name, msg in drainer(successor)]
             frontier.append((successor, child, position))
         conn.send(found)
+        level_done()
 
 
 def explore_parallel(
@@ -121,7 +129,8 @@ def explore_parallel(
     result = ExploreResult()
     parents: dict[Hashable, tuple[Hashable, Any] | None] = {}
     try:
-        return _search(model, workers, result, parents, started, max_states, stop_at_first, drain)
+        with collection_per_level() as level_done:
+            return _search(model, workers, result, parents, started, max_states, stop_at_first, drain, level_done)
     except KeyboardInterrupt:
         return interrupted_result(result, len(parents), started)
 
@@ -135,6 +144,7 @@ def _search(
     max_states: int | None,
     stop_at_first: bool,
     drain: DrainMode,
+    level_done: Callable[[], None],
 ) -> ExploreResult:
     seen_violations: set[str] = set()
 
@@ -166,6 +176,7 @@ def _search(
     frontier: list[tuple[Any, Hashable]] = [(initial, fp0)]
     while frontier and len(frontier) < WARM_UP_STATES_PER_WORKER * workers:
         frontier, stop = _expand_here(model, frontier, parents, result, drain, max_states, report)
+        level_done()
         if stop:
             return finish()
     if not frontier:
@@ -216,6 +227,7 @@ def _search(
                 stop = report(_receive(conn, process)) or stop
             if new:
                 result.depth += 1
+            level_done()
             if stop:
                 break
     finally:
@@ -251,17 +263,16 @@ def _expand_here(
     """One level of the warm-up, in this process; returns the next frontier and whether to stop."""
     drainer = model.drain if drain != "none" and isinstance(model, Drains) else None
     is_final = model.is_final if isinstance(model, HasFinalStates) else None
+    expand = expander(model)
     found: list[_Found] = []
     nxt: list[tuple[Any, Hashable]] = []
     for state, fp in frontier:
         actions = list(model.actions(state))
         if drainer is not None and drain == "final" and (not actions or bool(is_final is not None and is_final(state))):
             found += [(fp, (None, DRAIN_ACTION), n, m) for n, m in drainer(state)]
-        for action in actions:
+        for action, successor, error in expand(state, actions):
             result.transitions += 1
-            try:
-                successor = model.step(state, action)
-            except Exception as error:
+            if error is not None:
                 name, msg = _exception_violation(error)
                 found.append((fp, (action, None), name, msg))
                 continue

@@ -46,7 +46,10 @@ statistics are left out, since no decision reads them), and keeps the least dige
 order of tied requests. The rendering is a plain tuple read from the scheduler's and the
 manager's public read-only views (``view()``: their tables, by reference) and the engine model,
 digested from its ``marshal`` bytes (no text rendering). Each state holds its own scheduler and
-manager: ``step`` copies them with their public ``clone()``.
+manager: ``step`` copies them with their public ``clone()``. ``successors`` (the explorer's way in)
+runs a plain step once up to the end of its forward pass and copies that half-done state for
+each way the step can end (no job, or one job completing or failing), so the real scheduler
+builds each step's metadata once per state.
 Content of free blocks that no job references is forgotten (set to EMPTY), so stale bytes neither
 split equal states nor mask a read of a block nobody wrote.
 """
@@ -57,12 +60,12 @@ import hashlib
 import itertools
 import marshal
 import math
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 from kvoffload.offload.manager import CPUOffloadingManager
-from kvoffload.offload.scheduler import OffloadingScheduler
+from kvoffload.offload.scheduler import OffloadingScheduler, SchedulerState
 from kvoffload.offload.types import OffloadConfig, SchedulerOutput, TransferJob, WorkerOutput
 from kvoffload.spec.invariants import check_invariants
 from kvoffload.spec.lifecycle import CLEANED
@@ -104,7 +107,7 @@ class ModelRequest:
     num_tokens: int
 
 
-@dataclass
+@dataclass(slots=True)
 class EngineRequest:
     """The engine's view of one request."""
 
@@ -113,6 +116,18 @@ class EngineRequest:
     computed: int = 0  # chunks whose KV is in GPU memory
     load_chunks: int = 0  # chunks the pending load brings
     rejected: int = 0  # rejected draft tokens of the last step, for the next SchedulerOutput
+
+    def copy(self) -> EngineRequest:
+        copy = _new_engine_request(EngineRequest)
+        copy.status = self.status
+        copy.blocks = self.blocks.copy()
+        copy.computed = self.computed
+        copy.load_chunks = self.load_chunks
+        copy.rejected = self.rejected
+        return copy
+
+
+_new_engine_request = object.__new__
 
 
 @dataclass
@@ -345,18 +360,16 @@ class OffloadExploreModel:
     def clone(self, w: World) -> World:
         """A copy of ``w`` that no later action on either can affect."""
         return World(
-            scheduler=w.scheduler.clone(),
-            requests={
-                rid: EngineRequest(er.status, list(er.blocks), er.computed, er.load_chunks, er.rejected)
-                for rid, er in w.requests.items()
-            },
-            gpu_free=list(w.gpu_free),
-            gpu_content=list(w.gpu_content),
-            cpu_content=list(w.cpu_content),
-            inflight=dict(w.inflight),
-            done=dict(w.done),
-            resets=w.resets,
-            preemptions=w.preemptions,
+            w.scheduler.clone(),
+            {rid: er.copy() for rid, er in w.requests.items()},
+            w.gpu_free.copy(),
+            w.gpu_content.copy(),
+            w.cpu_content.copy(),
+            w.inflight.copy(),
+            w.done.copy(),
+            w.resets,
+            w.preemptions,
+            [],
         )
 
     def step(self, w: World, action: tuple[Any, ...]) -> World:
@@ -367,6 +380,57 @@ class OffloadExploreModel:
         never looks at again): one copy fewer per expanded state."""
         w.problems = []
         return self._apply(w, action)
+
+    def successors(
+        self, w: World, actions: Sequence[tuple[Any, ...]]
+    ) -> Iterator[tuple[tuple[Any, ...], World | None, Exception | None]]:
+        """Every action of ``actions`` from ``w`` (consumed), as :meth:`step` takes it; the plain
+        steps that differ only in the job that ends (``step``, ``step(job j completes|FAILS)``)
+        share one run of the step up to the end of its forward pass, so the real scheduler builds
+        that step's metadata once, not once per ending."""
+        endings = [a for a in actions if a[0] == "step" and a[1] is None]
+        shared = len(endings) > 1
+        begun: tuple[World, dict[int, bool]] | Exception | None = None
+        left = len(endings)
+        last = len(actions) - 1
+        for index, action in enumerate(actions):
+            if shared and action[0] == "step" and action[1] is None:
+                if begun is None:
+                    begun = self._begin_shared_step(w)
+                left -= 1
+                yield action, *self._end_shared_step(begun, action[2], action[3], owned=left == 0)
+                continue
+            try:
+                successor = self.step_owned(w, action) if index == last else self.step(w, action)
+            except Exception as error:  # a crash of the system under test: the explorer reports it
+                yield action, None, error
+                continue
+            yield action, successor, None
+
+    def _begin_shared_step(self, w: World) -> tuple[World, dict[int, bool]] | Exception:
+        begun = self.clone(w)
+        try:
+            return begun, self._begin_step(begun, None, None)
+        except Exception as error:  # every ending of this step raises it: the explorer reports each
+            return error
+
+    def _end_shared_step(
+        self, begun: tuple[World, dict[int, bool]] | Exception, job_id: int | None, ok: bool, *, owned: bool
+    ) -> tuple[World | None, Exception | None]:
+        if isinstance(begun, Exception):
+            return None, begun
+        mid, report = begun
+        if not owned:
+            problems = mid.problems
+            mid = self.clone(mid)
+            mid.problems = list(problems)
+            report = dict(report)
+        try:
+            self._end_step(mid, {} if job_id is None else {job_id: ok}, report)
+            self._forget_free_content(mid)
+        except Exception as error:
+            return None, error
+        return mid, None
 
     def _apply(self, w: World, action: tuple[Any, ...]) -> World:
         kind = action[0]
@@ -396,15 +460,24 @@ class OffloadExploreModel:
         equals a key, a bug that reads a block nobody wrote is always caught, never masked by stale
         bytes that happen to be right.
         """
-        jobs = [*w.scheduler.jobs_in_flight.values(), *w.inflight.values()]
+        gpu_content, cpu_content = w.gpu_content, w.cpu_content
+        gpu_written = [block for block in w.gpu_free if gpu_content[block] != EMPTY]
+        cpu_written = [
+            block for block in w.scheduler.manager.view().free
+            if 0 <= block < len(cpu_content) and cpu_content[block] != EMPTY
+        ]
+        if not gpu_written and not cpu_written:  # the usual case: nothing to forget
+            return
+        tables = w.scheduler.view()
+        jobs = [*tables.jobs.values(), *tables.stale_jobs.values(), *w.inflight.values()]
         gpu_busy = {b for j in jobs for b in j.gpu_block_ids}
         cpu_busy = {b for j in jobs for b in j.cpu_block_ids}
-        for block in w.gpu_free:
+        for block in gpu_written:
             if block not in gpu_busy:
-                w.gpu_content[block] = EMPTY
-        for block in w.scheduler.manager.view().free:
-            if block not in cpu_busy and 0 <= block < len(w.cpu_content):
-                w.cpu_content[block] = EMPTY
+                gpu_content[block] = EMPTY
+        for block in cpu_written:
+            if block not in cpu_busy:
+                cpu_content[block] = EMPTY
 
     def invariants(self, w: World) -> list[tuple[str, str]]:
         problems = list(w.problems)
@@ -426,17 +499,19 @@ class OffloadExploreModel:
             for rid, er in w.requests.items():
                 if er.status in (LOADING, RUNNING) or (er.status == WAITING and w.scheduler.is_tracked(rid)):
                     self._finish(w, rid)
+            checked = False  # the invariants hold in w as it is now
             for _ in range(self.drain_steps):
                 self._engine_step(w, None, dict.fromkeys(w.inflight, True))
                 problems = self.invariants(w)
                 if problems:
                     return problems
+                checked = True
                 if self._quiet(w):
                     break
         except Exception as error:  # the system under test crashed while draining
             invariant = getattr(error, "invariant", None)
             return [(invariant if isinstance(invariant, str) else "Crash", f"{type(error).__name__}: {error}")]
-        problems = self.invariants(w)
+        problems = [] if checked else self.invariants(w)
         if not self._quiet(w):
             stuck = w.scheduler.leaks() + [
                 f"GPU blocks of {rid} never released" for rid, er in w.requests.items() if er.status == FINISHED
@@ -540,6 +615,12 @@ class OffloadExploreModel:
         """One engine step; ``completing``: in-flight jobs whose copy ends during this step (after
         the forward pass: the adversarial order for a store still reading a block); ``drafting``:
         a request that also computes a draft of its next chunk, rejected at verification."""
+        self._end_step(w, completing, self._begin_step(w, preempt, drafting))
+
+    def _begin_step(self, w: World, preempt: str | None, drafting: str | None) -> dict[int, bool]:
+        """An engine step up to the end of its forward pass; returns the job outcomes the worker
+        reports at its end (flushed now, or finished in earlier steps), before any job of
+        ``completing`` ends: :meth:`_end_step` finishes it."""
         sched = w.scheduler
         preempted: list[str] = []
         if preempt is not None:
@@ -597,6 +678,12 @@ class OffloadExploreModel:
                 self._write_gpu(w, er.blocks[er.computed + 1], DRAFT, f"{rid}'s draft")
                 er.rejected = tokens
             er.computed += 1
+        return report
+
+    def _end_step(self, w: World, completing: dict[int, bool], report: dict[int, bool]) -> None:
+        """The end of an engine step begun by :meth:`_begin_step`: the jobs of ``completing`` end,
+        the worker reports, and the engine applies the connector's update."""
+        sched = w.scheduler
         for job_id, ok in completing.items():
             job = w.inflight.pop(job_id, None)
             if job is not None:  # None: flushed (completed) at the start of this step
@@ -662,9 +749,10 @@ class OffloadExploreModel:
         values give equal bytes), several times cheaper than rendering the tuple as text.
         """
         n = self.num_requests
-        jobs = self._all_jobs(w)
+        tables = w.scheduler.view()
+        jobs = {**tables.jobs, **tables.stale_jobs, **w.inflight}
         if not self.symmetry or n == 1:
-            return _digest(self._canonical(w, 0, jobs))
+            return _digest(self._canonical(w, tables, 0, jobs))
         if n == 2:
             # With two requests, the pair of "self"/"other" entries in canonical order says exactly
             # what the canonically renamed, sorted entries say (each names the other request and
@@ -678,13 +766,16 @@ class OffloadExploreModel:
                 except TypeError:  # parts that do not compare (a mutant's values): order by text
                     swap = repr(e1) < repr(e0)
                 if swap:
-                    return _digest(self._canonical(w, self._order_naming((1, 0)), jobs, (e1, e0)))
-                return _digest(self._canonical(w, 0, jobs, (e0, e1)))
+                    return _digest(self._canonical(w, tables, self._order_naming((1, 0)), jobs, (e1, e0)))
+                return _digest(self._canonical(w, tables, 0, jobs, (e0, e1)))
             if w.requests[first].status == NEW:  # neither arrived: they touched nothing, either order
-                return _digest(self._canonical(w, 0, jobs, (e0, e1)))
+                return _digest(self._canonical(w, tables, 0, jobs, (e0, e1)))
             pair = (e0, e1)
             swapped = self._order_naming((1, 0))
-            return min(_digest(self._canonical(w, 0, jobs, pair)), _digest(self._canonical(w, swapped, jobs, pair)))
+            return min(
+                _digest(self._canonical(w, tables, 0, jobs, pair)),
+                _digest(self._canonical(w, tables, swapped, jobs, pair)),
+            )
         entries = [self._request_entry(w, rid, self._relative_index[rid], jobs) for rid in self.request_ids]
         try:
             ranked = sorted(range(n), key=entries.__getitem__)
@@ -700,11 +791,7 @@ class OffloadExploreModel:
         if math.prod(len(option) for option in options) > MAX_TIE_ORDERS:
             options = [[g] for g in groups]
         orders = [tuple(i for part in combo for i in part) for combo in itertools.product(*options)]
-        return min(_digest(self._canonical(w, self._order_naming(order), jobs)) for order in orders)
-
-    @staticmethod
-    def _all_jobs(w: World) -> dict[int, TransferJob]:
-        return {**w.scheduler.jobs_in_flight, **w.inflight}
+        return min(_digest(self._canonical(w, tables, self._order_naming(order), jobs)) for order in orders)
 
     def _request_entry(self, w: World, rid: str, naming: int, jobs: dict[int, TransferJob]) -> tuple[Any, ...]:
         """``rid``'s engine and connector state under renaming ``naming`` (see ``_namings``)."""
@@ -769,12 +856,17 @@ class OffloadExploreModel:
         return index
 
     def _canonical(
-        self, w: World, naming: int, jobs: dict[int, TransferJob], per_request: tuple[Any, ...] | None = None
+        self,
+        w: World,
+        sched: SchedulerState,
+        naming: int,
+        jobs: dict[int, TransferJob],
+        per_request: tuple[Any, ...] | None = None,
     ) -> tuple[Any, ...]:
-        """The state under renaming ``naming``; ``per_request``: the request entries, if the caller
-        has an equivalent rendering of them (else the renamed entries, sorted)."""
+        """The state under renaming ``naming``; ``sched``: the scheduler's tables, ``jobs``: every
+        job by id; ``per_request``: the request entries, if the caller has an equivalent rendering
+        of them (else the renamed entries, sorted)."""
         rids, keys, key_tuples = self._namings[naming]
-        sched = w.scheduler.view()
         manager = w.scheduler.manager
         keys_get = keys.get
 
