@@ -77,14 +77,31 @@ def _device(name: str) -> torch.device:
     return torch.device("cpu")
 
 
+def _settle(window_s: float = 0.005, idle_s: float = 0.0005, limit_s: float = 0.2) -> None:
+    """Sleep until this process has used (almost) no CPU for one ``window_s``, at most ``limit_s``.
+
+    After each parallel region, torch's OpenMP worker thread spins before it sleeps (libgomp's
+    default wait policy): measured ~4.3 ms of CPU after every 64 MiB ``copy_`` here. A variant
+    timed right after the contiguous reference then shares the cores with that spinning thread,
+    which charges the reference's leftover to the next variant (the mover's copy of 64 MiB of
+    4 KiB blocks measured 15 ms alone, 26 ms right after a ``copy_``). Each timed run therefore
+    starts once the process is idle, so no variant pays for the one before it.
+    """
+    deadline = time.perf_counter() + limit_s
+    while time.perf_counter() < deadline:
+        cpu = time.process_time()
+        time.sleep(window_s)
+        if time.process_time() - cpu < idle_s:
+            return
+
+
 def _median_seconds(
-    variants: dict[str, Callable[[], object]], repeats: int, sync: Callable[[], None]
+    variants: dict[str, Callable[[], object]], repeats: int, sync: Callable[[], None], settle: bool = True
 ) -> dict[str, float]:
-    """Median seconds of each variant. Repeats are interleaved (every variant once per round), so
-    a change of machine load during the run shifts all variants alike and the ratios stay fair.
-    The order is shuffled each round (seeded): a variant right after a multi-threaded torch copy
-    measured up to ~25% slower (the OpenMP workers still spin), which a fixed order pins on one
-    variant."""
+    """Median seconds of each variant. Repeats are interleaved (every variant once per round, in a
+    seeded shuffled order), so a change of machine load during the run shifts all variants alike
+    and the ratios stay fair. With ``settle`` each timed run starts once the previous one's
+    threads went idle (see :func:`_settle`)."""
     for fn in variants.values():
         fn()  # warm-up: first-touch page faults, allocator caches, lazy CUDA init
     sync()
@@ -95,6 +112,8 @@ def _median_seconds(
         rng.shuffle(order)
         for name, fn in order:
             sync()
+            if settle:
+                _settle()
             t0 = time.perf_counter()
             fn()
             sync()

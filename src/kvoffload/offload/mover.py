@@ -19,6 +19,7 @@ import contextlib
 import itertools
 import math
 import operator
+import sys
 import time
 import warnings
 from array import array
@@ -159,30 +160,6 @@ def _sort(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return t[order], order
 
 
-def _as_array(ids: list[int] | torch.Tensor) -> Any:
-    """Validated ids as a C-contiguous int64 numpy array (zero-copy from a contiguous tensor)."""
-    import numpy as np
-
-    if isinstance(ids, torch.Tensor):
-        return np.ascontiguousarray(ids.numpy())
-    return np.array(ids, dtype=np.int64)
-
-
-def _by_destination_np(src: Any, dst: Any, job_id: int, dst_name: str) -> tuple[Any, Any]:
-    """:func:`_by_destination` on numpy arrays, for the kernel path: numpy ops run on the calling
-    thread, so the job needs no torch intra-op threads before its copy (toggling them around the
-    copy measured up to 2x slower on a loaded 2-core box)."""
-    import numpy as np
-
-    if dst.size > 1 and not bool((dst[1:] > dst[:-1]).all()):
-        order = np.argsort(dst)
-        dst, src = dst[order], src[order]
-        dup = np.flatnonzero(dst[1:] == dst[:-1])
-        if dup.size:
-            raise ValueError(f"job {job_id}: duplicate destination id {int(dst[dup[0]])} in {dst_name}")
-    return np.ascontiguousarray(src), np.ascontiguousarray(dst)
-
-
 def _by_destination(
     src: torch.Tensor, dst: torch.Tensor, job_id: int, dst_name: str
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -256,6 +233,51 @@ def _overlapping(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> bool:
             return True
         ends[side] = max(ends[side], stop)
     return False
+
+
+def _is_ndarray(ids: object) -> bool:
+    # numpy is optional (torch does not require it); if it was never imported, ids cannot be one.
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(ids, np.ndarray)
+
+
+def _ndarray_ids(job_id: int, name: str, ids: Any) -> Any:
+    """A 1-D integer numpy array as C-contiguous int64 (zero-copy when it already is)."""
+    import numpy as np
+
+    if ids.ndim != 1 or ids.dtype.kind not in "iu":
+        raise TypeError(f"job {job_id}: {name} must be a 1-D integer array, got {ids.dtype} {ids.shape}")
+    if ids.dtype == np.uint64 and ids.size and int(ids.max()) > np.iinfo(np.int64).max:
+        raise ValueError(f"job {job_id}: {name} contains {int(ids.max())}, outside the int64 range")
+    return np.ascontiguousarray(ids, dtype=np.int64)
+
+
+def _tensor_ids(job_id: int, name: str, ids: torch.Tensor) -> torch.Tensor:
+    if ids.dim() != 1 or ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+        raise TypeError(f"job {job_id}: {name} must be a 1-D integer tensor, got {ids.dtype} {tuple(ids.shape)}")
+    return ids.detach().to("cpu", torch.int64).contiguous()
+
+
+def _small_list_ids(job_id: int, name: str, ids: Sequence[int]) -> list[int]:
+    bad = next((v for v in ids if isinstance(v, bool) or not isinstance(v, int)), None)
+    if bad is not None:
+        raise TypeError(f"job {job_id}: {name} must contain ints, got {bad!r}")
+    return list(ids)
+
+
+def _list_ids(job_id: int, name: str, ids: Sequence[int]) -> array[int]:
+    """A sequence of ints as an int64 buffer: array('q') converts ~5x faster than
+    torch.tensor(list), which matters for jobs of thousands of small blocks."""
+    try:
+        return array("q", ids)
+    except (TypeError, OverflowError) as exc:
+        bad = next((v for v in ids if not isinstance(v, int)), None)
+        raise TypeError(f"job {job_id}: {name} must contain ints, got {bad!r} ({exc})") from None
+
+
+def _check_lengths(job_id: int, src_name: str, n_src: int, dst_name: str, n_dst: int) -> None:
+    if n_src != n_dst:
+        raise ValueError(f"job {job_id}: {src_name} has {n_src} ids but {dst_name} has {n_dst}")
 
 
 def _as_list(ids: list[int] | torch.Tensor) -> list[int]:
@@ -588,25 +610,15 @@ class BlockMover:
 
     def _ids(self, job_id: int, name: str, ids: Sequence[int], limit: int) -> list[int] | torch.Tensor:
         """Validated ids: a list for small jobs (planned in Python), an int64 tensor otherwise."""
-        if isinstance(ids, torch.Tensor):
-            if ids.dim() != 1 or ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-                raise TypeError(
-                    f"job {job_id}: {name} must be a 1-D integer tensor, got {ids.dtype} {tuple(ids.shape)}"
-                )
-            t: list[int] | torch.Tensor = ids.detach().to("cpu", torch.int64)
+        t: list[int] | torch.Tensor
+        if _is_ndarray(ids):
+            t = torch.from_numpy(_ndarray_ids(job_id, name, ids))
+        elif isinstance(ids, torch.Tensor):
+            t = _tensor_ids(job_id, name, ids)
         elif len(ids) <= _SMALL_JOB:
-            bad = next((v for v in ids if isinstance(v, bool) or not isinstance(v, int)), None)
-            if bad is not None:
-                raise TypeError(f"job {job_id}: {name} must contain ints, got {bad!r}")
-            t = list(ids)
+            t = _small_list_ids(job_id, name, ids)
         else:
-            try:
-                # array('q') converts a list of ints ~5x faster than torch.tensor(list), which
-                # matters for jobs of thousands of small blocks.
-                t = torch.frombuffer(array("q", ids), dtype=torch.int64)
-            except (TypeError, OverflowError) as exc:
-                bad = next((v for v in ids if not isinstance(v, int)), None)
-                raise TypeError(f"job {job_id}: {name} must contain ints, got {bad!r} ({exc})") from None
+            t = torch.frombuffer(_list_ids(job_id, name, ids), dtype=torch.int64)
         if len(t):
             # numpy, not torch: a torch reduction may run on the intra-op threads, which on a
             # loaded box wait a time slice for the other core (see _intra_op_threads).
@@ -615,6 +627,21 @@ class BlockMover:
                 bad = lo if lo < 0 else hi
                 raise ValueError(f"job {job_id}: {name} contains {bad}, outside [0, {limit})")
         return t
+
+    @staticmethod
+    def _id_array(job_id: int, name: str, ids: Sequence[int]) -> Any:
+        """Type-checked ids as a C-contiguous int64 numpy array, range NOT checked (the kernel
+        path checks ranges in its compiled preparation pass). Zero-copy from int64 arrays and
+        tensors."""
+        if _is_ndarray(ids):
+            return _ndarray_ids(job_id, name, ids)
+        if isinstance(ids, torch.Tensor):
+            return _tensor_ids(job_id, name, ids).numpy()
+        import numpy as np
+
+        if len(ids) <= _SMALL_JOB:
+            _small_list_ids(job_id, name, ids)
+        return np.frombuffer(_list_ids(job_id, name, ids), dtype=np.int64)
 
     def _submit(self, job_id: int, direction: Direction, src_ids: Sequence[int], dst_ids: Sequence[int]) -> None:
         if self._closed:
@@ -628,22 +655,32 @@ class BlockMover:
         src_limit, dst_limit = (
             (self.num_gpu_blocks, self.num_cpu_blocks) if store else (self.num_cpu_blocks, self.num_gpu_blocks)
         )
-        src = self._ids(job_id, src_name, src_ids, src_limit)
-        dst = self._ids(job_id, dst_name, dst_ids, dst_limit)
-        if len(src) != len(dst):
-            raise ValueError(f"job {job_id}: {src_name} has {len(src)} ids but {dst_name} has {len(dst)}")
-        nbytes = len(dst) * self.block_bytes
         # Read per job (not cached at construction) so that tests and callers can switch it off;
         # ready() imports numba on the first CPU job that needs it (~1 s once per process).
-        kernel = self._kernel_safe and len(dst) > 0 and mover_cpu_kernel.AVAILABLE and mover_cpu_kernel.ready()
+        kernel = self._kernel_safe and mover_cpu_kernel.AVAILABLE and mover_cpu_kernel.ready()
         if kernel:
-            # No planning: the kernel is one pass whatever the layout. The pairs are only sorted
-            # by destination, which also finds duplicates: measured 64 MiB of 4 KiB blocks, 0.97
-            # of a contiguous copy sorted (sort included) vs 0.78 in random order (fewer TLB
-            # misses and page walks on the written side).
-            src, dst = _by_destination_np(_as_array(src), _as_array(dst), job_id, dst_name)
-            plan = _Plan(scatter_src=torch.from_numpy(src), scatter_dst=torch.from_numpy(dst), kernel=True)
+            src_a, dst_a = self._id_array(job_id, src_name, src_ids), self._id_array(job_id, dst_name, dst_ids)
+            _check_lengths(job_id, src_name, len(src_a), dst_name, len(dst_a))
+            kernel = len(dst_a) > 0
+        if kernel:
+            # No planning: the kernel is one pass whatever the layout. One compiled pass checks
+            # the ids and sorts the pairs by destination (which also finds duplicates), with no
+            # Python work per block: measured 64 MiB of 4 KiB blocks, 0.97 of a contiguous copy
+            # sorted (sort included) vs 0.78 in random order (fewer TLB misses and page walks on
+            # the written side).
+            try:
+                src_a, dst_a = mover_cpu_kernel.pairs_by_destination(src_a, dst_a, src_limit, dst_limit)
+            except mover_cpu_kernel.PairsError as exc:
+                if exc.duplicate:
+                    raise ValueError(f"job {job_id}: duplicate destination id {exc.value} in {dst_name}") from None
+                name, limit = (src_name, src_limit) if exc.side == "src" else (dst_name, dst_limit)
+                raise ValueError(f"job {job_id}: {name} contains {exc.value}, outside [0, {limit})") from None
+            src, dst = torch.from_numpy(src_a), torch.from_numpy(dst_a)
+            plan = _Plan(scatter_src=src, scatter_dst=dst, kernel=True)
         else:
+            src = self._ids(job_id, src_name, src_ids, src_limit)
+            dst = self._ids(job_id, dst_name, dst_ids, dst_limit)
+            _check_lengths(job_id, src_name, len(src), dst_name, len(dst))
             # Planning runs on one thread whatever the job size: its ops touch a few int64 per
             # block, far too little to share, and on a loaded box each 2-thread op can wait a time
             # slice for the other thread (measured 16384 blocks: 20 ms on 2 threads vs 3 ms on one).
@@ -655,6 +692,7 @@ class BlockMover:
                 else:
                     src, dst = _as_tensor(src), _as_tensor(dst)
                     plan = _make_plan(src, dst, self.block_bytes, job_id, dst_name)
+        nbytes = len(dst) * self.block_bytes
         with _intra_op_threads(1 if nbytes < _PARALLEL_MIN_BYTES else None):
             self._start(job_id, direction, src, dst, nbytes, plan)
 

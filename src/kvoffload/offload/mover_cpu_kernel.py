@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-__all__ = ["AVAILABLE", "copy_rows", "copy_rows_arrays", "ready"]
+__all__ = ["AVAILABLE", "PairsError", "copy_rows", "copy_rows_arrays", "pairs_by_destination", "ready"]
 
 
 def _numba_installed() -> bool:
@@ -53,7 +53,14 @@ _ROW_TYPES = ("int64", "int32", "int16", "uint8")
 
 _lock = threading.Lock()
 _kernel: Callable[..., None] | None = None
+_prepare: Callable[..., tuple[int, int, Any, Any]] | None = None
 _tried = False
+
+# Status codes of the pair-preparation kernel (see pairs_by_destination).
+_OK, _SRC_OUT_OF_RANGE, _DST_OUT_OF_RANGE, _DUPLICATE_DST = 0, 1, 2, 3
+# The preparation sorts by counting (one slot per id between the smallest and largest
+# destination id) when that span is at most this many times the job's length, else by argsort.
+_COUNTING_SPAN_FACTOR = 8
 
 
 def _copy_rows_py(src: Any, dst: Any, src_ids: Any, dst_ids: Any) -> None:  # pragma: no cover - jitted
@@ -66,6 +73,60 @@ def _copy_rows_py(src: Any, dst: Any, src_ids: Any, dst_ids: Any) -> None:  # pr
         b = dst[dst_ids[i]]
         for j in range(width):
             b[j] = a[j]
+
+
+def _pairs_by_destination_py(src: Any, dst: Any, src_limit: int, dst_limit: int) -> Any:  # pragma: no cover - jitted
+    # One pass finds both sides' extremes and whether dst is already strictly increasing (no
+    # sort, no duplicate possible); otherwise a counting sort over the destination span, which
+    # also finds duplicates, costs O(n + span) instead of argsort's O(n log n).
+    n = dst.shape[0]
+    s_lo, s_hi, d_lo, d_hi = src[0], src[0], dst[0], dst[0]
+    increasing = True
+    for i in range(n):
+        s, d = src[i], dst[i]
+        s_lo, s_hi = min(s_lo, s), max(s_hi, s)
+        d_lo, d_hi = min(d_lo, d), max(d_hi, d)
+        if i > 0 and d <= dst[i - 1]:
+            increasing = False
+    if s_lo < 0:
+        return _SRC_OUT_OF_RANGE, s_lo, src, dst
+    if s_hi >= src_limit:
+        return _SRC_OUT_OF_RANGE, s_hi, src, dst
+    if d_lo < 0:
+        return _DST_OUT_OF_RANGE, d_lo, src, dst
+    if d_hi >= dst_limit:
+        return _DST_OUT_OF_RANGE, d_hi, src, dst
+    if increasing:
+        return _OK, 0, src, dst
+    out_src = np.empty(n, np.int64)
+    out_dst = np.empty(n, np.int64)
+    span = d_hi - d_lo + 1
+    if span <= _COUNTING_SPAN_FACTOR * n:
+        slot = np.full(span, -1, np.int64)
+        duplicate = d_hi + 1
+        for i in range(n):
+            k = dst[i] - d_lo
+            if slot[k] >= 0:
+                duplicate = min(duplicate, dst[i])
+            slot[k] = i
+        if duplicate <= d_hi:
+            return _DUPLICATE_DST, duplicate, src, dst
+        j = 0
+        for k in range(span):
+            i = slot[k]
+            if i >= 0:
+                out_src[j] = src[i]
+                out_dst[j] = k + d_lo
+                j += 1
+        return _OK, 0, out_src, out_dst
+    order = np.argsort(dst)
+    for j in range(n):
+        i = order[j]
+        out_src[j] = src[i]
+        out_dst[j] = dst[i]
+        if j > 0 and out_dst[j] == out_dst[j - 1]:
+            return _DUPLICATE_DST, out_dst[j], src, dst
+    return _OK, 0, out_src, out_dst
 
 
 def _writable_dir(path: Path) -> bool:
@@ -91,20 +152,31 @@ def _set_cache_dir() -> None:
         os.environ["NUMBA_CACHE_DIR"] = str(target)
 
 
-def _compile() -> Callable[..., None]:
-    _set_cache_dir()
+def _jit(fn: Callable[..., Any], sigs: list[str]) -> Callable[..., Any]:
     import numba
     from numba.core.errors import NumbaWarning
 
-    sigs = [f"void({t}[:, ::1], {t}[:, ::1], int64[::1], int64[::1])" for t in _ROW_TYPES]
     with warnings.catch_warnings():
         # A cache that cannot be written (e.g. a full disk) only costs a recompile next start.
         warnings.simplefilter("ignore", NumbaWarning)
         try:
-            kernel = numba.njit(sigs, cache=True, nogil=True, boundscheck=False)(_copy_rows_py)
+            return numba.njit(sigs, cache=True, nogil=True, boundscheck=False)(fn)  # type: ignore[no-any-return]
         except RuntimeError:  # "cannot cache function ... no locator available"
-            kernel = numba.njit(sigs, cache=False, nogil=True, boundscheck=False)(_copy_rows_py)
-    return kernel  # type: ignore[no-any-return]
+            return numba.njit(sigs, cache=False, nogil=True, boundscheck=False)(fn)  # type: ignore[no-any-return]
+
+
+def _compile() -> tuple[Callable[..., None], Callable[..., tuple[int, int, Any, Any]]]:
+    _set_cache_dir()
+    # The jitted pair preparation reads np from this module's globals.
+    global np
+    import numpy as np
+
+    kernel = _jit(_copy_rows_py, [f"void({t}[:, ::1], {t}[:, ::1], int64[::1], int64[::1])" for t in _ROW_TYPES])
+    prepare = _jit(
+        _pairs_by_destination_py,
+        ["Tuple((int64, int64, int64[::1], int64[::1]))(int64[::1], int64[::1], int64, int64)"],
+    )
+    return kernel, prepare
 
 
 def ready() -> bool:
@@ -114,14 +186,14 @@ def ready() -> bool:
     cache load; a few seconds more when the cache is cold), nothing afterwards. A failure (numba
     installed but broken) warns once and makes :data:`AVAILABLE` False.
     """
-    global AVAILABLE, _kernel, _tried
+    global AVAILABLE, _kernel, _prepare, _tried
     if _kernel is not None or not AVAILABLE:
         return AVAILABLE and _kernel is not None
     with _lock:
         if not _tried:
             _tried = True
             try:
-                _kernel = _compile()
+                _kernel, _prepare = _compile()
             except Exception as exc:  # any numba/llvmlite failure: torch still copies correctly
                 warnings.warn(
                     f"numba kernel for CPU block copies unavailable ({type(exc).__name__}: {exc}); "
@@ -131,6 +203,44 @@ def ready() -> bool:
                 )
                 AVAILABLE = False
     return AVAILABLE and _kernel is not None
+
+
+class PairsError(ValueError):
+    """Ids rejected by :func:`pairs_by_destination`.
+
+    ``side`` is ``"src"`` or ``"dst"``, ``value`` the offending id; ``duplicate`` tells a repeated
+    destination id from an id out of range.
+    """
+
+    def __init__(self, side: str, value: int, duplicate: bool) -> None:
+        what = "duplicate destination id" if duplicate else f"{side} id out of range"
+        super().__init__(f"{what}: {value}")
+        self.side, self.value, self.duplicate = side, value, duplicate
+
+
+def pairs_by_destination(
+    src: np.ndarray, dst: np.ndarray, src_limit: int, dst_limit: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Check a job's (src, dst) id pairs and return them sorted by destination id.
+
+    ``src``/``dst``: C-contiguous int64 arrays of the same, non-zero length. One compiled pass:
+    ids must lie in ``[0, src_limit)`` and ``[0, dst_limit)`` (for an id out of range the smallest
+    negative one, else the largest, is reported, source first) and destination ids must be unique
+    (the smallest repeated one is reported). Already increasing destinations come back as they
+    are, otherwise as new arrays (counting sort over the id span, or argsort for a sparse span).
+    Releases the GIL.
+
+    Raises:
+        PairsError: an id out of range or a duplicate destination id; nothing else is done.
+        RuntimeError: the kernel is not available (see :func:`ready`).
+    """
+    if _prepare is None and not ready():
+        raise RuntimeError("numba CPU copy kernel is not available")
+    assert _prepare is not None
+    status, value, out_src, out_dst = _prepare(src, dst, src_limit, dst_limit)
+    if status != _OK:
+        raise PairsError("src" if status == _SRC_OUT_OF_RANGE else "dst", int(value), status == _DUPLICATE_DST)
+    return out_src, out_dst
 
 
 def copy_rows_arrays(src: np.ndarray, dst: np.ndarray, src_ids: np.ndarray, dst_ids: np.ndarray) -> None:
