@@ -57,9 +57,10 @@ _prepare: Callable[..., tuple[int, int, Any, Any]] | None = None
 _tried = False
 
 # Status codes of the pair-preparation kernel (see pairs_by_destination).
-_OK, _SRC_OUT_OF_RANGE, _DST_OUT_OF_RANGE, _DUPLICATE_DST = 0, 1, 2, 3
+_OK, _SRC_OUT_OF_RANGE, _DST_OUT_OF_RANGE, _DUPLICATE_DST, _NEEDS_SORT = 0, 1, 2, 3, 4
 # The preparation sorts by counting (one slot per id between the smallest and largest
-# destination id) when that span is at most this many times the job's length, else by argsort.
+# destination id) when that span is at most this many times the job's length; a sparser job is
+# sorted by numpy's argsort (measured 16384 ids: 0.13 ms, numba's argsort 0.9 ms).
 _COUNTING_SPAN_FACTOR = 8
 
 
@@ -76,18 +77,19 @@ def _copy_rows_py(src: Any, dst: Any, src_ids: Any, dst_ids: Any) -> None:  # pr
 
 
 def _pairs_by_destination_py(src: Any, dst: Any, src_limit: int, dst_limit: int) -> Any:  # pragma: no cover - jitted
-    # One pass finds both sides' extremes and whether dst is already strictly increasing (no
-    # sort, no duplicate possible); otherwise a counting sort over the destination span, which
-    # also finds duplicates, costs O(n + span) instead of argsort's O(n log n).
+    # One pass finds both sides' extremes and whether dst is already increasing (no sort, no
+    # duplicate possible); otherwise a counting sort over the destination span, which also finds
+    # duplicates, costs O(n + span) instead of a sort's O(n log n).
     n = dst.shape[0]
     s_lo, s_hi, d_lo, d_hi = src[0], src[0], dst[0], dst[0]
-    increasing = True
+    increasing = non_decreasing = True
     for i in range(n):
         s, d = src[i], dst[i]
         s_lo, s_hi = min(s_lo, s), max(s_hi, s)
         d_lo, d_hi = min(d_lo, d), max(d_hi, d)
         if i > 0 and d <= dst[i - 1]:
             increasing = False
+            non_decreasing = non_decreasing and d == dst[i - 1]
     if s_lo < 0:
         return _SRC_OUT_OF_RANGE, s_lo, src, dst
     if s_hi >= src_limit:
@@ -98,34 +100,31 @@ def _pairs_by_destination_py(src: Any, dst: Any, src_limit: int, dst_limit: int)
         return _DST_OUT_OF_RANGE, d_hi, src, dst
     if increasing:
         return _OK, 0, src, dst
+    if non_decreasing:  # sorted with repeats: the first repeat is the smallest duplicate
+        for i in range(1, n):
+            if dst[i] == dst[i - 1]:
+                return _DUPLICATE_DST, dst[i], src, dst
+    span = d_hi - d_lo + 1
+    if span > _COUNTING_SPAN_FACTOR * n:
+        return _NEEDS_SORT, 0, src, dst
+    slot = np.full(span, -1, np.int64)
+    duplicate = d_hi + 1
+    for i in range(n):
+        k = dst[i] - d_lo
+        if slot[k] >= 0:
+            duplicate = min(duplicate, dst[i])
+        slot[k] = i
+    if duplicate <= d_hi:
+        return _DUPLICATE_DST, duplicate, src, dst
     out_src = np.empty(n, np.int64)
     out_dst = np.empty(n, np.int64)
-    span = d_hi - d_lo + 1
-    if span <= _COUNTING_SPAN_FACTOR * n:
-        slot = np.full(span, -1, np.int64)
-        duplicate = d_hi + 1
-        for i in range(n):
-            k = dst[i] - d_lo
-            if slot[k] >= 0:
-                duplicate = min(duplicate, dst[i])
-            slot[k] = i
-        if duplicate <= d_hi:
-            return _DUPLICATE_DST, duplicate, src, dst
-        j = 0
-        for k in range(span):
-            i = slot[k]
-            if i >= 0:
-                out_src[j] = src[i]
-                out_dst[j] = k + d_lo
-                j += 1
-        return _OK, 0, out_src, out_dst
-    order = np.argsort(dst)
-    for j in range(n):
-        i = order[j]
-        out_src[j] = src[i]
-        out_dst[j] = dst[i]
-        if j > 0 and out_dst[j] == out_dst[j - 1]:
-            return _DUPLICATE_DST, out_dst[j], src, dst
+    j = 0
+    for k in range(span):
+        i = slot[k]
+        if i >= 0:
+            out_src[j] = src[i]
+            out_dst[j] = k + d_lo
+            j += 1
     return _OK, 0, out_src, out_dst
 
 
@@ -227,7 +226,8 @@ def pairs_by_destination(
     ids must lie in ``[0, src_limit)`` and ``[0, dst_limit)`` (for an id out of range the smallest
     negative one, else the largest, is reported, source first) and destination ids must be unique
     (the smallest repeated one is reported). Already increasing destinations come back as they
-    are, otherwise as new arrays (counting sort over the id span, or argsort for a sparse span).
+    are, otherwise as new arrays (counting sort over the id span, or numpy's argsort when the
+    span is sparse).
     Releases the GIL.
 
     Raises:
@@ -238,6 +238,9 @@ def pairs_by_destination(
         raise RuntimeError("numba CPU copy kernel is not available")
     assert _prepare is not None
     status, value, out_src, out_dst = _prepare(src, dst, src_limit, dst_limit)
+    if status == _NEEDS_SORT:  # ids checked; sorted, the pass only looks for a repeat
+        order = np.argsort(dst)
+        status, value, out_src, out_dst = _prepare(src[order], dst[order], src_limit, dst_limit)
     if status != _OK:
         raise PairsError("src" if status == _SRC_OUT_OF_RANGE else "dst", int(value), status == _DUPLICATE_DST)
     return out_src, out_dst
