@@ -785,3 +785,57 @@ def test_big_bad_jobs_change_nothing(bad: str, sparse: bool, cpu_path: str) -> N
         m.store(4, gpu_ids, cpu_ids)
     assert m.in_flight() == set() and m.poll() == []
     assert torch.equal(snapshot(m.cpu_layers)[0], cpu_before[0])
+
+
+@needs_numba
+@pytest.mark.parametrize("row_bytes", [64, 2048, 72, 24])
+@pytest.mark.parametrize("dst_offset", [0, 8], ids=["aligned", "unaligned"])
+def test_streaming_copy_writes_what_the_plain_copy_writes(row_bytes: int, dst_offset: int) -> None:
+    """Streaming stores (64-byte aligned rows only; the rest fall back to plain stores) and the
+    prefetch write exactly the rows asked, nothing else, in every case the kernel can meet."""
+    assert mover_cpu_kernel.ready()
+    width, n = row_bytes // 8, 300
+    src = rand_layer(n, (width,), torch.int64, "cpu", 31).numpy()
+    base = torch.zeros(n * width + dst_offset // 8, dtype=torch.int64)
+    dst = base[dst_offset // 8 :].view(n, width).numpy()
+    gen = np.random.default_rng(3)
+    src_ids, dst_ids = gen.permutation(n)[:200], np.sort(gen.permutation(n)[:200])
+    expected = dst.copy()
+    expected[dst_ids] = src[src_ids]
+    mover_cpu_kernel.copy_rows_arrays(src, dst, src_ids, dst_ids, stream=True)
+    assert np.array_equal(dst, expected)
+    assert base[: dst_offset // 8].eq(0).all()
+
+
+@needs_numba
+def test_big_jobs_stream_and_match_the_torch_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Jobs past _STREAM_MIN_BYTES ask the kernel for streaming stores, in every chunk and layer;
+    the bytes are those of the torch path."""
+    streams: list[bool] = []
+    real = mover_cpu_kernel.copy_rows_arrays
+
+    def spy(src: object, dst: object, src_ids: object, dst_ids: object, stream: bool = False) -> None:
+        streams.append(stream)
+        real(src, dst, src_ids, dst_ids, stream)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(mover_cpu_kernel, "copy_rows_arrays", spy)
+    monkeypatch.setattr(mover_mod, "_STREAM_MIN_BYTES", 128 * 300)
+    monkeypatch.setattr(mover_mod, "_PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(mover_mod, "_KERNEL_CHUNK_BYTES", 64 * 16)
+    n_gpu, n_cpu = 700, 500
+    gen = torch.Generator().manual_seed(8)
+    gpu_ids = torch.randperm(n_gpu, generator=gen)[:n_cpu].tolist()
+    cpu_ids = torch.randperm(n_cpu, generator=gen).tolist()
+    out = {}
+    for path in ("kernel", "torch"):
+        monkeypatch.setattr(mover_cpu_kernel, "AVAILABLE", path == "kernel")
+        layers = [rand_layer(n_gpu, (16,), torch.float32, "cpu", 12)]
+        layers.append(rand_layer(n_gpu, (2, 32), torch.uint8, "cpu", 13))
+        m = BlockMover(layers, n_cpu)
+        m.store(1, gpu_ids, cpu_ids)  # 500 blocks of 128 bytes: streamed
+        m.load(2, cpu_ids[:200][::-1], gpu_ids[:200])  # 200 blocks: below the threshold
+        assert finish(m, 1, 2)[2].ok
+        out[path] = snapshot([*layers, *m.cpu_layers])
+    assert_same(out["kernel"], out["torch"])
+    assert True in streams and False in streams
+    assert len(streams) > 2 * 2  # the streamed job ran in several chunks, each layer

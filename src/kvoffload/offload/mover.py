@@ -63,6 +63,10 @@ _KERNEL_CHUNK_BYTES = 2 * 1024 * 1024
 # A job is split into about this many chunks: measured (64 MiB of 4-16 KiB blocks, loaded 2-core
 # box) 8 chunks ~0.93-1.12 of a contiguous copy, 32 chunks of 2 MiB ~0.81-0.84, two halves ~0.6.
 _KERNEL_CHUNKS = 8
+# Kernel jobs of at least this many bytes write with streaming stores (see mover_cpu_jit): they
+# would evict their own rows from the caches anyway; smaller ones keep the rows in cache for a
+# reader that comes soon.
+_STREAM_MIN_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -779,12 +783,13 @@ class BlockMover:
             self._row_arrays[store] = ([s.detach().numpy() for s in srcs], [d.detach().numpy() for d in dsts])
         src_arr, dst_arr = self._row_arrays[store]
         workers = torch.get_num_threads()
+        stream = total * self.block_bytes >= _STREAM_MIN_BYTES
         # At least _KERNEL_CHUNKS chunks for load balance, each at least _KERNEL_CHUNK_BYTES:
         # every chunk ends in a GIL handoff, which on a loaded box can wait a whole time slice.
         chunk = max(1, _KERNEL_CHUNK_BYTES // max(self.block_bytes, 1), -(-total // _KERNEL_CHUNKS))
         if workers <= 1 or total * self.block_bytes < _PARALLEL_MIN_BYTES or total <= chunk:
             for s, d in zip(src_arr, dst_arr, strict=True):
-                mover_cpu_kernel.copy_rows_arrays(s, d, s_np, d_np)
+                mover_cpu_kernel.copy_rows_arrays(s, d, s_np, d_np, stream)
             return
         starts = iter(range(0, total, chunk))  # shared: next() on it is atomic under the GIL
 
@@ -792,7 +797,7 @@ class BlockMover:
             for c0 in starts:
                 sidx, didx = s_np[c0 : c0 + chunk], d_np[c0 : c0 + chunk]
                 for s, d in zip(src_arr, dst_arr, strict=True):
-                    mover_cpu_kernel.copy_rows_arrays(s, d, sidx, didx)
+                    mover_cpu_kernel.copy_rows_arrays(s, d, sidx, didx, stream)
 
         self._run_workers(work, workers, torch_ops=False)
 

@@ -3,6 +3,10 @@
 ``dst[dst_ids[i]] = src[src_ids[i]]`` for every ``i``, in ONE pass over the bytes. torch has no
 fused gather-scatter, so the torch path gathers into a staging buffer and then scatters it (two
 passes, measured ~0.1-0.65 of a contiguous copy); this kernel reaches ~0.7-1.1 single-threaded.
+Big copies prefetch the next rows and write with streaming stores, as memcpy does for a large
+contiguous copy (see :mod:`kvoffload.offload.mover_cpu_jit`, where the compiled code lives). A
+job's ids are checked and sorted by destination in one compiled pass too
+(:func:`pairs_by_destination`).
 
 numba is an optional dependency (extra ``fast-cpu``). Importing this module never imports numba:
 ``import kvoffload`` must stay fast for the CLI, and GPU-only users do not need it. numba is
@@ -56,78 +60,6 @@ _kernel: Callable[..., None] | None = None
 _prepare: Callable[..., tuple[int, int, Any, Any]] | None = None
 _tried = False
 
-# Status codes of the pair-preparation kernel (see pairs_by_destination).
-_OK, _SRC_OUT_OF_RANGE, _DST_OUT_OF_RANGE, _DUPLICATE_DST, _NEEDS_SORT = 0, 1, 2, 3, 4
-# The preparation sorts by counting (one slot per id between the smallest and largest
-# destination id) when that span is at most this many times the job's length; a sparser job is
-# sorted by numpy's argsort (measured 16384 ids: 0.13 ms, numba's argsort 0.9 ms).
-_COUNTING_SPAN_FACTOR = 8
-
-
-def _copy_rows_py(src: Any, dst: Any, src_ids: Any, dst_ids: Any) -> None:  # pragma: no cover - jitted
-    # An explicit inner loop, not ``dst[d, :] = src[s, :]``: numba's array assignment checks for
-    # overlap and goes through a generic strided loop (measured ~0.55-0.75 vs ~1.0 of a
-    # contiguous copy for this loop, which LLVM turns into a vectorised copy).
-    width = src.shape[1]
-    for i in range(src_ids.shape[0]):
-        a = src[src_ids[i]]
-        b = dst[dst_ids[i]]
-        for j in range(width):
-            b[j] = a[j]
-
-
-def _pairs_by_destination_py(src: Any, dst: Any, src_limit: int, dst_limit: int) -> Any:  # pragma: no cover - jitted
-    # One pass finds both sides' extremes and whether dst is already increasing (no sort, no
-    # duplicate possible); otherwise a counting sort over the destination span, which also finds
-    # duplicates, costs O(n + span) instead of a sort's O(n log n).
-    n = dst.shape[0]
-    s_lo, s_hi, d_lo, d_hi = src[0], src[0], dst[0], dst[0]
-    increasing = non_decreasing = True
-    for i in range(n):
-        s, d = src[i], dst[i]
-        s_lo, s_hi = min(s_lo, s), max(s_hi, s)
-        d_lo, d_hi = min(d_lo, d), max(d_hi, d)
-        if i > 0 and d <= dst[i - 1]:
-            increasing = False
-            non_decreasing = non_decreasing and d == dst[i - 1]
-    if s_lo < 0:
-        return _SRC_OUT_OF_RANGE, s_lo, src, dst
-    if s_hi >= src_limit:
-        return _SRC_OUT_OF_RANGE, s_hi, src, dst
-    if d_lo < 0:
-        return _DST_OUT_OF_RANGE, d_lo, src, dst
-    if d_hi >= dst_limit:
-        return _DST_OUT_OF_RANGE, d_hi, src, dst
-    if increasing:
-        return _OK, 0, src, dst
-    if non_decreasing:  # sorted with repeats: the first repeat is the smallest duplicate
-        for i in range(1, n):
-            if dst[i] == dst[i - 1]:
-                return _DUPLICATE_DST, dst[i], src, dst
-    span = d_hi - d_lo + 1
-    if span > _COUNTING_SPAN_FACTOR * n:
-        return _NEEDS_SORT, 0, src, dst
-    slot = np.full(span, -1, np.int64)
-    duplicate = d_hi + 1
-    for i in range(n):
-        k = dst[i] - d_lo
-        if slot[k] >= 0:
-            duplicate = min(duplicate, dst[i])
-        slot[k] = i
-    if duplicate <= d_hi:
-        return _DUPLICATE_DST, duplicate, src, dst
-    out_src = np.empty(n, np.int64)
-    out_dst = np.empty(n, np.int64)
-    j = 0
-    for k in range(span):
-        i = slot[k]
-        if i >= 0:
-            out_src[j] = src[i]
-            out_dst[j] = k + d_lo
-            j += 1
-    return _OK, 0, out_src, out_dst
-
-
 def _writable_dir(path: Path) -> bool:
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -166,13 +98,12 @@ def _jit(fn: Callable[..., Any], sigs: list[str]) -> Callable[..., Any]:
 
 def _compile() -> tuple[Callable[..., None], Callable[..., tuple[int, int, Any, Any]]]:
     _set_cache_dir()
-    # The jitted pair preparation reads np from this module's globals.
-    global np
-    import numpy as np
+    from kvoffload.offload import mover_cpu_jit
 
-    kernel = _jit(_copy_rows_py, [f"void({t}[:, ::1], {t}[:, ::1], int64[::1], int64[::1])" for t in _ROW_TYPES])
+    rows = [f"void({t}[:, ::1], {t}[:, ::1], int64[::1], int64[::1], boolean)" for t in _ROW_TYPES]
+    kernel = _jit(mover_cpu_jit.copy_rows, rows)
     prepare = _jit(
-        _pairs_by_destination_py,
+        mover_cpu_jit.pairs_by_destination,
         ["Tuple((int64, int64, int64[::1], int64[::1]))(int64[::1], int64[::1], int64, int64)"],
     )
     return kernel, prepare
@@ -237,21 +168,29 @@ def pairs_by_destination(
     if _prepare is None and not ready():
         raise RuntimeError("numba CPU copy kernel is not available")
     assert _prepare is not None
+    import numpy
+
+    from kvoffload.offload import mover_cpu_jit as jit
+
     status, value, out_src, out_dst = _prepare(src, dst, src_limit, dst_limit)
-    if status == _NEEDS_SORT:  # ids checked; sorted, the pass only looks for a repeat
-        order = np.argsort(dst)
+    if status == jit.NEEDS_SORT:  # ids checked; sorted, the pass only looks for a repeat
+        order = numpy.argsort(dst)
         status, value, out_src, out_dst = _prepare(src[order], dst[order], src_limit, dst_limit)
-    if status != _OK:
-        raise PairsError("src" if status == _SRC_OUT_OF_RANGE else "dst", int(value), status == _DUPLICATE_DST)
+    if status != jit.OK:
+        raise PairsError("src" if status == jit.SRC_OUT_OF_RANGE else "dst", int(value), status == jit.DUPLICATE_DST)
     return out_src, out_dst
 
 
-def copy_rows_arrays(src: np.ndarray, dst: np.ndarray, src_ids: np.ndarray, dst_ids: np.ndarray) -> None:
+def copy_rows_arrays(
+    src: np.ndarray, dst: np.ndarray, src_ids: np.ndarray, dst_ids: np.ndarray, stream: bool = False
+) -> None:
     """``dst[dst_ids[i]] = src[src_ids[i]]`` on numpy arrays, unchecked (the mover's fast path).
 
     ``src``/``dst``: C-contiguous 2-D arrays of one of int64/int32/int16/uint8, same width;
     ids: C-contiguous int64, same length, all in range, ``dst_ids`` unique when called from
     several threads. Out-of-range ids corrupt memory: there is no bounds check. Releases the GIL.
+    ``stream``: write with non-temporal stores (bypassing the cache) when the destination rows
+    are 64-byte aligned; for copies too big to stay in cache, whose destination is not read soon.
     Raises RuntimeError if the kernel is not available (see :func:`ready`).
     """
     kernel = _kernel
@@ -260,7 +199,7 @@ def copy_rows_arrays(src: np.ndarray, dst: np.ndarray, src_ids: np.ndarray, dst_
             raise RuntimeError("numba CPU copy kernel is not available")
         kernel = _kernel
         assert kernel is not None
-    kernel(src, dst, src_ids, dst_ids)
+    kernel(src, dst, src_ids, dst_ids, stream)
 
 
 def copy_rows(src_rows: torch.Tensor, dst_rows: torch.Tensor, src_ids: torch.Tensor, dst_ids: torch.Tensor) -> None:
