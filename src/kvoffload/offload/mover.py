@@ -8,9 +8,13 @@ jobs identified by a caller-chosen integer id whose outcome is reported exactly 
 On CUDA the copies run on one stream per direction and complete through CUDA events; on CPU
 they run synchronously at submit (a helper thread was not worth it: the copy is memory-bound and
 is split over the intra-op threads anyway). On CPU with numba installed (extra ``fast-cpu``, see
-:mod:`kvoffload.offload.mover_cpu_kernel`) a job is not planned: its pairs, sorted by destination,
-go as int64 arrays to a single-pass kernel, split in chunks over both cores. Without numba (and on
-CUDA) a job is planned into slice runs, one-sided gathers and a scattered rest copied by torch.
+:mod:`kvoffload.offload.mover_cpu_kernel`) a job is not planned: one compiled pass checks its ids
+and sorts the pairs by destination, and a single-pass kernel copies them, split in chunks over
+both cores, big jobs with prefetch and streaming stores. Without numba (and on CUDA) a job is
+planned into slice runs, one-sided gathers and a scattered rest copied by torch.
+
+Block ids may be given as a sequence of ints, a 1-D integer tensor or a 1-D integer numpy array
+(used without a copy when it is C-contiguous int64).
 """
 
 from __future__ import annotations
