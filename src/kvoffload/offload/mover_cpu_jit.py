@@ -47,10 +47,10 @@ def _prefetch(typingctx: Any, addr: Any) -> Any:  # pragma: no cover - compiled
 
 @intrinsic
 def _stream_lines(typingctx: Any, dst: Any, src: Any, lines: Any) -> Any:  # pragma: no cover - compiled
-    """Copy ``lines`` 64-byte lines from address ``src`` to the 64-byte aligned address ``dst``
-    with non-temporal (streaming) stores: the destination lines are written without first being
-    read into the cache, a third less memory traffic than plain stores (which is what memcpy, and
-    so torch's contiguous ``copy_``, does for large copies)."""
+    """Copy ``lines`` 64-byte lines from address ``src`` (any alignment: unaligned loads) to the
+    64-byte aligned address ``dst`` with non-temporal (streaming) stores: the destination lines
+    are written without first being read into the cache, a third less memory traffic than plain
+    stores (glibc's memcpy does the same for large copies)."""
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         line = ir.VectorType(ir.IntType(64), LINE // 8)
@@ -58,7 +58,7 @@ def _stream_lines(typingctx: Any, dst: Any, src: Any, lines: Any) -> Any:  # pra
         d, s = builder.inttoptr(args[0], ptr), builder.inttoptr(args[1], ptr)
         nontemporal = builder.module.add_metadata([ir.IntType(32)(1)])
         with cgutils.for_range(builder, args[2]) as loop:
-            value = builder.load(builder.gep(s, [loop.index], source_etype=line), typ=line, align=8)
+            value = builder.load(builder.gep(s, [loop.index], source_etype=line), typ=line, align=1)
             store = builder.store(value, builder.gep(d, [loop.index], source_etype=line), align=LINE)
             store.set_metadata("nontemporal", nontemporal)
         return context.get_dummy_value()
