@@ -7,6 +7,7 @@ signatures; the three intrinsics emit LLVM instructions numba has no Python spel
 
 from __future__ import annotations
 
+import platform
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ COUNTING_SPAN_FACTOR = 8
 PREFETCH_ROWS_AHEAD = 2
 PREFETCH_LINES = 8
 LINE = 64
+_X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
 
 
 @intrinsic
@@ -68,11 +70,17 @@ def _stream_lines(typingctx: Any, dst: Any, src: Any, lines: Any) -> Any:  # pra
 
 @intrinsic
 def _store_fence(typingctx: Any) -> Any:  # pragma: no cover - compiled
-    """A full fence: streaming stores are weakly ordered, so they are fenced before the copy is
-    reported done and another thread reads the rows."""
+    """Streaming stores are weakly ordered, so they are fenced before the copy is reported done
+    and another thread reads the rows. On x86 that takes ``sfence`` (or ``mfence``): a locked
+    instruction, which LLVM emits for a seq_cst fence, is not documented to order them on every
+    x86. Elsewhere a seq_cst fence (``dmb ish`` on ARM) orders every store."""
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        builder.fence("seq_cst")
+        if _X86:
+            fnty = ir.FunctionType(ir.VoidType(), [])
+            builder.call(cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.sse.sfence"), [])
+        else:
+            builder.fence("seq_cst")
         return context.get_dummy_value()
 
     return types.void(), codegen
