@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import re
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -28,6 +29,12 @@ if hasattr(torch, "float8_e4m3fn"):
 
 NUM_GPU = 24
 NUM_CPU = 20
+
+try:
+    import numpy as np
+except ImportError:  # torch does not require numpy; numba (extra fast-cpu) does
+    np = None
+needs_numpy = pytest.mark.skipif(np is None, reason="needs numpy (installed with numba, extra fast-cpu)")
 
 HAS_NUMBA = mover_cpu_kernel._numba_installed()
 needs_numba = pytest.mark.skipif(not HAS_NUMBA, reason="needs numba (extra fast-cpu)")
@@ -654,3 +661,181 @@ def test_kernel_path_matches_torch_path_on_big_scattered_jobs(monkeypatch: pytes
     assert finish(kernel_m, 101)[101].ok and finish(torch_m, 101)[101].ok
     assert_same(snapshot(kernel_m.cpu_layers), snapshot(torch_m.cpu_layers))
     assert_same(snapshot(kernel_layers), snapshot(torch_layers))
+
+# ---------------------------------------------------------------- ids: numpy arrays, compiled check
+# The kernel path checks and sorts ids in one compiled pass (mover_cpu_kernel.pairs_by_destination)
+# instead of Python/numpy code, so that pass is checked against a plain-Python reference on every
+# outcome: in range and sorted, out of range on either side, a repeated destination, with dense
+# (counting sort) and sparse (argsort) destination spans.
+
+def pairs_reference(
+    src: list[int], dst: list[int], src_limit: int, dst_limit: int
+) -> tuple[str, int] | list[tuple[int, int]]:
+    """What pairs_by_destination must do: ('src'|'dst'|'dup', value) or the pairs sorted by dst."""
+    for side, ids, limit in (("src", src, src_limit), ("dst", dst, dst_limit)):
+        if min(ids) < 0:
+            return side, min(ids)
+        if max(ids) >= limit:
+            return side, max(ids)
+    repeated = sorted({d for d in dst if dst.count(d) > 1})
+    if repeated:
+        return "dup", repeated[0]
+    return sorted(zip(src, dst, strict=True), key=lambda p: p[1])
+
+
+@needs_numba
+@given(
+    data=st.data(),
+    n=st.integers(1, 40),
+    dst_span=st.sampled_from([10, 60, 100_000]),  # 100_000: sparser than the counting sort takes
+    sort_dst=st.booleans(),
+)
+def test_pairs_by_destination_matches_reference(data: st.DataObject, n: int, dst_span: int, sort_dst: bool) -> None:
+    src_limit, dst_limit = 50, dst_span
+    src = data.draw(st.lists(st.integers(-3, src_limit + 2), min_size=n, max_size=n), label="src")
+    dst = data.draw(st.lists(st.integers(-3, dst_limit + 2), min_size=n, max_size=n), label="dst")
+    if sort_dst:
+        dst.sort()
+    expected = pairs_reference(src, dst, src_limit, dst_limit)
+    src_a, dst_a = np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64)
+    before = (src_a.copy(), dst_a.copy())
+    if isinstance(expected, tuple):
+        with pytest.raises(mover_cpu_kernel.PairsError) as info:
+            mover_cpu_kernel.pairs_by_destination(src_a, dst_a, src_limit, dst_limit)
+        got = ("dup" if info.value.duplicate else info.value.side, info.value.value)
+        assert got == expected
+    else:
+        out_src, out_dst = mover_cpu_kernel.pairs_by_destination(src_a, dst_a, src_limit, dst_limit)
+        assert list(zip(out_src.tolist(), out_dst.tolist(), strict=True)) == expected
+        assert out_src.dtype == out_dst.dtype == np.int64
+        assert out_src.flags.c_contiguous and out_dst.flags.c_contiguous
+    # The inputs are never reordered in place.
+    assert np.array_equal(src_a, before[0]) and np.array_equal(dst_a, before[1])
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "uint16", "uint64", "intp"])
+@needs_numpy
+def test_numpy_array_ids_move_the_same_bytes(dtype: str, cpu_path: str) -> None:
+    """numpy ids of any integer dtype, strided or not, copy what the same ids as lists copy."""
+    gen = np.random.default_rng(7)
+    gpu_ids = gen.permutation(NUM_GPU)[:NUM_CPU].astype(dtype)
+    cpu_ids = np.repeat(gen.permutation(NUM_CPU).astype(dtype), 2)[::2]  # strided view
+    layers = multi_layers("cpu")
+    m = BlockMover(layers, NUM_CPU)
+    m.store(1, gpu_ids, cpu_ids)
+    assert finish(m, 1)[1].ok
+    for g, c in zip(layers, m.cpu_layers, strict=True):
+        assert torch.equal(as_bytes(c)[cpu_ids.tolist()], as_bytes(g)[gpu_ids.tolist()])
+    back = [torch.zeros_like(g) for g in layers]
+    m2 = BlockMover(back, NUM_CPU, cpu_layers=m.cpu_layers)
+    m2.load(2, cpu_ids, gpu_ids)
+    assert finish(m2, 2)[2].ok
+    for g, b in zip(layers, back, strict=True):
+        assert torch.equal(as_bytes(b)[gpu_ids.tolist()], as_bytes(g)[gpu_ids.tolist()])
+
+
+BAD_ARRAYS: dict[str, tuple[type[Exception], str, Callable[[], object]]] = {
+    "2-D": (TypeError, "gpu_block_ids must be a 1-D integer array, got int64 (1, 2)", lambda: np.zeros((1, 2), int)),
+    "float": (TypeError, "job 3: gpu_block_ids must be a 1-D integer array, got float64", lambda: np.zeros(2)),
+    "bool": (TypeError, "job 3: gpu_block_ids must be a 1-D integer array, got bool", lambda: np.zeros(2, bool)),
+    "negative": (ValueError, "job 3: gpu_block_ids contains -1, outside", lambda: np.array([0, -1], np.int32)),
+    "too big": (ValueError, f"job 3: gpu_block_ids contains {NUM_GPU}, outside", lambda: np.array([0, NUM_GPU])),
+    "beyond int64": (ValueError, "outside the int64 range", lambda: np.array([0, 2**63], np.uint64)),
+}
+
+
+@needs_numpy
+@pytest.mark.parametrize("case", list(BAD_ARRAYS))
+def test_bad_numpy_ids_are_rejected_before_any_byte_moves(case: str, cpu_path: str) -> None:
+    exc, msg, make_ids = BAD_ARRAYS[case]
+    gpu_ids = make_ids()
+    layers = multi_layers("cpu")
+    m = BlockMover(layers, NUM_CPU)
+    cpu_before = snapshot(m.cpu_layers)
+    with pytest.raises(exc, match=re.escape(msg)):
+        m.store(3, gpu_ids, np.array([0, 1]))
+    assert m.in_flight() == set() and m.poll() == []
+    assert all(torch.equal(a, b) for a, b in zip(snapshot(m.cpu_layers), cpu_before, strict=True))
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense ids", "sparse ids"])
+@pytest.mark.parametrize("bad", ["duplicate", "src too big", "dst negative"])
+def test_big_bad_jobs_change_nothing(bad: str, sparse: bool, cpu_path: str) -> None:
+    """Jobs past the small-job size (compiled check on the kernel path, the counting sort or, for
+    a sparse span, argsort) are rejected whole, with the message the small jobs get."""
+    n_gpu, n_cpu, n = 600, 50_000 if sparse else 600, 300
+    gen = torch.Generator().manual_seed(11)
+    layers = [torch.randint(0, 256, (n_gpu, 16), dtype=torch.uint8, generator=gen)]
+    m = BlockMover(layers, n_cpu)
+    gpu_ids = torch.randperm(n_gpu, generator=gen)[:n].tolist()
+    cpu_ids = torch.randperm(n_cpu, generator=gen)[:n].tolist()
+    smallest = min(cpu_ids)
+    if bad == "duplicate":
+        cpu_ids[-1] = cpu_ids[0] = smallest  # the smallest repeated id is named, in job order too
+        cpu_ids[5] = cpu_ids[7] = max(cpu_ids)
+        msg = f"job 4: duplicate destination id {smallest} in cpu_block_ids"
+    elif bad == "src too big":
+        gpu_ids[n // 2] = n_gpu + 5
+        msg = f"job 4: gpu_block_ids contains {n_gpu + 5}, outside [0, {n_gpu})"
+    else:
+        cpu_ids[3] = -2
+        msg = f"job 4: cpu_block_ids contains -2, outside [0, {n_cpu})"
+    cpu_before = snapshot(m.cpu_layers)
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        m.store(4, gpu_ids, cpu_ids)
+    assert m.in_flight() == set() and m.poll() == []
+    assert torch.equal(snapshot(m.cpu_layers)[0], cpu_before[0])
+
+
+@needs_numba
+@pytest.mark.parametrize("row_bytes", [64, 2048, 72, 24])
+@pytest.mark.parametrize("dst_offset", [0, 8], ids=["aligned", "unaligned"])
+def test_streaming_copy_writes_what_the_plain_copy_writes(row_bytes: int, dst_offset: int) -> None:
+    """Streaming stores (64-byte aligned rows only; the rest fall back to plain stores) and the
+    prefetch write exactly the rows asked, nothing else, in every case the kernel can meet."""
+    assert mover_cpu_kernel.ready()
+    width, n = row_bytes // 8, 300
+    src = rand_layer(n, (width,), torch.int64, "cpu", 31).numpy()
+    base = torch.zeros(n * width + dst_offset // 8, dtype=torch.int64)
+    dst = base[dst_offset // 8 :].view(n, width).numpy()
+    gen = np.random.default_rng(3)
+    src_ids, dst_ids = gen.permutation(n)[:200], np.sort(gen.permutation(n)[:200])
+    expected = dst.copy()
+    expected[dst_ids] = src[src_ids]
+    mover_cpu_kernel.copy_rows_arrays(src, dst, src_ids, dst_ids, stream=True)
+    assert np.array_equal(dst, expected)
+    assert base[: dst_offset // 8].eq(0).all()
+
+
+@needs_numba
+def test_big_jobs_stream_and_match_the_torch_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Jobs past _STREAM_MIN_BYTES ask the kernel for streaming stores, in every chunk and layer;
+    the bytes are those of the torch path."""
+    streams: list[bool] = []
+    real = mover_cpu_kernel.copy_rows_arrays
+
+    def spy(src: object, dst: object, src_ids: object, dst_ids: object, stream: bool = False) -> None:
+        streams.append(stream)
+        real(src, dst, src_ids, dst_ids, stream)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(mover_cpu_kernel, "copy_rows_arrays", spy)
+    monkeypatch.setattr(mover_mod, "_STREAM_MIN_BYTES", 128 * 300)
+    monkeypatch.setattr(mover_mod, "_PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(mover_mod, "_KERNEL_CHUNK_BYTES", 64 * 16)
+    n_gpu, n_cpu = 700, 500
+    gen = torch.Generator().manual_seed(8)
+    gpu_ids = torch.randperm(n_gpu, generator=gen)[:n_cpu].tolist()
+    cpu_ids = torch.randperm(n_cpu, generator=gen).tolist()
+    out = {}
+    for path in ("kernel", "torch"):
+        monkeypatch.setattr(mover_cpu_kernel, "AVAILABLE", path == "kernel")
+        layers = [rand_layer(n_gpu, (16,), torch.float32, "cpu", 12)]
+        layers.append(rand_layer(n_gpu, (2, 32), torch.uint8, "cpu", 13))
+        m = BlockMover(layers, n_cpu)
+        m.store(1, gpu_ids, cpu_ids)  # 500 blocks of 128 bytes: streamed
+        m.load(2, cpu_ids[:200][::-1], gpu_ids[:200])  # 200 blocks: below the threshold
+        assert finish(m, 1, 2)[2].ok
+        out[path] = snapshot([*layers, *m.cpu_layers])
+    assert_same(out["kernel"], out["torch"])
+    assert True in streams and False in streams
+    assert len(streams) > 2 * 2  # the streamed job ran in several chunks, each layer

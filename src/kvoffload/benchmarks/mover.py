@@ -6,7 +6,11 @@ on both sides), as one contiguous ``copy_`` of that many bytes (the ceiling), an
 of one ``copy_`` per block per layer (the floor). ``gather_*`` figures repeat the mover runs with
 scattered GPU ids but consecutive CPU ids, the common case when the CPU pool hands out fresh
 blocks. Every figure is the median of ``--repeats`` timed runs after one warm-up run; the runs of
-all variants are interleaved, so a change of machine load hits them alike.
+all variants are interleaved in a seeded shuffled order, so a change of machine load hits them
+alike. Each timed run starts once the process is idle (``--no-settle`` turns this off): torch's
+OpenMP worker spins ~4 ms after every multi-threaded op, and without the wait the run that
+follows the contiguous reference shares the cores with that spin. ``*_cpu_ms`` are the medians
+of the process CPU time (every thread) of the same runs, less sensitive to machine load.
 
 On CPU, when the numba kernel is in use (extra ``fast-cpu``; see
 :mod:`kvoffload.offload.mover_cpu_kernel`), the ``torch_*`` figures repeat the four mover runs
@@ -25,6 +29,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kvoffload.commands.errors import CommandError
@@ -57,6 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random block ids")
     parser.add_argument(
+        "--no-settle",
+        action="store_true",
+        help="time each run at once, without first waiting for the previous run's threads to go idle",
+    )
+    parser.add_argument(
         "--no-kernel",
         action="store_true",
         help="CPU: copy with torch only, not the numba kernel (extra fast-cpu) even if installed",
@@ -77,29 +87,58 @@ def _device(name: str) -> torch.device:
     return torch.device("cpu")
 
 
+def _settle(window_s: float = 0.005, idle_s: float = 0.0005, limit_s: float = 0.2) -> None:
+    """Sleep until this process has used (almost) no CPU for one ``window_s``, at most ``limit_s``.
+
+    After each parallel region, torch's OpenMP worker thread spins before it sleeps (libgomp's
+    default wait policy): measured ~4.3 ms of CPU after every 64 MiB ``copy_`` here. A variant
+    timed right after the contiguous reference then shares the cores with that spinning thread,
+    which charges the reference's leftover to the next variant (the mover's copy of 64 MiB of
+    4 KiB blocks measured 15 ms alone, 26 ms right after a ``copy_``). Each timed run therefore
+    starts once the process is idle, so no variant pays for the one before it.
+    """
+    deadline = time.perf_counter() + limit_s
+    while time.perf_counter() < deadline:
+        cpu = time.process_time()
+        time.sleep(window_s)
+        if time.process_time() - cpu < idle_s:
+            return
+
+
+@dataclass(frozen=True)
+class _Timing:
+    """Median wall seconds and median process CPU seconds (all threads) of one variant."""
+
+    seconds: float
+    cpu_seconds: float
+
+
 def _median_seconds(
-    variants: dict[str, Callable[[], object]], repeats: int, sync: Callable[[], None]
-) -> dict[str, float]:
-    """Median seconds of each variant. Repeats are interleaved (every variant once per round), so
-    a change of machine load during the run shifts all variants alike and the ratios stay fair.
-    The order is shuffled each round (seeded): a variant right after a multi-threaded torch copy
-    measured up to ~25% slower (the OpenMP workers still spin), which a fixed order pins on one
-    variant."""
+    variants: dict[str, Callable[[], object]], repeats: int, sync: Callable[[], None], settle: bool = True
+) -> dict[str, _Timing]:
+    """Median timings of each variant. Repeats are interleaved (every variant once per round, in a
+    seeded shuffled order), so a change of machine load during the run shifts all variants alike
+    and the ratios stay fair. With ``settle`` each timed run starts once the previous one's
+    threads went idle (see :func:`_settle`)."""
     for fn in variants.values():
         fn()  # warm-up: first-touch page faults, allocator caches, lazy CUDA init
     sync()
     times: dict[str, list[float]] = {name: [] for name in variants}
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
     rng = random.Random(0)
     order = list(variants.items())
     for _ in range(repeats):
         rng.shuffle(order)
         for name, fn in order:
             sync()
-            t0 = time.perf_counter()
+            if settle:
+                _settle()
+            c0, t0 = time.process_time(), time.perf_counter()
             fn()
             sync()
             times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+            cpu[name].append(time.process_time() - c0)
+    return {name: _Timing(statistics.median(times[name]), statistics.median(cpu[name])) for name in variants}
 
 
 def _gbps(nbytes: int, seconds: float) -> float:
@@ -107,7 +146,14 @@ def _gbps(nbytes: int, seconds: float) -> float:
 
 
 def _measure(
-    device: torch.device, block_bytes: int, total: int, layers: int, repeats: int, seed: int, kernel: bool
+    device: torch.device,
+    block_bytes: int,
+    total: int,
+    layers: int,
+    repeats: int,
+    seed: int,
+    kernel: bool,
+    settle: bool = True,
 ) -> dict[str, Any]:
     import torch
 
@@ -172,7 +218,8 @@ def _measure(
         variants["torch_load"] = job("load", cpu_ids, gpu_ids, False)
         variants["torch_gather_store"] = job("store", gpu_ids, run_ids, False)
         variants["torch_gather_load"] = job("load", run_ids, gpu_ids, False)
-    t = _median_seconds(variants, repeats, sync)
+    timings = _median_seconds(variants, repeats, sync, settle)
+    t = {name: timing.seconds for name, timing in timings.items()}
     store_s, load_s, naive_s, d2h_s = t["store"], t["load"], t["naive"], t["d2h"]
     gather_store_s, gather_load_s = t["gather_store"], t["gather_load"]
     h2d_s = t.get("h2d", d2h_s)
@@ -191,6 +238,10 @@ def _measure(
         "gather_load_gbps": _gbps(nbytes, gather_load_s),
         "gather_store_ratio": round(d2h_s / gather_store_s, 3),
         "gather_load_ratio": round(h2d_s / gather_load_s, 3),
+        # Process CPU time (every thread): less sensitive to machine load than wall time.
+        "store_cpu_ms": round(timings["store"].cpu_seconds * 1e3, 3),
+        "load_cpu_ms": round(timings["load"].cpu_seconds * 1e3, 3),
+        "contiguous_cpu_ms": round(timings["d2h"].cpu_seconds * 1e3, 3),
     }
     if cuda:
         out["contiguous_h2d_gbps"] = _gbps(nbytes, h2d_s)
@@ -224,7 +275,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         kernel = mover_cpu_kernel.AVAILABLE and mover_cpu_kernel.ready()
     results = [
-        _measure(device, bb, total, args.layers, args.repeats, args.seed + i, kernel)
+        _measure(device, bb, total, args.layers, args.repeats, args.seed + i, kernel, not args.no_settle)
         for i, bb in enumerate(args.block_sizes)
     ]
     return {
@@ -235,5 +286,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "total_mib": total >> 20,
         "layers": args.layers,
         "repeats": args.repeats,
+        "settle": not args.no_settle,
         "results": results,
     }

@@ -8,9 +8,13 @@ jobs identified by a caller-chosen integer id whose outcome is reported exactly 
 On CUDA the copies run on one stream per direction and complete through CUDA events; on CPU
 they run synchronously at submit (a helper thread was not worth it: the copy is memory-bound and
 is split over the intra-op threads anyway). On CPU with numba installed (extra ``fast-cpu``, see
-:mod:`kvoffload.offload.mover_cpu_kernel`) a job is not planned: its pairs, sorted by destination,
-go as int64 arrays to a single-pass kernel, split in chunks over both cores. Without numba (and on
-CUDA) a job is planned into slice runs, one-sided gathers and a scattered rest copied by torch.
+:mod:`kvoffload.offload.mover_cpu_kernel`) a job is not planned: one compiled pass checks its ids
+and sorts the pairs by destination, and a single-pass kernel copies them, split in chunks over
+both cores, big jobs with prefetch and streaming stores. Without numba (and on CUDA) a job is
+planned into slice runs, one-sided gathers and a scattered rest copied by torch.
+
+Block ids may be given as a sequence of ints, a 1-D integer tensor or a 1-D integer numpy array
+(used without a copy when it is C-contiguous int64).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import contextlib
 import itertools
 import math
 import operator
+import sys
 import time
 import warnings
 from array import array
@@ -62,6 +67,10 @@ _KERNEL_CHUNK_BYTES = 2 * 1024 * 1024
 # A job is split into about this many chunks: measured (64 MiB of 4-16 KiB blocks, loaded 2-core
 # box) 8 chunks ~0.93-1.12 of a contiguous copy, 32 chunks of 2 MiB ~0.81-0.84, two halves ~0.6.
 _KERNEL_CHUNKS = 8
+# Kernel jobs of at least this many bytes write with streaming stores (see mover_cpu_jit): they
+# would evict their own rows from the caches anyway; smaller ones keep the rows in cache for a
+# reader that comes soon.
+_STREAM_MIN_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -159,30 +168,6 @@ def _sort(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return t[order], order
 
 
-def _as_array(ids: list[int] | torch.Tensor) -> Any:
-    """Validated ids as a C-contiguous int64 numpy array (zero-copy from a contiguous tensor)."""
-    import numpy as np
-
-    if isinstance(ids, torch.Tensor):
-        return np.ascontiguousarray(ids.numpy())
-    return np.array(ids, dtype=np.int64)
-
-
-def _by_destination_np(src: Any, dst: Any, job_id: int, dst_name: str) -> tuple[Any, Any]:
-    """:func:`_by_destination` on numpy arrays, for the kernel path: numpy ops run on the calling
-    thread, so the job needs no torch intra-op threads before its copy (toggling them around the
-    copy measured up to 2x slower on a loaded 2-core box)."""
-    import numpy as np
-
-    if dst.size > 1 and not bool((dst[1:] > dst[:-1]).all()):
-        order = np.argsort(dst)
-        dst, src = dst[order], src[order]
-        dup = np.flatnonzero(dst[1:] == dst[:-1])
-        if dup.size:
-            raise ValueError(f"job {job_id}: duplicate destination id {int(dst[dup[0]])} in {dst_name}")
-    return np.ascontiguousarray(src), np.ascontiguousarray(dst)
-
-
 def _by_destination(
     src: torch.Tensor, dst: torch.Tensor, job_id: int, dst_name: str
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -256,6 +241,51 @@ def _overlapping(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> bool:
             return True
         ends[side] = max(ends[side], stop)
     return False
+
+
+def _is_ndarray(ids: object) -> bool:
+    # numpy is optional (torch does not require it); if it was never imported, ids cannot be one.
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(ids, np.ndarray)
+
+
+def _ndarray_ids(job_id: int, name: str, ids: Any) -> Any:
+    """A 1-D integer numpy array as C-contiguous int64 (zero-copy when it already is)."""
+    import numpy as np
+
+    if ids.ndim != 1 or ids.dtype.kind not in "iu":
+        raise TypeError(f"job {job_id}: {name} must be a 1-D integer array, got {ids.dtype} {ids.shape}")
+    if ids.dtype == np.uint64 and ids.size and int(ids.max()) > np.iinfo(np.int64).max:
+        raise ValueError(f"job {job_id}: {name} contains {int(ids.max())}, outside the int64 range")
+    return np.ascontiguousarray(ids, dtype=np.int64)
+
+
+def _tensor_ids(job_id: int, name: str, ids: torch.Tensor) -> torch.Tensor:
+    if ids.dim() != 1 or ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+        raise TypeError(f"job {job_id}: {name} must be a 1-D integer tensor, got {ids.dtype} {tuple(ids.shape)}")
+    return ids.detach().to("cpu", torch.int64).contiguous()
+
+
+def _small_list_ids(job_id: int, name: str, ids: Sequence[int]) -> list[int]:
+    bad = next((v for v in ids if isinstance(v, bool) or not isinstance(v, int)), None)
+    if bad is not None:
+        raise TypeError(f"job {job_id}: {name} must contain ints, got {bad!r}")
+    return list(ids)
+
+
+def _list_ids(job_id: int, name: str, ids: Sequence[int]) -> array[int]:
+    """A sequence of ints as an int64 buffer: array('q') converts ~5x faster than
+    torch.tensor(list), which matters for jobs of thousands of small blocks."""
+    try:
+        return array("q", ids)
+    except (TypeError, OverflowError) as exc:
+        bad = next((v for v in ids if not isinstance(v, int)), None)
+        raise TypeError(f"job {job_id}: {name} must contain ints, got {bad!r} ({exc})") from None
+
+
+def _check_lengths(job_id: int, src_name: str, n_src: int, dst_name: str, n_dst: int) -> None:
+    if n_src != n_dst:
+        raise ValueError(f"job {job_id}: {src_name} has {n_src} ids but {dst_name} has {n_dst}")
 
 
 def _as_list(ids: list[int] | torch.Tensor) -> list[int]:
@@ -588,25 +618,15 @@ class BlockMover:
 
     def _ids(self, job_id: int, name: str, ids: Sequence[int], limit: int) -> list[int] | torch.Tensor:
         """Validated ids: a list for small jobs (planned in Python), an int64 tensor otherwise."""
-        if isinstance(ids, torch.Tensor):
-            if ids.dim() != 1 or ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-                raise TypeError(
-                    f"job {job_id}: {name} must be a 1-D integer tensor, got {ids.dtype} {tuple(ids.shape)}"
-                )
-            t: list[int] | torch.Tensor = ids.detach().to("cpu", torch.int64)
+        t: list[int] | torch.Tensor
+        if _is_ndarray(ids):
+            t = torch.from_numpy(_ndarray_ids(job_id, name, ids))
+        elif isinstance(ids, torch.Tensor):
+            t = _tensor_ids(job_id, name, ids)
         elif len(ids) <= _SMALL_JOB:
-            bad = next((v for v in ids if isinstance(v, bool) or not isinstance(v, int)), None)
-            if bad is not None:
-                raise TypeError(f"job {job_id}: {name} must contain ints, got {bad!r}")
-            t = list(ids)
+            t = _small_list_ids(job_id, name, ids)
         else:
-            try:
-                # array('q') converts a list of ints ~5x faster than torch.tensor(list), which
-                # matters for jobs of thousands of small blocks.
-                t = torch.frombuffer(array("q", ids), dtype=torch.int64)
-            except (TypeError, OverflowError) as exc:
-                bad = next((v for v in ids if not isinstance(v, int)), None)
-                raise TypeError(f"job {job_id}: {name} must contain ints, got {bad!r} ({exc})") from None
+            t = torch.frombuffer(_list_ids(job_id, name, ids), dtype=torch.int64)
         if len(t):
             # numpy, not torch: a torch reduction may run on the intra-op threads, which on a
             # loaded box wait a time slice for the other core (see _intra_op_threads).
@@ -615,6 +635,21 @@ class BlockMover:
                 bad = lo if lo < 0 else hi
                 raise ValueError(f"job {job_id}: {name} contains {bad}, outside [0, {limit})")
         return t
+
+    @staticmethod
+    def _id_array(job_id: int, name: str, ids: Sequence[int]) -> Any:
+        """Type-checked ids as a C-contiguous int64 numpy array, range NOT checked (the kernel
+        path checks ranges in its compiled preparation pass). Zero-copy from int64 arrays and
+        tensors."""
+        if _is_ndarray(ids):
+            return _ndarray_ids(job_id, name, ids)
+        if isinstance(ids, torch.Tensor):
+            return _tensor_ids(job_id, name, ids).numpy()
+        import numpy as np
+
+        if len(ids) <= _SMALL_JOB:
+            _small_list_ids(job_id, name, ids)
+        return np.frombuffer(_list_ids(job_id, name, ids), dtype=np.int64)
 
     def _submit(self, job_id: int, direction: Direction, src_ids: Sequence[int], dst_ids: Sequence[int]) -> None:
         if self._closed:
@@ -628,22 +663,32 @@ class BlockMover:
         src_limit, dst_limit = (
             (self.num_gpu_blocks, self.num_cpu_blocks) if store else (self.num_cpu_blocks, self.num_gpu_blocks)
         )
-        src = self._ids(job_id, src_name, src_ids, src_limit)
-        dst = self._ids(job_id, dst_name, dst_ids, dst_limit)
-        if len(src) != len(dst):
-            raise ValueError(f"job {job_id}: {src_name} has {len(src)} ids but {dst_name} has {len(dst)}")
-        nbytes = len(dst) * self.block_bytes
         # Read per job (not cached at construction) so that tests and callers can switch it off;
         # ready() imports numba on the first CPU job that needs it (~1 s once per process).
-        kernel = self._kernel_safe and len(dst) > 0 and mover_cpu_kernel.AVAILABLE and mover_cpu_kernel.ready()
+        kernel = self._kernel_safe and mover_cpu_kernel.AVAILABLE and mover_cpu_kernel.ready()
         if kernel:
-            # No planning: the kernel is one pass whatever the layout. The pairs are only sorted
-            # by destination, which also finds duplicates: measured 64 MiB of 4 KiB blocks, 0.97
-            # of a contiguous copy sorted (sort included) vs 0.78 in random order (fewer TLB
-            # misses and page walks on the written side).
-            src, dst = _by_destination_np(_as_array(src), _as_array(dst), job_id, dst_name)
-            plan = _Plan(scatter_src=torch.from_numpy(src), scatter_dst=torch.from_numpy(dst), kernel=True)
+            src_a, dst_a = self._id_array(job_id, src_name, src_ids), self._id_array(job_id, dst_name, dst_ids)
+            _check_lengths(job_id, src_name, len(src_a), dst_name, len(dst_a))
+            kernel = len(dst_a) > 0
+        if kernel:
+            # No planning: the kernel is one pass whatever the layout. One compiled pass checks
+            # the ids and sorts the pairs by destination (which also finds duplicates), with no
+            # Python work per block: measured 64 MiB of 4 KiB blocks, 0.97 of a contiguous copy
+            # sorted (sort included) vs 0.78 in random order (fewer TLB misses and page walks on
+            # the written side).
+            try:
+                src_a, dst_a = mover_cpu_kernel.pairs_by_destination(src_a, dst_a, src_limit, dst_limit)
+            except mover_cpu_kernel.PairsError as exc:
+                if exc.duplicate:
+                    raise ValueError(f"job {job_id}: duplicate destination id {exc.value} in {dst_name}") from None
+                name, limit = (src_name, src_limit) if exc.side == "src" else (dst_name, dst_limit)
+                raise ValueError(f"job {job_id}: {name} contains {exc.value}, outside [0, {limit})") from None
+            src, dst = torch.from_numpy(src_a), torch.from_numpy(dst_a)
+            plan = _Plan(scatter_src=src, scatter_dst=dst, kernel=True)
         else:
+            src = self._ids(job_id, src_name, src_ids, src_limit)
+            dst = self._ids(job_id, dst_name, dst_ids, dst_limit)
+            _check_lengths(job_id, src_name, len(src), dst_name, len(dst))
             # Planning runs on one thread whatever the job size: its ops touch a few int64 per
             # block, far too little to share, and on a loaded box each 2-thread op can wait a time
             # slice for the other thread (measured 16384 blocks: 20 ms on 2 threads vs 3 ms on one).
@@ -655,6 +700,7 @@ class BlockMover:
                 else:
                     src, dst = _as_tensor(src), _as_tensor(dst)
                     plan = _make_plan(src, dst, self.block_bytes, job_id, dst_name)
+        nbytes = len(dst) * self.block_bytes
         with _intra_op_threads(1 if nbytes < _PARALLEL_MIN_BYTES else None):
             self._start(job_id, direction, src, dst, nbytes, plan)
 
@@ -741,12 +787,13 @@ class BlockMover:
             self._row_arrays[store] = ([s.detach().numpy() for s in srcs], [d.detach().numpy() for d in dsts])
         src_arr, dst_arr = self._row_arrays[store]
         workers = torch.get_num_threads()
+        stream = total * self.block_bytes >= _STREAM_MIN_BYTES
         # At least _KERNEL_CHUNKS chunks for load balance, each at least _KERNEL_CHUNK_BYTES:
         # every chunk ends in a GIL handoff, which on a loaded box can wait a whole time slice.
         chunk = max(1, _KERNEL_CHUNK_BYTES // max(self.block_bytes, 1), -(-total // _KERNEL_CHUNKS))
         if workers <= 1 or total * self.block_bytes < _PARALLEL_MIN_BYTES or total <= chunk:
             for s, d in zip(src_arr, dst_arr, strict=True):
-                mover_cpu_kernel.copy_rows_arrays(s, d, s_np, d_np)
+                mover_cpu_kernel.copy_rows_arrays(s, d, s_np, d_np, stream)
             return
         starts = iter(range(0, total, chunk))  # shared: next() on it is atomic under the GIL
 
@@ -754,7 +801,7 @@ class BlockMover:
             for c0 in starts:
                 sidx, didx = s_np[c0 : c0 + chunk], d_np[c0 : c0 + chunk]
                 for s, d in zip(src_arr, dst_arr, strict=True):
-                    mover_cpu_kernel.copy_rows_arrays(s, d, sidx, didx)
+                    mover_cpu_kernel.copy_rows_arrays(s, d, sidx, didx, stream)
 
         self._run_workers(work, workers, torch_ops=False)
 

@@ -3,6 +3,10 @@
 ``dst[dst_ids[i]] = src[src_ids[i]]`` for every ``i``, in ONE pass over the bytes. torch has no
 fused gather-scatter, so the torch path gathers into a staging buffer and then scatters it (two
 passes, measured ~0.1-0.65 of a contiguous copy); this kernel reaches ~0.7-1.1 single-threaded.
+Big copies prefetch the next rows and write with streaming stores, as memcpy does for a large
+contiguous copy (see :mod:`kvoffload.offload.mover_cpu_jit`, where the compiled code lives). A
+job's ids are checked and sorted by destination in one compiled pass too
+(:func:`pairs_by_destination`).
 
 numba is an optional dependency (extra ``fast-cpu``). Importing this module never imports numba:
 ``import kvoffload`` must stay fast for the CLI, and GPU-only users do not need it. numba is
@@ -30,7 +34,7 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-__all__ = ["AVAILABLE", "copy_rows", "copy_rows_arrays", "ready"]
+__all__ = ["AVAILABLE", "PairsError", "copy_rows", "copy_rows_arrays", "pairs_by_destination", "ready"]
 
 
 def _numba_installed() -> bool:
@@ -53,20 +57,8 @@ _ROW_TYPES = ("int64", "int32", "int16", "uint8")
 
 _lock = threading.Lock()
 _kernel: Callable[..., None] | None = None
+_prepare: Callable[..., tuple[int, int, Any, Any]] | None = None
 _tried = False
-
-
-def _copy_rows_py(src: Any, dst: Any, src_ids: Any, dst_ids: Any) -> None:  # pragma: no cover - jitted
-    # An explicit inner loop, not ``dst[d, :] = src[s, :]``: numba's array assignment checks for
-    # overlap and goes through a generic strided loop (measured ~0.55-0.75 vs ~1.0 of a
-    # contiguous copy for this loop, which LLVM turns into a vectorised copy).
-    width = src.shape[1]
-    for i in range(src_ids.shape[0]):
-        a = src[src_ids[i]]
-        b = dst[dst_ids[i]]
-        for j in range(width):
-            b[j] = a[j]
-
 
 def _writable_dir(path: Path) -> bool:
     try:
@@ -91,20 +83,30 @@ def _set_cache_dir() -> None:
         os.environ["NUMBA_CACHE_DIR"] = str(target)
 
 
-def _compile() -> Callable[..., None]:
-    _set_cache_dir()
+def _jit(fn: Callable[..., Any], sigs: list[str]) -> Callable[..., Any]:
     import numba
     from numba.core.errors import NumbaWarning
 
-    sigs = [f"void({t}[:, ::1], {t}[:, ::1], int64[::1], int64[::1])" for t in _ROW_TYPES]
     with warnings.catch_warnings():
         # A cache that cannot be written (e.g. a full disk) only costs a recompile next start.
         warnings.simplefilter("ignore", NumbaWarning)
         try:
-            kernel = numba.njit(sigs, cache=True, nogil=True, boundscheck=False)(_copy_rows_py)
+            return numba.njit(sigs, cache=True, nogil=True, boundscheck=False)(fn)  # type: ignore[no-any-return]
         except RuntimeError:  # "cannot cache function ... no locator available"
-            kernel = numba.njit(sigs, cache=False, nogil=True, boundscheck=False)(_copy_rows_py)
-    return kernel  # type: ignore[no-any-return]
+            return numba.njit(sigs, cache=False, nogil=True, boundscheck=False)(fn)  # type: ignore[no-any-return]
+
+
+def _compile() -> tuple[Callable[..., None], Callable[..., tuple[int, int, Any, Any]]]:
+    _set_cache_dir()
+    from kvoffload.offload import mover_cpu_jit
+
+    rows = [f"void({t}[:, ::1], {t}[:, ::1], int64[::1], int64[::1], boolean)" for t in _ROW_TYPES]
+    kernel = _jit(mover_cpu_jit.copy_rows, rows)
+    prepare = _jit(
+        mover_cpu_jit.pairs_by_destination,
+        ["Tuple((int64, int64, int64[::1], int64[::1]))(int64[::1], int64[::1], int64, int64)"],
+    )
+    return kernel, prepare
 
 
 def ready() -> bool:
@@ -114,14 +116,14 @@ def ready() -> bool:
     cache load; a few seconds more when the cache is cold), nothing afterwards. A failure (numba
     installed but broken) warns once and makes :data:`AVAILABLE` False.
     """
-    global AVAILABLE, _kernel, _tried
+    global AVAILABLE, _kernel, _prepare, _tried
     if _kernel is not None or not AVAILABLE:
         return AVAILABLE and _kernel is not None
     with _lock:
         if not _tried:
             _tried = True
             try:
-                _kernel = _compile()
+                _kernel, _prepare = _compile()
             except Exception as exc:  # any numba/llvmlite failure: torch still copies correctly
                 warnings.warn(
                     f"numba kernel for CPU block copies unavailable ({type(exc).__name__}: {exc}); "
@@ -133,12 +135,62 @@ def ready() -> bool:
     return AVAILABLE and _kernel is not None
 
 
-def copy_rows_arrays(src: np.ndarray, dst: np.ndarray, src_ids: np.ndarray, dst_ids: np.ndarray) -> None:
+class PairsError(ValueError):
+    """Ids rejected by :func:`pairs_by_destination`.
+
+    ``side`` is ``"src"`` or ``"dst"``, ``value`` the offending id; ``duplicate`` tells a repeated
+    destination id from an id out of range.
+    """
+
+    def __init__(self, side: str, value: int, duplicate: bool) -> None:
+        what = "duplicate destination id" if duplicate else f"{side} id out of range"
+        super().__init__(f"{what}: {value}")
+        self.side, self.value, self.duplicate = side, value, duplicate
+
+
+def pairs_by_destination(
+    src: np.ndarray, dst: np.ndarray, src_limit: int, dst_limit: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Check a job's (src, dst) id pairs and return them sorted by destination id.
+
+    ``src``/``dst``: C-contiguous int64 arrays of the same, non-zero length. One compiled pass:
+    ids must lie in ``[0, src_limit)`` and ``[0, dst_limit)`` (for an id out of range the smallest
+    negative one, else the largest, is reported, source first) and destination ids must be unique
+    (the smallest repeated one is reported). Already increasing destinations come back as they
+    are, otherwise as new arrays (counting sort over the id span, or numpy's argsort when the
+    span is sparse).
+    Releases the GIL.
+
+    Raises:
+        PairsError: an id out of range or a duplicate destination id; nothing else is done.
+        RuntimeError: the kernel is not available (see :func:`ready`).
+    """
+    if _prepare is None and not ready():
+        raise RuntimeError("numba CPU copy kernel is not available")
+    assert _prepare is not None
+    import numpy
+
+    from kvoffload.offload import mover_cpu_jit as jit
+
+    status, value, out_src, out_dst = _prepare(src, dst, src_limit, dst_limit)
+    if status == jit.NEEDS_SORT:  # ids checked; sorted, the pass only looks for a repeat
+        order = numpy.argsort(dst)
+        status, value, out_src, out_dst = _prepare(src[order], dst[order], src_limit, dst_limit)
+    if status != jit.OK:
+        raise PairsError("src" if status == jit.SRC_OUT_OF_RANGE else "dst", int(value), status == jit.DUPLICATE_DST)
+    return out_src, out_dst
+
+
+def copy_rows_arrays(
+    src: np.ndarray, dst: np.ndarray, src_ids: np.ndarray, dst_ids: np.ndarray, stream: bool = False
+) -> None:
     """``dst[dst_ids[i]] = src[src_ids[i]]`` on numpy arrays, unchecked (the mover's fast path).
 
     ``src``/``dst``: C-contiguous 2-D arrays of one of int64/int32/int16/uint8, same width;
     ids: C-contiguous int64, same length, all in range, ``dst_ids`` unique when called from
     several threads. Out-of-range ids corrupt memory: there is no bounds check. Releases the GIL.
+    ``stream``: write with non-temporal stores (bypassing the cache) when the destination rows
+    are 64-byte aligned; for copies too big to stay in cache, whose destination is not read soon.
     Raises RuntimeError if the kernel is not available (see :func:`ready`).
     """
     kernel = _kernel
@@ -147,7 +199,7 @@ def copy_rows_arrays(src: np.ndarray, dst: np.ndarray, src_ids: np.ndarray, dst_
             raise RuntimeError("numba CPU copy kernel is not available")
         kernel = _kernel
         assert kernel is not None
-    kernel(src, dst, src_ids, dst_ids)
+    kernel(src, dst, src_ids, dst_ids, stream)
 
 
 def copy_rows(src_rows: torch.Tensor, dst_rows: torch.Tensor, src_ids: torch.Tensor, dst_ids: torch.Tensor) -> None:

@@ -1,0 +1,56 @@
+"""``kvoffload bench mover``: what it measures and how it orders its runs (never how fast)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from kvoffload.benchmarks import mover as bench
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+@pytest.mark.parametrize("settle", [True, False])
+def test_runs_are_interleaved_rounds_after_a_warm_up(settle: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every variant runs once to warm up, then once per round, each round in its own order; with
+    settle, every timed run (and only those) first waits for the process to go idle."""
+    calls: list[str] = []
+    settles: list[int] = []
+    monkeypatch.setattr(bench, "_settle", lambda: settles.append(len(calls)))
+    variants = {name: (lambda name=name: calls.append(name)) for name in "abcd"}
+    timings = bench._median_seconds(variants, 5, lambda: None, settle)
+    assert calls[:4] == list("abcd")
+    rounds = [calls[4 + 4 * r : 8 + 4 * r] for r in range(5)]
+    assert len(calls) == 4 + 5 * 4 and all(sorted(r) == list("abcd") for r in rounds)
+    assert len({tuple(r) for r in rounds}) > 1  # shuffled, so no variant always follows the same one
+    assert settles == (list(range(4, 24)) if settle else [])
+    assert set(timings) == set("abcd")
+    assert all(t.seconds >= 0 and t.cpu_seconds >= 0 for t in timings.values())
+
+
+def test_figures_come_from_one_run_of_every_variant() -> None:
+    out = bench.run(parse("--device", "cpu", "--total-mib", "1", "--repeats", "1", "--block-sizes", "4096,65536"))
+    json.dumps(out)  # JSON-ready
+    assert out["settle"] is True and out["total_mib"] == 1 and out["repeats"] == 1
+    assert [r["block_bytes"] for r in out["results"]] == [4096, 65536]
+    for r in out["results"]:
+        assert r["blocks"] * r["block_bytes"] == 1 << 20
+        for key in ("store", "load", "naive", "gather_store", "gather_load"):
+            assert r[f"{key}_ratio"] > 0
+        for key in ("store", "load", "contiguous"):
+            assert r[f"{key}_cpu_ms"] >= 0
+        if out["cpu_kernel"] == "numba":
+            assert r["torch_store_ratio"] > 0 and r["torch_load_ratio"] > 0
+
+
+def test_no_settle_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bench, "_settle", lambda: pytest.fail("--no-settle must not wait"))
+    args = parse("--device", "cpu", "--total-mib", "1", "--repeats", "1", "--block-sizes", "4096", "--no-settle")
+    out = bench.run(args)
+    assert out["settle"] is False and len(out["results"]) == 1
