@@ -13,11 +13,13 @@ from typing import Any
 from . import builtins as B
 from .errors import EvalError, TlaError
 from .modules import Decl, InstanceRef, OpDef, Scope, pos
+from .purity import Purity
 from .syntax import (
     ALLVARS,
     EMPTY,
     ENV,
     IMPURE,
+    MISSING,
     NEXT,
     STATE,
     UNSET,
@@ -63,6 +65,9 @@ from .values import (
     update,
 )
 
+# Entries of one operator's memo (see memoised_call) before it is cleared, bounding its memory.
+_OP_MEMO_LIMIT = 100_000
+
 
 class ExprCompiler:
     """Compiles expressions (values and state predicates) of a loaded root scope against a model's
@@ -83,6 +88,9 @@ class ExprCompiler:
         self.act_memos: dict[int, list[Any]] = {}
         # While set, act_call records the operators it is asked to call (fairness actions).
         self.collect_acts: set[int] | None = None
+        # Memoised calls of pure, expensive operators: per definition, argument values -> value.
+        self.purity = Purity()
+        self.op_memos: dict[int, dict[Any, Value]] = {}
 
     # ---- errors -------------------------------------------------------------------------
     def err(self, msg: str, node: Any, kind: str = "semantic") -> TlaError:
@@ -1017,6 +1025,8 @@ class ExprCompiler:
             deps |= d
         names = [p for p, _ in target.params]
         deps |= bdeps & ~ENV
+        if self.purity.memoisable(target):
+            return self.memoised_call(target, body, names, fns), deps
         if len(fns) == 1:
             n0, f0 = names[0], fns[0]
             return (lambda c, e: body(c, {n0: f0(c, e)})), deps
@@ -1031,6 +1041,45 @@ class ExprCompiler:
             return (lambda c, e: body(c, {n0: f0(c, e), n1: f1(c, e), n2: f2(c, e)})), deps
         pairs = list(zip(names, fns, strict=True))
         return (lambda c, e: body(c, {n: f(c, e) for n, f in pairs})), deps
+
+    def memoised_call(self, target: OpDef, body: Fun, names: list[str], fns: list[Fun]) -> Fun:
+        """A call of a pure, expensive operator (see :mod:`~kvoffload.tla.purity`): its values
+        are memoised on the argument values, one memo per definition shared by every call site
+        (TLC re-evaluates; ``Children(dag, v)`` or a RECURSIVE ``Linearize`` recur across states)."""
+        memo = self.op_memos.setdefault(id(target), {})
+        limit = _OP_MEMO_LIMIT
+        plain = PLAIN_TYPES
+        if len(fns) == 1:
+            n0, f0 = names[0], fns[0]
+
+            def memo1(c: Ctx, e: dict[str, Value]) -> Value:
+                a = f0(c, e)
+                if type(a) not in plain:  # lazy sets and functions: hashing would materialise them
+                    return body(c, {n0: a})
+                r = memo.get(a, MISSING)
+                if r is MISSING:
+                    r = body(c, {n0: a})
+                    if len(memo) >= limit:
+                        memo.clear()
+                    memo[a] = r
+                return r
+
+            return memo1
+
+        def memon(c: Ctx, e: dict[str, Value]) -> Value:
+            args = tuple([f(c, e) for f in fns])
+            for a in args:
+                if type(a) not in plain:
+                    return body(c, dict(zip(names, args, strict=True)))
+            r = memo.get(args, MISSING)
+            if r is MISSING:
+                r = body(c, dict(zip(names, args, strict=True)))
+                if len(memo) >= limit:
+                    memo.clear()
+                memo[args] = r
+            return r
+
+        return memon
 
     def call_substituted(
         self, target: Decl, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool, node: Any
