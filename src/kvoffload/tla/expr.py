@@ -116,7 +116,7 @@ class ExprCompiler:
                     exc.args = (f"{where}: {exc.bare_message}",)
                 raise
             except (TypeError, ValueError) as exc:
-                raise EvalError(f"{where}: {exc}", where) from exc
+                raise EvalError(str(exc), where) from exc
 
         return g
 
@@ -183,6 +183,8 @@ class ExprCompiler:
         pats = [p for p, _ in binds]
         sfns = [s for _, s in binds]
         bind = self.bind
+        where, what = self.where(fnode), f"the function {name}"
+        too_deep = self.too_deep
 
         def make(c: Ctx, e: dict[str, Value]) -> Value:
             dom = sfns[0](c, e) if len(sfns) == 1 else ProductSet([s(c, e) for s in sfns])
@@ -194,7 +196,10 @@ class ExprCompiler:
                 else:
                     for p, v in zip(pats, x, strict=True):  # type: ignore[arg-type]
                         bind(e2, p, v)
-                return body(c, e2)
+                try:
+                    return body(c, e2)
+                except RecursionError:
+                    raise too_deep(where, what) from None
 
             return LazyFn(dom, at)
 
@@ -1099,6 +1104,8 @@ class ExprCompiler:
         deps |= bdeps & ~ENV
         if self.purity.memoisable(target):
             return self.memoised_call(target, body, names, fns), deps
+        if target.name in target.scope.recursive:
+            return self.recursive_call(target, body, names, fns), deps
         if len(fns) == 1:
             n0, f0 = names[0], fns[0]
             return (lambda c, e: body(c, {n0: f0(c, e)})), deps
@@ -1114,6 +1121,36 @@ class ExprCompiler:
         pairs = list(zip(names, fns, strict=True))
         return (lambda c, e: body(c, {n: f(c, e) for n, f in pairs})), deps
 
+    @staticmethod
+    def too_deep(where: str, what: str) -> EvalError:
+        """The located error for recursion past the evaluator's stack (Python's recursion limit,
+        raised on the search thread's large stack): one line naming the recursive definition."""
+        return EvalError(f"recursion of {what} is deeper than the evaluator's stack allows "
+                         "(no base case reached?)", where)
+
+    @staticmethod
+    def definition_site(opdef: OpDef) -> str:
+        line, col = pos(opdef.node)
+        return f"{opdef.file or opdef.scope.file}:{line}:{col}"
+
+    def recursive_call(self, target: OpDef, body: Fun, names: list[str], fns: list[Fun]) -> Fun:
+        """A call of a RECURSIVE operator that is not memoised: as a plain call, but recursion past
+        the stack is reported at the definition."""
+        pairs = list(zip(names, fns, strict=True))
+        too_deep = self.too_deep
+        where, what = self.definition_site(target), f"the operator {target.name}"
+
+        def rcall(c: Ctx, e: dict[str, Value]) -> Value:
+            args = {}
+            for n, f in pairs:
+                args[n] = f(c, e)
+            try:
+                return body(c, args)
+            except RecursionError:
+                raise too_deep(where, what) from None
+
+        return rcall
+
     def memoised_call(self, target: OpDef, body: Fun, names: list[str], fns: list[Fun]) -> Fun:
         """A call of a pure, expensive operator (see :mod:`~kvoffload.tla.purity`): its values
         are memoised on the argument values, one memo per definition shared by every call site
@@ -1121,6 +1158,8 @@ class ExprCompiler:
         memo = self.op_memos.setdefault(id(target), {})
         limit = _OP_MEMO_LIMIT
         plain = PLAIN_TYPES
+        too_deep = self.too_deep
+        where, what = self.definition_site(target), f"the operator {target.name}"
         if len(fns) == 1:
             n0, f0 = names[0], fns[0]
 
@@ -1130,7 +1169,10 @@ class ExprCompiler:
                     return body(c, {n0: a})
                 r = memo.get(a, MISSING)
                 if r is MISSING:
-                    r = body(c, {n0: a})
+                    try:
+                        r = body(c, {n0: a})
+                    except RecursionError:
+                        raise too_deep(where, what) from None
                     if len(memo) >= limit:
                         memo.clear()
                     memo[a] = r
@@ -1145,7 +1187,10 @@ class ExprCompiler:
                     return body(c, dict(zip(names, args, strict=True)))
             r = memo.get(args, MISSING)
             if r is MISSING:
-                r = body(c, dict(zip(names, args, strict=True)))
+                try:
+                    r = body(c, dict(zip(names, args, strict=True)))
+                except RecursionError:
+                    raise too_deep(where, what) from None
                 if len(memo) >= limit:
                     memo.clear()
                 memo[args] = r
@@ -1176,7 +1221,7 @@ class ExprCompiler:
                     locate(exc)
                     raise
                 except (TypeError, ValueError) as exc:
-                    raise EvalError(f"{where}: {exc}", where) from exc
+                    raise EvalError(str(exc), where) from exc
 
             return call1
         f0, f1 = fns
@@ -1188,7 +1233,7 @@ class ExprCompiler:
                 locate(exc)
                 raise
             except (TypeError, ValueError) as exc:
-                raise EvalError(f"{where}: {exc}", where) from exc
+                raise EvalError(str(exc), where) from exc
 
         return call2
 
