@@ -13,7 +13,7 @@ from kvoffload.statemachine.checkresult import EXIT_FAILURE_SPEC_EVAL
 from kvoffload.tla import check_model
 from kvoffload.tla.order import canonical, least
 from kvoffload.tla.symmetry import Canonicaliser
-from kvoffload.tla.values import Fn, ModelValue, sortkey
+from kvoffload.tla.values import BOOLEAN, Fn, FnSet, ModelValue, ProductSet, SubsetSet, sortkey
 
 
 def model(tmp_path: Path, name: str, text: str, cfg: str = "INIT Init\nNEXT Next\n") -> Path:
@@ -104,3 +104,14 @@ def _permute(v: object, perm: dict[ModelValue, ModelValue]) -> object:
 def test_native_order_is_the_canonical_order(values: frozenset[object]) -> None:
     assert canonical(values) == sorted(values, key=sortkey)
     assert least(values) == min(values, key=sortkey)
+
+
+@pytest.mark.parametrize("lazy", [
+    FnSet(frozenset({1, 2, 3}), frozenset({"x", 0, True})),
+    FnSet(frozenset({ModelValue("p"), ModelValue("q")}), frozenset({(1, 2), (0,), frozenset()})),
+    FnSet(frozenset(), BOOLEAN),
+    ProductSet([frozenset({2, 1}), frozenset({"b", "a"}), BOOLEAN]),
+    SubsetSet(frozenset({3, 1, 2, "a"})),
+])
+def test_lazy_sets_are_generated_in_the_canonical_order(lazy: object) -> None:
+    assert canonical(lazy) == sorted(lazy.mat(), key=sortkey)  # type: ignore[attr-defined]

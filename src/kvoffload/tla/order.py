@@ -1,14 +1,15 @@
 """The canonical order of values (:func:`~kvoffload.tla.values.sortkey`), fast for the common
 homogeneous sets: for integers, strings, model values and same-length tuples of integers
 Python's own order is the canonical one, and comparing without building sortkeys is several
-times faster (CHOOSE over a set, quantifiers enumerated in canonical order)."""
+times faster (CHOOSE over a set, quantifiers enumerated in canonical order); sets of functions,
+tuples and subsets are generated in that order."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .values import ModelValue, Value, iter_set, sortkey
+from .values import FnSet, ModelValue, ProductSet, SubsetSet, Value, iter_set, sortkey
 
 
 def _model_value_name(v: Value) -> str:
@@ -41,8 +42,16 @@ def least(s: Value) -> Value:
     return min(items, key=sortkey)
 
 
+# Lazy sets whose enumeration is already in the canonical order: their factors are enumerated
+# sorted, and sortkey compares their elements (functions on one domain, tuples of one length,
+# subsets by size and then sorted elements) lexicographically in the same order.
+_ENUMERATED_IN_ORDER = (FnSet, ProductSet, SubsetSet)
+
+
 def canonical(s: Value) -> list[Value]:
     """The elements of a set, sorted in the canonical order."""
+    if type(s) in _ENUMERATED_IN_ORDER:
+        return list(s.enumerate())
     items = list(iter_set(s))
     if len(items) > 1:
         native, key = _native_key(items)
