@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .values import FnSet, ModelValue, ProductSet, SubsetSet, Value, iter_set, sortkey
+from .values import Fn, FnSet, ModelValue, ProductSet, SubsetSet, Value, iter_set, sortkey
 
 
 def _model_value_name(v: Value) -> str:
@@ -31,6 +31,23 @@ def _native_key(items: Iterable[Value]) -> tuple[bool, Callable[[Value], Any] | 
             return False, None
         return all(type(x) is tuple and len(x) == n and all(type(y) is int for y in x) for x in it), None
     return False, None
+
+
+# sortkeys of records and functions enumerated canonically (the messages of a set of messages
+# recur in many states' sets): memoised by value, dropped when the memo reaches this many entries.
+_KEY_MEMO_LIMIT = 200_000
+_key_memo: dict[Value, tuple[Any, ...]] = {}
+
+
+def _memo_sortkey(v: Value) -> tuple[Any, ...]:
+    if type(v) is not Fn:
+        return sortkey(v)
+    k = _key_memo.get(v)
+    if k is None:
+        if len(_key_memo) >= _KEY_MEMO_LIMIT:
+            _key_memo.clear()
+        k = _key_memo[v] = sortkey(v)
+    return k
 
 
 def least(s: Value) -> Value:
@@ -55,5 +72,5 @@ def canonical(s: Value) -> list[Value]:
     items = list(iter_set(s))
     if len(items) > 1:
         native, key = _native_key(items)
-        items.sort(key=key if native else sortkey)
+        items.sort(key=key if native else _memo_sortkey)
     return items
