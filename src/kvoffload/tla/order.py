@@ -18,18 +18,17 @@ def _model_value_name(v: Value) -> str:
 
 def _native_key(items: Iterable[Value]) -> tuple[bool, Callable[[Value], Any] | None]:
     """(whether a native order equals the canonical one for ``items``, the key to use)."""
-    it = iter(items)
-    first = next(it, None)
-    t = type(first)
+    # Set comprehensions: much cheaper than all() over a generator for the small sets met here.
+    types = {type(x) for x in items}
+    if len(types) != 1:
+        return False, None
+    t = types.pop()
     if t is int or t is str:
-        return all(type(x) is t for x in it), None
+        return True, None
     if t is ModelValue:
-        return all(type(x) is t for x in it), _model_value_name
+        return True, _model_value_name
     if t is tuple:
-        n = len(first)
-        if not all(type(y) is int for y in first):
-            return False, None
-        return all(type(x) is tuple and len(x) == n and all(type(y) is int for y in x) for x in it), None
+        return len({len(x) for x in items}) == 1 and {type(y) for x in items for y in x} <= {int}, None
     return False, None
 
 
