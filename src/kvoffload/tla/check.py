@@ -32,9 +32,10 @@ from .errors import EvalError, TlaError
 from .liveness import FairInfo, LivenessSearch
 from .modules import Decl, InstanceRef, ModuleLoader, OpDef, Scope, pos
 from .monitor import DEFAULT_MAX_MEMORY_MB, Halt, Monitor
+from .symmetry import Canonicaliser
 from .syntax import EMPTY, UNSET, Ctx, Gen, VarRef, as_bool, state_memo
 from .temporal import Piece, TemporalAnalyzer
-from .values import Fn, Value, permute, render, sortkey, to_set
+from .values import Fn, Value, render, to_set
 
 State = tuple[Value, ...]
 Pred = Callable[[Ctx, dict[str, Value]], Value]
@@ -361,6 +362,7 @@ class Checker:
         self.pregenerated: dict[int, parallel.Successors] = {}
         self.monitor = monitor if monitor is not None else Monitor()
         self.max_states = max_states
+        self.canon = Canonicaliser(model.symmetry)
         self.states: list[State] = []
         self.parent: list[int] = []
         self.label: list[str] = []
@@ -393,13 +395,7 @@ class Checker:
     def key(self, t: State) -> Any:
         if not self.m.symmetry:
             return t
-        best, best_k = t, None
-        for perm in self.m.symmetry:
-            cand = tuple(permute(v, perm) for v in t)
-            k = sortkey(cand)
-            if best_k is None or k < best_k:
-                best, best_k = cand, k
-        return best
+        return self.canon(t)
 
     def path_to(self, i: int) -> list[int]:
         out = [i]

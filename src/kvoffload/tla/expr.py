@@ -13,11 +13,14 @@ from typing import Any
 from . import builtins as B
 from .errors import EvalError, TlaError
 from .modules import Decl, InstanceRef, OpDef, Scope, pos
+from .order import least
+from .purity import Purity
 from .syntax import (
     ALLVARS,
     EMPTY,
     ENV,
     IMPURE,
+    MISSING,
     NEXT,
     STATE,
     UNSET,
@@ -59,9 +62,11 @@ from .values import (
     mkfn,
     norm,
     render,
-    sortkey,
     update,
 )
+
+# Entries of one operator's memo (see memoised_call) before it is cleared, bounding its memory.
+_OP_MEMO_LIMIT = 100_000
 
 
 class ExprCompiler:
@@ -83,6 +88,9 @@ class ExprCompiler:
         self.act_memos: dict[int, list[Any]] = {}
         # While set, act_call records the operators it is asked to call (fairness actions).
         self.collect_acts: set[int] | None = None
+        # Memoised calls of pure, expensive operators: per definition, argument values -> value.
+        self.purity = Purity()
+        self.op_memos: dict[int, dict[Any, Value]] = {}
 
     # ---- errors -------------------------------------------------------------------------
     def err(self, msg: str, node: Any, kind: str = "semantic") -> TlaError:
@@ -108,7 +116,7 @@ class ExprCompiler:
                     exc.args = (f"{where}: {exc.bare_message}",)
                 raise
             except (TypeError, ValueError) as exc:
-                raise EvalError(f"{where}: {exc}", where) from exc
+                raise EvalError(str(exc), where) from exc
 
         return g
 
@@ -175,6 +183,8 @@ class ExprCompiler:
         pats = [p for p, _ in binds]
         sfns = [s for _, s in binds]
         bind = self.bind
+        where, what = self.where(fnode), f"the function {name}"
+        too_deep = self.too_deep
 
         def make(c: Ctx, e: dict[str, Value]) -> Value:
             dom = sfns[0](c, e) if len(sfns) == 1 else ProductSet([s(c, e) for s in sfns])
@@ -186,7 +196,10 @@ class ExprCompiler:
                 else:
                     for p, v in zip(pats, x, strict=True):  # type: ignore[arg-type]
                         bind(e2, p, v)
-                return body(c, e2)
+                try:
+                    return body(c, e2)
+                except RecursionError:
+                    raise too_deep(where, what) from None
 
             return LazyFn(dom, at)
 
@@ -282,6 +295,19 @@ class ExprCompiler:
                     yield e2
 
             return one
+        if len(binds) == 2 and isinstance(binds[0][0], str) and isinstance(binds[1][0], str):
+            (n0, s0), (n1, s1) = binds
+
+            def two(c: Ctx, e: dict[str, Value]) -> Iterator[dict[str, Value]]:
+                for v0 in enum(s0(c, e)):
+                    e1 = dict(e)
+                    e1[n0] = v0
+                    for v1 in enum(s1(c, e1)):
+                        e2 = dict(e1)
+                        e2[n1] = v1
+                        yield e2
+
+            return two
         bind = self.bind
 
         def many(c: Ctx, e: dict[str, Value], k: int = 0) -> Iterator[dict[str, Value]]:
@@ -492,6 +518,8 @@ class ExprCompiler:
                 return not want
 
             return quant1, deps
+        if all(isinstance(p, str) for p, _ in binds) and node.quantifier in ("\\E", "\\A"):
+            return self.quant_names(binds, body, node.quantifier == "\\E"), deps
         if node.quantifier == "\\E":
             def exists(c: Ctx, e: dict[str, Value]) -> Value:
                 return any(as_bool(body(c, e2), "\\E body") for e2 in it(c, e))
@@ -503,6 +531,24 @@ class ExprCompiler:
 
             return forall, deps
         raise self.unsupported(f"temporal quantifier {node.quantifier}", node)
+
+    @staticmethod
+    def quant_names(binds: list[tuple[Any, Fun]], body: Fun, want: bool) -> Fun:
+        """``\\E``/``\\A`` over several plain names: nested loops binding in one dict."""
+        last = len(binds) - 1
+
+        def level(c: Ctx, e2: dict[str, Value], k: int) -> bool:
+            name, sfn = binds[k]
+            for v in iter_set(sfn(c, e2)):
+                e2[name] = v
+                r = body(c, e2) if k == last else level(c, e2, k + 1)
+                if r is want:
+                    return want
+                if r is not (not want):
+                    as_bool(r, "quantifier body")
+            return not want
+
+        return lambda c, e: level(c, dict(e), 0)
 
     def x_Choose(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
         binds, bd = self.bounds(node.declaration, scope, lc, pr)
@@ -518,7 +564,7 @@ class ExprCompiler:
             # CHOOSE x \in S : TRUE (recursions over a set): the least element, without sorting S.
             def choose_any(c: Ctx, e: dict[str, Value]) -> Value:
                 try:
-                    return min(iter_set(sfn(c, e)), key=sortkey)
+                    return least(sfn(c, e))
                 except ValueError:
                     raise EvalError("CHOOSE over the empty set", where) from None
 
@@ -607,24 +653,63 @@ class ExprCompiler:
     def x_FunctionApplication(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
         f, fd = self.expr(node.function, scope, lc, pr)
         args, ad = self.many(node.arguments, scope, lc, pr)
-        if len(args) == 1:
-            a = args[0]
-            fast = self.fast_application(node, scope, lc, pr)
-            if fast is not None:
-                return fast, fd | ad
+        if len(args) != 1:
+            return (lambda c, e: apply(f(c, e), tuple([x(c, e) for x in args]))), fd | ad
+        fast = self.fast_application(node, scope, lc, pr)
+        if fast is not None:
+            return fast, fd | ad
+        a = args[0]
+        anode = node.arguments[0]
+        # The commonest cases inline: a record or function (Fn) or sequence (tuple) applied to a
+        # bound name or a constant; apply() handles errors and the rest.
+        if tname(anode) == "OperatorApplication" and not anode.arguments and getattr(
+            lc.get(anode.operator), "kind", None
+        ) == "val":
+            name = anode.operator
 
-            def fn(c: Ctx, e: dict[str, Value]) -> Value:
+            def app_name(c: Ctx, e: dict[str, Value]) -> Value:
                 fv = f(c, e)
-                if type(fv) is Fn:
-                    # Fast path for the commonest case; apply() handles errors and the rest.
-                    r = fv.d.get(a(c, e), UNSET)
+                x = e[name]
+                t = type(fv)
+                if t is Fn:
+                    r = fv.d.get(x, UNSET)
                     if r is not UNSET:
                         return r
-                    return apply(fv, a(c, e))
-                return apply(fv, a(c, e))
-        else:
-            fn = lambda c, e: apply(f(c, e), tuple([x(c, e) for x in args]))  # noqa: E731
-        return fn, fd | ad
+                elif t is tuple and type(x) is int and 0 < x <= len(fv):
+                    return fv[x - 1]
+                return apply(fv, x)
+
+            return app_name, fd | ad
+        known, xv = const_value(a) if ad == 0 else (False, None)
+        if known:
+            idx = xv - 1 if type(xv) is int else -1
+
+            def app_const(c: Ctx, e: dict[str, Value]) -> Value:
+                fv = f(c, e)
+                t = type(fv)
+                if t is Fn:
+                    r = fv.d.get(xv, UNSET)
+                    if r is not UNSET:
+                        return r
+                elif t is tuple and 0 <= idx < len(fv):
+                    return fv[idx]
+                return apply(fv, xv)
+
+            return app_const, fd
+
+        def app(c: Ctx, e: dict[str, Value]) -> Value:
+            fv = f(c, e)
+            x = a(c, e)
+            t = type(fv)
+            if t is Fn:
+                r = fv.d.get(x, UNSET)
+                if r is not UNSET:
+                    return r
+            elif t is tuple and type(x) is int and 0 < x <= len(fv):
+                return fv[x - 1]
+            return apply(fv, x)
+
+        return app, fd | ad
 
     def fast_application(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> Fun | None:
         """``v[x]`` with v an unprimed state variable and x a bound name or a constant (``sched[r]``,
@@ -981,7 +1066,7 @@ class ExprCompiler:
                 deps |= d
             if name in ("Print", "PrintT", "Assert"):
                 deps |= ENV | IMPURE  # side effects / failures must happen each time, never folded
-            return self.located(lambda c, e: fn(c, *[f(c, e) for f in fns]), node, name), deps
+            return self.builtin_call(fn, fns, node, name), deps
         if isinstance(target, Local):
             if target.kind == "opparam":
                 fns, deps = self.many(argnodes, scope, lc, pr)
@@ -1017,6 +1102,10 @@ class ExprCompiler:
             deps |= d
         names = [p for p, _ in target.params]
         deps |= bdeps & ~ENV
+        if self.purity.memoisable(target):
+            return self.memoised_call(target, body, names, fns), deps
+        if target.name in target.scope.recursive:
+            return self.recursive_call(target, body, names, fns), deps
         if len(fns) == 1:
             n0, f0 = names[0], fns[0]
             return (lambda c, e: body(c, {n0: f0(c, e)})), deps
@@ -1031,6 +1120,122 @@ class ExprCompiler:
             return (lambda c, e: body(c, {n0: f0(c, e), n1: f1(c, e), n2: f2(c, e)})), deps
         pairs = list(zip(names, fns, strict=True))
         return (lambda c, e: body(c, {n: f(c, e) for n, f in pairs})), deps
+
+    @staticmethod
+    def too_deep(where: str, what: str) -> EvalError:
+        """The located error for recursion past the evaluator's stack (Python's recursion limit,
+        raised on the search thread's large stack): one line naming the recursive definition."""
+        return EvalError(f"recursion of {what} is deeper than the evaluator's stack allows "
+                         "(no base case reached?)", where)
+
+    @staticmethod
+    def definition_site(opdef: OpDef) -> str:
+        line, col = pos(opdef.node)
+        return f"{opdef.file or opdef.scope.file}:{line}:{col}"
+
+    def recursive_call(self, target: OpDef, body: Fun, names: list[str], fns: list[Fun]) -> Fun:
+        """A call of a RECURSIVE operator that is not memoised: as a plain call, but recursion past
+        the stack is reported at the definition."""
+        pairs = list(zip(names, fns, strict=True))
+        too_deep = self.too_deep
+        where, what = self.definition_site(target), f"the operator {target.name}"
+
+        def rcall(c: Ctx, e: dict[str, Value]) -> Value:
+            args = {}
+            for n, f in pairs:
+                args[n] = f(c, e)
+            try:
+                return body(c, args)
+            except RecursionError:
+                raise too_deep(where, what) from None
+
+        return rcall
+
+    def memoised_call(self, target: OpDef, body: Fun, names: list[str], fns: list[Fun]) -> Fun:
+        """A call of a pure, expensive operator (see :mod:`~kvoffload.tla.purity`): its values
+        are memoised on the argument values, one memo per definition shared by every call site
+        (TLC re-evaluates; ``Children(dag, v)`` or a RECURSIVE ``Linearize`` recur across states)."""
+        memo = self.op_memos.setdefault(id(target), {})
+        limit = _OP_MEMO_LIMIT
+        plain = PLAIN_TYPES
+        too_deep = self.too_deep
+        where, what = self.definition_site(target), f"the operator {target.name}"
+        if len(fns) == 1:
+            n0, f0 = names[0], fns[0]
+
+            def memo1(c: Ctx, e: dict[str, Value]) -> Value:
+                a = f0(c, e)
+                if type(a) not in plain:  # lazy sets and functions: hashing would materialise them
+                    return body(c, {n0: a})
+                r = memo.get(a, MISSING)
+                if r is MISSING:
+                    try:
+                        r = body(c, {n0: a})
+                    except RecursionError:
+                        raise too_deep(where, what) from None
+                    if len(memo) >= limit:
+                        memo.clear()
+                    memo[a] = r
+                return r
+
+            return memo1
+
+        def memon(c: Ctx, e: dict[str, Value]) -> Value:
+            args = tuple([f(c, e) for f in fns])
+            for a in args:
+                if type(a) not in plain:
+                    return body(c, dict(zip(names, args, strict=True)))
+            r = memo.get(args, MISSING)
+            if r is MISSING:
+                try:
+                    r = body(c, dict(zip(names, args, strict=True)))
+                except RecursionError:
+                    raise too_deep(where, what) from None
+                if len(memo) >= limit:
+                    memo.clear()
+                memo[args] = r
+            return r
+
+        return memon
+
+    def builtin_call(self, fn: Callable[..., Value], fns: list[Fun], node: Any, name: str) -> Fun:
+        """``fn(c, args...)`` for a standard-module operator, its errors located at ``node``
+        (one frame per call for the common arities instead of a located wrapper around a
+        generic call)."""
+        if len(fns) not in (1, 2):
+            return self.located(lambda c, e: fn(c, *[f(c, e) for f in fns]), node, name)
+        where = f"{self.where(node)} ({name})"
+
+        def locate(exc: EvalError) -> None:
+            if exc.where is None:
+                exc.where = where
+                exc.args = (f"{where}: {exc.bare_message}",)
+
+        if len(fns) == 1:
+            f0 = fns[0]
+
+            def call1(c: Ctx, e: dict[str, Value]) -> Value:
+                try:
+                    return fn(c, f0(c, e))
+                except EvalError as exc:
+                    locate(exc)
+                    raise
+                except (TypeError, ValueError) as exc:
+                    raise EvalError(str(exc), where) from exc
+
+            return call1
+        f0, f1 = fns
+
+        def call2(c: Ctx, e: dict[str, Value]) -> Value:
+            try:
+                return fn(c, f0(c, e), f1(c, e))
+            except EvalError as exc:
+                locate(exc)
+                raise
+            except (TypeError, ValueError) as exc:
+                raise EvalError(str(exc), where) from exc
+
+        return call2
 
     def call_substituted(
         self, target: Decl, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool, node: Any

@@ -14,7 +14,8 @@ from typing import Any
 from . import builtins as B
 from .errors import EvalError
 from .modules import Scope
-from .values import Value, iter_set, render, sortkey
+from .order import canonical
+from .values import Value, render
 
 UNSET: Any = type("Unset", (), {"__repr__": lambda self: "<unassigned>"})()
 STATE, NEXT, ENV = 1, 2, 4
@@ -175,10 +176,7 @@ def const_value(fn: Fun) -> tuple[bool, Value]:
 def ordered(s: Value) -> list[Value]:
     """Enumerate a set in a canonical order (deterministic successor order and traces,
     independent of Python's per-process string hashing)."""
-    items = list(iter_set(s))
-    if len(items) > 1:
-        items.sort(key=sortkey)
-    return items
+    return canonical(s)
 
 
 

@@ -1,0 +1,75 @@
+"""The canonical order of values (:func:`~kvoffload.tla.values.sortkey`), fast for the common
+homogeneous sets: for integers, strings, model values and same-length tuples of integers
+Python's own order is the canonical one, and comparing without building sortkeys is several
+times faster (CHOOSE over a set, quantifiers enumerated in canonical order); sets of functions,
+tuples and subsets are generated in that order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .values import Fn, FnSet, ModelValue, ProductSet, SubsetSet, Value, iter_set, sortkey
+
+
+def _model_value_name(v: Value) -> str:
+    return v[1]  # type: ignore[no-any-return]
+
+
+def _native_key(items: Iterable[Value]) -> tuple[bool, Callable[[Value], Any] | None]:
+    """(whether a native order equals the canonical one for ``items``, the key to use)."""
+    # Set comprehensions: much cheaper than all() over a generator for the small sets met here.
+    types = {type(x) for x in items}
+    if len(types) != 1:
+        return False, None
+    t = types.pop()
+    if t is int or t is str:
+        return True, None
+    if t is ModelValue:
+        return True, _model_value_name
+    if t is tuple:
+        return len({len(x) for x in items}) == 1 and {type(y) for x in items for y in x} <= {int}, None
+    return False, None
+
+
+# sortkeys of records and functions enumerated canonically (the messages of a set of messages
+# recur in many states' sets): memoised by value, dropped when the memo reaches this many entries.
+_KEY_MEMO_LIMIT = 200_000
+_key_memo: dict[Value, tuple[Any, ...]] = {}
+
+
+def _memo_sortkey(v: Value) -> tuple[Any, ...]:
+    if type(v) is not Fn:
+        return sortkey(v)
+    k = _key_memo.get(v)
+    if k is None:
+        if len(_key_memo) >= _KEY_MEMO_LIMIT:
+            _key_memo.clear()
+        k = _key_memo[v] = sortkey(v)
+    return k
+
+
+def least(s: Value) -> Value:
+    """The least element of a non-empty set in the canonical order (ValueError when empty)."""
+    items = s if type(s) is frozenset else list(iter_set(s))
+    native, key = _native_key(items)
+    if native:
+        return min(items, key=key) if key is not None else min(items)
+    return min(items, key=sortkey)
+
+
+# Lazy sets whose enumeration is already in the canonical order: their factors are enumerated
+# sorted, and sortkey compares their elements (functions on one domain, tuples of one length,
+# subsets by size and then sorted elements) lexicographically in the same order.
+_ENUMERATED_IN_ORDER = (FnSet, ProductSet, SubsetSet)
+
+
+def canonical(s: Value) -> list[Value]:
+    """The elements of a set, sorted in the canonical order."""
+    if type(s) in _ENUMERATED_IN_ORDER:
+        return list(s.enumerate())
+    items = list(iter_set(s))
+    if len(items) > 1:
+        native, key = _native_key(items)
+        items.sort(key=key if native else _memo_sortkey)
+    return items

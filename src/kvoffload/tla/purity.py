@@ -1,0 +1,90 @@
+"""Which operator definitions may be memoised on their arguments.
+
+An operator is memoised (see ``ExprCompiler.call``) when it is *pure*, its value a function of its
+arguments alone (no variable, primed or not, directly or through the definitions it calls; no
+side effect such as ``Print``), and *expensive*: RECURSIVE, or its body (or a definition it
+calls) contains a binder (quantifier, set filter or map, function constructor, CHOOSE). Cheap
+bodies such as ``Node(v) == v[1]`` cost less to evaluate than to hash their arguments.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .modules import Decl, InstanceRef, OpDef, Scope
+
+_BINDERS = frozenset({"Quantification", "SetSlice", "SetComprehension", "Function", "Choose"})
+# Operators whose value depends on more than their arguments, or that act on the outside world.
+_IMPURE_OPS = frozenset({
+    "'", "UNCHANGED", "ENABLED", "Print", "PrintT", "Assert", "TLCGet", "TLCSet", "RandomElement",
+    "JavaTime", "IOExec", "IOEnv", "TLCEval",
+})
+_SKIP_FIELDS = frozenset({"symbol", "start", "end"})
+
+
+class Purity:
+    """Analyses operator definitions once each (results cached by definition)."""
+
+    def __init__(self) -> None:
+        self.done: dict[int, tuple[bool, bool]] = {}
+        self.active: set[int] = set()
+
+    def memoisable(self, opdef: OpDef) -> bool:
+        pure, expensive = self.analyse(opdef)
+        return pure and expensive and all(arity == 0 for _, arity in opdef.params)
+
+    def analyse(self, opdef: OpDef) -> tuple[bool, bool]:
+        """(pure, expensive) for ``opdef``."""
+        key = id(opdef)
+        hit = self.done.get(key)
+        if hit is not None:
+            return hit
+        if key in self.active:
+            return (True, True)  # recursion: decided by the rest of the body
+        self.active.add(key)
+        try:
+            acc = [True, opdef.name in opdef.scope.recursive]
+            self.walk(opdef.body, opdef.scope, acc)
+        finally:
+            self.active.discard(key)
+        out = (acc[0], acc[1])
+        self.done[key] = out
+        return out
+
+    def walk(self, node: Any, scope: Scope, acc: list[bool]) -> None:
+        if not acc[0] or node is None or isinstance(node, str | int | bool):
+            return
+        if isinstance(node, list) or (isinstance(node, tuple) and not hasattr(node, "_fields")):
+            for x in node:
+                self.walk(x, scope, acc)
+            return
+        kind = type(node).__name__
+        if kind in _BINDERS:
+            acc[1] = True
+        elif kind in ("SubexpressionReference", "Instance"):
+            acc[0] = False  # M!Op: not followed, so assumed to read the state
+            return
+        op = getattr(node, "operator", None)
+        if isinstance(op, str):
+            if op in _IMPURE_OPS:
+                acc[0] = False
+                return
+            self.name(op, scope, acc)
+        for f in getattr(node, "_fields", ()):
+            if f not in _SKIP_FIELDS:
+                self.walk(getattr(node, f), scope, acc)
+
+    def name(self, name: str, scope: Scope, acc: list[bool]) -> None:
+        d = scope.defs.get(name)
+        if isinstance(d, Decl):
+            if d.scope.subst is not None:
+                sub, outer = d.scope.subst[name]
+                self.walk(sub, outer, acc)
+            elif d.kind == "var":
+                acc[0] = False
+        elif isinstance(d, OpDef):
+            pure, expensive = self.analyse(d)
+            acc[0] = acc[0] and pure
+            acc[1] = acc[1] or expensive
+        elif isinstance(d, InstanceRef):
+            acc[0] = False

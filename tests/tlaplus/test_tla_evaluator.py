@@ -1,0 +1,117 @@
+"""The evaluator's fast paths give the answers of the plain definitions: memoised pure operators,
+symmetry representatives, the native canonical order, and located errors for recursion past the
+evaluator's stack."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from kvoffload.statemachine.checkresult import EXIT_FAILURE_SPEC_EVAL
+from kvoffload.tla import check_model
+from kvoffload.tla.order import canonical, least
+from kvoffload.tla.symmetry import Canonicaliser
+from kvoffload.tla.values import BOOLEAN, Fn, FnSet, ModelValue, ProductSet, SubsetSet, sortkey
+
+
+def model(tmp_path: Path, name: str, text: str, cfg: str = "INIT Init\nNEXT Next\n") -> Path:
+    spec = tmp_path / f"{name}.tla"
+    spec.write_text(text)
+    (tmp_path / f"{name}.cfg").write_text(cfg)
+    return spec
+
+
+@pytest.mark.parametrize(("call", "where", "what"), [
+    ("Sum(x - 1)", ":5:1:", "recursion of the operator Sum"),
+    ("Cnt(x - 1, {})", ":7:1:", "recursion of the operator Cnt"),
+    ("f[x - 1]", ":3:1:", "recursion of the function f"),
+])
+def test_recursion_without_base_case_is_one_located_line(tmp_path: Path, call: str, where: str, what: str) -> None:
+    # Sum is memoised (pure); Cnt reads the variable x, so it is not: both paths are located.
+    spec = model(tmp_path, "Deep", "---- MODULE Deep ----\nEXTENDS Integers\n"
+                 "f[n \\in Int] == IF n = 0 THEN 0 ELSE 1 + f[n - 1]\nRECURSIVE Sum(_), Cnt(_, _)\n"
+                 "Sum(n) == IF n = 0 THEN 0 ELSE n + Sum(n - 1)\nVARIABLE x\n"
+                 "Cnt(n, s) == IF n = 0 THEN x ELSE Cnt(n - 1, s)\n"
+                 f"Init == x = 0\nNext == x < 1 /\\ x' = {call}\n====\n")
+    result = check_model(spec)
+    assert result.exit_code == EXIT_FAILURE_SPEC_EVAL
+    error = result.message.splitlines()[0]
+    assert f"{spec}{where} {what} is deeper than the evaluator's stack allows" in error
+    assert error.count(str(spec)) == 1, error
+
+
+def test_builtin_error_is_located_once(tmp_path: Path) -> None:
+    spec = model(tmp_path, "Hd", "---- MODULE Hd ----\nEXTENDS Sequences\nVARIABLE x\nInit == x = 0\n"
+                 "Next == x' = Head(<<>>)\n====\n")
+    result = check_model(spec)
+    assert result.exit_code == EXIT_FAILURE_SPEC_EVAL
+    assert f"{spec}:5:14 (Head): Head applied to the empty sequence" in result.message
+    assert result.message.count(f"{spec}:5:14") == 1
+
+
+def test_memoised_operators_see_each_state(tmp_path: Path) -> None:
+    # Reach reads the variable edges (through Succ), so it must not be memoised on its argument
+    # alone; Closure is pure and memoised. Both must give the plain definitions' values in every
+    # state: the invariant compares them.
+    spec = model(tmp_path, "Memo", "---- MODULE Memo ----\nEXTENDS Naturals, FiniteSets\nVARIABLE edges\n"
+                 "N == 1..3\nSucc(v) == {w \\in N : <<v, w>> \\in edges}\nRECURSIVE Reach(_)\n"
+                 "Reach(S) == LET T == S \\cup UNION {Succ(v) : v \\in S} IN IF T = S THEN S ELSE Reach(T)\n"
+                 "RECURSIVE Closure(_, _)\n"
+                 "Closure(E, S) == LET T == S \\cup {w \\in N : \\E v \\in S : <<v, w>> \\in E} IN\n"
+                 "    IF T = S THEN S ELSE Closure(E, T)\n"
+                 "Init == edges = {}\nNext == \\E v, w \\in N : edges' = edges \\cup {<<v, w>>}\n"
+                 "Inv == \\A v \\in N : Reach({v}) = Closure(edges, {v})\n"
+                 "Grow == Cardinality(Reach({1})) <= 2\n====\n", "INIT Init\nNEXT Next\nINVARIANT Inv\n")
+    result = check_model(spec)
+    assert (result.result, result.distinct_states) == ("success", 2 ** 9)
+    (spec.parent / "Memo.cfg").write_text("INIT Init\nNEXT Next\nINVARIANT Grow\n")
+    assert check_model(spec).result == "safety failure"
+
+
+def test_symmetry_representative_is_constant_on_each_orbit() -> None:
+    a, b, c = (ModelValue(n) for n in ("a", "b", "c"))
+    perms = [dict(zip((a, b, c), p, strict=True)) for p in itertools.permutations((a, b, c))]
+    canon = Canonicaliser(perms)
+    state = (Fn({a: 1, b: 2, c: 2}), frozenset({(a, b), (b, c)}), a)
+    images = {tuple(_permute(v, p) for v in state) for p in perms}
+    assert len({canon(t) for t in images}) == 1
+    other = (Fn({a: 1, b: 1, c: 2}), frozenset({(a, b), (b, c)}), a)
+    assert canon(other) != canon(state)
+
+
+def _permute(v: object, perm: dict[ModelValue, ModelValue]) -> object:
+    if type(v) is ModelValue:
+        return perm.get(v, v)
+    if type(v) is tuple:
+        return tuple(_permute(x, perm) for x in v)
+    if type(v) is frozenset:
+        return frozenset(_permute(x, perm) for x in v)
+    if type(v) is Fn:
+        return Fn({_permute(k, perm): _permute(x, perm) for k, x in v.d.items()})
+    return v
+
+
+@pytest.mark.parametrize("values", [
+    frozenset({3, -1, 10, 0}),
+    frozenset({"b", "a", "ab"}),
+    frozenset(ModelValue(n) for n in ("n2", "n10", "n1")),
+    frozenset({(2, 1), (1, 5), (1, -3)}),
+    frozenset({(2, 1), (1,), ()}),
+    frozenset({1, "a", (1, 2), frozenset({1})}),
+])
+def test_native_order_is_the_canonical_order(values: frozenset[object]) -> None:
+    assert canonical(values) == sorted(values, key=sortkey)
+    assert least(values) == min(values, key=sortkey)
+
+
+@pytest.mark.parametrize("lazy", [
+    FnSet(frozenset({1, 2, 3}), frozenset({"x", 0, True})),
+    FnSet(frozenset({ModelValue("p"), ModelValue("q")}), frozenset({(1, 2), (0,), frozenset()})),
+    FnSet(frozenset(), BOOLEAN),
+    ProductSet([frozenset({2, 1}), frozenset({"b", "a"}), BOOLEAN]),
+    SubsetSet(frozenset({3, 1, 2, "a"})),
+])
+def test_lazy_sets_are_generated_in_the_canonical_order(lazy: object) -> None:
+    assert canonical(lazy) == sorted(lazy.mat(), key=sortkey)  # type: ignore[attr-defined]
