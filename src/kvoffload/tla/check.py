@@ -29,6 +29,7 @@ from . import parallel
 from .action import Compiler
 from .config import ModelConfig, Named, parse_config
 from .errors import EvalError, TlaError
+from .heap import SearchHeap
 from .liveness import FairInfo, LivenessSearch
 from .modules import Decl, InstanceRef, ModuleLoader, OpDef, Scope, pos
 from .monitor import DEFAULT_MAX_MEMORY_MB, Halt, Monitor
@@ -353,9 +354,11 @@ class _Stop(Exception):
 
 class Checker:
     def __init__(
-        self, model: Compiled, monitor: Monitor | None = None, max_states: int | None = None, workers: int = 1
+        self, model: Compiled, monitor: Monitor | None = None, max_states: int | None = None, workers: int = 1,
+        heap: SearchHeap | None = None,
     ) -> None:
         self.m = model
+        self.heap = heap
         self.workers = workers
         # Successors computed ahead by worker processes (parallel.generate), by state index.
         self.pregenerated: dict[int, parallel.Successors] = {}
@@ -486,6 +489,7 @@ class Checker:
         unset_id = id(UNSET)
         pools: list[dict[Value, Value]] = [{} for _ in range(nv)]
         monitor = self.monitor
+        heap = self.heap
         expanded = 0
         while self.queue:
             i = self.queue.popleft()
@@ -545,6 +549,8 @@ class Checker:
                             EXIT_VIOLATION_DEADLOCK)
             expanded += 1
             if not expanded & 255:
+                if heap is not None:
+                    heap.step()
                 monitor.tick(self.generated, len(self.states), len(self.queue), d)
 
     # ---- liveness ----------------------------------------------------------------------------
@@ -865,18 +871,21 @@ def _check(
                                    "were evaluated, no state was explored.\n0 states generated, 0 distinct "
                                    "states found, 0 states left on queue.", **base)  # type: ignore[arg-type]
     monitor.header(str(spec_path), str(config_path))
-    checker = Checker(model, monitor=monitor, max_states=max_states, workers=workers)
+    heap = SearchHeap()
+    checker = Checker(model, monitor=monitor, max_states=max_states, workers=workers, heap=heap)
     stop: _Stop | None = None
     lasso_loop: int | None = None
     try:
-        try:
-            checker.run()
-        except _Stop as s:
-            stop = s
-        if stop is None and (model.liveness or model.fair_claims):
-            found = checker.liveness()
-            if found is not None:
-                stop, lasso_loop = found
+        with heap:
+            try:
+                checker.run()
+            except _Stop as s:
+                stop = s
+            heap.searched()
+            if stop is None and (model.liveness or model.fair_claims):
+                found = checker.liveness()
+                if found is not None:
+                    stop, lasso_loop = found
     except Halt as exc:
         stop = _Stop("error", None, [], None, "", exc.message, exc.exit_code)
     except EvalError as exc:
