@@ -21,6 +21,12 @@ Next == \\/ a < N /\\ a' = a + 1 /\\ UNCHANGED <<b, c>>
 NextErr == Next \\/ (a = N - 1 /\\ b = N - 1 /\\ a' = 1 \\div (c - c) /\\ UNCHANGED <<b, c>>)
 NextUnset == Next \\/ (a = N - 1 /\\ b = N - 2 /\\ a' = 0 /\\ b' = 0)
 Inv == a + b + c # LIMIT
+Bound == a + b <= 30
+Grows == [][a' >= a]_<<a, b, c>>
+Frozen == [][b' = b \\/ a + b + c < 45]_<<a, b, c>>
+Spec == Init /\\ [][Next]_<<a, b, c>> /\\ WF_<<a, b, c>>(Next)
+Ends == <>(a = N)
+NeverEnds == <>(c = N + 1)
 ====
 """
 
@@ -39,7 +45,16 @@ def run(tmp_path: Path, cfg: str, workers: int) -> dict[str, object]:
     "CONSTANT N = 20\nLIMIT = 45\nINIT Init\nNEXT Next\nINVARIANT Inv\n",  # violation deep in the search
     "CONSTANT N = 20\nLIMIT = 100\nINIT Init\nNEXT NextErr\n",  # evaluation error (\\div 0) in Next
     "CONSTANT N = 20\nLIMIT = 100\nINIT Init\nNEXT NextUnset\n",  # c' left unassigned
-], ids=["deadlock", "violation", "eval-error", "unassigned"])
+    # A CONSTRAINT cuts the search (out-of-model successors are counted, not stored).
+    "CONSTANT N = 20\nLIMIT = 100\nINIT Init\nNEXT Next\nINVARIANT Inv\nCONSTRAINT Bound\nCHECK_DEADLOCK FALSE\n",
+    # Action properties: one holds on every step, one fails on a step deep in the search.
+    "CONSTANT N = 20\nLIMIT = 100\nINIT Init\nNEXT Next\nPROPERTY Grows\nCHECK_DEADLOCK FALSE\n",
+    "CONSTANT N = 20\nLIMIT = 100\nINIT Init\nNEXT Next\nPROPERTY Frozen\nCHECK_DEADLOCK FALSE\n",
+    # Liveness under weak fairness: satisfied, and violated with a lasso trace.
+    "CONSTANT N = 20\nLIMIT = 100\nSPECIFICATION Spec\nPROPERTY Ends\nCHECK_DEADLOCK FALSE\n",
+    "CONSTANT N = 20\nLIMIT = 100\nSPECIFICATION Spec\nPROPERTY NeverEnds\nCHECK_DEADLOCK FALSE\n",
+], ids=["deadlock", "violation", "eval-error", "unassigned", "constraint", "action-property", "action-violation",
+        "liveness", "liveness-violation"])
 def test_two_workers_give_the_sequential_answer(cfg: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     one = run(tmp_path, cfg, 1)
     # Small batches, so that the worker processes take part at every level of this model.
