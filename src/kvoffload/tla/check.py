@@ -633,8 +633,16 @@ class Checker:
         for box in self.memos:
             box[1] = False  # replay what the search recorded; record nothing new
         all_vars = self.m.fairness_all_vars or [False] * len(self.m.fairness)
-        for (kind, gen, v, vp, env), whole in zip(self.m.fairness, all_vars, strict=True):
-            enabled, taken = self.enabled_and_taken(gen, v, vp, env, whole, index)
+        conditions = list(zip(self.m.fairness, all_vars, strict=True))
+
+        def where_enabled(condition: Any) -> tuple[list[bool], set[tuple[int, int]]]:
+            (_kind, gen, v, vp, env), whole = condition
+            return self.enabled_and_taken(gen, v, vp, env, whole, index)
+
+        # One enumeration of each fairness action per state: shared out over the workers.
+        found_fair = parallel.forked_map(where_enabled, conditions, self.workers) if self.workers > 1 else [
+            where_enabled(cond) for cond in conditions]
+        for ((kind, *_rest), _whole), (enabled, taken) in zip(conditions, found_fair, strict=True):
             fair.append(FairInfo(kind, enabled, taken))
         self.release_memos()
         cycle_succ = None

@@ -127,3 +127,59 @@ def generate(expansion: Expansion, start: int, end: int) -> Batch:
             os._exit(0)
     os.close(write)
     return Batch(start, end, pid, read)
+
+
+def forked_map(fn: Callable[[Any], Any], items: Sequence[Any], workers: int) -> list[Any]:
+    """``[fn(x) for x in items]`` with the items shared out over this process and ``workers - 1``
+    forked children (each takes a contiguous share; results and exceptions come back pickled, and
+    an exception is re-raised in item order)."""
+    size = -(-len(items) // max(1, workers))
+    shares = [list(range(k, min(k + size, len(items)))) for k in range(0, len(items), size)] if items else []
+    children: list[tuple[int, int, list[int]]] = []
+    for share in shares[1:]:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read)
+            try:
+                out: list[tuple[bool, Any]] = []
+                for k in share:
+                    try:
+                        out.append((True, fn(items[k])))
+                    except Exception as exc:
+                        out.append((False, exc))
+                        break
+                data = pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
+                with os.fdopen(write, "wb") as pipe:
+                    pipe.write(data)
+            finally:
+                os._exit(0)
+        os.close(write)
+        children.append((pid, read, share))
+    results: list[Any] = []
+    failure: Exception | None = None
+    received: list[list[tuple[bool, Any]]] = []
+    try:
+        try:
+            for k in shares[0] if shares else []:
+                results.append(fn(items[k]))
+        except Exception as exc:  # raised below, after the children are reaped
+            failure = exc
+        for pid, read, _share in children:
+            with os.fdopen(read, "rb") as pipe:
+                data = pipe.read()
+            os.waitpid(pid, 0)
+            received.append(pickle.loads(data) if data else [(False, RuntimeError("a worker process died"))])
+        children = []
+    finally:
+        for pid, read, _share in children:  # interrupted: stop the children that are left
+            os.close(read)
+            os.waitpid(pid, 0)
+    if failure is not None:
+        raise failure
+    for out in received:
+        for ok, value in out:
+            if not ok:
+                raise value
+            results.append(value)
+    return results
