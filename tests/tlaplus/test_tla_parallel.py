@@ -60,13 +60,13 @@ def test_two_workers_give_the_sequential_answer(cfg: str, tmp_path: Path, monkey
     # Small batches, so that the worker processes take part at every level of this model.
     monkeypatch.setattr(check, "_PARALLEL_BATCH", 64)
     calls: list[int] = []
-    real = parallel.generate
+    real = parallel.Pool.submit
 
-    def counted(*args: object, **kwargs: object) -> dict[int, parallel.Successors]:
+    def counted(self: parallel.Pool, *args: object) -> parallel.Batch:
         calls.append(1)
-        return real(*args, **kwargs)  # type: ignore[arg-type]
+        return real(self, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(parallel, "generate", counted)
+    monkeypatch.setattr(parallel.Pool, "submit", counted)
     two = run(tmp_path, cfg, 2)
     assert one == two
     assert len(calls) > 10 and one["distinct_states"] > 2000, one

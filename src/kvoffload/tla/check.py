@@ -359,8 +359,11 @@ class Checker:
         self.m = model
         self.heap = heap
         self.workers = workers
-        # Successors computed ahead by worker processes (parallel.generate), in queue order.
+        # Successors computed ahead by worker processes, in queue order.
+        self.pool: parallel.Pool | None = None
         self.batches: deque[parallel.Batch] = deque()
+        # Each stored state's fingerprint key, where it is not the state itself (SYMMETRY).
+        self.keys: list[Any] | None = [] if model.symmetry else None
         # Per variable, the one stored object of each of its distinct values (see visit).
         self.pools: list[dict[Value, Value]] = [{} for _ in model.variables]
         self.monitor = monitor if monitor is not None else Monitor()
@@ -446,6 +449,8 @@ class Checker:
         self.label.append(label)
         self.depth.append(depth)
         self.seen[key] = i
+        if self.keys is not None:
+            self.keys.append(key)
         if self.succ is not None:
             self.succ.append([])
         if depth > self.max_depth:
@@ -465,6 +470,8 @@ class Checker:
                 raise _Stop("error", None, [], None, "", f"initial state does not assign {missing}",
                             EXIT_FAILURE_SPEC_EVAL)
             self.generated += 1
+            if self.heap is not None and not self.generated & 1023:
+                self.heap.step()
             del lab
             for name, fn, env in self.m.init_props:
                 if fn(Ctx(t, None), env) is not True:
@@ -485,7 +492,7 @@ class Checker:
         unset_id = id(UNSET)
         monitor = self.monitor
         heap = self.heap
-        expansion = self.expansion() if self.workers > 1 else None
+        pool = self.pool = parallel.Pool(self.expansion(), self.workers - 1, self.keys) if self.workers > 1 else None
         visit = self.visit
         expanded = 0
         while self.queue:
@@ -496,8 +503,8 @@ class Checker:
             c = Ctx(s, [UNSET] * nv)
             any_succ = False
             records = None
-            if expansion is not None:
-                self.hand_out(expansion, i)
+            if pool is not None:
+                self.hand_out(pool, i)
                 batches = self.batches
                 if batches and batches[0].start <= i:
                     records = batches[0].take(i)
@@ -545,22 +552,25 @@ class Checker:
                     heap.step()
                 monitor.tick(self.generated, len(self.states), len(self.queue), d)
 
-    def hand_out(self, expansion: parallel.Expansion, i: int) -> None:
-        """Keep ``workers`` child processes expanding the queued states after ``i`` (the queue
-        holds the states i+1, i+2, ... in order), in runs of up to ``_PARALLEL_BATCH`` states."""
+    def hand_out(self, pool: parallel.Pool, i: int) -> None:
+        """Keep the ``workers - 1`` worker processes expanding runs of the queued states after
+        ``i`` (the queue holds the states i+1, i+2, ... in order), of up to ``_PARALLEL_BATCH``
+        states; this process expands the states before the first run itself meanwhile."""
         least = max(16, _PARALLEL_BATCH // 16)
-        while len(self.batches) < self.workers:
+        while len(self.batches) < pool.size:
             start = max(self.batches[-1].end if self.batches else 0, i + 1)
             waiting = len(self.states) - start
+            size = min(_PARALLEL_BATCH, max(least, waiting // self.workers))
+            if not self.batches:
+                # About as many states as a worker's run: this process also replays the records.
+                start += size * _OWN_SHARE // 100
+                waiting = len(self.states) - start
             if waiting < least:
                 return
-            end = start + min(_PARALLEL_BATCH, max(least, waiting // self.workers))
-            self.batches.append(parallel.generate(expansion, start, end))
-
-    def close_batches(self) -> None:
-        for batch in self.batches:
-            batch.close()
-        self.batches.clear()
+            worker = pool.idle()
+            if worker is None:
+                return
+            self.batches.append(pool.submit(worker, start, start + min(size, waiting)))
 
     def unassigned(self, i: int, var: int, lab: str | None) -> _Stop:
         return _Stop("error", None, self.path_to(i), None, "",
@@ -916,6 +926,9 @@ def check_model(
 
 # With workers > 1: how many queued states one round of worker processes expands.
 _PARALLEL_BATCH = 4096
+# With workers > 1: this process expands itself the queued states before a worker's run, about
+# this percentage of the run's length (it also replays every successor record).
+_OWN_SHARE = 50
 # Deep recursion (RECURSIVE operators, recursive functions) runs on a 512 MiB thread stack.
 _STACK_BYTES = 512 * 1024 * 1024
 _RECURSION_LIMIT = 400_000
@@ -958,7 +971,8 @@ def _check(
             except _Stop as s:
                 stop = s
             finally:
-                checker.close_batches()
+                if checker.pool is not None:
+                    checker.pool.close()
             heap.searched()
             if stop is None and (model.liveness or model.fair_claims):
                 found = checker.liveness()

@@ -1,13 +1,14 @@
 """Successor generation in worker processes, for a search whose counts equal the sequential one.
 
-The checker hands runs of queued states to :func:`generate`, which forks a child for each; the
-children share the compiled model, the stored states and the fingerprint table copy-on-write, and
-several run at once while the checker goes on with the states before theirs. A child expands each
-state of its run and sends back, per state and in generation order, one small record per
-successor, so that the checker processes them exactly as it would have generated them itself:
-same order, same counters, same first violation.
+A :class:`Pool` forks its worker processes once, when the search first has enough queued states;
+they inherit the compiled model, the stored states and the fingerprint table, and each later job
+sends a worker only the states stored since its previous job. The checker hands each idle worker
+the next run of queued states (:meth:`Pool.submit`) and goes on with the states before them. A
+worker expands each state of its run and sends back, per state and in generation order, one
+small record per successor, so that the checker processes them exactly as it would have generated
+them itself: same order, same counters, same first violation.
 
-Most successors were found before the batch was cut: the child sends their index only (``KNOWN``,
+Successors stored before the job was sent come back as their index only (the worker sends their index only (``KNOWN``,
 after checking the implied actions on the step). An out-of-model successor whose invariants hold
 is only counted (``OUTSIDE``). Every other successor comes back whole (``FULL``) with its
 fingerprint key and whether its invariants hold, and the checker runs its usual per-successor
@@ -17,10 +18,14 @@ unassigned) is recorded after the successors generated before it and re-raised a
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import pickle
+import signal
+import struct
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import IO, Any
 
 from .syntax import EMPTY, UNSET, Ctx, Gen
 from .values import Value
@@ -36,7 +41,7 @@ class Expansion:
     """What a child needs to expand states like the checker (the checker's own tables)."""
 
     def __init__(
-        self, nxt: Gen, states: Sequence[State], seen: dict[Any, int], nv: int,
+        self, nxt: Gen, states: list[State], seen: dict[Any, int], nv: int,
         key: Callable[[State], Any] | None, in_model: Callable[[State, Ctx], bool] | None,
         invariants_hold: Callable[[State], bool], implied: list[tuple[str, Any, dict[str, Value]]],
         suffix: list[tuple[Any, dict[str, Value]]], memos: list[list[Any]],
@@ -84,49 +89,126 @@ class Expansion:
         return out
 
 
-class Batch:
-    """The successor records of the states ``start .. end-1``, computed by one child process and
-    read when the checker first needs them."""
+    def serve(self, jobs: IO[bytes], results: IO[bytes]) -> None:
+        """The worker's loop: store the states a job brings, expand its run, send the records."""
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the checker's to handle
+        for box in self.memos:
+            box[0] = None
+        while True:
+            job = _receive(jobs)
+            if job is None:
+                return
+            states, keys, start, end = job
+            base = len(self.states)
+            self.states.extend(states)
+            for k, key in enumerate(keys if keys is not None else states):
+                self.seen[key] = base + k
+            _send(results, self.expand(range(start, end)))
+            # Like the checker's SearchHeap: collect this job's garbage, exempt what it stored.
+            gc.collect()
+            gc.freeze()
 
-    def __init__(self, start: int, end: int, pid: int, pipe: int) -> None:
-        self.start, self.end, self.pid, self.pipe = start, end, pid, pipe
+
+def _send(pipe: IO[bytes], obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    pipe.write(struct.pack("<Q", len(data)))
+    pipe.write(data)
+    pipe.flush()
+
+
+def _receive(pipe: IO[bytes]) -> Any:
+    """The next object on the pipe, or None when the other side closed it."""
+    head = pipe.read(8)
+    if len(head) < 8:
+        return None
+    (size,) = struct.unpack("<Q", head)
+    data = pipe.read(size)
+    if len(data) < size:
+        return None
+    return pickle.loads(data)
+
+
+class Worker:
+    """One forked worker process and its two pipes."""
+
+    def __init__(self, expansion: Expansion, others: list[Worker]) -> None:
+        job_read, job_write = os.pipe()
+        result_read, result_write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the worker: serve jobs, then exit without running the parent's cleanup
+            os.close(job_write)
+            os.close(result_read)
+            for other in others:  # else another worker would never read EOF on its jobs pipe
+                os.close(other.jobs.fileno())
+                os.close(other.results.fileno())
+            try:
+                with os.fdopen(job_read, "rb") as jobs, os.fdopen(result_write, "wb") as results:
+                    expansion.serve(jobs, results)
+            finally:
+                os._exit(0)
+        os.close(job_read)
+        os.close(result_write)
+        self.pid = pid
+        self.jobs = os.fdopen(job_write, "wb")
+        self.results = os.fdopen(result_read, "rb")
+        self.synced = len(expansion.states)  # the states this worker holds
+        self.busy = False
+
+    def stop(self) -> None:
+        """Close the pipes (an idle worker reads EOF, a busy one fails to write) and reap it."""
+        for pipe in (self.jobs, self.results):
+            with contextlib.suppress(OSError):  # a worker that died: nothing left to flush to
+                pipe.close()
+        os.waitpid(self.pid, 0)
+
+
+class Batch:
+    """The successor records of the states ``start .. end-1``, expanded by one worker and read
+    when the checker first needs them."""
+
+    def __init__(self, start: int, end: int, worker: Worker) -> None:
+        self.start, self.end, self.worker = start, end, worker
         self.records: list[Successors] | None = None
 
     def take(self, i: int) -> Successors:
-        """The records of state ``i`` (waiting for the child the first time)."""
+        """The records of state ``i`` (waiting for the worker the first time)."""
         if self.records is None:
-            with os.fdopen(self.pipe, "rb") as pipe:
-                data = pipe.read()
-            os.waitpid(self.pid, 0)
-            if not data:
+            records = _receive(self.worker.results)
+            if records is None:
                 raise RuntimeError("a successor-generation worker process died")
-            self.records = pickle.loads(data)
+            self.records = records
+        if i == self.end - 1:
+            self.worker.busy = False
         return self.records[i - self.start]
 
+
+class Pool:
+    """``workers`` worker processes, started on the first :meth:`submit`."""
+
+    def __init__(self, expansion: Expansion, workers: int, keys: list[Any] | None) -> None:
+        self.expansion, self.size, self.keys = expansion, workers, keys
+        self.workers: list[Worker] = []
+
+    def idle(self) -> Worker | None:
+        if not self.workers:
+            for _ in range(self.size):
+                self.workers.append(Worker(self.expansion, list(self.workers)))
+        return next((w for w in self.workers if not w.busy), None)
+
+    def submit(self, worker: Worker, start: int, end: int) -> Batch:
+        """Have ``worker`` expand the states ``start .. end-1``."""
+        states = self.expansion.states
+        new = states[worker.synced:]
+        keys = self.keys[worker.synced:] if self.keys is not None else None
+        _send(worker.jobs, (new, keys, start, end))
+        worker.synced = len(states)
+        worker.busy = True
+        return Batch(start, end, worker)
+
     def close(self) -> None:
-        """Stop and reap the child if its records were not read (the search stopped early)."""
-        if self.records is None:
-            os.close(self.pipe)  # the child's write fails, and it exits
-            os.waitpid(self.pid, 0)
-            self.records = []
-
-
-def generate(expansion: Expansion, start: int, end: int) -> Batch:
-    """Fork a child that expands the states ``start .. end-1``."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: expand, send, exit without running the parent's cleanup
-        os.close(read)
-        try:
-            for box in expansion.memos:
-                box[0] = None
-            data = pickle.dumps(expansion.expand(range(start, end)), protocol=pickle.HIGHEST_PROTOCOL)
-            with os.fdopen(write, "wb") as pipe:
-                pipe.write(data)
-        finally:
-            os._exit(0)
-    os.close(write)
-    return Batch(start, end, pid, read)
+        for worker in self.workers:
+            worker.stop()
+        self.workers = []
 
 
 def forked_map(fn: Callable[[Any], Any], items: Sequence[Any], workers: int) -> list[Any]:
