@@ -973,7 +973,7 @@ def _check(
             finally:
                 if checker.pool is not None:
                     checker.pool.close()
-            heap.searched()
+            heap.step()
             if stop is None and (model.liveness or model.fair_claims):
                 found = checker.liveness()
                 if found is not None:

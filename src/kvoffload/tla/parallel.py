@@ -104,9 +104,7 @@ class Expansion:
             for k, key in enumerate(keys if keys is not None else states):
                 self.seen[key] = base + k
             _send(results, self.expand(range(start, end)))
-            # Like the checker's SearchHeap: collect this job's garbage, exempt what it stored.
-            gc.collect()
-            gc.freeze()
+            gc.freeze()  # like the checker's SearchHeap: later collections skip what this job stored
 
 
 def _send(pipe: IO[bytes], obj: Any) -> None:
