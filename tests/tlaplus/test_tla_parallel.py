@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict
 from pathlib import Path
 
@@ -70,3 +71,16 @@ def test_two_workers_give_the_sequential_answer(cfg: str, tmp_path: Path, monkey
     two = run(tmp_path, cfg, 2)
     assert one == two
     assert len(calls) > 10 and one["distinct_states"] > 2000, one
+
+
+def test_a_worker_that_dies_stops_the_check_with_a_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(check, "_PARALLEL_BATCH", 64)
+
+    def die(self: parallel.Expansion, ids: object) -> list[parallel.Successors]:
+        os._exit(1)  # runs in the forked worker only: the checker itself expands no run
+
+    monkeypatch.setattr(parallel.Expansion, "expand", die)
+    out = run(tmp_path, "CONSTANT N = 20\nLIMIT = 100\nINIT Init\nNEXT Next\nINVARIANT Inv\n", 2)
+    assert out["result"] == "error" and out["exit_code"] == 153, out
+    assert "worker process" in out["message"] and "--workers 1" in out["message"]
+    assert 0 < out["distinct_states"] < 21 * 21 * 21

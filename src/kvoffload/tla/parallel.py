@@ -27,6 +27,9 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
+from kvoffload.statemachine.checkresult import EXIT_ERROR_SYSTEM
+
+from .monitor import Halt
 from .syntax import EMPTY, UNSET, Ctx, Gen
 from .values import Value
 
@@ -126,6 +129,11 @@ def _receive(pipe: IO[bytes]) -> Any:
     return pickle.loads(data)
 
 
+def _died(pid: int) -> Halt:
+    return Halt(f"worker process {pid} stopped without sending its results (killed, or out of memory?); "
+                "the check is incomplete (rerun with --workers 1)", EXIT_ERROR_SYSTEM)
+
+
 class Worker:
     """One forked worker process and its two pipes."""
 
@@ -173,7 +181,7 @@ class Batch:
         if self.records is None:
             records = _receive(self.worker.results)
             if records is None:
-                raise RuntimeError("a successor-generation worker process died")
+                raise _died(self.worker.pid)
             self.records = records
         if i == self.end - 1:
             self.worker.busy = False
@@ -249,7 +257,7 @@ def forked_map(fn: Callable[[Any], Any], items: Sequence[Any], workers: int) -> 
             with os.fdopen(read, "rb") as pipe:
                 data = pipe.read()
             os.waitpid(pid, 0)
-            received.append(pickle.loads(data) if data else [(False, RuntimeError("a worker process died"))])
+            received.append(pickle.loads(data) if data else [(False, _died(pid))])
         children = []
     finally:
         for pid, read, _share in children:  # interrupted: stop the children that are left
