@@ -230,6 +230,7 @@ def forked_map(fn: Callable[[Any], Any], items: Sequence[Any], workers: int) -> 
         if pid == 0:
             os.close(read)
             try:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the checker's to handle
                 out: list[tuple[bool, Any]] = []
                 for k in share:
                     try:
