@@ -32,6 +32,19 @@ NeverEnds == <>(c = N + 1)
 """
 
 
+def count_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one item per run of states handed to a worker."""
+    calls: list[int] = []
+    real = parallel.Pool.submit
+
+    def counted(self: parallel.Pool, *args: object) -> parallel.Batch:
+        calls.append(1)
+        return real(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(parallel.Pool, "submit", counted)
+    return calls
+
+
 def run(tmp_path: Path, cfg: str, workers: int) -> dict[str, object]:
     (tmp_path / "Grid.tla").write_text(GRID)
     (tmp_path / "Grid.cfg").write_text(cfg)
@@ -60,14 +73,7 @@ def test_two_workers_give_the_sequential_answer(cfg: str, tmp_path: Path, monkey
     one = run(tmp_path, cfg, 1)
     # Small batches, so that the worker processes take part at every level of this model.
     monkeypatch.setattr(check, "_PARALLEL_BATCH", 64)
-    calls: list[int] = []
-    real = parallel.Pool.submit
-
-    def counted(self: parallel.Pool, *args: object) -> parallel.Batch:
-        calls.append(1)
-        return real(self, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(parallel.Pool, "submit", counted)
+    calls = count_runs(monkeypatch)
     two = run(tmp_path, cfg, 2)
     assert one == two
     assert len(calls) > 10 and one["distinct_states"] > 2000, one
@@ -84,3 +90,34 @@ def test_a_worker_that_dies_stops_the_check_with_a_message(tmp_path: Path, monke
     assert out["result"] == "error" and out["exit_code"] == 153, out
     assert "worker process" in out["message"] and "--workers 1" in out["message"]
     assert 0 < out["distinct_states"] < 21 * 21 * 21
+
+
+SYM = """---- MODULE Sym ----
+EXTENDS FiniteSets, TLC
+CONSTANT Procs
+VARIABLE st
+Init == st = [p \\in Procs |-> 0]
+Next == \\E p \\in Procs : st[p] < 6 /\\ st' = [st EXCEPT ![p] = @ + 1]
+Inv == Cardinality({p \\in Procs : st[p] = 6}) < 5
+Perms == Permutations(Procs)
+====
+"""
+
+
+def test_two_workers_give_the_sequential_answer_under_symmetry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "Sym.tla").write_text(SYM)
+    (tmp_path / "Sym.cfg").write_text("CONSTANT Procs = {p1, p2, p3, p4, p5}\nINIT Init\nNEXT Next\n"
+                                      "INVARIANT Inv\nSYMMETRY Perms\n")
+    monkeypatch.setattr(check, "_PARALLEL_BATCH", 64)
+    calls = count_runs(monkeypatch)
+    answers = []
+    for workers in (1, 2):
+        out = asdict(check_model(tmp_path / "Sym.tla", tmp_path / "Sym.cfg", workers=workers))
+        out.pop("seconds")
+        answers.append(out)
+    one, two = answers
+    assert one == two and len(calls) > 3
+    # Multisets of 5 counters in 0..6, the last one (all 6) violating Inv at the end of its trace.
+    assert one["result"] == "safety failure" and one["distinct_states"] == 462 and len(one["trace"]) == 31
