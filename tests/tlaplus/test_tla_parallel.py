@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict
 from pathlib import Path
 
@@ -21,8 +22,27 @@ Next == \\/ a < N /\\ a' = a + 1 /\\ UNCHANGED <<b, c>>
 NextErr == Next \\/ (a = N - 1 /\\ b = N - 1 /\\ a' = 1 \\div (c - c) /\\ UNCHANGED <<b, c>>)
 NextUnset == Next \\/ (a = N - 1 /\\ b = N - 2 /\\ a' = 0 /\\ b' = 0)
 Inv == a + b + c # LIMIT
+Bound == a + b <= 30
+Grows == [][a' >= a]_<<a, b, c>>
+Frozen == [][b' = b \\/ a + b + c < 45]_<<a, b, c>>
+Spec == Init /\\ [][Next]_<<a, b, c>> /\\ WF_<<a, b, c>>(Next)
+Ends == <>(a = N)
+NeverEnds == <>(c = N + 1)
 ====
 """
+
+
+def count_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one item per run of states handed to a worker."""
+    calls: list[int] = []
+    real = parallel.Pool.submit
+
+    def counted(self: parallel.Pool, *args: object) -> parallel.Batch:
+        calls.append(1)
+        return real(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(parallel.Pool, "submit", counted)
+    return calls
 
 
 def run(tmp_path: Path, cfg: str, workers: int) -> dict[str, object]:
@@ -39,19 +59,65 @@ def run(tmp_path: Path, cfg: str, workers: int) -> dict[str, object]:
     "CONSTANT N = 20\nLIMIT = 45\nINIT Init\nNEXT Next\nINVARIANT Inv\n",  # violation deep in the search
     "CONSTANT N = 20\nLIMIT = 100\nINIT Init\nNEXT NextErr\n",  # evaluation error (\\div 0) in Next
     "CONSTANT N = 20\nLIMIT = 100\nINIT Init\nNEXT NextUnset\n",  # c' left unassigned
-], ids=["deadlock", "violation", "eval-error", "unassigned"])
+    # A CONSTRAINT cuts the search (out-of-model successors are counted, not stored).
+    "CONSTANT N = 20\nLIMIT = 100\nINIT Init\nNEXT Next\nINVARIANT Inv\nCONSTRAINT Bound\nCHECK_DEADLOCK FALSE\n",
+    # Action properties: one holds on every step, one fails on a step deep in the search.
+    "CONSTANT N = 20\nLIMIT = 100\nINIT Init\nNEXT Next\nPROPERTY Grows\nCHECK_DEADLOCK FALSE\n",
+    "CONSTANT N = 20\nLIMIT = 100\nINIT Init\nNEXT Next\nPROPERTY Frozen\nCHECK_DEADLOCK FALSE\n",
+    # Liveness under weak fairness: satisfied, and violated with a lasso trace.
+    "CONSTANT N = 20\nLIMIT = 100\nSPECIFICATION Spec\nPROPERTY Ends\nCHECK_DEADLOCK FALSE\n",
+    "CONSTANT N = 20\nLIMIT = 100\nSPECIFICATION Spec\nPROPERTY NeverEnds\nCHECK_DEADLOCK FALSE\n",
+], ids=["deadlock", "violation", "eval-error", "unassigned", "constraint", "action-property", "action-violation",
+        "liveness", "liveness-violation"])
 def test_two_workers_give_the_sequential_answer(cfg: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     one = run(tmp_path, cfg, 1)
     # Small batches, so that the worker processes take part at every level of this model.
     monkeypatch.setattr(check, "_PARALLEL_BATCH", 64)
-    calls: list[int] = []
-    real = parallel.generate
-
-    def counted(*args: object, **kwargs: object) -> dict[int, parallel.Successors]:
-        calls.append(1)
-        return real(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(parallel, "generate", counted)
+    calls = count_runs(monkeypatch)
     two = run(tmp_path, cfg, 2)
     assert one == two
     assert len(calls) > 10 and one["distinct_states"] > 2000, one
+
+
+def test_a_worker_that_dies_stops_the_check_with_a_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(check, "_PARALLEL_BATCH", 64)
+
+    def die(self: parallel.Expansion, ids: object) -> list[parallel.Successors]:
+        os._exit(1)  # runs in the forked worker only: the checker itself expands no run
+
+    monkeypatch.setattr(parallel.Expansion, "expand", die)
+    out = run(tmp_path, "CONSTANT N = 20\nLIMIT = 100\nINIT Init\nNEXT Next\nINVARIANT Inv\n", 2)
+    assert out["result"] == "error" and out["exit_code"] == 153, out
+    assert "worker process" in out["message"] and "--workers 1" in out["message"]
+    assert 0 < out["distinct_states"] < 21 * 21 * 21
+
+
+SYM = """---- MODULE Sym ----
+EXTENDS FiniteSets, TLC
+CONSTANT Procs
+VARIABLE st
+Init == st = [p \\in Procs |-> 0]
+Next == \\E p \\in Procs : st[p] < 6 /\\ st' = [st EXCEPT ![p] = @ + 1]
+Inv == Cardinality({p \\in Procs : st[p] = 6}) < 5
+Perms == Permutations(Procs)
+====
+"""
+
+
+def test_two_workers_give_the_sequential_answer_under_symmetry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "Sym.tla").write_text(SYM)
+    (tmp_path / "Sym.cfg").write_text("CONSTANT Procs = {p1, p2, p3, p4, p5}\nINIT Init\nNEXT Next\n"
+                                      "INVARIANT Inv\nSYMMETRY Perms\n")
+    monkeypatch.setattr(check, "_PARALLEL_BATCH", 64)
+    calls = count_runs(monkeypatch)
+    answers = []
+    for workers in (1, 2):
+        out = asdict(check_model(tmp_path / "Sym.tla", tmp_path / "Sym.cfg", workers=workers))
+        out.pop("seconds")
+        answers.append(out)
+    one, two = answers
+    assert one == two and len(calls) > 3
+    # Multisets of 5 counters in 0..6, the last one (all 6) violating Inv at the end of its trace.
+    assert one["result"] == "safety failure" and one["distinct_states"] == 462 and len(one["trace"]) == 31

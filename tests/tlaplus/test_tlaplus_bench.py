@@ -13,10 +13,24 @@ def test_bench_reports_rates_and_skips_missing_models(tmp_path: Path) -> None:
     bench.add_arguments(parser)
     args = parser.parse_args(["--tla-dir", str(tmp_path), "--corpus-models", "0"])
     out = bench.run(args)
-    kv, conformance = out["results"]
-    assert kv["model"] == "tla/KVOffload.cfg" and "skipped" in kv
+    kv, kv_workers, conformance = out["results"]
+    assert kv["model"] == kv_workers["model"] == "tla/KVOffload.cfg" and "skipped" in kv and "skipped" in kv_workers
     assert conformance["result"] == "success" and conformance["distinct_states"] == 1568
     assert conformance["seconds"] > 0 and conformance["distinct_states_per_s"] > 0
+    assert conformance["workers"] == 1 and conformance["worker_cpu_seconds"] == 0
+
+
+def test_bench_checks_with_worker_processes(tmp_path: Path) -> None:
+    (tmp_path / "KVOffload.tla").write_text(
+        "---- MODULE KVOffload ----\nEXTENDS Naturals\nVARIABLE x\nInit == x \\in 0..999\n"
+        "Next == x' = (x + 1000) % 4000\n====\n")
+    (tmp_path / "KVOffload.cfg").write_text("INIT Init\nNEXT Next\n")
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    args = parser.parse_args(["--tla-dir", str(tmp_path), "--corpus-models", "0", "--workers", "2"])
+    one, two = bench.run(args)["results"][:2]
+    assert (one["workers"], two["workers"]) == (1, 2)
+    assert one["distinct_states"] == two["distinct_states"] == 4000 and one["result"] == two["result"] == "success"
 
 
 def test_bench_reports_corpus_models_next_to_tlc(tmp_path: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import sys
 import threading
 import time
@@ -29,6 +28,7 @@ from . import parallel
 from .action import Compiler
 from .config import ModelConfig, Named, parse_config
 from .errors import EvalError, TlaError
+from .heap import SearchHeap
 from .liveness import FairInfo, LivenessSearch
 from .modules import Decl, InstanceRef, ModuleLoader, OpDef, Scope, pos
 from .monitor import DEFAULT_MAX_MEMORY_MB, Halt, Monitor
@@ -354,12 +354,19 @@ class _Stop(Exception):
 
 class Checker:
     def __init__(
-        self, model: Compiled, monitor: Monitor | None = None, max_states: int | None = None, workers: int = 1
+        self, model: Compiled, monitor: Monitor | None = None, max_states: int | None = None, workers: int = 1,
+        heap: SearchHeap | None = None,
     ) -> None:
         self.m = model
+        self.heap = heap
         self.workers = workers
-        # Successors computed ahead by worker processes (parallel.generate), by state index.
-        self.pregenerated: dict[int, parallel.Successors] = {}
+        # Successors computed ahead by worker processes, in queue order.
+        self.pool: parallel.Pool | None = None
+        self.batches: deque[parallel.Batch] = deque()
+        # Each stored state's fingerprint key, where it is not the state itself (SYMMETRY).
+        self.keys: list[Any] | None = [] if model.symmetry else None
+        # Per variable, the one stored object of each of its distinct values (see visit).
+        self.pools: list[dict[Value, Value]] = [{} for _ in model.variables]
         self.monitor = monitor if monitor is not None else Monitor()
         self.max_states = max_states
         self.canon = Canonicaliser(model.symmetry)
@@ -438,6 +445,8 @@ class Checker:
         self.label.append(label)
         self.depth.append(depth)
         self.seen[key] = i
+        if self.keys is not None:
+            self.keys.append(key)
         if self.succ is not None:
             self.succ.append([])
         if depth > self.max_depth:
@@ -457,6 +466,8 @@ class Checker:
                 raise _Stop("error", None, [], None, "", f"initial state does not assign {missing}",
                             EXIT_FAILURE_SPEC_EVAL)
             self.generated += 1
+            if self.heap is not None and not self.generated & 1023:
+                self.heap.step()
             del lab
             for name, fn, env in self.m.init_props:
                 if fn(Ctx(t, None), env) is not True:
@@ -471,17 +482,14 @@ class Checker:
                 self.check_state(t, i, "Initial predicate", True)
             else:
                 self.check_state(t, -1, "Initial predicate", False)
-        invariants = bool(self.m.invariants)
-        implied = self.m.implied_actions
-        suffix = self.m.suffix_actions
-        constrained = bool(self.m.constraints or self.m.action_constraints)
-        symmetric = bool(self.m.symmetry)
-        seen = self.seen
         succ = self.succ
+        suffix_edges = self.suffix_edges
         nxt = self.m.next
         unset_id = id(UNSET)
-        pools: list[dict[Value, Value]] = [{} for _ in range(nv)]
         monitor = self.monitor
+        heap = self.heap
+        pool = self.pool = parallel.Pool(self.expansion(), self.workers - 1, self.keys) if self.workers > 1 else None
+        visit = self.visit
         expanded = 0
         while self.queue:
             i = self.queue.popleft()
@@ -490,58 +498,134 @@ class Checker:
             self.current = i  # for the trace of an evaluation error in Next
             c = Ctx(s, [UNSET] * nv)
             any_succ = False
-            if self.workers > 1 and i not in self.pregenerated and len(self.queue) >= _PARALLEL_BATCH // 4:
-                batch = [i, *itertools.islice(self.queue, _PARALLEL_BATCH - 1)]
-                self.pregenerated = parallel.generate(nxt, self.states, batch, nv, self.workers)
-            pre = self.pregenerated.pop(i, None)
-            for lab in (nxt(c, EMPTY) if pre is None else parallel.replay(c.n, pre)):  # type: ignore[arg-type]
-                t = tuple(c.n)  # type: ignore[arg-type]
-                # Identity test via id(): `UNSET in t` would call __eq__ on every value.
-                if unset_id in map(id, t):
-                    missing = variables[next(k for k, v in enumerate(t) if v is UNSET)]
-                    raise _Stop("error", None, self.path_to(i), None, "",
-                                f"successor state is not completely specified: {missing}' is not assigned "
-                                f"by action {lab or 'Next'}", EXIT_FAILURE_SPEC_EVAL)
-                any_succ = True
-                self.generated += 1
-                label = lab or "Next"
-                # TLC's order: constraints, then invariants on unseen states, then implied
-                # actions on every step, then (in model, unseen) enqueue.
-                if constrained and not self.in_model(t, c):
-                    self.check_state(t, i, label, False)
-                    j = -1
-                else:
-                    k = self.key(t) if symmetric else t
-                    j = seen.get(k, -1)
-                    if j < 0:
-                        if not symmetric:
-                            # Store one object per distinct value of a variable: later
-                            # lookups keyed by state values (fingerprints, state_memo) then
-                            # compare by identity instead of structurally.
-                            t = k = tuple([v if v is sv else pool.setdefault(v, v)
-                                           for v, sv, pool in zip(t, s, pools, strict=True)])
-                        j = self.add(t, k, i, label, d + 1)
-                        if invariants:
-                            self.check_state(t, j, label, True)
-                        if self.max_states is not None and len(self.states) >= self.max_states:
-                            raise _Stop("error", None, [], None, "",
-                                        f"stopped after max_states={self.max_states} distinct states; "
-                                        "no violation found so far (the check is incomplete)",
-                                        EXIT_ERROR_STATESPACE_TOO_LARGE)
-                for name, fn, env in implied:
-                    if fn(c, env) is not True:
-                        raise _Stop("safety failure", name, self.path_to(i), t, label,
-                                    f"Action property {name} is violated.", EXIT_VIOLATION_SAFETY)
-                if succ is not None and j >= 0:
-                    succ[i].append((j, label))
-                    if suffix and all(fn(c, env) is True for fn, env in suffix):
-                        self.suffix_edges.add((i, j))
+            records = None
+            if pool is not None:
+                self.hand_out(pool, i)
+                batches = self.batches
+                if batches and batches[0].start <= i:
+                    records = batches[0].take(i)
+                    if i == batches[0].end - 1:
+                        batches.popleft()
+            if records is None:
+                for lab in nxt(c, EMPTY):
+                    t = tuple(c.n)  # type: ignore[arg-type]
+                    # Identity test via id(): `UNSET in t` would call __eq__ on every value.
+                    if unset_id in map(id, t):
+                        raise self.unassigned(i, t.index(UNSET), lab)
+                    any_succ = True
+                    self.generated += 1
+                    visit(i, d, c, t, lab or "Next", None, False)
+            else:
+                for rec in records:
+                    kind = rec[0]
+                    if kind == parallel.KNOWN:
+                        any_succ = True
+                        self.generated += 1
+                        if succ is not None:
+                            j = rec[2]
+                            succ[i].append((j, rec[1] or "Next"))
+                            if rec[3]:
+                                suffix_edges.add((i, j))
+                    elif kind == parallel.OUTSIDE:
+                        any_succ = True
+                        self.generated += 1
+                    elif kind == parallel.FULL:
+                        any_succ = True
+                        self.generated += 1
+                        t = rec[2]
+                        c.n = list(t)
+                        visit(i, d, c, t, rec[1] or "Next", rec[3], rec[4])
+                    elif kind == parallel.UNASSIGNED:
+                        raise self.unassigned(i, rec[2], rec[1])
+                    else:
+                        raise rec[1]
             if not any_succ and self.m.check_deadlock:
                 raise _Stop("deadlock failure", "Deadlock", self.path_to(i), None, "", "Deadlock reached.",
                             EXIT_VIOLATION_DEADLOCK)
             expanded += 1
             if not expanded & 255:
+                if heap is not None:
+                    heap.step()
                 monitor.tick(self.generated, len(self.states), len(self.queue), d)
+
+    def hand_out(self, pool: parallel.Pool, i: int) -> None:
+        """Keep the ``workers - 1`` worker processes expanding runs of the queued states after
+        ``i`` (the queue holds the states i+1, i+2, ... in order), of up to ``_PARALLEL_BATCH``
+        states; this process expands the states before the first run itself meanwhile."""
+        least = max(16, _PARALLEL_BATCH // 16)
+        while len(self.batches) < pool.size:
+            start = max(self.batches[-1].end if self.batches else 0, i + 1)
+            waiting = len(self.states) - start
+            size = min(_PARALLEL_BATCH, max(least, waiting // self.workers))
+            if not self.batches:
+                # About as many states as a worker's run: this process also replays the records.
+                start += size * _OWN_SHARE // 100
+                waiting = len(self.states) - start
+            if waiting < least:
+                return
+            worker = pool.idle()
+            if worker is None:
+                return
+            self.batches.append(pool.submit(worker, start, start + min(size, waiting)))
+
+    def unassigned(self, i: int, var: int, lab: str | None) -> _Stop:
+        return _Stop("error", None, self.path_to(i), None, "",
+                     f"successor state is not completely specified: {self.m.variables[var]}' is not assigned "
+                     f"by action {lab or 'Next'}", EXIT_FAILURE_SPEC_EVAL)
+
+    def visit(self, i: int, d: int, c: Ctx, t: State, label: str, key: Any, invariants_hold: bool) -> None:
+        """Process the successor ``t`` of state ``i`` (depth ``d``) in TLC's order: constraints,
+        then invariants on unseen states, then implied actions on every step, then (in model,
+        unseen) enqueue. ``key`` and ``invariants_hold`` come from a worker process that already
+        computed them (a key of None: compute it)."""
+        m = self.m
+        if (m.constraints or m.action_constraints) and not self.in_model(t, c):
+            self.check_state(t, i, label, False)
+            j = -1
+        else:
+            symmetric = bool(m.symmetry)
+            k = t if not symmetric else key if key is not None else self.key(t)
+            j = self.seen.get(k, -1)
+            if j < 0:
+                if not symmetric:
+                    # Store one object per distinct value of a variable: later lookups keyed by
+                    # state values (fingerprints, state_memo) then compare by identity instead of
+                    # structurally.
+                    s = self.states[i]
+                    t = k = tuple([v if v is sv else pool.setdefault(v, v)
+                                   for v, sv, pool in zip(t, s, self.pools, strict=True)])
+                j = self.add(t, k, i, label, d + 1)
+                if m.invariants and not invariants_hold:
+                    self.check_state(t, j, label, True)
+                if self.max_states is not None and len(self.states) >= self.max_states:
+                    raise _Stop("error", None, [], None, "",
+                                f"stopped after max_states={self.max_states} distinct states; "
+                                "no violation found so far (the check is incomplete)",
+                                EXIT_ERROR_STATESPACE_TOO_LARGE)
+        for name, fn, env in m.implied_actions:
+            if fn(c, env) is not True:
+                raise _Stop("safety failure", name, self.path_to(i), t, label,
+                            f"Action property {name} is violated.", EXIT_VIOLATION_SAFETY)
+        if self.succ is not None and j >= 0:
+            self.succ[i].append((j, label))
+            if m.suffix_actions and all(fn(c, env) is True for fn, env in m.suffix_actions):
+                self.suffix_edges.add((i, j))
+
+    def expansion(self) -> parallel.Expansion:
+        """The checker's tables as worker processes see them (see :mod:`parallel`)."""
+        m = self.m
+        c = Ctx(None, None)
+
+        def invariants_hold(t: State) -> bool:
+            c.s = t
+            return all(fn(c, env) is True for _name, fn, env in m.invariants)
+
+        constrained = bool(m.constraints or m.action_constraints)
+        return parallel.Expansion(
+            m.next, self.states, self.seen, len(m.variables), self.key if m.symmetry else None,
+            self.in_model if constrained else None, invariants_hold, m.implied_actions, m.suffix_actions,
+            self.memos,
+        )
 
     # ---- liveness ----------------------------------------------------------------------------
     def liveness(self) -> tuple[_Stop, int] | None:
@@ -555,8 +639,16 @@ class Checker:
         for box in self.memos:
             box[1] = False  # replay what the search recorded; record nothing new
         all_vars = self.m.fairness_all_vars or [False] * len(self.m.fairness)
-        for (kind, gen, v, vp, env), whole in zip(self.m.fairness, all_vars, strict=True):
-            enabled, taken = self.enabled_and_taken(gen, v, vp, env, whole, index)
+        conditions = list(zip(self.m.fairness, all_vars, strict=True))
+
+        def where_enabled(condition: Any) -> tuple[list[bool], set[tuple[int, int]]]:
+            (_kind, gen, v, vp, env), whole = condition
+            return self.enabled_and_taken(gen, v, vp, env, whole, index)
+
+        # One enumeration of each fairness action per state: shared out over the workers.
+        found_fair = parallel.forked_map(where_enabled, conditions, self.workers) if self.workers > 1 else [
+            where_enabled(cond) for cond in conditions]
+        for ((kind, *_rest), _whole), (enabled, taken) in zip(conditions, found_fair, strict=True):
             fair.append(FairInfo(kind, enabled, taken))
         self.release_memos()
         cycle_succ = None
@@ -830,6 +922,9 @@ def check_model(
 
 # With workers > 1: how many queued states one round of worker processes expands.
 _PARALLEL_BATCH = 4096
+# With workers > 1: this process expands itself the queued states before a worker's run, about
+# this percentage of the run's length (it also replays every successor record).
+_OWN_SHARE = 50
 # Deep recursion (RECURSIVE operators, recursive functions) runs on a 512 MiB thread stack.
 _STACK_BYTES = 512 * 1024 * 1024
 _RECURSION_LIMIT = 400_000
@@ -861,18 +956,24 @@ def _check(
                                    "were evaluated, no state was explored.\n0 states generated, 0 distinct "
                                    "states found, 0 states left on queue.", **base)  # type: ignore[arg-type]
     monitor.header(str(spec_path), str(config_path))
-    checker = Checker(model, monitor=monitor, max_states=max_states, workers=workers)
+    heap = SearchHeap()
+    checker = Checker(model, monitor=monitor, max_states=max_states, workers=workers, heap=heap)
     stop: _Stop | None = None
     lasso_loop: int | None = None
     try:
-        try:
-            checker.run()
-        except _Stop as s:
-            stop = s
-        if stop is None and (model.liveness or model.fair_claims):
-            found = checker.liveness()
-            if found is not None:
-                stop, lasso_loop = found
+        with heap:
+            try:
+                checker.run()
+            except _Stop as s:
+                stop = s
+            finally:
+                if checker.pool is not None:
+                    checker.pool.close()
+            heap.step()
+            if stop is None and (model.liveness or model.fair_claims):
+                found = checker.liveness()
+                if found is not None:
+                    stop, lasso_loop = found
     except Halt as exc:
         stop = _Stop("error", None, [], None, "", exc.message, exc.exit_code)
     except EvalError as exc:

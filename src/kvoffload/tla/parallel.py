@@ -1,89 +1,274 @@
 """Successor generation in worker processes, for a search whose counts equal the sequential one.
 
-The checker hands a batch of queued states (in queue order) to :func:`generate`; the batch is cut
-into contiguous chunks, one per process (the calling process takes the first, forked children the
-rest: they share the compiled model copy-on-write). Each state's successors come back as
-``(label, successor)`` pairs in generation order, so the checker then processes them exactly as it
-would have generated them itself: same order, same counters, same first violation. A failure while
-generating (an evaluation error, a successor that leaves a variable unassigned) is recorded after
-the successors generated before it and re-raised by :func:`replay` at the same point.
+A :class:`Pool` forks its worker processes once, when the search first has enough queued states;
+they inherit the compiled model, the stored states and the fingerprint table, and each later job
+sends a worker only the states stored since its previous job. The checker hands each idle worker
+the next run of queued states (:meth:`Pool.submit`) and goes on with the states before them. A
+worker expands each state of its run and sends back, per state and in generation order, one
+small record per successor, so that the checker processes them exactly as it would have generated
+them itself: same order, same counters, same first violation.
+
+Successors stored before the job was sent come back as their index only (the worker sends their index only (``KNOWN``,
+after checking the implied actions on the step). An out-of-model successor whose invariants hold
+is only counted (``OUTSIDE``). Every other successor comes back whole (``FULL``) with its
+fingerprint key and whether its invariants hold, and the checker runs its usual per-successor
+logic on it. A failure while generating (an evaluation error, a successor that leaves a variable
+unassigned) is recorded after the successors generated before it and re-raised at the same point.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import pickle
-from collections.abc import Iterator, Sequence
-from typing import Any
+import signal
+import struct
+from collections.abc import Callable, Sequence
+from typing import IO, Any
 
+from kvoffload.statemachine.checkresult import EXIT_ERROR_SYSTEM
+
+from .monitor import Halt
 from .syntax import EMPTY, UNSET, Ctx, Gen
 from .values import Value
 
 State = tuple[Value, ...]
-# Per state: (SUCCESSOR, label, state) items, then optionally (UNASSIGNED, label, variable index)
-# or (FAILED, exception, None).
-Successors = list[tuple[int, Any, Any]]
-SUCCESSOR, UNASSIGNED, FAILED = 0, 1, 2
+# Per state: records (KNOWN, label, index, suffix_ok), (OUTSIDE, label), (FULL, label, state, key,
+# invariants_ok), then optionally (UNASSIGNED, label, variable index) or (FAILED, exception).
+Successors = list[tuple[Any, ...]]
+KNOWN, OUTSIDE, FULL, UNASSIGNED, FAILED = 0, 1, 2, 3, 4
 
 
-def _expand(nxt: Gen, states: Sequence[State], ids: Sequence[int], nv: int) -> list[Successors]:
-    out: list[Successors] = []
-    for i in ids:
-        c = Ctx(states[i], [UNSET] * nv)
-        found: Successors = []
-        try:
-            for lab in nxt(c, EMPTY):
-                n = c.n
-                assert n is not None
-                if any(v is UNSET for v in n):
-                    found.append((UNASSIGNED, lab, next(k for k, v in enumerate(n) if v is UNSET)))
-                    break
-                found.append((SUCCESSOR, lab, tuple(n)))
-        except Exception as exc:  # re-raised by replay() in the checker, at this state
-            found.append((FAILED, exc, None))
-        out.append(found)
-    return out
+class Expansion:
+    """What a child needs to expand states like the checker (the checker's own tables)."""
+
+    def __init__(
+        self, nxt: Gen, states: list[State], seen: dict[Any, int], nv: int,
+        key: Callable[[State], Any] | None, in_model: Callable[[State, Ctx], bool] | None,
+        invariants_hold: Callable[[State], bool], implied: list[tuple[str, Any, dict[str, Value]]],
+        suffix: list[tuple[Any, dict[str, Value]]], memos: list[list[Any]],
+    ) -> None:
+        self.nxt, self.states, self.seen, self.nv = nxt, states, seen, nv
+        self.key, self.in_model, self.invariants_hold = key, in_model, invariants_hold
+        self.implied, self.suffix = implied, suffix
+        # The checker's successor memos (for the liveness pass): a child's entries would be lost.
+        self.memos = memos
+
+    def expand(self, ids: Sequence[int]) -> list[Successors]:
+        out: list[Successors] = []
+        nv, nxt, seen, key, in_model = self.nv, self.nxt, self.seen, self.key, self.in_model
+        implied, suffix, holds = self.implied, self.suffix, self.invariants_hold
+        unset_id = id(UNSET)
+        for i in ids:
+            c = Ctx(self.states[i], [UNSET] * nv)
+            found: Successors = []
+            try:
+                for lab in nxt(c, EMPTY):
+                    n = c.n
+                    assert n is not None
+                    t = tuple(n)
+                    if unset_id in map(id, t):
+                        found.append((UNASSIGNED, lab, next(k for k, v in enumerate(t) if v is UNSET)))
+                        break
+                    try:
+                        steps_ok = all(fn(c, env) is True for _name, fn, env in implied)
+                        if in_model is not None and not in_model(t, c):
+                            found.append((OUTSIDE, lab) if steps_ok and holds(t) else (FULL, lab, t, None, False))
+                            continue
+                        k = key(t) if key is not None else t
+                        j = seen.get(k, -1)
+                        if j >= 0 and steps_ok:
+                            on_suffix = bool(suffix) and all(fn(c, env) is True for fn, env in suffix)
+                            found.append((KNOWN, lab, j, on_suffix))
+                        else:
+                            found.append((FULL, lab, t, k if key is not None else None, j < 0 and holds(t)))
+                    except Exception:
+                        # The checker evaluates this successor again and reports the error in order.
+                        found.append((FULL, lab, t, None, False))
+            except Exception as exc:  # re-raised by replay() in the checker, at this state
+                found.append((FAILED, exc))
+            out.append(found)
+        return out
 
 
-def generate(nxt: Gen, states: Sequence[State], ids: list[int], nv: int, workers: int) -> dict[int, Successors]:
-    """The successors of the states ``ids``, computed by ``workers`` processes."""
-    size = -(-len(ids) // workers)
-    chunks = [ids[k:k + size] for k in range(0, len(ids), size)]
-    children: list[tuple[int, int]] = []
-    for chunk in chunks[1:]:
+    def serve(self, jobs: IO[bytes], results: IO[bytes]) -> None:
+        """The worker's loop: store the states a job brings, expand its run, send the records."""
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the checker's to handle
+        for box in self.memos:
+            box[0] = None
+        while True:
+            job = _receive(jobs)
+            if job is None:
+                return
+            states, keys, start, end = job
+            base = len(self.states)
+            self.states.extend(states)
+            for k, key in enumerate(keys if keys is not None else states):
+                self.seen[key] = base + k
+            _send(results, self.expand(range(start, end)))
+            gc.freeze()  # like the checker's SearchHeap: later collections skip what this job stored
+
+
+def _send(pipe: IO[bytes], obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    pipe.write(struct.pack("<Q", len(data)))
+    pipe.write(data)
+    pipe.flush()
+
+
+def _receive(pipe: IO[bytes]) -> Any:
+    """The next object on the pipe, or None when the other side closed it."""
+    head = pipe.read(8)
+    if len(head) < 8:
+        return None
+    (size,) = struct.unpack("<Q", head)
+    data = pipe.read(size)
+    if len(data) < size:
+        return None
+    return pickle.loads(data)
+
+
+def _died(pid: int) -> Halt:
+    return Halt(f"worker process {pid} stopped without sending its results (killed, or out of memory?); "
+                "the check is incomplete (rerun with --workers 1)", EXIT_ERROR_SYSTEM)
+
+
+class Worker:
+    """One forked worker process and its two pipes."""
+
+    def __init__(self, expansion: Expansion, others: list[Worker]) -> None:
+        job_read, job_write = os.pipe()
+        result_read, result_write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the worker: serve jobs, then exit without running the parent's cleanup
+            os.close(job_write)
+            os.close(result_read)
+            for other in others:  # else another worker would never read EOF on its jobs pipe
+                os.close(other.jobs.fileno())
+                os.close(other.results.fileno())
+            try:
+                with os.fdopen(job_read, "rb") as jobs, os.fdopen(result_write, "wb") as results:
+                    expansion.serve(jobs, results)
+            finally:
+                os._exit(0)
+        os.close(job_read)
+        os.close(result_write)
+        self.pid = pid
+        self.jobs = os.fdopen(job_write, "wb")
+        self.results = os.fdopen(result_read, "rb")
+        self.synced = len(expansion.states)  # the states this worker holds
+        self.busy = False
+
+    def stop(self) -> None:
+        """Close the pipes (an idle worker reads EOF, a busy one fails to write) and reap it."""
+        for pipe in (self.jobs, self.results):
+            with contextlib.suppress(OSError):  # a worker that died: nothing left to flush to
+                pipe.close()
+        os.waitpid(self.pid, 0)
+
+
+class Batch:
+    """The successor records of the states ``start .. end-1``, expanded by one worker and read
+    when the checker first needs them."""
+
+    def __init__(self, start: int, end: int, worker: Worker) -> None:
+        self.start, self.end, self.worker = start, end, worker
+        self.records: list[Successors] | None = None
+
+    def take(self, i: int) -> Successors:
+        """The records of state ``i`` (waiting for the worker the first time)."""
+        if self.records is None:
+            records = _receive(self.worker.results)
+            if records is None:
+                raise _died(self.worker.pid)
+            self.records = records
+        if i == self.end - 1:
+            self.worker.busy = False
+        return self.records[i - self.start]
+
+
+class Pool:
+    """``workers`` worker processes, started on the first :meth:`submit`."""
+
+    def __init__(self, expansion: Expansion, workers: int, keys: list[Any] | None) -> None:
+        self.expansion, self.size, self.keys = expansion, workers, keys
+        self.workers: list[Worker] = []
+
+    def idle(self) -> Worker | None:
+        if not self.workers:
+            for _ in range(self.size):
+                self.workers.append(Worker(self.expansion, list(self.workers)))
+        return next((w for w in self.workers if not w.busy), None)
+
+    def submit(self, worker: Worker, start: int, end: int) -> Batch:
+        """Have ``worker`` expand the states ``start .. end-1``."""
+        states = self.expansion.states
+        new = states[worker.synced:]
+        keys = self.keys[worker.synced:] if self.keys is not None else None
+        _send(worker.jobs, (new, keys, start, end))
+        worker.synced = len(states)
+        worker.busy = True
+        return Batch(start, end, worker)
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+        self.workers = []
+
+
+def forked_map(fn: Callable[[Any], Any], items: Sequence[Any], workers: int) -> list[Any]:
+    """``[fn(x) for x in items]`` with the items shared out over this process and ``workers - 1``
+    forked children (each takes a contiguous share; results and exceptions come back pickled, and
+    an exception is re-raised in item order)."""
+    size = -(-len(items) // max(1, workers))
+    shares = [list(range(k, min(k + size, len(items)))) for k in range(0, len(items), size)] if items else []
+    children: list[tuple[int, int, list[int]]] = []
+    for share in shares[1:]:
         read, write = os.pipe()
         pid = os.fork()
-        if pid == 0:  # the child: expand, send, exit without running the parent's cleanup
+        if pid == 0:
             os.close(read)
             try:
-                data = pickle.dumps(_expand(nxt, states, chunk, nv), protocol=pickle.HIGHEST_PROTOCOL)
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the checker's to handle
+                out: list[tuple[bool, Any]] = []
+                for k in share:
+                    try:
+                        out.append((True, fn(items[k])))
+                    except Exception as exc:
+                        out.append((False, exc))
+                        break
+                data = pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
                 with os.fdopen(write, "wb") as pipe:
                     pipe.write(data)
             finally:
                 os._exit(0)
         os.close(write)
-        children.append((pid, read))
-    results = _expand(nxt, states, chunks[0], nv)
-    for pid, read in children:
-        with os.fdopen(read, "rb") as pipe:
-            data = pipe.read()
-        os.waitpid(pid, 0)
-        if not data:
-            raise RuntimeError("a successor-generation worker process died")
-        results += pickle.loads(data)
-    return dict(zip(ids, results, strict=True))
-
-
-def replay(n: list[Value], found: Successors) -> Iterator[str | None]:
-    """Yield the recorded successors of one state like the action generator would, setting the
-    next-state list ``n`` to each; re-raise a recorded failure where it happened."""
-    for kind, a, b in found:
-        if kind == FAILED:
-            raise a
-        if kind == UNASSIGNED:
-            n[:] = [None] * len(n)
-            n[b] = UNSET  # the checker names the first unassigned variable
-            yield a
-            return
-        n[:] = b
-        yield a
+        children.append((pid, read, share))
+    results: list[Any] = []
+    failure: Exception | None = None
+    received: list[list[tuple[bool, Any]]] = []
+    try:
+        try:
+            for k in shares[0] if shares else []:
+                results.append(fn(items[k]))
+        except Exception as exc:  # raised below, after the children are reaped
+            failure = exc
+        for pid, read, _share in children:
+            with os.fdopen(read, "rb") as pipe:
+                data = pipe.read()
+            os.waitpid(pid, 0)
+            received.append(pickle.loads(data) if data else [(False, _died(pid))])
+        children = []
+    finally:
+        for pid, read, _share in children:  # interrupted: stop the children that are left
+            os.close(read)
+            os.waitpid(pid, 0)
+    if failure is not None:
+        raise failure
+    for out in received:
+        for ok, value in out:
+            if not ok:
+                raise value
+            results.append(value)
+    return results
