@@ -40,6 +40,7 @@ from .syntax import (
     fold,
     name_of,
     ordered,
+    read_vars,
     rebuild,
     state_memo,
     tname,
@@ -1104,6 +1105,10 @@ class ExprCompiler:
         deps |= bdeps & ~ENV
         if self.purity.memoisable(target):
             return self.memoised_call(target, body, names, fns), deps
+        if not pr and target.name not in target.scope.recursive and self.purity.state_memoisable(target):
+            idxs = read_vars(bdeps, len(self.variables))
+            if idxs is not None:
+                return self.state_memoised_call(target, body, names, fns, idxs), deps
         if target.name in target.scope.recursive:
             return self.recursive_call(target, body, names, fns), deps
         if len(fns) == 1:
@@ -1197,6 +1202,40 @@ class ExprCompiler:
             return r
 
         return memon
+
+    def state_memoised_call(
+        self, target: OpDef, body: Fun, names: list[str], fns: list[Fun], idxs: list[int]
+    ) -> Fun:
+        """A call of an expensive operator that reads a few unprimed variables and is otherwise
+        pure (``StoreOutcomes(r, S)``): its values are memoised on the argument values and the
+        values of those variables, one memo per definition. Many states share them, and an
+        action's guard and its updates call it with the same arguments."""
+        memo = self.op_memos.setdefault(id(target), {})
+        limit = _OP_MEMO_LIMIT
+        plain = PLAIN_TYPES
+        pairs = list(zip(names, fns, strict=True))
+
+        def state_memo_call(c: Ctx, e: dict[str, Value]) -> Value:
+            args = {n: f(c, e) for n, f in pairs}
+            s = c.s
+            if s is None:
+                return body(c, args)
+            key = [*args.values(), *[s[i] for i in idxs]]
+            for a in key:
+                if type(a) not in plain:  # lazy sets and functions: hashing would materialise them
+                    return body(c, args)
+            k = tuple(key)
+            r = memo.get(k, MISSING)
+            if r is MISSING:
+                r = body(c, args)
+                if type(r) not in plain:  # a lazy value may hold on to the context
+                    return r
+                if len(memo) >= limit:
+                    memo.clear()
+                memo[k] = r
+            return r
+
+        return state_memo_call
 
     def builtin_call(self, fn: Callable[..., Value], fns: list[Fun], node: Any, name: str) -> Fun:
         """``fn(c, args...)`` for a standard-module operator, its errors located at ``node``
