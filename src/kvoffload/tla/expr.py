@@ -730,10 +730,13 @@ class ExprCompiler:
             def app_env(c: Ctx, e: dict[str, Value]) -> Value:
                 fv = c.s[i]  # type: ignore[index]
                 x = e[name]
-                if type(fv) is Fn:
+                t = type(fv)
+                if t is Fn:
                     r = fv.d.get(x, UNSET)
                     if r is not UNSET:
                         return r
+                elif t is tuple and type(x) is int and 0 < x <= len(fv):
+                    return fv[x - 1]  # a function on 1..n (pc[p] with processes 1..N)
                 return apply(fv, x)
 
             return app_env
@@ -880,14 +883,32 @@ class ExprCompiler:
         if op == "=>":
             a, ad = self.expr(args[0], scope, lc, pr)
             b, bd = self.expr(args[1], scope, lc, pr)
-            return (lambda c, e: (not as_bool(a(c, e), "=>")) or as_bool(b(c, e), "=>")), ad | bd
+
+            def implies(c: Ctx, e: dict[str, Value]) -> Value:
+                # as_bool only off the common path: this is the hottest operator of many specs.
+                v = a(c, e)
+                if v is False:
+                    return True
+                if v is not True:
+                    as_bool(v, "=>")
+                w = b(c, e)
+                return w if w is True or w is False else as_bool(w, "=>")
+
+            return implies, ad | bd
         if op == "<=>":
             a, ad = self.expr(args[0], scope, lc, pr)
             b, bd = self.expr(args[1], scope, lc, pr)
             return (lambda c, e: as_bool(a(c, e), "<=>") == as_bool(b(c, e), "<=>")), ad | bd
         if op == "~":
             a, ad = self.expr(args[0], scope, lc, pr)
-            return (lambda c, e: not as_bool(a(c, e), "~")), ad
+
+            def negation(c: Ctx, e: dict[str, Value]) -> Value:
+                v = a(c, e)
+                if v is True:
+                    return False
+                return True if v is False else not as_bool(v, "~")
+
+            return negation, ad
         if op == "'":
             if pr:
                 raise self.unsupported("double prime (x'')", node)
