@@ -92,6 +92,9 @@ class ExprCompiler:
         # Memoised calls of pure, expensive operators: per definition, argument values -> value.
         self.purity = Purity()
         self.op_memos: dict[int, dict[Any, Value]] = {}
+        # How many times ``@`` was compiled: an EXCEPT value that does not read it is evaluated
+        # in its enclosing environment, without a copy that binds ``@``.
+        self.at_reads = 0
 
     # ---- errors -------------------------------------------------------------------------
     def err(self, msg: str, node: Any, kind: str = "semantic") -> TlaError:
@@ -339,6 +342,7 @@ class ExprCompiler:
             if node == "@":
                 if "@" not in locals_:
                     raise self.err("@ used outside EXCEPT", None)
+                self.at_reads += 1
                 return (lambda c, e: e["@"]), ENV
             raise self.unsupported(f"bare token {node!r}", None)
         t = tname(node)
@@ -775,43 +779,40 @@ class ExprCompiler:
                         path.append(ks[0])
                     else:
                         path.append(lambda c, e, ks=ks: tuple([k(c, e) for k in ks]))
+            at_reads = self.at_reads
             v, vd = self.expr(ch.expression, scope, inner, pr)
             deps |= vd & ~ENV if not lc else vd
-            changes.append((path, v))
+            changes.append((path, v, self.at_reads != at_reads))
 
-        def setp(c: Ctx, e: dict[str, Value], fv: Value, keys: list[Value], vfn: Fun) -> Value:
+        def setp(c: Ctx, e: dict[str, Value], fv: Value, keys: list[Value], vfn: Fun, at: bool) -> Value:
             k = keys[0]
             try:
                 old = apply(fv, k)
             except EvalError:
                 return fv  # a key outside the domain leaves the function unchanged
             if len(keys) == 1:
-                e2 = dict(e)
-                e2["@"] = old
-                return update(fv, k, norm(vfn(c, e2)))
-            return update(fv, k, setp(c, e, old, keys[1:], vfn))
+                return update(fv, k, norm(vfn(c, {**e, "@": old} if at else e)))
+            return update(fv, k, setp(c, e, old, keys[1:], vfn, at))
 
         def ex(c: Ctx, e: dict[str, Value]) -> Value:
             fv = f(c, e)
-            for path, vfn in changes:
-                fv = setp(c, e, fv, [k(c, e) for k in path], vfn)
+            for path, vfn, at in changes:
+                fv = setp(c, e, fv, [k(c, e) for k in path], vfn, at)
             return fv
 
-        if all(len(path) == 1 for path, _ in changes):
-            simple = [(path[0], vfn) for path, vfn in changes]
+        if all(len(path) == 1 for path, _, _ in changes):
+            simple = [(path[0], vfn, at) for path, vfn, at in changes]
 
             def ex1(c: Ctx, e: dict[str, Value]) -> Value:
                 # ![k] = v only: setp's single-key case inlined.
                 fv = f(c, e)
-                for kfn, vfn in simple:
+                for kfn, vfn, at in simple:
                     k = kfn(c, e)
                     try:
                         old = apply(fv, k)
                     except EvalError:
                         continue  # a key outside the domain leaves the function unchanged
-                    e2 = dict(e)
-                    e2["@"] = old
-                    v = vfn(c, e2)
+                    v = vfn(c, {**e, "@": old} if at else e)
                     fv = update(fv, k, v if type(v) in PLAIN_TYPES else norm(v))
                 return fv
 
