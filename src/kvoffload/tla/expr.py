@@ -791,7 +791,10 @@ class ExprCompiler:
             except EvalError:
                 return fv  # a key outside the domain leaves the function unchanged
             if len(keys) == 1:
-                return update(fv, k, norm(vfn(c, {**e, "@": old} if at else e)))
+                if at:
+                    e = dict(e)  # dict() and a store: faster than {**e, "@": old}
+                    e["@"] = old
+                return update(fv, k, norm(vfn(c, e)))
             return update(fv, k, setp(c, e, old, keys[1:], vfn, at))
 
         def ex(c: Ctx, e: dict[str, Value]) -> Value:
@@ -812,7 +815,12 @@ class ExprCompiler:
                         old = apply(fv, k)
                     except EvalError:
                         continue  # a key outside the domain leaves the function unchanged
-                    v = vfn(c, {**e, "@": old} if at else e)
+                    if at:
+                        e2 = dict(e)
+                        e2["@"] = old
+                        v = vfn(c, e2)
+                    else:
+                        v = vfn(c, e)
                     fv = update(fv, k, v if type(v) in PLAIN_TYPES else norm(v))
                 return fv
 
