@@ -40,6 +40,7 @@ from .syntax import (
     fold,
     name_of,
     ordered,
+    read_vars,
     rebuild,
     state_memo,
     tname,
@@ -91,6 +92,9 @@ class ExprCompiler:
         # Memoised calls of pure, expensive operators: per definition, argument values -> value.
         self.purity = Purity()
         self.op_memos: dict[int, dict[Any, Value]] = {}
+        # How many times ``@`` was compiled: an EXCEPT value that does not read it is evaluated
+        # in its enclosing environment, without a copy that binds ``@``.
+        self.at_reads = 0
 
     # ---- errors -------------------------------------------------------------------------
     def err(self, msg: str, node: Any, kind: str = "semantic") -> TlaError:
@@ -338,6 +342,7 @@ class ExprCompiler:
             if node == "@":
                 if "@" not in locals_:
                     raise self.err("@ used outside EXCEPT", None)
+                self.at_reads += 1
                 return (lambda c, e: e["@"]), ENV
             raise self.unsupported(f"bare token {node!r}", None)
         t = tname(node)
@@ -729,10 +734,13 @@ class ExprCompiler:
             def app_env(c: Ctx, e: dict[str, Value]) -> Value:
                 fv = c.s[i]  # type: ignore[index]
                 x = e[name]
-                if type(fv) is Fn:
+                t = type(fv)
+                if t is Fn:
                     r = fv.d.get(x, UNSET)
                     if r is not UNSET:
                         return r
+                elif t is tuple and type(x) is int and 0 < x <= len(fv):
+                    return fv[x - 1]  # a function on 1..n (pc[p] with processes 1..N)
                 return apply(fv, x)
 
             return app_env
@@ -771,43 +779,48 @@ class ExprCompiler:
                         path.append(ks[0])
                     else:
                         path.append(lambda c, e, ks=ks: tuple([k(c, e) for k in ks]))
+            at_reads = self.at_reads
             v, vd = self.expr(ch.expression, scope, inner, pr)
             deps |= vd & ~ENV if not lc else vd
-            changes.append((path, v))
+            changes.append((path, v, self.at_reads != at_reads))
 
-        def setp(c: Ctx, e: dict[str, Value], fv: Value, keys: list[Value], vfn: Fun) -> Value:
+        def setp(c: Ctx, e: dict[str, Value], fv: Value, keys: list[Value], vfn: Fun, at: bool) -> Value:
             k = keys[0]
             try:
                 old = apply(fv, k)
             except EvalError:
                 return fv  # a key outside the domain leaves the function unchanged
             if len(keys) == 1:
-                e2 = dict(e)
-                e2["@"] = old
-                return update(fv, k, norm(vfn(c, e2)))
-            return update(fv, k, setp(c, e, old, keys[1:], vfn))
+                if at:
+                    e = dict(e)  # dict() and a store: faster than {**e, "@": old}
+                    e["@"] = old
+                return update(fv, k, norm(vfn(c, e)))
+            return update(fv, k, setp(c, e, old, keys[1:], vfn, at))
 
         def ex(c: Ctx, e: dict[str, Value]) -> Value:
             fv = f(c, e)
-            for path, vfn in changes:
-                fv = setp(c, e, fv, [k(c, e) for k in path], vfn)
+            for path, vfn, at in changes:
+                fv = setp(c, e, fv, [k(c, e) for k in path], vfn, at)
             return fv
 
-        if all(len(path) == 1 for path, _ in changes):
-            simple = [(path[0], vfn) for path, vfn in changes]
+        if all(len(path) == 1 for path, _, _ in changes):
+            simple = [(path[0], vfn, at) for path, vfn, at in changes]
 
             def ex1(c: Ctx, e: dict[str, Value]) -> Value:
                 # ![k] = v only: setp's single-key case inlined.
                 fv = f(c, e)
-                for kfn, vfn in simple:
+                for kfn, vfn, at in simple:
                     k = kfn(c, e)
                     try:
                         old = apply(fv, k)
                     except EvalError:
                         continue  # a key outside the domain leaves the function unchanged
-                    e2 = dict(e)
-                    e2["@"] = old
-                    v = vfn(c, e2)
+                    if at:
+                        e2 = dict(e)
+                        e2["@"] = old
+                        v = vfn(c, e2)
+                    else:
+                        v = vfn(c, e)
                     fv = update(fv, k, v if type(v) in PLAIN_TYPES else norm(v))
                 return fv
 
@@ -879,14 +892,32 @@ class ExprCompiler:
         if op == "=>":
             a, ad = self.expr(args[0], scope, lc, pr)
             b, bd = self.expr(args[1], scope, lc, pr)
-            return (lambda c, e: (not as_bool(a(c, e), "=>")) or as_bool(b(c, e), "=>")), ad | bd
+
+            def implies(c: Ctx, e: dict[str, Value]) -> Value:
+                # as_bool only off the common path: this is the hottest operator of many specs.
+                v = a(c, e)
+                if v is False:
+                    return True
+                if v is not True:
+                    as_bool(v, "=>")
+                w = b(c, e)
+                return w if w is True or w is False else as_bool(w, "=>")
+
+            return implies, ad | bd
         if op == "<=>":
             a, ad = self.expr(args[0], scope, lc, pr)
             b, bd = self.expr(args[1], scope, lc, pr)
             return (lambda c, e: as_bool(a(c, e), "<=>") == as_bool(b(c, e), "<=>")), ad | bd
         if op == "~":
             a, ad = self.expr(args[0], scope, lc, pr)
-            return (lambda c, e: not as_bool(a(c, e), "~")), ad
+
+            def negation(c: Ctx, e: dict[str, Value]) -> Value:
+                v = a(c, e)
+                if v is True:
+                    return False
+                return True if v is False else not as_bool(v, "~")
+
+            return negation, ad
         if op == "'":
             if pr:
                 raise self.unsupported("double prime (x'')", node)
@@ -1104,6 +1135,10 @@ class ExprCompiler:
         deps |= bdeps & ~ENV
         if self.purity.memoisable(target):
             return self.memoised_call(target, body, names, fns), deps
+        if not pr and target.name not in target.scope.recursive and self.purity.state_memoisable(target):
+            idxs = read_vars(bdeps, len(self.variables))
+            if idxs is not None:
+                return self.state_memoised_call(target, body, names, fns, idxs), deps
         if target.name in target.scope.recursive:
             return self.recursive_call(target, body, names, fns), deps
         if len(fns) == 1:
@@ -1197,6 +1232,40 @@ class ExprCompiler:
             return r
 
         return memon
+
+    def state_memoised_call(
+        self, target: OpDef, body: Fun, names: list[str], fns: list[Fun], idxs: list[int]
+    ) -> Fun:
+        """A call of an expensive operator that reads a few unprimed variables and is otherwise
+        pure (``StoreOutcomes(r, S)``): its values are memoised on the argument values and the
+        values of those variables, one memo per definition. Many states share them, and an
+        action's guard and its updates call it with the same arguments."""
+        memo = self.op_memos.setdefault(id(target), {})
+        limit = _OP_MEMO_LIMIT
+        plain = PLAIN_TYPES
+        pairs = list(zip(names, fns, strict=True))
+
+        def state_memo_call(c: Ctx, e: dict[str, Value]) -> Value:
+            args = {n: f(c, e) for n, f in pairs}
+            s = c.s
+            if s is None:
+                return body(c, args)
+            key = [*args.values(), *[s[i] for i in idxs]]
+            for a in key:
+                if type(a) not in plain:  # lazy sets and functions: hashing would materialise them
+                    return body(c, args)
+            k = tuple(key)
+            r = memo.get(k, MISSING)
+            if r is MISSING:
+                r = body(c, args)
+                if type(r) not in plain:  # a lazy value may hold on to the context
+                    return r
+                if len(memo) >= limit:
+                    memo.clear()
+                memo[k] = r
+            return r
+
+        return state_memo_call
 
     def builtin_call(self, fn: Callable[..., Value], fns: list[Fun], node: Any, name: str) -> Fun:
         """``fn(c, args...)`` for a standard-module operator, its errors located at ``node``

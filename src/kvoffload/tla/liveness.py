@@ -24,7 +24,7 @@ a behaviour confined to a sub-component can avoid enabling A).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 
@@ -38,56 +38,56 @@ class FairInfo:
 
 
 def tarjan(nodes: Sequence[int] | set[int], succ: list[list[tuple[int, str]]], allowed: set[int]) -> list[list[int]]:
-    """Strongly connected components of the subgraph induced by ``allowed`` (iterative)."""
-    index: dict[int, int] = {}
-    low: dict[int, int] = {}
-    on: set[int] = set()
+    """Strongly connected components of the subgraph induced by ``allowed`` (iterative). Nodes
+    are the state indices 0..len(succ)-1, so the per-node tables are flat lists, and each node
+    on the DFS path keeps an iterator over its edges."""
+    n = len(succ)
+    index = [-1] * n
+    low = [0] * n
+    on = bytearray(n)
+    inside = bytearray(n)
+    for v in allowed:
+        inside[v] = 1
     stack: list[int] = []
     out: list[list[int]] = []
     counter = 0
     for root in nodes:
-        if root in index:
+        if index[root] >= 0:
             continue
-        work: list[tuple[int, int]] = [(root, 0)]
         index[root] = low[root] = counter
         counter += 1
         stack.append(root)
-        on.add(root)
+        on[root] = 1
+        work: list[tuple[int, Iterator[tuple[int, str]]]] = [(root, iter(succ[root]))]
         while work:
-            v, k = work[-1]
-            edges = succ[v]
-            advanced = False
-            while k < len(edges):
-                w = edges[k][0]
-                k += 1
-                if w not in allowed:
+            v, edges = work[-1]
+            for w, _label in edges:
+                if not inside[w]:
                     continue
-                if w not in index:
-                    work[-1] = (v, k)
+                if index[w] < 0:
                     index[w] = low[w] = counter
                     counter += 1
                     stack.append(w)
-                    on.add(w)
-                    work.append((w, 0))
-                    advanced = True
-                    break
-                if w in on:
-                    low[v] = min(low[v], index[w])
-            if advanced:
-                continue
-            work.pop()
-            if work:
-                u = work[-1][0]
-                low[u] = min(low[u], low[v])
-            if low[v] == index[v]:
-                comp = []
-                while True:
-                    w = stack.pop()
-                    on.discard(w)
-                    comp.append(w)
-                    if w == v:
-                        break
-                out.append(comp)
+                    on[w] = 1
+                    work.append((w, iter(succ[w])))
+                    break  # descend into w; v's iterator resumes after it
+                if on[w] and index[w] < low[v]:
+                    low[v] = index[w]
+            else:
+                work.pop()
+                if work:
+                    u = work[-1][0]
+                    if low[v] < low[u]:
+                        low[u] = low[v]
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on[w] = 0
+                        comp.append(w)
+                        if w == v:
+                            break
+                    out.append(comp)
     return out
 
 

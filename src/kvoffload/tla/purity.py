@@ -5,6 +5,10 @@ arguments alone (no variable, primed or not, directly or through the definitions
 side effect such as ``Print``), and *expensive*: RECURSIVE, or its body (or a definition it
 calls) contains a binder (quantifier, set filter or map, function constructor, CHOOSE). Cheap
 bodies such as ``Node(v) == v[1]`` cost less to evaluate than to hash their arguments.
+
+An expensive operator that is pure except that it reads unprimed variables (``StoreOutcomes(r,
+S)`` of KVOffload.tla) is a function of its arguments and those variables' values: it may be
+memoised on both (see ``ExprCompiler.state_memoised_call``).
 """
 
 from __future__ import annotations
@@ -26,28 +30,34 @@ class Purity:
     """Analyses operator definitions once each (results cached by definition)."""
 
     def __init__(self) -> None:
-        self.done: dict[int, tuple[bool, bool]] = {}
+        self.done: dict[int, tuple[bool, bool, bool]] = {}
         self.active: set[int] = set()
 
     def memoisable(self, opdef: OpDef) -> bool:
-        pure, expensive = self.analyse(opdef)
-        return pure and expensive and all(arity == 0 for _, arity in opdef.params)
+        pure, expensive, reads_state = self.analyse(opdef)
+        return pure and not reads_state and expensive and all(arity == 0 for _, arity in opdef.params)
 
-    def analyse(self, opdef: OpDef) -> tuple[bool, bool]:
-        """(pure, expensive) for ``opdef``."""
+    def state_memoisable(self, opdef: OpDef) -> bool:
+        """Expensive, and a function of its arguments and the unprimed variables it reads."""
+        pure, expensive, reads_state = self.analyse(opdef)
+        return pure and reads_state and expensive and all(arity == 0 for _, arity in opdef.params)
+
+    def analyse(self, opdef: OpDef) -> tuple[bool, bool, bool]:
+        """(pure apart from reading unprimed variables, expensive, reads unprimed variables) for
+        ``opdef``."""
         key = id(opdef)
         hit = self.done.get(key)
         if hit is not None:
             return hit
         if key in self.active:
-            return (True, True)  # recursion: decided by the rest of the body
+            return (True, True, False)  # recursion: decided by the rest of the body
         self.active.add(key)
         try:
-            acc = [True, opdef.name in opdef.scope.recursive]
+            acc = [True, opdef.name in opdef.scope.recursive, False]
             self.walk(opdef.body, opdef.scope, acc)
         finally:
             self.active.discard(key)
-        out = (acc[0], acc[1])
+        out = (acc[0], acc[1], acc[2])
         self.done[key] = out
         return out
 
@@ -81,10 +91,11 @@ class Purity:
                 sub, outer = d.scope.subst[name]
                 self.walk(sub, outer, acc)
             elif d.kind == "var":
-                acc[0] = False
+                acc[2] = True
         elif isinstance(d, OpDef):
-            pure, expensive = self.analyse(d)
+            pure, expensive, reads_state = self.analyse(d)
             acc[0] = acc[0] and pure
             acc[1] = acc[1] or expensive
+            acc[2] = acc[2] or reads_state
         elif isinstance(d, InstanceRef):
             acc[0] = False

@@ -248,13 +248,25 @@ def flatten_product(node: Any) -> list[Any]:
 MISSING: Any = object()
 
 
+def read_vars(deps: int, nvars: int, most: int = 3) -> list[int] | None:
+    """The unprimed variables an expression with dependencies ``deps`` reads, when they are
+    between one and ``most`` and the expression reads nothing else of the state (no primed
+    variable, no side effect); else None. Bound names (ENV) are left to the caller."""
+    if deps & NEXT or not deps & STATE:
+        return None
+    idxs = [i for i in range(nvars) if deps & (VAR0 << i)]
+    if not idxs or len(idxs) > most or deps & ~(STATE | ENV | ((1 << (VAR0.bit_length() - 1 + nvars)) - VAR0)):
+        return None
+    return idxs
+
+
 def state_memo(fn: Fun, deps: int, nvars: int, most: int = 3) -> Fun:
     """Memoise an expression that depends on at most ``most`` unprimed variables and nothing else
     (no bound names, no primed variables), keyed by those variables' values."""
-    if deps & (ENV | NEXT) or not deps & STATE:
+    if deps & ENV:
         return fn
-    idxs = [i for i in range(nvars) if deps & (VAR0 << i)]
-    if not idxs or len(idxs) > most or deps & ~(STATE | ((1 << (VAR0.bit_length() - 1 + nvars)) - VAR0)):
+    idxs = read_vars(deps, nvars, most)
+    if idxs is None:
         return fn
     memo: dict[Any, Value] = {}
     if len(idxs) == 1:
