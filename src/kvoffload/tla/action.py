@@ -340,7 +340,6 @@ class Compiler(ExprCompiler):
         guard: Fun | None = getattr(body, "guard", None)
         rest: Gen | None = getattr(body, "rest", None)
         prep: Fun | None = getattr(body, "prep", None)
-        once = (None,)
         only_name = (name,)
 
         def call(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
@@ -366,10 +365,10 @@ class Compiler(ExprCompiler):
                         return _replay(n, hit[1])
                     if box[1]:
                         if guard is None:
-                            return _record(c, memo, key, _call_body(c, e2))
+                            return _record(c, memo, key, _labelled(body, c, e2))
                         rec_key = key  # test the guard first: a disabled action records []
             if guard is None:
-                return _call_body(c, e2)
+                return _labelled(body, c, e2)
             # Test the guard right here: a disabled action costs no generator at all.
             try:
                 if prep is not None:
@@ -382,24 +381,21 @@ class Compiler(ExprCompiler):
                         memo[rec_key] = (c.s, [])  # type: ignore[index]
                     return ()
             except EvalError as exc:
-                if exc.where is None:
-                    exc.where = where
-                    exc.args = (f"{where}: {exc.bare_message}",)
+                exc.locate(where)
                 raise
             if rec_key is not None:
-                return _record(c, memo, rec_key, only_name if rest is None else _rest_body(c, e2))  # type: ignore[arg-type]
+                return _record(c, memo, rec_key, only_name if rest is None else _labelled(rest, c, e2))  # type: ignore[arg-type]
             if rest is None:
                 return only_name
-            return _rest_body(c, e2)
+            return _labelled(rest, c, e2)
 
-        def _rest_body(c: Ctx, e2: dict[str, Value]) -> Iterator[str | None]:
+        def _labelled(gen: Gen, c: Ctx, e2: dict[str, Value]) -> Iterator[str | None]:
+            """``gen``'s steps, unnamed ones named after this action, errors located at the call."""
             try:
-                for lab in rest(c, e2):  # type: ignore[misc]
+                for lab in gen(c, e2):
                     yield lab or name
             except EvalError as exc:
-                if exc.where is None:
-                    exc.where = where
-                    exc.args = (f"{where}: {exc.bare_message}",)
+                exc.locate(where)
                 raise
 
         def _replay(n: list[Value], rec: list[tuple[str, list[Value]]]) -> Iterator[str | None]:
@@ -415,27 +411,6 @@ class Compiler(ExprCompiler):
                 rec.append((lab, n[:]))  # type: ignore[index]
                 yield lab
             memo[key] = (c.s, rec)  # only a complete enumeration is remembered
-
-        def _call_body(c: Ctx, e2: dict[str, Value]) -> Iterator[str | None]:
-            try:
-                if guard is not None:
-                    if prep is not None:
-                        e2 = prep(c, e2)
-                    v = guard(c, e2)
-                    if v is not True:
-                        if v is not False:
-                            as_bool(v, "action guard")
-                        return
-                    inner = rest(c, e2) if rest is not None else once
-                else:
-                    inner = body(c, e2)
-                for lab in inner:
-                    yield lab or name
-            except EvalError as exc:
-                if exc.where is None:
-                    exc.where = where
-                    exc.args = (f"{where}: {exc.bare_message}",)
-                raise
 
         return "act", call
 
@@ -653,23 +628,17 @@ def conj_gen(parts: list[tuple[str, Any]]) -> Gen:
 
 
 def guarded(p: Fun, rest: Gen | None) -> Gen:
-    if rest is None:
-        def g0(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-            v = p(c, e)
-            if v is True:
-                yield None
-            elif v is not False:
-                as_bool(v, "action conjunct")
-
-        g0.guard = p  # type: ignore[attr-defined]
-        g0.rest = None  # type: ignore[attr-defined]
-        return g0
+    """The successors of ``rest`` (or one, the current bindings, without ``rest``) where the
+    predicate ``p`` holds."""
 
     def g(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
         v = p(c, e)
         if v is True:
-            for _ in rest(c, e):
+            if rest is None:
                 yield None
+            else:
+                for _ in rest(c, e):
+                    yield None
         elif v is not False:
             as_bool(v, "action conjunct")
 
@@ -679,17 +648,15 @@ def guarded(p: Fun, rest: Gen | None) -> Gen:
 
 
 def seq_gen(a: Gen, rest: Gen | None) -> Gen:
+    """``a`` then ``rest`` on each of ``a``'s bindings."""
     if rest is None and getattr(a, "steps", None) is not None:
         return a  # yields None only already
-    if rest is None:
-        def g0(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-            for _ in a(c, e):
-                yield None
-
-        return g0
 
     def g(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
         for _ in a(c, e):
-            yield from rest(c, e)
+            if rest is None:
+                yield None
+            else:
+                yield from rest(c, e)
 
     return g

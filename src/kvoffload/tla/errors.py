@@ -40,6 +40,12 @@ class EvalError(Exception):
         super().__init__(f"{where}: {message}" if where else message)
         self.bare_message = message
 
+    def locate(self, where: str) -> None:
+        """Attach ``where`` unless an inner, more precise location is already attached."""
+        if self.where is None:
+            self.where = where
+            self.args = (f"{where}: {self.bare_message}",)
+
 
 class AssertionFailed(EvalError):
     """TLC!Assert failed."""

@@ -62,12 +62,29 @@ from .values import (
     iter_set,
     mkfn,
     norm,
+    remember,
     render,
     update,
 )
 
 # Entries of one operator's memo (see memoised_call) before it is cleared, bounding its memory.
 _OP_MEMO_LIMIT = 100_000
+
+
+def bound_operator(body: Fun, params: list[str]) -> Fun:
+    """An operator argument (``LAMBDA x : ...`` or a named operator) as a value: a callable
+    ``(c, args) -> value`` that evaluates ``body`` with ``params`` bound to ``args`` in the
+    environment of the place it was passed from."""
+
+    def make(c: Ctx, e: dict[str, Value]) -> Value:
+        def op(c2: Ctx, args: tuple[Value, ...]) -> Value:
+            e2 = dict(e)
+            e2.update(zip(params, args, strict=True))
+            return body(c2, e2)
+
+        return op
+
+    return make
 
 
 class ExprCompiler:
@@ -115,9 +132,7 @@ class ExprCompiler:
             try:
                 return fn(c, e)
             except EvalError as exc:
-                if exc.where is None:
-                    exc.where = where
-                    exc.args = (f"{where}: {exc.bare_message}",)
+                exc.locate(where)
                 raise
             except (TypeError, ValueError) as exc:
                 raise EvalError(str(exc), where) from exc
@@ -665,56 +680,16 @@ class ExprCompiler:
             return fast, fd | ad
         a = args[0]
         anode = node.arguments[0]
-        # The commonest cases inline: a record or function (Fn) or sequence (tuple) applied to a
-        # bound name or a constant; apply() handles errors and the rest.
+        # The commonest arguments, a bound name or a constant, are read without their closure.
         if tname(anode) == "OperatorApplication" and not anode.arguments and getattr(
             lc.get(anode.operator), "kind", None
         ) == "val":
             name = anode.operator
-
-            def app_name(c: Ctx, e: dict[str, Value]) -> Value:
-                fv = f(c, e)
-                x = e[name]
-                t = type(fv)
-                if t is Fn:
-                    r = fv.d.get(x, UNSET)
-                    if r is not UNSET:
-                        return r
-                elif t is tuple and type(x) is int and 0 < x <= len(fv):
-                    return fv[x - 1]
-                return apply(fv, x)
-
-            return app_name, fd | ad
+            return (lambda c, e: apply(f(c, e), e[name])), fd | ad
         known, xv = const_value(a) if ad == 0 else (False, None)
         if known:
-            idx = xv - 1 if type(xv) is int else -1
-
-            def app_const(c: Ctx, e: dict[str, Value]) -> Value:
-                fv = f(c, e)
-                t = type(fv)
-                if t is Fn:
-                    r = fv.d.get(xv, UNSET)
-                    if r is not UNSET:
-                        return r
-                elif t is tuple and 0 <= idx < len(fv):
-                    return fv[idx]
-                return apply(fv, xv)
-
-            return app_const, fd
-
-        def app(c: Ctx, e: dict[str, Value]) -> Value:
-            fv = f(c, e)
-            x = a(c, e)
-            t = type(fv)
-            if t is Fn:
-                r = fv.d.get(x, UNSET)
-                if r is not UNSET:
-                    return r
-            elif t is tuple and type(x) is int and 0 < x <= len(fv):
-                return fv[x - 1]
-            return apply(fv, x)
-
-        return app, fd | ad
+            return (lambda c, e: apply(f(c, e), xv)), fd
+        return (lambda c, e: apply(f(c, e), a(c, e))), fd | ad
 
     def fast_application(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> Fun | None:
         """``v[x]`` with v an unprimed state variable and x a bound name or a constant (``sched[r]``,
@@ -730,20 +705,7 @@ class ExprCompiler:
             if loc.kind != "val":
                 return None
             name = anode.operator
-
-            def app_env(c: Ctx, e: dict[str, Value]) -> Value:
-                fv = c.s[i]  # type: ignore[index]
-                x = e[name]
-                t = type(fv)
-                if t is Fn:
-                    r = fv.d.get(x, UNSET)
-                    if r is not UNSET:
-                        return r
-                elif t is tuple and type(x) is int and 0 < x <= len(fv):
-                    return fv[x - 1]  # a function on 1..n (pc[p] with processes 1..N)
-                return apply(fv, x)
-
-            return app_env
+            return lambda c, e: apply(c.s[i], e[name])  # type: ignore[index]
         return None
 
     def x_Field(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
@@ -1034,16 +996,7 @@ class ExprCompiler:
             for p in params:
                 inner[p] = Local("val", p)
             body, _ = self.expr(node.expression, scope, inner, pr)
-
-            def mk_lambda(c: Ctx, e: dict[str, Value]) -> Value:
-                def lam(c2: Ctx, args: tuple[Value, ...]) -> Value:
-                    e2 = dict(e)
-                    e2.update(zip(params, args, strict=True))
-                    return body(c2, e2)
-
-                return lam
-
-            return mk_lambda, ENV
+            return bound_operator(body, params), ENV
         if tname(node) == "OperatorApplication" and not node.arguments:
             name = node.operator
             loc = lc.get(name)
@@ -1060,16 +1013,7 @@ class ExprCompiler:
                 inner[a] = Local("val", a)
             argnodes = [VarRef(a, node) for a in fake_args]
             body, _ = self.call(target, argnodes, scope, inner, pr, node)
-
-            def mk_ref(c: Ctx, e: dict[str, Value]) -> Value:
-                def ref(c2: Ctx, args: tuple[Value, ...]) -> Value:
-                    e2 = dict(e)
-                    e2.update(zip(fake_args, args, strict=True))
-                    return body(c2, e2)
-
-                return ref
-
-            return mk_ref, ENV
+            return bound_operator(body, fake_args), ENV
         raise self.unsupported(f"operator argument of form {tname(node)}", node)
 
     def call(
@@ -1208,9 +1152,7 @@ class ExprCompiler:
                         r = body(c, {n0: a})
                     except RecursionError:
                         raise too_deep(where, what) from None
-                    if len(memo) >= limit:
-                        memo.clear()
-                    memo[a] = r
+                    remember(memo, a, r, limit)
                 return r
 
             return memo1
@@ -1226,9 +1168,7 @@ class ExprCompiler:
                     r = body(c, dict(zip(names, args, strict=True)))
                 except RecursionError:
                     raise too_deep(where, what) from None
-                if len(memo) >= limit:
-                    memo.clear()
-                memo[args] = r
+                remember(memo, args, r, limit)
             return r
 
         return memon
@@ -1260,9 +1200,7 @@ class ExprCompiler:
                 r = body(c, args)
                 if type(r) not in plain:  # a lazy value may hold on to the context
                     return r
-                if len(memo) >= limit:
-                    memo.clear()
-                memo[k] = r
+                remember(memo, k, r, limit)
             return r
 
         return state_memo_call
@@ -1275,11 +1213,6 @@ class ExprCompiler:
             return self.located(lambda c, e: fn(c, *[f(c, e) for f in fns]), node, name)
         where = f"{self.where(node)} ({name})"
 
-        def locate(exc: EvalError) -> None:
-            if exc.where is None:
-                exc.where = where
-                exc.args = (f"{where}: {exc.bare_message}",)
-
         if len(fns) == 1:
             f0 = fns[0]
 
@@ -1287,7 +1220,7 @@ class ExprCompiler:
                 try:
                     return fn(c, f0(c, e))
                 except EvalError as exc:
-                    locate(exc)
+                    exc.locate(where)
                     raise
                 except (TypeError, ValueError) as exc:
                     raise EvalError(str(exc), where) from exc
@@ -1299,7 +1232,7 @@ class ExprCompiler:
             try:
                 return fn(c, f0(c, e), f1(c, e))
             except EvalError as exc:
-                locate(exc)
+                exc.locate(where)
                 raise
             except (TypeError, ValueError) as exc:
                 raise EvalError(str(exc), where) from exc

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .values import Fn, ModelValue, Value, sortkey
+from .values import Fn, ModelValue, Value, remember, sortkey
 
 # Permuted images of compound values are memoised per permutation (messages and records recur
 # in many states); the memo is dropped when it reaches this many entries, bounding its memory.
@@ -37,9 +37,7 @@ def _permuter(perm: dict[Value, Value]) -> Callable[[Value], Value]:
             r = Fn({pm(k): pm(x) for k, x in v.d.items()})
         else:
             return v
-        if len(memo) >= _MEMO_LIMIT:
-            memo.clear()
-        memo[v] = r
+        remember(memo, v, r, _MEMO_LIMIT)
         return r
 
     return pm

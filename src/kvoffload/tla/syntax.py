@@ -116,32 +116,29 @@ def as_bool(v: Value, what: str) -> bool:
 
 def all_of(fns: list[Fun]) -> Fun:
     """A conjunction of compiled predicates: stops at the first FALSE, rejects non-booleans."""
-
-    def conj(c: Ctx, e: dict[str, Value]) -> Value:
-        for f in fns:
-            v = f(c, e)
-            if v is not True:
-                if v is False:
-                    return False
-                as_bool(v, "conjunct")
-        return True
-
-    return conj
+    return _short_circuit(fns, False, "conjunct")
 
 
 def any_of(fns: list[Fun]) -> Fun:
     """A disjunction of compiled predicates: stops at the first TRUE, rejects non-booleans."""
+    return _short_circuit(fns, True, "disjunct")
 
-    def disj(c: Ctx, e: dict[str, Value]) -> Value:
+
+def _short_circuit(fns: list[Fun], decisive: bool, what: str) -> Fun:
+    """Evaluate ``fns`` in order until one gives ``decisive`` (its value is the junction's),
+    else the other boolean; a non-boolean is an error naming ``what``."""
+    neutral = not decisive
+
+    def junction(c: Ctx, e: dict[str, Value]) -> Value:
         for f in fns:
             v = f(c, e)
-            if v is not False:
-                if v is True:
-                    return True
-                as_bool(v, "disjunct")
-        return False
+            if v is not neutral:
+                if v is decisive:
+                    return decisive
+                as_bool(v, what)
+        return neutral
 
-    return disj
+    return junction
 
 
 def fold(fn: Fun, deps: int) -> Fun:

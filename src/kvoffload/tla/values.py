@@ -514,3 +514,11 @@ def iter_set(v: Value) -> Iterable[Value]:
     if isinstance(v, LazySet):
         return v
     raise EvalError(f"expected a set, got {render(v)}")
+
+
+def remember(memo: dict[Any, Value], key: Any, value: Value, limit: int) -> None:
+    """Store ``value`` under ``key`` in a bounded memo: a full memo is emptied first (values
+    recur within a search's neighbourhood, so starting over costs little and bounds memory)."""
+    if len(memo) >= limit:
+        memo.clear()
+    memo[key] = value
