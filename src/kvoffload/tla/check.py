@@ -553,14 +553,14 @@ class Checker:
         ``i`` (the queue holds the states i+1, i+2, ... in order), of up to ``_PARALLEL_BATCH``
         states; this process expands the states before the first run itself meanwhile."""
         least = max(16, _PARALLEL_BATCH // 16)
-        while len(self.batches) < pool.size:
+        while len(self.batches) < pool.size * parallel.DEPTH:
             start = max(self.batches[-1].end if self.batches else 0, i + 1)
             waiting = len(self.states) - start
             size = min(_PARALLEL_BATCH, max(least, waiting // self.workers))
-            if not self.batches:
-                # About as many states as a worker's run: this process also replays the records.
-                start += size * _OWN_SHARE // 100
-                waiting = len(self.states) - start
+            # Before each run, a share of states this process expands itself (it also replays
+            # the records of the runs).
+            start += size * _OWN_SHARE // 100
+            waiting = len(self.states) - start
             if waiting < least:
                 return
             worker = pool.idle()
@@ -924,7 +924,7 @@ def check_model(
 _PARALLEL_BATCH = 4096
 # With workers > 1: this process expands itself the queued states before a worker's run, about
 # this percentage of the run's length (it also replays every successor record).
-_OWN_SHARE = 50
+_OWN_SHARE = 100
 # Deep recursion (RECURSIVE operators, recursive functions) runs on a 512 MiB thread stack.
 _STACK_BYTES = 512 * 1024 * 1024
 _RECURSION_LIMIT = 400_000

@@ -22,8 +22,10 @@ import contextlib
 import gc
 import os
 import pickle
+import queue
 import signal
 import struct
+import threading
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
@@ -38,6 +40,8 @@ State = tuple[Value, ...]
 # invariants_ok), then optionally (UNASSIGNED, label, variable index) or (FAILED, exception).
 Successors = list[tuple[Any, ...]]
 KNOWN, OUTSIDE, FULL, UNASSIGNED, FAILED = 0, 1, 2, 3, 4
+# How many jobs a worker holds at once (see Worker).
+DEPTH = 2
 
 
 class Expansion:
@@ -111,7 +115,10 @@ class Expansion:
 
 
 def _send(pipe: IO[bytes], obj: Any) -> None:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    _write(pipe, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _write(pipe: IO[bytes], data: bytes) -> None:
     pipe.write(struct.pack("<Q", len(data)))
     pipe.write(data)
     pipe.flush()
@@ -135,7 +142,13 @@ def _died(pid: int) -> Halt:
 
 
 class Worker:
-    """One forked worker process and its two pipes."""
+    """One forked worker process, its two pipes, and the thread that writes its jobs.
+
+    A worker holds up to :data:`DEPTH` jobs, so that it expands the next run while the checker
+    replays the previous one. The jobs are written by a thread: the checker writing a job while
+    the worker writes the results of the previous one would otherwise block both once the two
+    messages outgrow the pipes' buffers.
+    """
 
     def __init__(self, expansion: Expansion, others: list[Worker]) -> None:
         job_read, job_write = os.pipe()
@@ -158,10 +171,23 @@ class Worker:
         self.jobs = os.fdopen(job_write, "wb")
         self.results = os.fdopen(result_read, "rb")
         self.synced = len(expansion.states)  # the states this worker holds
-        self.busy = False
+        self.outstanding = 0  # jobs sent whose results the checker has not taken yet
+        self.pending: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self.writer = threading.Thread(target=self.write_jobs, name=f"tla-jobs-{pid}", daemon=True)
+        self.writer.start()
+
+    def write_jobs(self) -> None:
+        """The writer thread: send each pickled job, until None."""
+        while (data := self.pending.get()) is not None:
+            try:
+                _write(self.jobs, data)
+            except OSError:  # the worker died: the checker finds out when it reads the results
+                return
 
     def stop(self) -> None:
         """Close the pipes (an idle worker reads EOF, a busy one fails to write) and reap it."""
+        self.pending.put(None)
+        self.writer.join()
         for pipe in (self.jobs, self.results):
             with contextlib.suppress(OSError):  # a worker that died: nothing left to flush to
                 pipe.close()
@@ -184,7 +210,7 @@ class Batch:
                 raise _died(self.worker.pid)
             self.records = records
         if i == self.end - 1:
-            self.worker.busy = False
+            self.worker.outstanding -= 1
         return self.records[i - self.start]
 
 
@@ -196,19 +222,21 @@ class Pool:
         self.workers: list[Worker] = []
 
     def idle(self) -> Worker | None:
+        """The worker with the fewest outstanding jobs, if it can take one more."""
         if not self.workers:
             for _ in range(self.size):
                 self.workers.append(Worker(self.expansion, list(self.workers)))
-        return next((w for w in self.workers if not w.busy), None)
+        worker = min(self.workers, key=lambda w: w.outstanding)
+        return worker if worker.outstanding < DEPTH else None
 
     def submit(self, worker: Worker, start: int, end: int) -> Batch:
         """Have ``worker`` expand the states ``start .. end-1``."""
         states = self.expansion.states
         new = states[worker.synced:]
         keys = self.keys[worker.synced:] if self.keys is not None else None
-        _send(worker.jobs, (new, keys, start, end))
+        worker.pending.put(pickle.dumps((new, keys, start, end), protocol=pickle.HIGHEST_PROTOCOL))
         worker.synced = len(states)
-        worker.busy = True
+        worker.outstanding += 1
         return Batch(start, end, worker)
 
     def close(self) -> None:
