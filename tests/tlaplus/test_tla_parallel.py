@@ -26,6 +26,7 @@ Bound == a + b <= 30
 Grows == [][a' >= a]_<<a, b, c>>
 Frozen == [][b' = b \\/ a + b + c < 45]_<<a, b, c>>
 Spec == Init /\\ [][Next]_<<a, b, c>> /\\ WF_<<a, b, c>>(Next)
+SpecErr == Init /\\ [][Next]_<<a, b, c>> /\\ WF_<<a, b, c>>(NextErr)
 Ends == <>(a = N)
 NeverEnds == <>(c = N + 1)
 ====
@@ -67,8 +68,10 @@ def run(tmp_path: Path, cfg: str, workers: int) -> dict[str, object]:
     # Liveness under weak fairness: satisfied, and violated with a lasso trace.
     "CONSTANT N = 20\nLIMIT = 100\nSPECIFICATION Spec\nPROPERTY Ends\nCHECK_DEADLOCK FALSE\n",
     "CONSTANT N = 20\nLIMIT = 100\nSPECIFICATION Spec\nPROPERTY NeverEnds\nCHECK_DEADLOCK FALSE\n",
+    # An evaluation error in a fairness action (not in Next): found by the liveness check.
+    "CONSTANT N = 20\nLIMIT = 100\nSPECIFICATION SpecErr\nPROPERTY Ends\nCHECK_DEADLOCK FALSE\n",
 ], ids=["deadlock", "violation", "eval-error", "unassigned", "constraint", "action-property", "action-violation",
-        "liveness", "liveness-violation"])
+        "liveness", "liveness-violation", "fairness-eval-error"])
 def test_two_workers_give_the_sequential_answer(cfg: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     one = run(tmp_path, cfg, 1)
     # Small batches, so that the worker processes take part at every level of this model.

@@ -383,10 +383,20 @@ class Checker:
         # Edges (i, j) that satisfy every <>[][A]_v conjunct of the SPECIFICATION.
         self.suffix_edges: set[tuple[int, int]] = set()
         self.current = -1
-        # Remember the successors of the fairness actions met during the search, so that the
-        # liveness pass does not enumerate them again.
+        # Per fairness condition of the SPECIFICATION, filled as each state is expanded: whether
+        # <<A>>_v is enabled in it, the explored edges that are <<A>>_v steps, and whether
+        # evaluating it failed somewhere (the liveness pass then evaluates it again, in order,
+        # and reports the error).
+        fair_graph = self.succ is not None and bool(model.fairness)
+        self.fair_conditions = list(zip(model.fairness, model.fairness_all_vars or [False] * len(model.fairness),
+                                        strict=True)) if fair_graph else []
+        self.fair_enabled: list[list[bool]] = [[] for _ in self.fair_conditions]
+        self.fair_taken: list[set[tuple[int, int]]] = [set() for _ in self.fair_conditions]
+        self.fair_failed = [False] * len(self.fair_conditions)
+        # The successors of the fairness actions met while enumerating Next from a state, kept
+        # until the fairness conditions are evaluated on that state.
         self.memos: list[list[Any]] = []
-        if model.liveness and model.fairness:
+        if model.fairness and fair_graph:
             for op in model.fairness_ops:
                 box = model.comp.act_memos.get(op)
                 if box is not None:
@@ -397,6 +407,38 @@ class Checker:
         for box in self.memos:
             box[0], box[1] = None, False
         self.memos = []
+
+    def fair_steps(self, s: State, lookup: dict[Any, int]) -> list[tuple[bool, list[int]] | None]:
+        """Per fairness condition: whether ``<<A>>_v`` is enabled in ``s`` and ``lookup``'s values
+        of the ``<<A>>_v`` successors it holds; None where evaluating A failed. A's successors
+        come from the memos that enumerating Next from ``s`` just filled, which are then emptied."""
+        nv = len(self.m.variables)
+        out: list[tuple[bool, list[int]] | None] = []
+        for (_kind, gen, v, vp, env), whole in self.fair_conditions:
+            try:
+                out.append(_enabled_steps(gen, v, vp, env, whole, s, nv, lookup))
+            except Exception:  # the liveness pass evaluates it again and reports it
+                out.append(None)
+        for box in self.memos:
+            box[0].clear()
+        return out
+
+    def record_fair_steps(
+        self, i: int, steps: list[tuple[bool, list[int]] | None], targets: list[int] | None
+    ) -> None:
+        """Store :meth:`fair_steps` of state ``i``, whose values are state indices, or (from a
+        worker process) positions in ``targets``, the indices of its successor records (-1: none)."""
+        for k, info in enumerate(steps):
+            if info is None:
+                self.fair_failed[k] = True
+                self.fair_enabled[k].append(False)
+                continue
+            self.fair_enabled[k].append(info[0])
+            taken = self.fair_taken[k]
+            for p in info[1]:
+                j = targets[p] if targets is not None else p
+                if j >= 0:
+                    taken.add((i, j))
 
     # ---- helpers -----------------------------------------------------------------------------
     def key(self, t: State) -> Any:
@@ -490,6 +532,7 @@ class Checker:
         heap = self.heap
         pool = self.pool = parallel.Pool(self.expansion(), self.workers - 1, self.keys) if self.workers > 1 else None
         visit = self.visit
+        fair = bool(self.fair_conditions)
         expanded = 0
         while self.queue:
             i = self.queue.popleft()
@@ -515,26 +558,33 @@ class Checker:
                     any_succ = True
                     self.generated += 1
                     visit(i, d, c, t, lab or "Next", None, False)
+                if fair:
+                    self.record_fair_steps(i, self.fair_steps(s, self.seen), None)
             else:
+                targets: list[int] = []  # per successor record, the successor's index (-1: not stored)
                 for rec in records:
                     kind = rec[0]
                     if kind == parallel.KNOWN:
                         any_succ = True
                         self.generated += 1
+                        j = rec[2]
+                        targets.append(j)
                         if succ is not None:
-                            j = rec[2]
                             succ[i].append((j, rec[1] or "Next"))
                             if rec[3]:
                                 suffix_edges.add((i, j))
                     elif kind == parallel.OUTSIDE:
                         any_succ = True
                         self.generated += 1
+                        targets.append(-1)
                     elif kind == parallel.FULL:
                         any_succ = True
                         self.generated += 1
                         t = rec[2]
                         c.n = list(t)
-                        visit(i, d, c, t, rec[1] or "Next", rec[3], rec[4])
+                        targets.append(visit(i, d, c, t, rec[1] or "Next", rec[3], rec[4]))
+                    elif kind == parallel.FAIR:
+                        self.record_fair_steps(i, rec[1], targets)
                     elif kind == parallel.UNASSIGNED:
                         raise self.unassigned(i, rec[2], rec[1])
                     else:
@@ -573,11 +623,11 @@ class Checker:
                      f"successor state is not completely specified: {self.m.variables[var]}' is not assigned "
                      f"by action {lab or 'Next'}", EXIT_FAILURE_SPEC_EVAL)
 
-    def visit(self, i: int, d: int, c: Ctx, t: State, label: str, key: Any, invariants_hold: bool) -> None:
+    def visit(self, i: int, d: int, c: Ctx, t: State, label: str, key: Any, invariants_hold: bool) -> int:
         """Process the successor ``t`` of state ``i`` (depth ``d``) in TLC's order: constraints,
         then invariants on unseen states, then implied actions on every step, then (in model,
         unseen) enqueue. ``key`` and ``invariants_hold`` come from a worker process that already
-        computed them (a key of None: compute it)."""
+        computed them (a key of None: compute it). Returns t's index (-1: out of the model)."""
         m = self.m
         if (m.constraints or m.action_constraints) and not self.in_model(t, c):
             self.check_state(t, i, label, False)
@@ -610,6 +660,7 @@ class Checker:
             self.succ[i].append((j, label))
             if m.suffix_actions and all(fn(c, env) is True for fn, env in m.suffix_actions):
                 self.suffix_edges.add((i, j))
+        return j
 
     def expansion(self) -> parallel.Expansion:
         """The checker's tables as worker processes see them (see :mod:`parallel`)."""
@@ -624,7 +675,7 @@ class Checker:
         return parallel.Expansion(
             m.next, self.states, self.seen, len(m.variables), self.key if m.symmetry else None,
             self.in_model if constrained else None, invariants_hold, m.implied_actions, m.suffix_actions,
-            self.memos,
+            self.memos, self.fair_steps if self.fair_conditions else None,
         )
 
     # ---- liveness ----------------------------------------------------------------------------
@@ -636,21 +687,14 @@ class Checker:
         fair: list[FairInfo] = []
         # Without symmetry (liveness excludes it) the search's fingerprint table is the state index.
         index = self.seen if not self.m.symmetry else {t: k for k, t in enumerate(self.states)}
-        for box in self.memos:
-            box[1] = False  # replay what the search recorded; record nothing new
-        all_vars = self.m.fairness_all_vars or [False] * len(self.m.fairness)
-        conditions = list(zip(self.m.fairness, all_vars, strict=True))
-
-        def where_enabled(condition: Any) -> tuple[list[bool], set[tuple[int, int]]]:
-            (_kind, gen, v, vp, env), whole = condition
-            return self.enabled_and_taken(gen, v, vp, env, whole, index)
-
-        # One enumeration of each fairness action per state: shared out over the workers.
-        found_fair = parallel.forked_map(where_enabled, conditions, self.workers) if self.workers > 1 else [
-            where_enabled(cond) for cond in conditions]
-        for ((kind, *_rest), _whole), (enabled, taken) in zip(conditions, found_fair, strict=True):
-            fair.append(FairInfo(kind, enabled, taken))
         self.release_memos()
+        for k, ((kind, gen, v, vp, env), whole) in enumerate(self.fair_conditions):
+            if self.fair_failed[k]:
+                # Evaluating A failed on some state: evaluate it again on every state in order,
+                # which raises the error at the first state where it fails.
+                fair.append(FairInfo(kind, *self.enabled_and_taken(gen, v, vp, env, whole, index)))
+            else:
+                fair.append(FairInfo(kind, self.fair_enabled[k], self.fair_taken[k]))
         cycle_succ = None
         if self.m.suffix_actions:
             cycle_succ = [[(b, lab) for b, lab in out if (a, b) in self.suffix_edges or a == b]
@@ -720,35 +764,12 @@ class Checker:
         """Per state whether ``<<A>>_v`` is enabled, and the explored edges that are ``<<A>>_v``
         steps (one enumeration of A per state gives both)."""
         nv = len(self.m.variables)
-        unset_id = id(UNSET)
         enabled = []
         taken: set[tuple[int, int]] = set()
         for a, s in enumerate(self.states):
-            c = Ctx(s, [UNSET] * nv)
-            en = False
-            if whole:
-                # v is the tuple of all variables: <<A>>_v is a step to a different state.
-                for _ in gen(c, env):
-                    t = tuple(c.n)  # type: ignore[arg-type]
-                    if unset_id in map(id, t):
-                        vp(c, env)  # reports the unassigned variable like the general case
-                    # A known successor differs from s exactly when its index does.
-                    b = index.get(t)
-                    if b is None:
-                        if t != s:
-                            en = True
-                    elif b != a:
-                        en = True
-                        taken.add((a, b))
-            else:
-                vs = v(c, env)
-                for _ in gen(c, env):
-                    if vp(c, env) != vs:
-                        en = True
-                        b = index.get(tuple(c.n))  # type: ignore[arg-type]
-                        if b is not None and b != a:
-                            taken.add((a, b))
+            en, targets = _enabled_steps(gen, v, vp, env, whole, s, nv, index)
             enabled.append(en)
+            taken.update((a, b) for b in targets)
         return enabled, taken
 
     def edges_where(self, step: Pred, env: dict[str, Value]) -> set[tuple[int, int]]:
@@ -828,6 +849,37 @@ class Checker:
             if j == b:
                 return lab
         return self.label[b]
+
+
+def _enabled_steps(
+    gen: Gen, v: Pred, vp: Pred, env: dict[str, Value], whole: bool, s: State, nv: int, lookup: dict[Any, int]
+) -> tuple[bool, list[int]]:
+    """Whether ``<<A>>_v`` is enabled in ``s``, and ``lookup``'s values of the ``<<A>>_v``
+    successors of ``s`` that it holds (one enumeration of A gives both)."""
+    c = Ctx(s, [UNSET] * nv)
+    en = False
+    targets: list[int] = []
+    if whole:
+        # v is the tuple of all variables: <<A>>_v is a step to a different state.
+        unset_id = id(UNSET)
+        for _ in gen(c, env):
+            t = tuple(c.n)  # type: ignore[arg-type]
+            if unset_id in map(id, t):
+                vp(c, env)  # reports the unassigned variable like the general case
+            if t != s:
+                en = True
+                b = lookup.get(t)
+                if b is not None:
+                    targets.append(b)
+    else:
+        vs = v(c, env)
+        for _ in gen(c, env):
+            if vp(c, env) != vs:  # then the successor differs from s
+                en = True
+                b = lookup.get(tuple(c.n))  # type: ignore[arg-type]
+                if b is not None:
+                    targets.append(b)
+    return en, targets
 
 
 def _trace(checker: Checker, stop: _Stop, lasso: bool) -> list[TraceStep]:

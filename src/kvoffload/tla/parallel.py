@@ -37,9 +37,10 @@ from .values import Value
 
 State = tuple[Value, ...]
 # Per state: records (KNOWN, label, index, suffix_ok), (OUTSIDE, label), (FULL, label, state, key,
-# invariants_ok), then optionally (UNASSIGNED, label, variable index) or (FAILED, exception).
+# invariants_ok), then optionally (UNASSIGNED, label, variable index) or (FAILED, exception), or
+# else (FAIR, the checker's fair_steps of the state, with the records' positions as targets).
 Successors = list[tuple[Any, ...]]
-KNOWN, OUTSIDE, FULL, UNASSIGNED, FAILED = 0, 1, 2, 3, 4
+KNOWN, OUTSIDE, FULL, UNASSIGNED, FAILED, FAIR = 0, 1, 2, 3, 4, 5
 # How many jobs a worker holds at once (see Worker).
 DEPTH = 2
 
@@ -52,26 +53,33 @@ class Expansion:
         key: Callable[[State], Any] | None, in_model: Callable[[State, Ctx], bool] | None,
         invariants_hold: Callable[[State], bool], implied: list[tuple[str, Any, dict[str, Value]]],
         suffix: list[tuple[Any, dict[str, Value]]], memos: list[list[Any]],
+        fair_steps: Callable[[State, dict[Any, int]], list[Any]] | None,
     ) -> None:
         self.nxt, self.states, self.seen, self.nv = nxt, states, seen, nv
         self.key, self.in_model, self.invariants_hold = key, in_model, invariants_hold
         self.implied, self.suffix = implied, suffix
-        # The checker's successor memos (for the liveness pass): a child's entries would be lost.
+        # The successor memos of the fairness actions (emptied by fair_steps after each state).
         self.memos = memos
+        self.fair_steps = fair_steps
 
     def expand(self, ids: Sequence[int]) -> list[Successors]:
         out: list[Successors] = []
         nv, nxt, seen, key, in_model = self.nv, self.nxt, self.seen, self.key, self.in_model
         implied, suffix, holds = self.implied, self.suffix, self.invariants_hold
         unset_id = id(UNSET)
+        fair_steps = self.fair_steps
         for i in ids:
-            c = Ctx(self.states[i], [UNSET] * nv)
+            s = self.states[i]
+            c = Ctx(s, [UNSET] * nv)
             found: Successors = []
+            position: dict[State, int] = {}  # each successor's first position among the records
             try:
                 for lab in nxt(c, EMPTY):
                     n = c.n
                     assert n is not None
                     t = tuple(n)
+                    if fair_steps is not None:
+                        position.setdefault(t, len(found))
                     if unset_id in map(id, t):
                         found.append((UNASSIGNED, lab, next(k for k, v in enumerate(t) if v is UNSET)))
                         break
@@ -90,6 +98,8 @@ class Expansion:
                     except Exception:
                         # The checker evaluates this successor again and reports the error in order.
                         found.append((FULL, lab, t, None, False))
+                if fair_steps is not None and (not found or found[-1][0] != UNASSIGNED):
+                    found.append((FAIR, fair_steps(s, position)))
             except Exception as exc:  # re-raised by replay() in the checker, at this state
                 found.append((FAILED, exc))
             out.append(found)
@@ -100,7 +110,7 @@ class Expansion:
         """The worker's loop: store the states a job brings, expand its run, send the records."""
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the checker's to handle
         for box in self.memos:
-            box[0] = None
+            box[0].clear()
         while True:
             job = _receive(jobs)
             if job is None:
@@ -243,60 +253,3 @@ class Pool:
         for worker in self.workers:
             worker.stop()
         self.workers = []
-
-
-def forked_map(fn: Callable[[Any], Any], items: Sequence[Any], workers: int) -> list[Any]:
-    """``[fn(x) for x in items]`` with the items shared out over this process and ``workers - 1``
-    forked children (each takes a contiguous share; results and exceptions come back pickled, and
-    an exception is re-raised in item order)."""
-    size = -(-len(items) // max(1, workers))
-    shares = [list(range(k, min(k + size, len(items)))) for k in range(0, len(items), size)] if items else []
-    children: list[tuple[int, int, list[int]]] = []
-    for share in shares[1:]:
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(read)
-            try:
-                signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the checker's to handle
-                out: list[tuple[bool, Any]] = []
-                for k in share:
-                    try:
-                        out.append((True, fn(items[k])))
-                    except Exception as exc:
-                        out.append((False, exc))
-                        break
-                data = pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
-                with os.fdopen(write, "wb") as pipe:
-                    pipe.write(data)
-            finally:
-                os._exit(0)
-        os.close(write)
-        children.append((pid, read, share))
-    results: list[Any] = []
-    failure: Exception | None = None
-    received: list[list[tuple[bool, Any]]] = []
-    try:
-        try:
-            for k in shares[0] if shares else []:
-                results.append(fn(items[k]))
-        except Exception as exc:  # raised below, after the children are reaped
-            failure = exc
-        for pid, read, _share in children:
-            with os.fdopen(read, "rb") as pipe:
-                data = pipe.read()
-            os.waitpid(pid, 0)
-            received.append(pickle.loads(data) if data else [(False, _died(pid))])
-        children = []
-    finally:
-        for pid, read, _share in children:  # interrupted: stop the children that are left
-            os.close(read)
-            os.waitpid(pid, 0)
-    if failure is not None:
-        raise failure
-    for out in received:
-        for ok, value in out:
-            if not ok:
-                raise value
-            results.append(value)
-    return results
