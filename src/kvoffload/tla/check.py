@@ -533,6 +533,7 @@ class Checker:
         pool = self.pool = parallel.Pool(self.expansion(), self.workers - 1, self.keys) if self.workers > 1 else None
         visit = self.visit
         fair = bool(self.fair_conditions)
+        join = pool.expansion.values.join if pool is not None else None
         expanded = 0
         while self.queue:
             i = self.queue.popleft()
@@ -580,9 +581,9 @@ class Checker:
                     elif kind == parallel.FULL:
                         any_succ = True
                         self.generated += 1
-                        t = rec[2]
+                        t = join(rec[2], rec[3])
                         c.n = list(t)
-                        targets.append(visit(i, d, c, t, rec[1] or "Next", rec[3], rec[4]))
+                        targets.append(visit(i, d, c, t, rec[1] or "Next", rec[4], rec[5]))
                     elif kind == parallel.FAIR:
                         self.record_fair_steps(i, rec[1], targets)
                     elif kind == parallel.UNASSIGNED:

@@ -8,12 +8,14 @@ worker expands each state of its run and sends back, per state and in generation
 small record per successor, so that the checker processes them exactly as it would have generated
 them itself: same order, same counters, same first violation.
 
-Successors stored before the job was sent come back as their index only (the worker sends their index only (``KNOWN``,
-after checking the implied actions on the step). An out-of-model successor whose invariants hold
-is only counted (``OUTSIDE``). Every other successor comes back whole (``FULL``) with its
-fingerprint key and whether its invariants hold, and the checker runs its usual per-successor
-logic on it. A failure while generating (an evaluation error, a successor that leaves a variable
-unassigned) is recorded after the successors generated before it and re-raised at the same point.
+Successors stored before the job was sent come back as their index only (``KNOWN``, after
+checking the implied actions on the step). An out-of-model successor whose invariants hold is only
+counted (``OUTSIDE``). Every other successor comes back whole (``FULL``) with its fingerprint key
+and whether its invariants hold, and the checker runs its usual per-successor logic on it.
+A failure while generating (an evaluation error, a successor that leaves a variable unassigned)
+is recorded after the successors generated before it and re-raised at the same point. States
+travel encoded (:class:`Values`): each value of a variable as its number, and only the values
+the other side has not numbered yet as themselves, so that little is pickled.
 """
 
 from __future__ import annotations
@@ -36,13 +38,59 @@ from .syntax import EMPTY, UNSET, Ctx, Gen
 from .values import Value
 
 State = tuple[Value, ...]
-# Per state: records (KNOWN, label, index, suffix_ok), (OUTSIDE, label), (FULL, label, state, key,
-# invariants_ok), then optionally (UNASSIGNED, label, variable index) or (FAILED, exception), or
-# else (FAIR, the checker's fair_steps of the state, with the records' positions as targets).
+# Per state: records (KNOWN, label, index, suffix_ok), (OUTSIDE, label), (FULL, label, codes, raws,
+# key, invariants_ok) (the successor as Values.split gives it), then optionally (UNASSIGNED, label,
+# variable index) or (FAILED, exception), or else (FAIR, the checker's fair_steps of the state, with
+# the records' positions as targets).
 Successors = list[tuple[Any, ...]]
 KNOWN, OUTSIDE, FULL, UNASSIGNED, FAILED, FAIR = 0, 1, 2, 3, 4, 5
 # How many jobs a worker holds at once (see Worker).
 DEPTH = 2
+
+
+class Values:
+    """Per variable, its distinct values in the order they were numbered. The checker numbers
+    them; a worker learns the numbers with each job (``Values.extend``)."""
+
+    def __init__(self, nv: int) -> None:
+        self.ids: list[dict[Value, int]] = [{} for _ in range(nv)]
+        self.values: list[list[Value]] = [[] for _ in range(nv)]
+
+    def encode(self, t: State) -> tuple[int, ...]:
+        """``t`` as the numbers of its values, numbering the new ones (the checker's side)."""
+        out = []
+        for x, ids, values in zip(t, self.ids, self.values, strict=True):
+            k = ids.get(x)
+            if k is None:
+                k = ids[x] = len(values)
+                values.append(x)
+            out.append(k)
+        return tuple(out)
+
+    def extend(self, new: list[list[Value]]) -> None:
+        """Learn the values the checker numbered since the last job (a worker's side)."""
+        for fresh, ids, values in zip(new, self.ids, self.values, strict=True):
+            for x in fresh:
+                ids[x] = len(values)
+                values.append(x)
+
+    def decode(self, codes: tuple[int, ...]) -> State:
+        return tuple([values[k] for k, values in zip(codes, self.values, strict=True)])
+
+    def split(self, t: State) -> tuple[tuple[int, ...], tuple[Value, ...]]:
+        """A successor for the record: the numbers of its known values (-1 for the others), and
+        the other values themselves."""
+        codes = tuple([ids.get(x, -1) for x, ids in zip(t, self.ids, strict=True)])
+        if -1 not in codes:
+            return codes, ()
+        return codes, tuple([x for x, k in zip(t, codes, strict=True) if k < 0])
+
+    def join(self, codes: tuple[int, ...], raws: tuple[Value, ...]) -> State:
+        """The successor that :meth:`split` gave (known values are the checker's own objects)."""
+        if not raws:
+            return self.decode(codes)
+        rest = iter(raws)
+        return tuple([values[k] if k >= 0 else next(rest) for k, values in zip(codes, self.values, strict=True)])
 
 
 class Expansion:
@@ -61,6 +109,7 @@ class Expansion:
         # The successor memos of the fairness actions (emptied by fair_steps after each state).
         self.memos = memos
         self.fair_steps = fair_steps
+        self.values = Values(nv)
 
     def expand(self, ids: Sequence[int]) -> list[Successors]:
         out: list[Successors] = []
@@ -68,6 +117,7 @@ class Expansion:
         implied, suffix, holds = self.implied, self.suffix, self.invariants_hold
         unset_id = id(UNSET)
         fair_steps = self.fair_steps
+        split = self.values.split
         for i in ids:
             s = self.states[i]
             c = Ctx(s, [UNSET] * nv)
@@ -86,7 +136,8 @@ class Expansion:
                     try:
                         steps_ok = all(fn(c, env) is True for _name, fn, env in implied)
                         if in_model is not None and not in_model(t, c):
-                            found.append((OUTSIDE, lab) if steps_ok and holds(t) else (FULL, lab, t, None, False))
+                            found.append((OUTSIDE, lab) if steps_ok and holds(t)
+                                         else (FULL, lab, *split(t), None, False))
                             continue
                         k = key(t) if key is not None else t
                         j = seen.get(k, -1)
@@ -94,10 +145,10 @@ class Expansion:
                             on_suffix = bool(suffix) and all(fn(c, env) is True for fn, env in suffix)
                             found.append((KNOWN, lab, j, on_suffix))
                         else:
-                            found.append((FULL, lab, t, k if key is not None else None, j < 0 and holds(t)))
+                            found.append((FULL, lab, *split(t), k if key is not None else None, j < 0 and holds(t)))
                     except Exception:
                         # The checker evaluates this successor again and reports the error in order.
-                        found.append((FULL, lab, t, None, False))
+                        found.append((FULL, lab, *split(t), None, False))
                 if fair_steps is not None and (not found or found[-1][0] != UNASSIGNED):
                     found.append((FAIR, fair_steps(s, position)))
             except Exception as exc:  # re-raised by replay() in the checker, at this state
@@ -115,7 +166,9 @@ class Expansion:
             job = _receive(jobs)
             if job is None:
                 return
-            states, keys, start, end = job
+            new_values, codes, keys, start, end = job
+            self.values.extend(new_values)
+            states = [self.values.decode(k) for k in codes]
             base = len(self.states)
             self.states.extend(states)
             for k, key in enumerate(keys if keys is not None else states):
@@ -181,6 +234,7 @@ class Worker:
         self.jobs = os.fdopen(job_write, "wb")
         self.results = os.fdopen(result_read, "rb")
         self.synced = len(expansion.states)  # the states this worker holds
+        self.known = [len(values) for values in expansion.values.values]  # the values it has numbered
         self.outstanding = 0  # jobs sent whose results the checker has not taken yet
         self.pending: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self.writer = threading.Thread(target=self.write_jobs, name=f"tla-jobs-{pid}", daemon=True)
@@ -230,6 +284,7 @@ class Pool:
     def __init__(self, expansion: Expansion, workers: int, keys: list[Any] | None) -> None:
         self.expansion, self.size, self.keys = expansion, workers, keys
         self.workers: list[Worker] = []
+        self.codes: list[tuple[int, ...]] = []  # each stored state, encoded (Values.encode)
 
     def idle(self) -> Worker | None:
         """The worker with the fewest outstanding jobs, if it can take one more."""
@@ -241,11 +296,15 @@ class Pool:
 
     def submit(self, worker: Worker, start: int, end: int) -> Batch:
         """Have ``worker`` expand the states ``start .. end-1``."""
-        states = self.expansion.states
-        new = states[worker.synced:]
+        states, values = self.expansion.states, self.expansion.values
+        while len(self.codes) < len(states):
+            self.codes.append(values.encode(states[len(self.codes)]))
+        codes = self.codes[worker.synced:]
         keys = self.keys[worker.synced:] if self.keys is not None else None
-        worker.pending.put(pickle.dumps((new, keys, start, end), protocol=pickle.HIGHEST_PROTOCOL))
+        new_values = [vals[known:] for vals, known in zip(values.values, worker.known, strict=True)]
+        worker.pending.put(pickle.dumps((new_values, codes, keys, start, end), protocol=pickle.HIGHEST_PROTOCOL))
         worker.synced = len(states)
+        worker.known = [len(vals) for vals in values.values]
         worker.outstanding += 1
         return Batch(start, end, worker)
 
