@@ -533,6 +533,10 @@ class Checker:
         pool = self.pool = parallel.Pool(self.expansion(), self.workers - 1, self.keys) if self.workers > 1 else None
         visit = self.visit
         fair = bool(self.fair_conditions)
+        # With fairness conditions: each successor of the state being expanded, as generated, and
+        # its index. The fairness actions' successors are replayed from the memos that Next's
+        # enumeration filled, so they hold the same objects and are found by identity.
+        found: dict[State, int] = {}
         join = pool.expansion.values.join if pool is not None else None
         expanded = 0
         while self.queue:
@@ -558,9 +562,12 @@ class Checker:
                         raise self.unassigned(i, t.index(UNSET), lab)
                     any_succ = True
                     self.generated += 1
-                    visit(i, d, c, t, lab or "Next", None, False)
+                    j = visit(i, d, c, t, lab or "Next", None, False)
+                    if fair:
+                        found.setdefault(t, j)
                 if fair:
-                    self.record_fair_steps(i, self.fair_steps(s, self.seen), None)
+                    self.record_fair_steps(i, self.fair_steps(s, found), None)
+                    found = {}
             else:
                 targets: list[int] = []  # per successor record, the successor's index (-1: not stored)
                 for rec in records:
