@@ -562,7 +562,7 @@ class Checker:
                         raise self.unassigned(i, t.index(UNSET), lab)
                     any_succ = True
                     self.generated += 1
-                    j = visit(i, d, c, t, lab or "Next", None, False)
+                    j = visit(i, d, c, t, lab or "Next", None)
                     if fair:
                         found.setdefault(t, j)
                 if fair:
@@ -590,7 +590,7 @@ class Checker:
                         self.generated += 1
                         t = join(rec[2], rec[3])
                         c.n = list(t)
-                        targets.append(visit(i, d, c, t, rec[1] or "Next", rec[4], rec[5]))
+                        targets.append(visit(i, d, c, t, rec[1] or "Next", rec[4]))
                     elif kind == parallel.FAIR:
                         self.record_fair_steps(i, rec[1], targets)
                     elif kind == parallel.UNASSIGNED:
@@ -631,11 +631,11 @@ class Checker:
                      f"successor state is not completely specified: {self.m.variables[var]}' is not assigned "
                      f"by action {lab or 'Next'}", EXIT_FAILURE_SPEC_EVAL)
 
-    def visit(self, i: int, d: int, c: Ctx, t: State, label: str, key: Any, invariants_hold: bool) -> int:
+    def visit(self, i: int, d: int, c: Ctx, t: State, label: str, key: Any) -> int:
         """Process the successor ``t`` of state ``i`` (depth ``d``) in TLC's order: constraints,
         then invariants on unseen states, then implied actions on every step, then (in model,
-        unseen) enqueue. ``key`` and ``invariants_hold`` come from a worker process that already
-        computed them (a key of None: compute it). Returns t's index (-1: out of the model)."""
+        unseen) enqueue. ``key`` comes from a worker process that already computed it (None:
+        compute it). Returns t's index (-1: out of the model)."""
         m = self.m
         if (m.constraints or m.action_constraints) and not self.in_model(t, c):
             self.check_state(t, i, label, False)
@@ -653,7 +653,7 @@ class Checker:
                     t = k = tuple([v if v is sv else pool.setdefault(v, v)
                                    for v, sv, pool in zip(t, s, self.pools, strict=True)])
                 j = self.add(t, k, i, label, d + 1)
-                if m.invariants and not invariants_hold:
+                if m.invariants:
                     self.check_state(t, j, label, True)
                 if self.max_states is not None and len(self.states) >= self.max_states:
                     raise _Stop("error", None, [], None, "",
@@ -984,7 +984,7 @@ def check_model(
 _PARALLEL_BATCH = 4096
 # With workers > 1: this process expands itself the queued states before a worker's run, about
 # this percentage of the run's length (it also replays every successor record).
-_OWN_SHARE = 100
+_OWN_SHARE = 75
 # Deep recursion (RECURSIVE operators, recursive functions) runs on a 512 MiB thread stack.
 _STACK_BYTES = 512 * 1024 * 1024
 _RECURSION_LIMIT = 400_000

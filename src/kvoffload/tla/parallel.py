@@ -10,8 +10,10 @@ them itself: same order, same counters, same first violation.
 
 Successors stored before the job was sent come back as their index only (``KNOWN``, after
 checking the implied actions on the step). An out-of-model successor whose invariants hold is only
-counted (``OUTSIDE``). Every other successor comes back whole (``FULL``) with its fingerprint key
-and whether its invariants hold, and the checker runs its usual per-successor logic on it.
+counted (``OUTSIDE``). Every other successor comes back whole (``FULL``) with its fingerprint key,
+and the checker runs its usual per-successor logic on it (the worker does not evaluate the
+invariants of a successor it has not seen: most of them are states that the checker or the
+worker's previous jobs stored since the worker's last job).
 A failure while generating (an evaluation error, a successor that leaves a variable unassigned)
 is recorded after the successors generated before it and re-raised at the same point. States
 travel encoded (:class:`Values`): each value of a variable as its number, and only the values
@@ -39,7 +41,7 @@ from .values import Value
 
 State = tuple[Value, ...]
 # Per state: records (KNOWN, label, index, suffix_ok), (OUTSIDE, label), (FULL, label, codes, raws,
-# key, invariants_ok) (the successor as Values.split gives it), then optionally (UNASSIGNED, label,
+# key) (the successor as Values.split gives it), then optionally (UNASSIGNED, label,
 # variable index) or (FAILED, exception), or else (FAIR, the checker's fair_steps of the state, with
 # the records' positions as targets).
 Successors = list[tuple[Any, ...]]
@@ -137,7 +139,7 @@ class Expansion:
                         steps_ok = all(fn(c, env) is True for _name, fn, env in implied)
                         if in_model is not None and not in_model(t, c):
                             found.append((OUTSIDE, lab) if steps_ok and holds(t)
-                                         else (FULL, lab, *split(t), None, False))
+                                         else (FULL, lab, *split(t), None))
                             continue
                         k = key(t) if key is not None else t
                         j = seen.get(k, -1)
@@ -145,10 +147,10 @@ class Expansion:
                             on_suffix = bool(suffix) and all(fn(c, env) is True for fn, env in suffix)
                             found.append((KNOWN, lab, j, on_suffix))
                         else:
-                            found.append((FULL, lab, *split(t), k if key is not None else None, j < 0 and holds(t)))
+                            found.append((FULL, lab, *split(t), k if key is not None else None))
                     except Exception:
                         # The checker evaluates this successor again and reports the error in order.
-                        found.append((FULL, lab, *split(t), None, False))
+                        found.append((FULL, lab, *split(t), None))
                 if fair_steps is not None and (not found or found[-1][0] != UNASSIGNED):
                     found.append((FAIR, fair_steps(s, position)))
             except Exception as exc:  # re-raised by replay() in the checker, at this state
