@@ -29,7 +29,7 @@ from .action import Compiler
 from .config import ModelConfig, Named, parse_config
 from .errors import EvalError, TlaError
 from .heap import SearchHeap
-from .liveness import FairInfo, LivenessSearch
+from .liveness import FairInfo, LivenessSearch, reachable
 from .modules import Decl, InstanceRef, ModuleLoader, OpDef, Scope, pos
 from .monitor import DEFAULT_MAX_MEMORY_MB, Halt, Monitor
 from .symmetry import Canonicaliser
@@ -731,7 +731,7 @@ class Checker:
             if live.premise is not None:
                 pre, penv = live.premise
                 inits = [i for i in inits if pre(Ctx(self.states[i], None), penv) is True]
-                within = self.reachable(inits)
+                within = reachable(self.succ, inits)
             if kind == "[]":
                 bad = self.reach_violation(inits, pv)
                 if bad is not None:
@@ -819,18 +819,6 @@ class Checker:
             return search.search(sorted(on), on, None, self.depth)  # enabled all along the cycle
         everything = set(range(len(self.states)))
         return search.search(sorted(everything), everything, on, self.depth)  # enabled somewhere on it
-
-    def reachable(self, starts: list[int]) -> set[int]:
-        """The states reachable from ``starts`` in the explored graph."""
-        assert self.succ is not None
-        seen = set(starts)
-        stack = list(starts)
-        while stack:
-            for b, _lab in self.succ[stack.pop()]:
-                if b not in seen:
-                    seen.add(b)
-                    stack.append(b)
-        return seen
 
     def reach_violation(self, starts: list[int], ok: list[bool]) -> list[int] | None:
         """A shortest path in the state graph from one of ``starts`` to a state where ``ok`` is

@@ -91,6 +91,18 @@ def tarjan(nodes: Sequence[int] | set[int], succ: list[list[tuple[int, str]]], a
     return out
 
 
+def reachable(succ: list[list[tuple[int, str]]], starts: list[int], region: set[int] | None = None) -> set[int]:
+    """The states reachable from ``starts`` (those inside ``region``, when given), within it."""
+    seen = set(starts) if region is None else {s for s in starts if s in region}
+    stack = list(seen)
+    while stack:
+        for w, _ in succ[stack.pop()]:
+            if w not in seen and (region is None or w in region):
+                seen.add(w)
+                stack.append(w)
+    return seen
+
+
 class LivenessSearch:
     def __init__(
         self,
@@ -176,6 +188,9 @@ class LivenessSearch:
         self, starts: list[int], region: set[int], must: set[int] | None, depth: list[int]
     ) -> tuple[int, list[int], list[int]] | None:
         """Find start s, a path s -> u inside region and a fair cycle u -> ... -> u."""
+        # Only the part of the region reachable from the starts matters: it holds each component
+        # of the region entirely or not at all (cycle edges are edges), and every path from a start.
+        region = reachable(self.succ, starts, region)
         comps = self.fair_components(region, must)
         if not comps:
             return None
