@@ -45,6 +45,10 @@ def _isolate_module(text: str, path: str) -> str:
     return "\n" * head.count("\n") + body + "\n" * tail.count("\n")
 
 
+# How many module trees the cache keeps (about 10-70 KB each).
+CACHED_TREES = 256
+
+
 def tree_cache_dir() -> Path | None:
     """The folder of cached syntax trees, or None when ``$KVOFFLOAD_TLA_CACHE`` is ``off``."""
     configured = os.environ.get("KVOFFLOAD_TLA_CACHE")
@@ -83,8 +87,16 @@ def _store_tree(folder: Path, key: str, tree: Any) -> None:
         except BaseException:
             os.unlink(tmp)
             raise
+        _prune(folder)
     except (OSError, pickle.PicklingError, RecursionError):
         return
+
+
+def _prune(folder: Path) -> None:
+    """Keep the newest :data:`CACHED_TREES` trees (every edit of a module adds one)."""
+    trees = sorted(folder.glob("*.pickle"), key=lambda p: p.stat().st_mtime)
+    for old in trees[:-CACHED_TREES]:
+        old.unlink(missing_ok=True)
 
 
 def parse_module_text(text: str, path: str) -> Any:
