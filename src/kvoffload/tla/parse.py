@@ -56,7 +56,10 @@ def tree_cache_dir() -> Path | None:
         return None
     if configured:
         return Path(configured)
-    return Path.home() / ".cache" / "kvoffload" / "tla-trees"
+    try:
+        return Path.home() / ".cache" / "kvoffload" / "tla-trees"
+    except RuntimeError:  # no home folder: no cache
+        return None
 
 
 def _cache_key(src: str) -> str:
