@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -124,3 +127,30 @@ def test_two_workers_give_the_sequential_answer_under_symmetry(
     assert one == two and len(calls) > 3
     # Multisets of 5 counters in 0..6, the last one (all 6) violating Inv at the end of its trace.
     assert one["result"] == "safety failure" and one["distinct_states"] == 462 and len(one["trace"]) == 31
+
+
+WIDE = """---- MODULE Wide ----
+EXTENDS Naturals, Sequences
+VARIABLES a, k, s
+Init == a \\in 0..2999 /\\ k = 0 /\\ s = <<>>
+Next == k < 4 /\\ k' = k + 1 /\\ s' = [i \\in 1..60 |-> a * 7 + k + i] /\\ UNCHANGED a
+Inv == ~(k = 3 /\\ a = 2900)
+====
+"""
+
+
+def test_a_violation_with_large_jobs_in_flight_stops_the_workers(tmp_path: Path) -> None:
+    # Wide levels of large states: when the violation stops the search, a worker is writing
+    # results that nobody reads and the checker's writer thread a job that nobody reads (both
+    # beyond a pipe's buffer). Run in a child process, so that a hang fails instead of blocking.
+    (tmp_path / "Wide.tla").write_text(WIDE)
+    (tmp_path / "Wide.cfg").write_text("INIT Init\nNEXT Next\nINVARIANT Inv\nCHECK_DEADLOCK FALSE\n")
+    code = ("import json, sys; from dataclasses import asdict; from kvoffload.tla import check_model; "
+            "r = asdict(check_model(sys.argv[1], sys.argv[2], workers=int(sys.argv[3]))); r.pop('seconds'); "
+            "print(json.dumps(r))")
+    answers = [subprocess.run([sys.executable, "-c", code, str(tmp_path / "Wide.tla"), str(tmp_path / "Wide.cfg"),
+                               str(workers)], capture_output=True, text=True, timeout=120, check=True).stdout
+               for workers in (1, 2)]
+    assert answers[0] == answers[1]
+    one = json.loads(answers[0])
+    assert one["result"] == "safety failure" and one["violated"] == "Inv" and len(one["trace"]) == 4

@@ -251,12 +251,15 @@ class Worker:
                 return
 
     def stop(self) -> None:
-        """Close the pipes (an idle worker reads EOF, a busy one fails to write) and reap it."""
+        """Close the pipes (an idle worker reads EOF, a busy one fails to write) and reap it.
+        The results pipe first: a worker blocked writing results the search no longer reads then
+        exits, so the writer thread, maybe blocked writing it a job, finishes too."""
+        with contextlib.suppress(OSError):
+            self.results.close()
         self.pending.put(None)
         self.writer.join()
-        for pipe in (self.jobs, self.results):
-            with contextlib.suppress(OSError):  # a worker that died: nothing left to flush to
-                pipe.close()
+        with contextlib.suppress(OSError):  # a worker that died: nothing left to flush to
+            self.jobs.close()
         os.waitpid(self.pid, 0)
 
 
