@@ -973,7 +973,7 @@ _PARALLEL_BATCH = 4096
 # With workers > 1: this process expands itself the queued states before each worker run, about
 # this percentage of the run's length (it also replays every successor record). Tuned on
 # KVOffload.cfg, where it balances the CPU time of the two processes.
-_OWN_SHARE = 65
+_OWN_SHARE = 50
 # Deep recursion (RECURSIVE operators, recursive functions) runs on a 512 MiB thread stack.
 _STACK_BYTES = 512 * 1024 * 1024
 _RECURSION_LIMIT = 400_000
