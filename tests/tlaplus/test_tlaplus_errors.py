@@ -147,6 +147,14 @@ def test_max_states(tmp_path: Path) -> None:
     assert r.distinct_states == 2 and "max_states" in r.message
 
 
+def test_max_states_counts_initial_states(tmp_path: Path) -> None:
+    # A spec whose states are all initial (an inductive-invariant check) stops at the limit too.
+    spec = write(tmp_path, GOOD.replace("Init == x = 0", "Init == x \\in 0..2"))
+    r = check_model(spec, max_states=2)
+    assert r.result == "error" and r.exit_code == EXIT_ERROR_STATESPACE_TOO_LARGE
+    assert r.distinct_states == 2 and r.states_generated == 2 and "max_states" in r.message
+
+
 def test_evaluation_error_in_next_has_a_trace(tmp_path: Path) -> None:
     spec = write(tmp_path, GOOD.replace("Next == x' = (x + 1) % 3", "Next == x' = <<1, 2>>[x + 1]"))
     r = check_model(spec)

@@ -468,6 +468,13 @@ class Checker:
                 raise _Stop("safety failure", name, trace_idx, None if stored else t, label,
                             f"Invariant {name} is violated.", EXIT_VIOLATION_SAFETY)
 
+    def check_limit(self) -> None:
+        """Stop at ``max_states`` distinct states (initial ones included)."""
+        if self.max_states is not None and len(self.states) >= self.max_states:
+            raise _Stop("error", None, [], None, "",
+                        f"stopped after max_states={self.max_states} distinct states; "
+                        "no violation found so far (the check is incomplete)", EXIT_ERROR_STATESPACE_TOO_LARGE)
+
     def in_model(self, t: State, c_step: Ctx | None) -> bool:
         if self.m.constraints:
             c = Ctx(t, None)
@@ -522,6 +529,7 @@ class Checker:
                 i = self.add(t, k, -1, "Initial predicate", 1)
                 self.init_ids.append(i)
                 self.check_state(t, i, "Initial predicate", True)
+                self.check_limit()
             else:
                 self.check_state(t, -1, "Initial predicate", False)
         succ = self.succ
@@ -655,11 +663,7 @@ class Checker:
                 j = self.add(t, k, i, label, d + 1)
                 if m.invariants:
                     self.check_state(t, j, label, True)
-                if self.max_states is not None and len(self.states) >= self.max_states:
-                    raise _Stop("error", None, [], None, "",
-                                f"stopped after max_states={self.max_states} distinct states; "
-                                "no violation found so far (the check is incomplete)",
-                                EXIT_ERROR_STATESPACE_TOO_LARGE)
+                self.check_limit()
         for name, fn, env in m.implied_actions:
             if fn(c, env) is not True:
                 raise _Stop("safety failure", name, self.path_to(i), t, label,
