@@ -5,14 +5,18 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import pytest
+
 from kvoffload.benchmarks import tla as bench
 
 
-def test_bench_reports_rates_and_skips_missing_models(tmp_path: Path) -> None:
+def test_bench_reports_rates_and_skips_missing_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KVOFFLOAD_TLA_CACHE", "off")
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
     args = parser.parse_args(["--tla-dir", str(tmp_path), "--corpus-models", "0"])
     out = bench.run(args)
+    assert out["tree_cache"] == "off"
     kv, kv_workers, conformance = out["results"]
     assert kv["model"] == kv_workers["model"] == "tla/KVOffload.cfg" and "skipped" in kv and "skipped" in kv_workers
     assert conformance["result"] == "success" and conformance["distinct_states"] == 1568
