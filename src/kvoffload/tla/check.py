@@ -615,9 +615,10 @@ class Checker:
                 monitor.tick(self.generated, len(self.states), len(self.queue), d)
 
     def hand_out(self, pool: parallel.Pool, i: int) -> None:
-        """Keep the ``workers - 1`` worker processes expanding runs of the queued states after
-        ``i`` (the queue holds the states i+1, i+2, ... in order), of up to ``_PARALLEL_BATCH``
-        states; this process expands the states before the first run itself meanwhile."""
+        """Keep each of the ``workers - 1`` worker processes up to ``parallel.DEPTH`` runs of the
+        queued states after ``i`` ahead (the queue holds the states i+1, i+2, ... in order), of up
+        to ``_PARALLEL_BATCH`` states; this process expands the states before each run itself
+        (``_OWN_SHARE``)."""
         least = max(16, _PARALLEL_BATCH // 16)
         while len(self.batches) < pool.size * parallel.DEPTH:
             start = max(self.batches[-1].end if self.batches else 0, i + 1)

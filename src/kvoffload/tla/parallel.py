@@ -2,22 +2,23 @@
 
 A :class:`Pool` forks its worker processes once, when the search first has enough queued states;
 they inherit the compiled model, the stored states and the fingerprint table, and each later job
-sends a worker only the states stored since its previous job. The checker hands each idle worker
-the next run of queued states (:meth:`Pool.submit`) and goes on with the states before them. A
-worker expands each state of its run and sends back, per state and in generation order, one
-small record per successor, so that the checker processes them exactly as it would have generated
-them itself: same order, same counters, same first violation.
+sends a worker only the states stored since its previous job. The checker keeps each worker up to
+:data:`DEPTH` runs of queued states ahead (:meth:`Pool.submit`) and expands the states between
+the runs itself. A worker expands each state of its run and sends back, per state and in
+generation order, one small record per successor and then the state's fairness results, so that
+the checker processes them exactly as it would have generated them itself: same order, same
+counters, same first violation.
 
 Successors stored before the job was sent come back as their index only (``KNOWN``, after
 checking the implied actions on the step). An out-of-model successor whose invariants hold is only
 counted (``OUTSIDE``). Every other successor comes back whole (``FULL``) with its fingerprint key,
 and the checker runs its usual per-successor logic on it (the worker does not evaluate the
 invariants of a successor it has not seen: most of them are states that the checker or the
-worker's previous jobs stored since the worker's last job).
-A failure while generating (an evaluation error, a successor that leaves a variable unassigned)
-is recorded after the successors generated before it and re-raised at the same point. States
-travel encoded (:class:`Values`): each value of a variable as its number, and only the values
-the other side has not numbered yet as themselves, so that little is pickled.
+worker's previous jobs stored since the worker's last job). A failure while generating (an
+evaluation error, a successor that leaves a variable unassigned) is recorded after the successors
+generated before it and re-raised at the same point. States travel encoded (:class:`Values`):
+each value of a variable as its number, and only the values the other side has not numbered yet
+as themselves, so that little is pickled.
 """
 
 from __future__ import annotations
