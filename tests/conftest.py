@@ -10,12 +10,22 @@ Tests that need a fixed budget whatever the profile (the bug-zoo mutant hunts) p
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 from hypothesis import HealthCheck, settings
 
 # no_tlc, fake_jar, fake_tlc: one set of TLC stand-ins for the runner's and the command's tests.
 pytest_plugins = ["tlc_fakes"]
+
+# The embedded TLA+ checker caches parsed modules; the suite (and the commands it starts) keeps
+# them in a folder of its own rather than in the user's ~/.cache.
+if "KVOFFLOAD_TLA_CACHE" not in os.environ:
+    _tree_cache = tempfile.mkdtemp(prefix="kvoffload-tla-trees-")
+    os.environ["KVOFFLOAD_TLA_CACHE"] = _tree_cache
+    atexit.register(shutil.rmtree, _tree_cache, ignore_errors=True)
 
 settings.register_profile(
     "ci",
