@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 import torch
 
-from kvoffload.offload import mover_cpu_kernel
+from kvoffload.offload import host_memory, mover_cpu_kernel
 
 Direction = Literal["store", "load"]
 FaultInjector = Callable[[int, str], bool]
@@ -441,8 +441,10 @@ class BlockMover:
             on one device (a CPU device is accepted: then everything runs on the CPU).
         num_cpu_blocks: CPU pool size in blocks; optional when ``cpu_layers`` is given.
         cpu_layers: caller-provided CPU tensors, one per layer, same dtype and trailing shape as
-            the GPU layer and at least ``num_cpu_blocks`` rows. Allocated (pinned on CUDA) when
-            omitted.
+            the GPU layer and at least ``num_cpu_blocks`` rows. Allocated when omitted: pinned on
+            CUDA, else on transparent huge pages where the kernel offers them
+            (:func:`kvoffload.offload.host_memory.empty`, which a CPU engine can use for its own
+            KV cache too).
         pin_memory: pin allocated CPU memory (default: only when the layers are on CUDA). When
             pinning fails the mover warns and falls back to pageable memory.
         fault_injector: ``(job_id, direction) -> bool``; True makes that job fail with
@@ -538,7 +540,9 @@ class BlockMover:
                     )
                     pin = False
             if t is None:
-                t = torch.empty(shape, dtype=layer.dtype)
+                # Huge pages where the kernel offers them: the scattered copy is bound by page
+                # walks (see host_memory); a plain torch.empty tensor where it does not.
+                t = host_memory.empty(shape, layer.dtype)
             out.append(t)
         return out
 
