@@ -128,3 +128,28 @@ def test_mover_cpu_tier_on_either_page_size_lands_every_byte(thp: bool, monkeypa
         assert torch.equal(b[src], g[src])
     m.close()
     m2.close()
+
+
+def test_no_madv_hugepage_constant_means_no_huge_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(host_memory, "thp_mode", lambda path=host_memory.THP_ENABLED: "always")
+    monkeypatch.delattr(mmap, "MADV_HUGEPAGE", raising=False)
+    assert not host_memory.huge_pages_available()
+    assert host_memory.empty((4 * MIB,), torch.uint8).numel() == 4 * MIB
+
+
+@pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE"), reason="mmap.MADV_HUGEPAGE exists on Linux only")
+def test_refused_advice_still_gives_a_working_tensor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel built without THP answers madvise with EINVAL: the mapping stays, on small pages."""
+    advised: list[int] = []
+
+    class RefusingMapping(mmap.mmap):
+        def madvise(self, option: int, start: int = 0, length: int = 0) -> None:
+            advised.append(option)
+            raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(host_memory, "thp_mode", lambda path=host_memory.THP_ENABLED: "madvise")
+    monkeypatch.setattr(mmap, "mmap", RefusingMapping)
+    t = host_memory.empty((MIB, 3), torch.int32)
+    assert advised == [mmap.MADV_HUGEPAGE]
+    t.copy_(torch.arange(3 * MIB, dtype=torch.int32).view(MIB, 3))
+    assert int(t[-1, -1]) == 3 * MIB - 1 and t.data_ptr() % host_memory.HUGE_PAGE_BYTES == 0
