@@ -211,18 +211,15 @@ def _measure(
 
         return go
 
-    # The reference's buffers are allocated like the mover's (huge pages or not), so the ratio
-    # compares copies, not page sizes.
-    if cuda:
-        host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-    else:
-        host = host_memory.empty((nbytes,), torch.uint8, huge_pages)
     # Written before it is read: a never-written CPU tensor reads the kernel's shared zero page,
     # which is cache-resident and made the reference up to ~10x too fast (measured 43-51 GB/s).
     random_bytes = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=gen)
-    other = random_bytes.to(device) if cuda else host_memory.empty((nbytes,), torch.uint8, huge_pages)
-    if not cuda:
-        other.copy_(random_bytes)
+    if cuda:
+        host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+        other = random_bytes.to(device)
+    else:  # allocated like the mover's buffers (huge pages or not): the ratio compares copies
+        host = host_memory.empty((nbytes,), torch.uint8, huge_pages)
+        other = host_memory.empty((nbytes,), torch.uint8, huge_pages).copy_(random_bytes)
     cpu_rows, gpu_rows = mover.cpu_layers, gpu
 
     def naive() -> None:

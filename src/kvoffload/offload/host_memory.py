@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["HUGE_PAGE_BYTES", "empty", "thp_mode"]
+__all__ = ["HUGE_PAGE_BYTES", "empty", "huge_pages_available", "thp_mode"]
 
 HUGE_PAGE_BYTES = 2 << 20
 """The x86-64 / arm64 (4 KiB base page) transparent huge page size."""
