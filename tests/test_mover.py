@@ -237,6 +237,17 @@ INVALID_SUBMITS: dict[str, tuple[type[Exception], str, Invalid]] = {
     "duplicate load dst": (ValueError, "duplicate destination id 9", lambda m: m.load(5, [0, 1], [9, 9])),
     "non-int id": (TypeError, "job 5: gpu_block_ids must contain ints, got 1.5", lambda m: m.store(5, [1.5], [0])),
     "non-int job id": (TypeError, "job id must be an int", lambda m: m.store("5", [0], [0])),  # type: ignore[arg-type]
+    # Lists of more than _SMALL_JOB ids are converted in one call (struct.pack_into).
+    "non-int id, big list": (
+        TypeError,
+        "job 5: gpu_block_ids must contain ints, got 2.5",
+        lambda m: m.store(5, [0] * 199 + [2.5], [0] * 200),  # type: ignore[list-item]
+    ),
+    "beyond int64, big list": (
+        ValueError,
+        f"job 5: cpu_block_ids contains {2**63}, outside the int64 range",
+        lambda m: m.store(5, [0] * 200, [0] * 199 + [2**63]),
+    ),
 }
 
 
@@ -839,3 +850,25 @@ def test_big_jobs_stream_and_match_the_torch_path(monkeypatch: pytest.MonkeyPatc
     assert_same(out["kernel"], out["torch"])
     assert True in streams and False in streams
     assert len(streams) > 2 * 2  # the streamed job ran in several chunks, each layer
+
+
+def test_big_list_ids_land_where_they_must(cpu_path: str) -> None:
+    """Lists past the small-job size are converted in one call (struct.pack_into); every block
+    lands at its id, checked against the ids themselves, not against the other path."""
+    n_gpu, n_cpu, n = 400, 300, 250
+    gen = torch.Generator().manual_seed(21)
+    layers = [rand_layer(n_gpu, (3, 8), torch.float16, "cpu", 22), rand_layer(n_gpu, (40,), torch.uint8, "cpu", 23)]
+    m = BlockMover(layers, n_cpu)
+    gpu_ids = torch.randperm(n_gpu, generator=gen)[:n].tolist()
+    cpu_ids = torch.randperm(n_cpu, generator=gen)[:n].tolist()
+    m.store(1, gpu_ids, cpu_ids)
+    assert finish(m, 1)[1].ok
+    for g, c in zip(layers, m.cpu_layers, strict=True):
+        for gi, ci in zip(gpu_ids, cpu_ids, strict=True):
+            assert torch.equal(as_bytes(c[ci : ci + 1]), as_bytes(g[gi : gi + 1]))
+    back = [torch.zeros_like(g) for g in layers]
+    m2 = BlockMover(back, n_cpu, cpu_layers=m.cpu_layers)
+    m2.load(2, cpu_ids, gpu_ids)
+    assert finish(m2, 2)[2].ok
+    for g, b in zip(layers, back, strict=True):
+        assert torch.equal(as_bytes(b[gpu_ids]), as_bytes(g[gpu_ids]))

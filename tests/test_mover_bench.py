@@ -54,3 +54,24 @@ def test_no_settle_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     args = parse("--device", "cpu", "--total-mib", "1", "--repeats", "1", "--block-sizes", "4096", "--no-settle")
     out = bench.run(args)
     assert out["settle"] is False and len(out["results"]) == 1
+
+
+@pytest.mark.parametrize("flag", [[], ["--no-huge-pages"]])
+def test_mover_and_reference_buffers_share_one_page_size(flag: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine side, the CPU tier and both reference buffers are allocated alike (huge pages
+    where offered, unless --no-huge-pages), so the ratio compares copies, not page sizes."""
+    from kvoffload.offload import host_memory
+
+    real = host_memory.empty
+    asked: list[bool] = []
+
+    def recording(shape: tuple[int, ...], dtype: object, huge_pages: bool = True) -> object:
+        asked.append(huge_pages)
+        return real(shape, dtype, huge_pages)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(host_memory, "empty", recording)
+    args = parse("--device", "cpu", "--total-mib", "1", "--repeats", "1", "--block-sizes", "4096", *flag)
+    out = bench.run(args)
+    expected = not flag and host_memory.huge_pages_available()
+    assert out["huge_pages"] is expected
+    assert asked == [expected] * (2 * args.layers + 2)  # engine and tier per layer, two references

@@ -67,6 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="time each run at once, without first waiting for the previous run's threads to go idle",
     )
     parser.add_argument(
+        "--no-huge-pages",
+        action="store_true",
+        help="CPU: allocate every buffer (engine side, CPU tier, reference) with torch.empty, "
+        "not on transparent huge pages",
+    )
+    parser.add_argument(
         "--no-kernel",
         action="store_true",
         help="CPU: copy with torch only, not the numba kernel (extra fast-cpu) even if installed",
@@ -141,6 +147,17 @@ def _median_seconds(
     return {name: _Timing(statistics.median(times[name]), statistics.median(cpu[name])) for name in variants}
 
 
+def _filled(rows: int, elems: int, device: torch.device, huge_pages: bool) -> torch.Tensor:
+    """The engine side's layer: random float16 values, on huge pages when on the CPU (as a CPU
+    engine allocating its KV cache with :func:`kvoffload.offload.host_memory.empty` would)."""
+    import torch
+
+    from kvoffload.offload import host_memory
+
+    values = torch.randn(rows, elems, dtype=torch.float16, device=device)
+    return values if device.type == "cuda" else host_memory.empty(values.shape, values.dtype, huge_pages).copy_(values)
+
+
 def _gbps(nbytes: int, seconds: float) -> float:
     return round(nbytes / seconds / 1e9, 3)
 
@@ -154,10 +171,11 @@ def _measure(
     seed: int,
     kernel: bool,
     settle: bool = True,
+    huge_pages: bool = True,
 ) -> dict[str, Any]:
     import torch
 
-    from kvoffload.offload import mover_cpu_kernel
+    from kvoffload.offload import host_memory, mover_cpu_kernel
     from kvoffload.offload.mover import BlockMover
 
     cuda = device.type == "cuda"
@@ -168,8 +186,9 @@ def _measure(
     pool = 2 * blocks  # ids are drawn from a pool twice as large, so they are truly scattered
     nbytes = blocks * block_bytes
     elems = block_bytes // layers // 2
-    gpu = [torch.randn(pool, elems, dtype=torch.float16, device=device) for _ in range(layers)]
-    mover = BlockMover(gpu, pool)
+    gpu = [_filled(pool, elems, device, huge_pages) for _ in range(layers)]
+    cpu = None if cuda else [host_memory.empty((pool, elems), torch.float16, huge_pages) for _ in range(layers)]
+    mover = BlockMover(gpu, pool, cpu_layers=cpu)
     gen = torch.Generator().manual_seed(seed)
     gpu_ids = torch.randperm(pool, generator=gen)[:blocks].tolist()
     cpu_ids = torch.randperm(pool, generator=gen)[:blocks].tolist()
@@ -192,10 +211,15 @@ def _measure(
 
         return go
 
-    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=cuda)
     # Written before it is read: a never-written CPU tensor reads the kernel's shared zero page,
     # which is cache-resident and made the reference up to ~10x too fast (measured 43-51 GB/s).
-    other = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=gen).to(device)
+    random_bytes = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=gen)
+    if cuda:
+        host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+        other = random_bytes.to(device)
+    else:  # allocated like the mover's buffers (huge pages or not): the ratio compares copies
+        host = host_memory.empty((nbytes,), torch.uint8, huge_pages)
+        other = host_memory.empty((nbytes,), torch.uint8, huge_pages).copy_(random_bytes)
     cpu_rows, gpu_rows = mover.cpu_layers, gpu
 
     def naive() -> None:
@@ -256,6 +280,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Measure every block size and return the figures as a JSON-ready dict."""
     import torch
 
+    from kvoffload.offload import host_memory
 
     for option, value in (("--total-mib", args.total_mib or 1), ("--repeats", args.repeats), ("--layers", args.layers)):
         if value < 1:
@@ -274,8 +299,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         from kvoffload.offload import mover_cpu_kernel
 
         kernel = mover_cpu_kernel.AVAILABLE and mover_cpu_kernel.ready()
+    huge_pages = not cuda and not args.no_huge_pages and host_memory.huge_pages_available()
     results = [
-        _measure(device, bb, total, args.layers, args.repeats, args.seed + i, kernel, not args.no_settle)
+        _measure(
+            device, bb, total, args.layers, args.repeats, args.seed + i, kernel, not args.no_settle, huge_pages
+        )
         for i, bb in enumerate(args.block_sizes)
     ]
     return {
@@ -287,5 +315,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "layers": args.layers,
         "repeats": args.repeats,
         "settle": not args.no_settle,
+        "huge_pages": huge_pages,
+        "thp_mode": host_memory.thp_mode(),
         "results": results,
     }

@@ -23,10 +23,10 @@ import contextlib
 import itertools
 import math
 import operator
+import struct
 import sys
 import time
 import warnings
-from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 import torch
 
-from kvoffload.offload import mover_cpu_kernel
+from kvoffload.offload import host_memory, mover_cpu_kernel
 
 Direction = Literal["store", "load"]
 FaultInjector = Callable[[int, str], bool]
@@ -273,14 +273,24 @@ def _small_list_ids(job_id: int, name: str, ids: Sequence[int]) -> list[int]:
     return list(ids)
 
 
-def _list_ids(job_id: int, name: str, ids: Sequence[int]) -> array[int]:
-    """A sequence of ints as an int64 buffer: array('q') converts ~5x faster than
-    torch.tensor(list), which matters for jobs of thousands of small blocks."""
+def _list_ids(job_id: int, name: str, ids: Sequence[int]) -> bytearray:
+    """A sequence of ints as a writable native int64 buffer. ``struct.pack_into`` converts ~2x
+    faster than ``array('q')`` (measured 16,384 ids: 0.09 vs 0.19 ms; numpy's constructors are no
+    faster than the latter) and ~10x faster than torch.tensor(list): a job is checked whole before
+    any byte moves, so this conversion cannot overlap the copy and is paid in full by every job."""
+    buf = bytearray(8 * len(ids))
     try:
-        return array("q", ids)
-    except (TypeError, OverflowError) as exc:
-        bad = next((v for v in ids if not isinstance(v, int)), None)
-        raise TypeError(f"job {job_id}: {name} must contain ints, got {bad!r} ({exc})") from None
+        struct.pack_into(f"={len(ids)}q", buf, 0, *ids)
+    except struct.error as exc:
+        for v in ids:  # name the first id at fault
+            try:
+                value = operator.index(v)
+            except TypeError:
+                raise TypeError(f"job {job_id}: {name} must contain ints, got {v!r} ({exc})") from None
+            if not -(2**63) <= value < 2**63:
+                raise ValueError(f"job {job_id}: {name} contains {value}, outside the int64 range") from None
+        raise TypeError(f"job {job_id}: {name} must contain ints ({exc})") from None
+    return buf
 
 
 def _check_lengths(job_id: int, src_name: str, n_src: int, dst_name: str, n_dst: int) -> None:
@@ -441,8 +451,10 @@ class BlockMover:
             on one device (a CPU device is accepted: then everything runs on the CPU).
         num_cpu_blocks: CPU pool size in blocks; optional when ``cpu_layers`` is given.
         cpu_layers: caller-provided CPU tensors, one per layer, same dtype and trailing shape as
-            the GPU layer and at least ``num_cpu_blocks`` rows. Allocated (pinned on CUDA) when
-            omitted.
+            the GPU layer and at least ``num_cpu_blocks`` rows. Allocated when omitted: pinned on
+            CUDA, else on transparent huge pages where the kernel offers them
+            (:func:`kvoffload.offload.host_memory.empty`, which a CPU engine can use for its own
+            KV cache too).
         pin_memory: pin allocated CPU memory (default: only when the layers are on CUDA). When
             pinning fails the mover warns and falls back to pageable memory.
         fault_injector: ``(job_id, direction) -> bool``; True makes that job fail with
@@ -538,7 +550,9 @@ class BlockMover:
                     )
                     pin = False
             if t is None:
-                t = torch.empty(shape, dtype=layer.dtype)
+                # Huge pages where the kernel offers them: the scattered copy is bound by page
+                # walks (see host_memory); a plain torch.empty tensor where it does not.
+                t = host_memory.empty(shape, layer.dtype)
             out.append(t)
         return out
 
