@@ -9,7 +9,7 @@ compiled the same way with unprimed variables as the assignment targets.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from . import builtins as B

@@ -27,6 +27,7 @@ from .modules import Decl, OpDef, Scope
 from .syntax import (
     EMPTY,
     UNSET,
+    Ctx,
     Fun,
     Gen,
     Local,
@@ -37,7 +38,7 @@ from .syntax import (
     ordered,
     tname,
 )
-from .values import PLAIN_TYPES, Fn, Value, apply, norm, render
+from .values import PLAIN_TYPES, Fn, Value, apply, norm, render, update
 
 if TYPE_CHECKING:
     from .action import Compiler
@@ -66,7 +67,7 @@ def generate(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local]) -> G
         if sum(len(f) for f in src.funcs) > MAX_LINES:
             return None
         code = compile("\n".join("\n".join(f) for f in src.funcs), "<tla action>", "exec")
-        exec(code, src.ns)  # noqa: S102 (source written above from the syntax tree)
+        exec(code, src.ns)
     except (Unsupported, TlaError, SyntaxError, RecursionError, MemoryError):
         # An action whose compilation failed half-way is left marked as being compiled; the
         # closures compile it again and report the error themselves.
@@ -120,7 +121,8 @@ class Source:
         self.comp = comp
         self.ns: dict[str, Any] = {
             "UNSET": UNSET, "PLAIN": PLAIN_TYPES, "norm": norm, "as_bool": as_bool, "apply": apply,
-            "Fn": Fn, "EvalError": EvalError, "ordered": ordered, "EMPTY": EMPTY, "no_field": no_field,
+            "Fn": Fn, "update": update, "EvalError": EvalError, "ordered": ordered, "EMPTY": EMPTY,
+            "no_field": no_field,
             "assign_in": assign_in_steps, "enter_let": comp.enter_let, "replay": replay, "record": record,
         }
         self.funcs: list[list[str]] = []
@@ -157,6 +159,8 @@ class Source:
         if deps == 0:
             ok, v = const_value(fn)
             return self.obj(v) if ok else self.call(fn, env)
+        if isinstance(node, str):
+            return f"{env}['@']"
         t = tname(node)
         if t == "Parentheses":
             return self.expr(node.expression, scope, lc, env)
@@ -175,16 +179,46 @@ class Source:
             return (f"({a} if ({tmp} := {p}) is True or ({tmp} is not False and "
                     f"as_bool({tmp}, 'IF condition')) else {b})")
         if t == "Record":
-            items = []
-            for k, v in node.key_values:
-                tmp = self.fresh("t")
-                items.append(f"{k!r}: ({tmp} if type({tmp} := {self.expr(v, scope, lc, env)}) in PLAIN else norm({tmp}))")
+            items = [f"{k!r}: {self.plain(self.expr(v, scope, lc, env))}" for k, v in node.key_values]
             return "Fn({" + ", ".join(items) + "})"
+        if t == "Except" and all(isinstance(ch.item[0], str) or len(ch.item[0]) == 1
+                                 for ch in node.changes if len(ch.item) == 1) \
+                and all(len(ch.item) == 1 for ch in node.changes):
+            return self.except_(node, scope, lc, env)
         if t == "Tuple" and node.items:
             return "(" + "".join(f"{self.expr(x, scope, lc, env)}, " for x in node.items) + ")"
         if t == "SetEnumeration" and node.items:
             return "frozenset((" + "".join(f"norm({self.expr(x, scope, lc, env)}), " for x in node.items) + "))"
         return self.call(fn, env)
+
+    def plain(self, src: str) -> str:
+        """``src``'s value as stored in a record or state (lazy values materialised)."""
+        if src in self.ns and type(self.ns[src]) in PLAIN_TYPES:
+            return src
+        tmp = self.fresh("t")
+        return f"({tmp} if type({tmp} := {src}) in PLAIN else norm({tmp}))"
+
+    def except_(self, node: Any, scope: Scope, lc: dict[str, Local], env: str) -> str:
+        """``[f EXCEPT ![k] = v, ...]`` (one key per change) as a generated function: the
+        closures' ex1, with ``@`` bound only where the new value reads it."""
+        inner = dict(lc)
+        inner["@"] = Local("val", "@")
+        name = self.fresh("x")
+        lines = [f"def {name}(c, e):", "    s = c.s", f"    fv = {self.expr(node.function, scope, lc, 'e')}"]
+        for ch in node.changes:
+            item = ch.item[0]
+            key = self.obj(item) if isinstance(item, str) else self.expr(item[0], scope, lc, "e")
+            reads = self.comp.at_reads
+            self.comp.expr(ch.expression, scope, inner, False)
+            at = self.comp.at_reads != reads
+            value = self.expr(ch.expression, scope, inner, "e2" if at else "e")
+            lines += ["    k = " + key, "    try:", "        old = apply(fv, k)", "    except EvalError:",
+                      "        pass", "    else:"]
+            if at:
+                lines += ["        e2 = dict(e)", "        e2['@'] = old"]
+            lines += [f"        fv = update(fv, k, {self.plain(value)})"]
+        self.funcs.append([*lines, "    return fv"])
+        return f"{name}(c, {env})"
 
     def call(self, fn: Fun, env: str) -> str:
         return f"{self.obj(fn, 'f')}(c, {env})"
