@@ -36,9 +36,11 @@ from .syntax import (
     flatten,
     is_action,
     ordered,
+    read_vars,
+    state_memo,
     tname,
 )
-from .values import PLAIN_TYPES, Fn, Value, apply, norm, render, update
+from .values import PLAIN_TYPES, Fn, Value, apply, iter_set, mkfn, norm, render, update
 
 if TYPE_CHECKING:
     from .action import Compiler
@@ -77,6 +79,30 @@ def generate(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local]) -> G
     finally:
         del comp.file_stack[depth:]
     top: Gen = src.ns["_top"]
+    return top
+
+
+def generate_expr(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local]) -> Fun | None:
+    """The expression ``node`` (unprimed) as a generated function, or None (see :func:`generate`).
+    A name of a definition without parameters stands for the definition's body."""
+    src = Source(comp)
+    depth = len(comp.file_stack)
+    try:
+        while tname(node) == "OperatorApplication" and not node.arguments and node.operator not in lc:
+            d = scope.defs.get(node.operator)
+            if not isinstance(d, OpDef) or d.params or getattr(d.node, "function", None):
+                break
+            comp.file_stack.append(d.file or d.scope.file)
+            node, scope, lc = d.body, d.scope, {}
+        src.funcs.append(["def _top(c, e):", "    s = c.s", f"    return {src.expr(node, scope, lc, 'e')}"])
+        if sum(len(f) for f in src.funcs) > MAX_LINES:
+            return None
+        exec(compile("\n".join("\n".join(f) for f in src.funcs), "<tla expression>", "exec"), src.ns)
+    except (Unsupported, TlaError, SyntaxError, RecursionError, MemoryError):
+        return None
+    finally:
+        del comp.file_stack[depth:]
+    top: Fun = src.ns["_top"]
     return top
 
 
@@ -122,11 +148,13 @@ class Source:
         self.ns: dict[str, Any] = {
             "UNSET": UNSET, "PLAIN": PLAIN_TYPES, "norm": norm, "as_bool": as_bool, "apply": apply,
             "Fn": Fn, "update": update, "EvalError": EvalError, "ordered": ordered, "EMPTY": EMPTY,
-            "no_field": no_field,
+            "no_field": no_field, "iter_set": iter_set, "mkfn": mkfn,
             "assign_in": assign_in_steps, "enter_let": comp.enter_let, "replay": replay, "record": record,
         }
         self.funcs: list[list[str]] = []
         self.count = 0
+        # Generated bodies of operators called from expressions: id(opdef) -> function name.
+        self.bodies: dict[int, str] = {}
 
     def fresh(self, prefix: str) -> str:
         self.count += 1
@@ -181,6 +209,16 @@ class Source:
         if t == "Record":
             items = [f"{k!r}: {self.plain(self.expr(v, scope, lc, env))}" for k, v in node.key_values]
             return "Fn({" + ", ".join(items) + "})"
+        if t == "VerticalList":
+            return self.expr_junction(node.operator, [it.expression for it in node.arguments], scope, lc, env)
+        if t == "Quantification" and node.quantifier in ("\\E", "\\A"):
+            bound = self.one_bound(node.declarations)
+            if bound is not None:
+                return self.quantifier(node, bound, scope, lc, env)
+        if t == "Function":
+            bound = self.one_bound(node.declaration)
+            if bound is not None:
+                return self.function(node, bound, scope, lc, env)
         if t == "Except" and all(isinstance(ch.item[0], str) or len(ch.item[0]) == 1
                                  for ch in node.changes if len(ch.item) == 1) \
                 and all(len(ch.item) == 1 for ch in node.changes):
@@ -190,6 +228,89 @@ class Source:
         if t == "SetEnumeration" and node.items:
             return "frozenset((" + "".join(f"norm({self.expr(x, scope, lc, env)}), " for x in node.items) + "))"
         return self.call(fn, env)
+
+    def expr_junction(self, op: str, items: list[Any], scope: Scope, lc: dict[str, Local], env: str) -> str:
+        """A ``/\\`` or ``\\/`` list as a generated function (the closures' junction): an item
+        that reads few variables only stays the closures' memoised item."""
+        decisive = B.ALIASES.get(op, op) != "/\\"
+        what = "disjunct" if decisive else "conjunct"
+        lines = []
+        for it in items:
+            fn, deps = self.comp.expr(it, scope, lc, False)
+            memo = state_memo(fn, deps, len(self.comp.variables))
+            src = self.call(memo, "e") if memo is not fn else self.expr(it, scope, lc, "e")
+            lines += [f"    v = {src}", f"    if v is not {not decisive}:", f"        if v is {decisive}:",
+                      f"            return {decisive}", f"        as_bool(v, {what!r})"]
+        return f"{self.helper([*lines, f'    return {not decisive}'])}(c, {env})"
+
+    @staticmethod
+    def one_bound(decls: Any) -> tuple[str, Any] | None:
+        """(name, set node) of a single binding ``x \\in S``, else None."""
+        if isinstance(decls, list):
+            if len(decls) != 1:
+                return None
+            decls = decls[0]
+        if tname(decls) == "OperatorApplication" and decls.operator == "\\in" and len(decls.arguments or []) == 2:
+            pat = decls.arguments[0]
+            if tname(pat) == "OperatorApplication" and not pat.arguments:
+                return pat.operator, decls.arguments[1]
+        return None
+
+    def helper(self, lines: list[str]) -> str:
+        """A generated function ``name(c, e)`` with body ``lines`` (indented once)."""
+        name = self.fresh("h")
+        self.funcs.append([f"def {name}(c, e):", "    s = c.s", *lines])
+        return name
+
+    def quantifier(self, node: Any, bound: tuple[str, Any], scope: Scope, lc: dict[str, Local], env: str) -> str:
+        """``\\E``/``\\A x \\in S : P`` as a generated loop (the closures' quant1)."""
+        name, snode = bound
+        want = node.quantifier == "\\E"
+        inner = dict(lc)
+        inner[name] = Local("val", name)
+        body = self.expr(node.predicate, scope, inner, "e2")
+        h = self.helper(["    e2 = dict(e)", f"    for v in iter_set({self.expr(snode, scope, lc, 'e')}):",
+                         f"        e2[{name!r}] = v", f"        r = {body}", f"        if r is {want}:",
+                         f"            return {want}", f"        if r is not {not want}:",
+                         "            as_bool(r, 'quantifier body')", f"    return {not want}"])
+        return f"{h}(c, {env})"
+
+    def function(self, node: Any, bound: tuple[str, Any], scope: Scope, lc: dict[str, Local], env: str) -> str:
+        """``[x \\in S |-> e]`` as a generated loop (the closures' fn1)."""
+        name, snode = bound
+        inner = dict(lc)
+        inner[name] = Local("val", name)
+        body = self.expr(node.value, scope, inner, "e2")
+        h = self.helper(["    e2 = dict(e)", "    d = {}",
+                         f"    for v in iter_set({self.expr(snode, scope, lc, 'e')}):",
+                         f"        e2[{name!r}] = v", f"        d[v] = {self.plain(body)}", "    return mkfn(d)"])
+        return f"{h}(c, {env})"
+
+    def op_call(self, opdef: OpDef, argnodes: list[Any], scope: Scope, lc: dict[str, Local], env: str) -> str | None:
+        """A call of a plain operator (not memoised, not recursive, value arguments only) as a call
+        of its generated body with the argument values, as the closures' call does it; None for
+        any other operator."""
+        comp = self.comp
+        if not argnodes or len(argnodes) != len(opdef.params) or any(ar for _p, ar in opdef.params):
+            return None
+        if getattr(opdef.node, "function", None) or opdef.name in opdef.scope.recursive:
+            return None
+        _body, bdeps = comp.op_body(opdef, False)
+        if comp.purity.memoisable(opdef) or (comp.purity.state_memoisable(opdef)
+                                             and read_vars(bdeps, len(comp.variables)) is not None):
+            return None
+        name = self.bodies.get(id(opdef))
+        if name is None:
+            name = self.bodies[id(opdef)] = self.fresh("op")
+            params = {p: Local("val", p) for p, _ar in opdef.params}
+            comp.file_stack.append(opdef.file or opdef.scope.file)
+            try:
+                src = self.expr(opdef.body, opdef.scope, params, "e")
+            finally:
+                comp.file_stack.pop()
+            self.funcs.append([f"def {name}(c, e):", "    s = c.s", f"    return {src}"])
+        args = [f"{p!r}: {self.expr(a, scope, lc, env)}" for (p, _ar), a in zip(opdef.params, argnodes, strict=True)]
+        return f"{name}(c, {{{', '.join(args)}}})"
 
     def plain(self, src: str) -> str:
         """``src``'s value as stored in a record or state (lazy values materialised)."""
@@ -239,12 +360,22 @@ class Source:
                 return f"s[{self.comp.var_index[op]}]"
             return self.call(fn, env)
         op = B.ALIASES.get(op, op)
-        if (lc.get(op) or scope.defs.get(op)) is not None:
-            return self.call(fn, env)
+        target = lc.get(op) or scope.defs.get(op)
+        if target is not None:
+            inline = self.op_call(target, args, scope, lc, env) if isinstance(target, OpDef) else None
+            return inline if inline is not None else self.call(fn, env)
         if op == "~" and len(args) == 1:
             tmp = self.fresh("t")
             a = self.expr(args[0], scope, lc, env)
             return f"(False if ({tmp} := {a}) is True else True if {tmp} is False else not as_bool({tmp}, '~'))"
+        if op in ("/\\", "\\/") and len(args) == 2:
+            return self.expr_junction(op, flatten(op, node), scope, lc, env)
+        if op == "=>" and len(args) == 2:
+            a, b = self.expr(args[0], scope, lc, "e"), self.expr(args[1], scope, lc, "e")
+            h = self.helper([f"    v = {a}", "    if v is False:", "        return True",
+                             "    if v is not True:", "        as_bool(v, '=>')", f"    w = {b}",
+                             "    return w if w is True or w is False else as_bool(w, '=>')"])
+            return f"{h}(c, {env})"
         if len(args) == 2 and op in B.BINARY and op not in ("/\\", "\\/", "=>", "<=>"):
             a, b = self.expr(args[0], scope, lc, env), self.expr(args[1], scope, lc, env)
             py = {"=": "==", "#": "!=", "\\in": "in"}.get(op)
