@@ -70,6 +70,7 @@ def generate(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local]) -> G
             return None
         code = compile("\n".join("\n".join(f) for f in src.funcs), "<tla action>", "exec")
         exec(code, src.ns)
+        src.link()
     except (Unsupported, TlaError, SyntaxError, RecursionError, MemoryError):
         # An action whose compilation failed half-way is left marked as being compiled; the
         # closures compile it again and report the error themselves.
@@ -98,6 +99,7 @@ def generate_expr(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local])
         if sum(len(f) for f in src.funcs) > MAX_LINES:
             return None
         exec(compile("\n".join("\n".join(f) for f in src.funcs), "<tla expression>", "exec"), src.ns)
+        src.link()
     except (Unsupported, TlaError, SyntaxError, RecursionError, MemoryError):
         return None
     finally:
@@ -155,6 +157,14 @@ class Source:
         self.count = 0
         # Generated bodies of operators called from expressions: id(opdef) -> function name.
         self.bodies: dict[int, str] = {}
+        # (list, index, function name): thunk entries to point at their generated function once
+        # the source is compiled.
+        self.patches: list[tuple[list[tuple[str, Fun, bool]], int, str]] = []
+
+    def link(self) -> None:
+        """Point the LET thunks at their generated functions (after the source is executed)."""
+        for out, i, name in self.patches:
+            out[i] = (out[i][0], self.ns[name], out[i][2])
 
     def fresh(self, prefix: str) -> str:
         self.count += 1
@@ -431,6 +441,7 @@ class Source:
         elif t == "Let":
             inner, thunks, _ = comp.let_locals(node.definitions, scope, lc, False)
             if comp.act(node.expression, scope, inner, False)[0] == "act":
+                thunks = self.let_thunks(node.definitions, scope, inner, thunks)
                 e2 = self.fresh("e")
                 return [f"{'    ' * ind}{e2} = enter_let({self.obj(thunks, 'th')}, c, {env})",
                         *self.act(node.expression, scope, inner, e2, k, ind)]
@@ -438,6 +449,20 @@ class Source:
         if kind == "pred":
             return self.guard([self.expr(node, scope, lc, env)], "action conjunct", k("None", ind + 1), ind)
         return self.loop(f"{self.obj(fn, 'g')}(c, {env})", k, ind)
+
+    def let_thunks(self, defs: list[Any], scope: Scope, inner: dict[str, Local],
+                   thunks: list[tuple[str, Fun, bool]]) -> list[tuple[str, Fun, bool]]:
+        """The LET's thunks (see :meth:`ExprCompiler.let_locals`) with generated bodies, except
+        recursive function definitions."""
+        nodes = {d.name: d for d in defs if tname(d) == "OperatorDefinition" and not d.arity}
+        out = []
+        for name, fn, memo in thunks:
+            d = nodes.get(name)
+            if d is not None and not d.function:
+                h = self.helper([f"    return {self.expr(d.definiens, scope, inner, 'e')}"])
+                self.patches.append((out, len(out), h))
+            out.append((name, fn, memo))
+        return out
 
     def loop(self, it: str, k: Cont, ind: int) -> list[str]:
         lab = self.fresh("l")
@@ -597,6 +622,7 @@ class Source:
         pad = "    " * ind
         if tname(node) == "Let":
             inner, thunks, _ = comp.let_locals(node.definitions, scope, lc, False)
+            thunks = self.let_thunks(node.definitions, scope, inner, thunks)
             prep = [f"{pad}{env} = enter_let({self.obj(thunks, 'th')}, c, {env})"]
             lc, node = inner, node.expression
             while tname(node) == "Parentheses":
