@@ -18,6 +18,7 @@ top, ``yield label``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,9 @@ if TYPE_CHECKING:
 
 # Emits the statements that follow a successor: (label expression, indentation) -> lines.
 Cont = Callable[[str, int], list[str]]
+
+# Python expressions that read a bound name, a constant or a variable: cheap and pure.
+SIMPLE = re.compile(r"e\d*\['[A-Za-z0-9_@]+'\]|k\d+|s\[\d+\]")
 
 # Generated source larger than this (lines) is not compiled: the closures run instead.
 MAX_LINES = 4000
@@ -205,8 +209,13 @@ class Source:
         if t == "OperatorApplication":
             return self.application(node, scope, lc, env, fn)
         if t == "FunctionApplication" and len(node.arguments) == 1:
-            f = self.expr(node.function, scope, lc, env)
-            return f"apply({f}, {self.expr(node.arguments[0], scope, lc, env)})"
+            f, x = self.expr(node.function, scope, lc, env), self.expr(node.arguments[0], scope, lc, env)
+            if SIMPLE.fullmatch(x):
+                # A name or constant argument, read again at no cost: a record or function
+                # on model values is read in place, anything else by apply.
+                tmp = self.fresh("t")
+                return f"({tmp}.d[{x}] if type({tmp} := {f}) is Fn and {x} in {tmp}.d else apply({tmp}, {x}))"
+            return f"apply({f}, {x})"
         if t == "Field":
             r, tmp = self.expr(node.expression, scope, lc, env), self.fresh("t")
             key = repr(node.name)
@@ -322,6 +331,22 @@ class Source:
         args = [f"{p!r}: {self.expr(a, scope, lc, env)}" for (p, _ar), a in zip(opdef.params, argnodes, strict=True)]
         return f"{name}(c, {{{', '.join(args)}}})"
 
+    def let_call(self, target: Local, argnodes: list[Any], scope: Scope, lc: dict[str, Local], env: str) -> str | None:
+        """A call of a LET operator with value parameters: its generated body on a copy of the
+        environment with the parameters bound (the closures' letcall)."""
+        if len(argnodes) != len(target.params) or any(ar for _p, ar in target.params) or target.scope is None:
+            return None
+        name = self.bodies.get(id(target.body))
+        if name is None:
+            name = self.bodies[id(target.body)] = self.fresh("letop")
+            inner = dict(target.locals)
+            for p, _ar in target.params:
+                inner[p] = Local("val", p)
+            self.funcs.append([f"def {name}(c, e):", "    s = c.s",
+                               f"    return {self.expr(target.body, target.scope, inner, 'e')}"])
+        args = [f"{p!r}: {self.expr(a, scope, lc, env)}" for (p, _ar), a in zip(target.params, argnodes, strict=True)]
+        return f"{name}(c, {{**{env}, {', '.join(args)}}})"
+
     def plain(self, src: str) -> str:
         """``src``'s value as stored in a record or state (lazy values materialised)."""
         if src in self.ns and type(self.ns[src]) in PLAIN_TYPES:
@@ -373,6 +398,8 @@ class Source:
         target = lc.get(op) or scope.defs.get(op)
         if target is not None:
             inline = self.op_call(target, args, scope, lc, env) if isinstance(target, OpDef) else None
+            if isinstance(target, Local) and target.kind == "letop":
+                inline = self.let_call(target, args, scope, lc, env)
             return inline if inline is not None else self.call(fn, env)
         if op == "~" and len(args) == 1:
             tmp = self.fresh("t")
