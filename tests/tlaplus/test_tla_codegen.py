@@ -10,7 +10,7 @@ import pytest
 
 import kvoffload.tla.action as action_mod
 import kvoffload.tla.check as check_mod
-from kvoffload.tla import check_model, load_model
+from kvoffload.tla import TlaError, check_model, load_model
 from kvoffload.tla.check import Checker
 from kvoffload.tla.monitor import Monitor
 from kvoffload.tla.syntax import EMPTY, UNSET, Ctx
@@ -90,3 +90,18 @@ def test_kvoffload_counts(mode: str, request: pytest.FixtureRequest) -> None:
         request.getfixturevalue("closures_only")
     r = check_model(KV, KV_CFG)
     assert (r.result, r.distinct_states, r.states_generated, r.depth) == ("success", 12448, 58979, 25)
+
+
+def test_an_unsupported_construct_in_an_operator_is_reported_by_the_closures(tmp_path: Path) -> None:
+    spec = """---- MODULE M ----
+VARIABLE x
+F(a) == 1.5
+Init == x = 0
+Next == x' = F(x)
+====
+"""
+    (tmp_path / "M.tla").write_text(spec)
+    (tmp_path / "M.cfg").write_text("INIT Init\nNEXT Next\n")
+    with pytest.raises(TlaError) as info:
+        load_model(tmp_path / "M.tla")
+    assert "M.tla:3:9: unsupported construct: real numbers" in str(info.value)

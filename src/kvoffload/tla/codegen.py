@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from . import builtins as B
-from .errors import EvalError, TlaError
+from .errors import EvalError
 from .modules import Decl, OpDef, Scope
 from .syntax import (
     EMPTY,
@@ -64,7 +64,7 @@ def generate(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local]) -> G
     """The action ``node`` as one generated generator function, or None when the closures
     should compile it (an unsupported construct, or source Python cannot compile)."""
     src = Source(comp)
-    depth = len(comp.file_stack)
+    depth, known = len(comp.file_stack), set(comp.cache)
     try:
         lines = ["def _top(c, e):", "    s = c.s", "    n = c.n"]
         lines += src.act(node, scope, lc, "e", src.yield_as(None), 1)
@@ -75,11 +75,10 @@ def generate(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local]) -> G
         code = compile("\n".join("\n".join(f) for f in src.funcs), "<tla action>", "exec")
         exec(code, src.ns)
         src.link()
-    except (Unsupported, TlaError, SyntaxError, RecursionError, MemoryError):
-        # An action whose compilation failed half-way is left marked as being compiled; the
-        # closures compile it again and report the error themselves.
-        for key in [key for key, hit in comp.cache.items() if hit == ("pending", None)]:
-            del comp.cache[key]
+    except Exception:
+        # Whatever fails here (an unsupported construct, a compile error, a bug), the closures
+        # compile the action as before and report any real error themselves.
+        forget(comp, known)
         return None
     finally:
         del comp.file_stack[depth:]
@@ -91,7 +90,7 @@ def generate_expr(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local])
     """The expression ``node`` (unprimed) as a generated function, or None (see :func:`generate`).
     A name of a definition without parameters stands for the definition's body."""
     src = Source(comp)
-    depth = len(comp.file_stack)
+    depth, known = len(comp.file_stack), set(comp.cache)
     try:
         while tname(node) == "OperatorApplication" and not node.arguments and node.operator not in lc:
             d = scope.defs.get(node.operator)
@@ -104,12 +103,21 @@ def generate_expr(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local])
             return None
         exec(compile("\n".join("\n".join(f) for f in src.funcs), "<tla expression>", "exec"), src.ns)
         src.link()
-    except (Unsupported, TlaError, SyntaxError, RecursionError, MemoryError):
+    except Exception:
+        forget(comp, known)
         return None
     finally:
         del comp.file_stack[depth:]
     top: Fun = src.ns["_top"]
     return top
+
+
+def forget(comp: Compiler, known: set[Any]) -> None:
+    """Drop what a failed generation added to the compiler's cache: definitions whose compilation
+    stopped half-way are left marked as being compiled (a pending action, an operator body
+    without its closure); the closures compile them again and report the error themselves."""
+    for key in [key for key in comp.cache if key not in known]:
+        del comp.cache[key]
 
 
 def assign_in_steps(n: list[Value], i: int, s: Value) -> Iterator[None]:
