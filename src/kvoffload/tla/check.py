@@ -26,6 +26,7 @@ from kvoffload.statemachine.checkresult import (
 
 from . import parallel
 from .action import Compiler
+from .codegen import generate_expr
 from .config import ModelConfig, Named, parse_config
 from .errors import EvalError, TlaError
 from .heap import SearchHeap
@@ -241,6 +242,7 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
             raise TlaError(f"invariant {item.name} is a temporal formula; list it under PROPERTY",
                            cfg.path, item.line, 1, kind="config")
         fn, deps = comp.expr(_ident(item.name, d.node), root, {}, False)
+        fn = generate_expr(comp, _ident(item.name, d.node), root, {}) or fn
         # An invariant reading few variables is evaluated once per combination of their values.
         fn = state_memo(fn, deps, len(comp.variables))
         # Evaluation errors inside the invariant then name its definition's location.
