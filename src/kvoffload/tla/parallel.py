@@ -11,14 +11,18 @@ counters, same first violation.
 
 Successors stored before the job was sent come back as their index only (``KNOWN``, after
 checking the implied actions on the step). An out-of-model successor whose invariants hold is only
-counted (``OUTSIDE``). Every other successor comes back whole (``FULL``) with its fingerprint key,
-and the checker runs its usual per-successor logic on it (the worker does not evaluate the
-invariants of a successor it has not seen: most of them are states that the checker or the
-worker's previous jobs stored since the worker's last job). A failure while generating (an
-evaluation error, a successor that leaves a variable unassigned) is recorded after the successors
-generated before it and re-raised at the same point. States travel encoded (:class:`Values`):
-each value of a variable as its number, and only the values the other side has not numbered yet
-as themselves, so that little is pickled.
+counted (``OUTSIDE``). Every other successor comes back whole (``FULL``) with its fingerprint key
+the first time it appears in the job, and as the ordinal of that first ``FULL`` record after
+(``AGAIN``, after checking the implied actions on the step; on KVOffload.cfg, 60% of the ``FULL``
+records repeated an earlier one of their job). The checker runs its usual per-successor logic on
+each ``FULL`` record. The worker does not evaluate the invariants of a successor it has not seen:
+most of them are states that the checker or the worker's previous jobs stored since the worker's
+last job (measured on KVOffload.cfg: it cost the worker twice what it saved the checker).
+
+A failure while generating (an evaluation error, a successor that leaves a variable unassigned)
+is recorded after the successors generated before it and re-raised at the same point. States
+travel encoded (:class:`Values`): each value of a variable as its number, and only the values the
+other side has not numbered yet as themselves, so that little is pickled.
 """
 
 from __future__ import annotations
@@ -42,11 +46,12 @@ from .values import Value
 
 State = tuple[Value, ...]
 # Per state: records (KNOWN, label, index, suffix_ok), (OUTSIDE, label), (FULL, label, codes, raws,
-# key) (the successor as Values.split gives it), then optionally (UNASSIGNED, label,
-# variable index) or (FAILED, exception), or else (FAIR, the checker's fair_steps of the state, with
-# the records' positions as targets).
+# key) (the successor as Values.split gives it), (AGAIN, label, ordinal of the job's
+# FULL record of the same successor, suffix_ok), then optionally (UNASSIGNED, label, variable index)
+# or (FAILED, exception), or else (FAIR, the checker's fair_steps of the state, with the records'
+# positions as targets).
 Successors = list[tuple[Any, ...]]
-KNOWN, OUTSIDE, FULL, UNASSIGNED, FAILED, FAIR = 0, 1, 2, 3, 4, 5
+KNOWN, OUTSIDE, FULL, UNASSIGNED, FAILED, FAIR, AGAIN = 0, 1, 2, 3, 4, 5, 6
 # How many jobs a worker holds at once (see Worker).
 DEPTH = 2
 
@@ -121,6 +126,11 @@ class Expansion:
         unset_id = id(UNSET)
         fair_steps = self.fair_steps
         split = self.values.split
+        # Each successor stored by none of the checker's states this worker holds, by key, and the
+        # ordinal of its first FULL record in this job. Only without constraints: the checker then
+        # stores every such successor (or stops on it).
+        firsts: dict[Any, int] | None = {} if in_model is None else None
+        fulls = 0  # the FULL records of this job so far
         for i in ids:
             s = self.states[i]
             c = Ctx(s, [UNSET] * nv)
@@ -139,26 +149,32 @@ class Expansion:
                     try:
                         steps_ok = all(fn(c, env) is True for _name, fn, env in implied)
                         if in_model is not None and not in_model(t, c):
-                            found.append((OUTSIDE, lab) if steps_ok and holds(t)
-                                         else (FULL, lab, *split(t), None))
-                            continue
-                        k = key(t) if key is not None else t
-                        j = seen.get(k, -1)
-                        if j >= 0 and steps_ok:
-                            on_suffix = bool(suffix) and all(fn(c, env) is True for fn, env in suffix)
-                            found.append((KNOWN, lab, j, on_suffix))
+                            if steps_ok and holds(t):
+                                found.append((OUTSIDE, lab))
+                                continue
+                            record = (FULL, lab, *split(t), None)
                         else:
-                            found.append((FULL, lab, *split(t), k if key is not None else None))
+                            k = key(t) if key is not None else t
+                            j = seen.get(k, -1)
+                            if steps_ok and (j >= 0 or (firsts is not None and k in firsts)):
+                                on_suffix = bool(suffix) and all(fn(c, env) is True for fn, env in suffix)
+                                found.append((KNOWN, lab, j, on_suffix) if j >= 0
+                                             else (AGAIN, lab, firsts[k], on_suffix))  # type: ignore[index]
+                                continue
+                            if j < 0 and firsts is not None:
+                                firsts.setdefault(k, fulls)
+                            record = (FULL, lab, *split(t), k if key is not None else None)
                     except Exception:
                         # The checker evaluates this successor again and reports the error in order.
-                        found.append((FULL, lab, *split(t), None))
+                        record = (FULL, lab, *split(t), None)
+                    found.append(record)
+                    fulls += 1
                 if fair_steps is not None and (not found or found[-1][0] != UNASSIGNED):
                     found.append((FAIR, fair_steps(s, position)))
             except Exception as exc:  # re-raised by replay() in the checker, at this state
                 found.append((FAILED, exc))
             out.append(found)
         return out
-
 
     def serve(self, jobs: IO[bytes], results: IO[bytes]) -> None:
         """The worker's loop: store the states a job brings, expand its run, send the records."""
@@ -271,6 +287,8 @@ class Batch:
     def __init__(self, start: int, end: int, worker: Worker) -> None:
         self.start, self.end, self.worker = start, end, worker
         self.records: list[Successors] | None = None
+        # Per FULL record replayed so far, the index the checker stored its successor at (AGAIN).
+        self.stored: list[int] = []
 
     def take(self, i: int) -> Successors:
         """The records of state ``i`` (waiting for the worker the first time)."""
