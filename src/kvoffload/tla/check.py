@@ -540,7 +540,8 @@ class Checker:
         unset_id = id(UNSET)
         monitor = self.monitor
         heap = self.heap
-        pool = self.pool = parallel.Pool(self.expansion(), self.workers - 1, self.keys) if self.workers > 1 else None
+        pool = self.pool = (parallel.Pool(self.expansion(), self.workers - 1, self.keys, _OWN_SHARE)
+                            if self.workers > 1 else None)
         visit = self.visit
         fair = bool(self.fair_conditions)
         # With fairness conditions: each successor of the state being expanded, as generated, and
@@ -625,7 +626,7 @@ class Checker:
         """Keep each of the ``workers - 1`` worker processes up to ``parallel.DEPTH`` runs of the
         queued states after ``i`` ahead (the queue holds the states i+1, i+2, ... in order), of up
         to ``_PARALLEL_BATCH`` states; this process expands the states before each run itself
-        (``_OWN_SHARE``)."""
+        (``pool.share``)."""
         least = max(16, _PARALLEL_BATCH // 128)
         while len(self.batches) < pool.size * parallel.DEPTH:
             start = max(self.batches[-1].end if self.batches else 0, i + 1)
@@ -633,7 +634,7 @@ class Checker:
             size = min(_PARALLEL_BATCH, max(least, waiting // self.workers))
             # Before each run, a share of states this process expands itself (it also replays
             # the records of the runs).
-            start += size * _OWN_SHARE // 100
+            start += size * pool.share // 100
             waiting = len(self.states) - start
             if waiting < least:
                 return
@@ -983,9 +984,10 @@ def check_model(
 # With workers > 1: how many queued states one round of worker processes expands.
 _PARALLEL_BATCH = 4096
 # With workers > 1: this process expands itself the queued states before each worker run, about
-# this percentage of the run's length (it also replays every successor record). Tuned on
-# KVOffload.cfg by wall time on an idle machine: at 50 (equal CPU time) the checker waited 0.2 s
-# for the worker's records, at 75 0.04 s, at 100 the worker idled.
+# this percentage of the run's length at first (parallel.Pool.balance adjusts it after each run;
+# it also replays every successor record). On KVOffload.cfg, with fixed shares on an idle machine,
+# the checker waited 0.2 s for the worker's records at 50 (equal CPU time), 0.04 s at 75, and the
+# worker idled at 100.
 _OWN_SHARE = 75
 # Deep recursion (RECURSIVE operators, recursive functions) runs on a 512 MiB thread stack.
 _STACK_BYTES = 512 * 1024 * 1024

@@ -35,6 +35,7 @@ import queue
 import signal
 import struct
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
@@ -54,6 +55,10 @@ Successors = list[tuple[Any, ...]]
 KNOWN, OUTSIDE, FULL, UNASSIGNED, FAILED, FAIR, AGAIN = 0, 1, 2, 3, 4, 5, 6
 # How many jobs a worker holds at once (see Worker).
 DEPTH = 2
+# How much one run's waits move the checker's share of the states (see Pool), in percent points.
+SHARE_STEP = 5
+# Waits shorter than this (seconds) do not count.
+_NOTICEABLE = 0.001
 
 
 class Values:
@@ -181,10 +186,13 @@ class Expansion:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the checker's to handle
         for box in self.memos:
             box[0].clear()
+        first = True
         while True:
-            job = _receive(jobs)
+            job, idle = _receive_waiting(jobs)
             if job is None:
                 return
+            if first:  # the worker's start is not a wait on the checker
+                idle, first = 0.0, False
             new_values, codes, keys, start, end = job
             self.values.extend(new_values)
             states = [self.values.decode(k) for k in codes]
@@ -192,7 +200,7 @@ class Expansion:
             self.states.extend(states)
             for k, key in enumerate(keys if keys is not None else states):
                 self.seen[key] = base + k
-            _send(results, self.expand(range(start, end)))
+            _send(results, (idle, self.expand(range(start, end))))
             gc.freeze()  # like the checker's SearchHeap: later collections skip what this job stored
 
 
@@ -204,6 +212,14 @@ def _write(pipe: IO[bytes], data: bytes) -> None:
     pipe.write(struct.pack("<Q", len(data)))
     pipe.write(data)
     pipe.flush()
+
+
+def _receive_waiting(pipe: IO[bytes]) -> tuple[Any, float]:
+    """The next object on the pipe (None when the other side closed it), and how long the read
+    waited for it to start arriving."""
+    asked = time.perf_counter()
+    pipe.peek(1)  # type: ignore[attr-defined]  # blocks until the message starts arriving
+    return _receive(pipe), time.perf_counter() - asked
 
 
 def _receive(pipe: IO[bytes]) -> Any:
@@ -284,8 +300,8 @@ class Batch:
     """The successor records of the states ``start .. end-1``, expanded by one worker and read
     when the checker first needs them."""
 
-    def __init__(self, start: int, end: int, worker: Worker) -> None:
-        self.start, self.end, self.worker = start, end, worker
+    def __init__(self, start: int, end: int, worker: Worker, pool: Pool) -> None:
+        self.start, self.end, self.worker, self.pool = start, end, worker, pool
         self.records: list[Successors] | None = None
         # Per FULL record replayed so far, the index the checker stored its successor at (AGAIN).
         self.stored: list[int] = []
@@ -293,20 +309,27 @@ class Batch:
     def take(self, i: int) -> Successors:
         """The records of state ``i`` (waiting for the worker the first time)."""
         if self.records is None:
-            records = _receive(self.worker.results)
-            if records is None:
+            sent, waited = _receive_waiting(self.worker.results)
+            if sent is None:
                 raise _died(self.worker.pid)
-            self.records = records
+            idle, self.records = sent
+            self.pool.balance(waited, idle)
         if i == self.end - 1:
             self.worker.outstanding -= 1
         return self.records[i - self.start]
 
 
 class Pool:
-    """``workers`` worker processes, started on the first :meth:`submit`."""
+    """``workers`` worker processes, started on the first :meth:`submit`.
 
-    def __init__(self, expansion: Expansion, workers: int, keys: list[Any] | None) -> None:
-        self.expansion, self.size, self.keys = expansion, workers, keys
+    ``share`` is how many states the checker expands itself before each run it hands out, in
+    percent of the run's length. Each run's results adjust it by :data:`SHARE_STEP`: up when the
+    checker waited for them longer than the worker waited for the run, else down, so that neither
+    process waits for the other for long whatever the relative cost of expanding and replaying.
+    """
+
+    def __init__(self, expansion: Expansion, workers: int, keys: list[Any] | None, share: int) -> None:
+        self.expansion, self.size, self.keys, self.share = expansion, workers, keys, share
         self.workers: list[Worker] = []
         self.codes: list[tuple[int, ...]] = []  # each stored state, encoded (Values.encode)
 
@@ -330,7 +353,15 @@ class Pool:
         worker.synced = len(states)
         worker.known = [len(vals) for vals in values.values]
         worker.outstanding += 1
-        return Batch(start, end, worker)
+        return Batch(start, end, worker, self)
+
+    def balance(self, waited: float, idle: float) -> None:
+        """Adjust ``share`` after the checker waited ``waited`` seconds for a run's records, whose
+        worker had waited ``idle`` seconds for the run."""
+        if waited > idle + _NOTICEABLE:
+            self.share += SHARE_STEP
+        elif idle > waited + _NOTICEABLE:
+            self.share = max(0, self.share - SHARE_STEP)
 
     def close(self) -> None:
         for worker in self.workers:
