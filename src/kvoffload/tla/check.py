@@ -737,8 +737,8 @@ class Checker:
                 if found is not None:
                     return self.lasso(found, name)
                 continue
-            pv = [live.p(Ctx(s, None), env) is True for s in self.states]
-            qv = [live.q(Ctx(s, None), env) is True for s in self.states] if live.q is not None else None
+            pv = self.holds_in_each(live.p, env)
+            qv = self.holds_in_each(live.q, env) if live.q is not None else None
             inits = self.init_ids
             within = everything
             if live.premise is not None:
@@ -768,6 +768,15 @@ class Checker:
                 continue
             return self.lasso(found, name)
         return None
+
+    def holds_in_each(self, pred: Pred, env: dict[str, Value]) -> list[bool]:
+        """Per stored state, whether ``pred`` holds in it."""
+        c = Ctx(None, None)
+        out = []
+        for s in self.states:
+            c.s = s
+            out.append(pred(c, env) is True)
+        return out
 
     def lasso(self, found: tuple[int, list[int], list[int]], name: str) -> tuple[_Stop, int]:
         """The counterexample of a violated temporal property: a path to a cycle."""
