@@ -9,10 +9,11 @@ compiled the same way with unprimed variables as the assignment targets.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from . import builtins as B
+from .codegen import generate, record, replay
 from .errors import EvalError
 from .expr import ExprCompiler
 from .modules import Decl, OpDef, Scope
@@ -55,7 +56,12 @@ class Compiler(ExprCompiler):
 
     # ---- actions ---------------------------------------------------------------------------
     def action(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> Gen:
-        """Compile an action (or, with ``pr``, an initial predicate) to a successor generator."""
+        """Compile an action (or, with ``pr``, an initial predicate) to a successor generator:
+        generated Python source (see :mod:`codegen`) where it can, else closures."""
+        if not pr:
+            gen = generate(self, node, scope, lc)
+            if gen is not None:
+                return gen
         kind, fn = self.act(node, scope, lc, pr)
         if kind == "pred":
             return pred_gen(fn)
@@ -362,10 +368,10 @@ class Compiler(ExprCompiler):
                     key = (id(s), tuple(e2.values()))
                     hit = memo.get(key)
                     if hit is not None and hit[0] is s:
-                        return _replay(n, hit[1])
+                        return replay(n, hit[1])
                     if box[1]:
                         if guard is None:
-                            return _record(c, memo, key, _labelled(body, c, e2))
+                            return record(c, memo, key, _labelled(body, c, e2))
                         rec_key = key  # test the guard first: a disabled action records []
             if guard is None:
                 return _labelled(body, c, e2)
@@ -384,7 +390,7 @@ class Compiler(ExprCompiler):
                 exc.locate(where)
                 raise
             if rec_key is not None:
-                return _record(c, memo, rec_key, only_name if rest is None else _labelled(rest, c, e2))  # type: ignore[arg-type]
+                return record(c, memo, rec_key, only_name if rest is None else _labelled(rest, c, e2))  # type: ignore[arg-type]
             if rest is None:
                 return only_name
             return _labelled(rest, c, e2)
@@ -397,20 +403,6 @@ class Compiler(ExprCompiler):
             except EvalError as exc:
                 exc.locate(where)
                 raise
-
-        def _replay(n: list[Value], rec: list[tuple[str, list[Value]]]) -> Iterator[str | None]:
-            for lab, t in rec:
-                n[:] = t
-                yield lab
-            n[:] = [UNSET] * nv
-
-        def _record(c: Ctx, memo: dict[Any, Any], key: Any, inner: Iterable[str | None]) -> Iterator[str | None]:
-            n = c.n
-            rec: list[tuple[str, list[Value]]] = []
-            for lab in inner:
-                rec.append((lab, n[:]))  # type: ignore[index]
-                yield lab
-            memo[key] = (c.s, rec)  # only a complete enumeration is remembered
 
         return "act", call
 

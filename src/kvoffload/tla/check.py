@@ -26,6 +26,7 @@ from kvoffload.statemachine.checkresult import (
 
 from . import parallel
 from .action import Compiler
+from .codegen import generate_expr
 from .config import ModelConfig, Named, parse_config
 from .errors import EvalError, TlaError
 from .heap import SearchHeap
@@ -241,6 +242,7 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
             raise TlaError(f"invariant {item.name} is a temporal formula; list it under PROPERTY",
                            cfg.path, item.line, 1, kind="config")
         fn, deps = comp.expr(_ident(item.name, d.node), root, {}, False)
+        fn = generate_expr(comp, _ident(item.name, d.node), root, {}) or fn
         # An invariant reading few variables is evaluated once per combination of their values.
         fn = state_memo(fn, deps, len(comp.variables))
         # Evaluation errors inside the invariant then name its definition's location.
@@ -538,7 +540,8 @@ class Checker:
         unset_id = id(UNSET)
         monitor = self.monitor
         heap = self.heap
-        pool = self.pool = parallel.Pool(self.expansion(), self.workers - 1, self.keys) if self.workers > 1 else None
+        pool = self.pool = (parallel.Pool(self.expansion(), self.workers - 1, self.keys, _OWN_SHARE)
+                            if self.workers > 1 else None)
         visit = self.visit
         fair = bool(self.fair_conditions)
         # With fairness conditions: each successor of the state being expanded, as generated, and
@@ -555,12 +558,15 @@ class Checker:
             c = Ctx(s, [UNSET] * nv)
             any_succ = False
             records = None
+            stored: list[int] = []
             if pool is not None:
                 self.hand_out(pool, i)
                 batches = self.batches
                 if batches and batches[0].start <= i:
-                    records = batches[0].take(i)
-                    if i == batches[0].end - 1:
+                    batch = batches[0]
+                    records = batch.take(i)
+                    stored = batch.stored
+                    if i == batch.end - 1:
                         batches.popleft()
             if records is None:
                 for lab in nxt(c, EMPTY):
@@ -580,10 +586,10 @@ class Checker:
                 targets: list[int] = []  # per successor record, the successor's index (-1: not stored)
                 for rec in records:
                     kind = rec[0]
-                    if kind == parallel.KNOWN:
+                    if kind == parallel.KNOWN or kind == parallel.AGAIN:
                         any_succ = True
                         self.generated += 1
-                        j = rec[2]
+                        j = rec[2] if kind == parallel.KNOWN else stored[rec[2]]
                         targets.append(j)
                         if succ is not None:
                             succ[i].append((j, rec[1] or "Next"))
@@ -598,7 +604,9 @@ class Checker:
                         self.generated += 1
                         t = join(rec[2], rec[3])
                         c.n = list(t)
-                        targets.append(visit(i, d, c, t, rec[1] or "Next", rec[4]))
+                        j = visit(i, d, c, t, rec[1] or "Next", rec[4])
+                        stored.append(j)
+                        targets.append(j)
                     elif kind == parallel.FAIR:
                         self.record_fair_steps(i, rec[1], targets)
                     elif kind == parallel.UNASSIGNED:
@@ -618,15 +626,15 @@ class Checker:
         """Keep each of the ``workers - 1`` worker processes up to ``parallel.DEPTH`` runs of the
         queued states after ``i`` ahead (the queue holds the states i+1, i+2, ... in order), of up
         to ``_PARALLEL_BATCH`` states; this process expands the states before each run itself
-        (``_OWN_SHARE``)."""
-        least = max(16, _PARALLEL_BATCH // 16)
+        (``pool.share``)."""
+        least = max(16, _PARALLEL_BATCH // 128)
         while len(self.batches) < pool.size * parallel.DEPTH:
             start = max(self.batches[-1].end if self.batches else 0, i + 1)
             waiting = len(self.states) - start
             size = min(_PARALLEL_BATCH, max(least, waiting // self.workers))
             # Before each run, a share of states this process expands itself (it also replays
             # the records of the runs).
-            start += size * _OWN_SHARE // 100
+            start += size * pool.share // 100
             waiting = len(self.states) - start
             if waiting < least:
                 return
@@ -729,8 +737,8 @@ class Checker:
                 if found is not None:
                     return self.lasso(found, name)
                 continue
-            pv = [live.p(Ctx(s, None), env) is True for s in self.states]
-            qv = [live.q(Ctx(s, None), env) is True for s in self.states] if live.q is not None else None
+            pv = self.holds_in_each(live.p, env)
+            qv = self.holds_in_each(live.q, env) if live.q is not None else None
             inits = self.init_ids
             within = everything
             if live.premise is not None:
@@ -760,6 +768,15 @@ class Checker:
                 continue
             return self.lasso(found, name)
         return None
+
+    def holds_in_each(self, pred: Pred, env: dict[str, Value]) -> list[bool]:
+        """Per stored state, whether ``pred`` holds in it."""
+        c = Ctx(None, None)
+        out = []
+        for s in self.states:
+            c.s = s
+            out.append(pred(c, env) is True)
+        return out
 
     def lasso(self, found: tuple[int, list[int], list[int]], name: str) -> tuple[_Stop, int]:
         """The counterexample of a violated temporal property: a path to a cycle."""
@@ -976,9 +993,11 @@ def check_model(
 # With workers > 1: how many queued states one round of worker processes expands.
 _PARALLEL_BATCH = 4096
 # With workers > 1: this process expands itself the queued states before each worker run, about
-# this percentage of the run's length (it also replays every successor record). Tuned on
-# KVOffload.cfg, where it balances the CPU time of the two processes.
-_OWN_SHARE = 50
+# this percentage of the run's length at first (parallel.Pool.balance adjusts it after each run;
+# it also replays every successor record). On KVOffload.cfg, with fixed shares on an idle machine,
+# the checker waited 0.2 s for the worker's records at 50 (equal CPU time), 0.04 s at 75, and the
+# worker idled at 100.
+_OWN_SHARE = 75
 # Deep recursion (RECURSIVE operators, recursive functions) runs on a 512 MiB thread stack.
 _STACK_BYTES = 512 * 1024 * 1024
 _RECURSION_LIMIT = 400_000

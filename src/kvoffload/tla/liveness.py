@@ -124,6 +124,13 @@ class LivenessSearch:
         while todo:
             nodes = todo.pop()
             for comp_list in tarjan(sorted(nodes), self.cycle_succ, nodes):
+                if len(comp_list) == 1 and must is None:
+                    # Most components are single states (cycles only by stuttering): fair where
+                    # every <<A>>_v is disabled, which each WF condition takes as its witness.
+                    v = comp_list[0]
+                    if not any(f.enabled[v] for f in self.fair):
+                        found.append(({v}, [("node", v) for f in self.fair if f.kind == "WF"]))
+                    continue
                 comp = set(comp_list)
                 if must is not None and not (comp & must):
                     continue

@@ -11,14 +11,17 @@ counters, same first violation.
 
 Successors stored before the job was sent come back as their index only (``KNOWN``, after
 checking the implied actions on the step). An out-of-model successor whose invariants hold is only
-counted (``OUTSIDE``). Every other successor comes back whole (``FULL``) with its fingerprint key,
-and the checker runs its usual per-successor logic on it (the worker does not evaluate the
-invariants of a successor it has not seen: most of them are states that the checker or the
-worker's previous jobs stored since the worker's last job). A failure while generating (an
-evaluation error, a successor that leaves a variable unassigned) is recorded after the successors
-generated before it and re-raised at the same point. States travel encoded (:class:`Values`):
-each value of a variable as its number, and only the values the other side has not numbered yet
-as themselves, so that little is pickled.
+counted (``OUTSIDE``). Every other successor comes back whole (``FULL``) with its fingerprint key
+the first time it appears in the job, and as the ordinal of that first ``FULL`` record after
+(``AGAIN``, after checking the implied actions on the step; on KVOffload.cfg, 60% of the ``FULL``
+records repeated an earlier one of their job). The checker runs its usual per-successor logic on
+each ``FULL`` record. The worker does not evaluate the invariants of the successors it sends
+whole: measured on KVOffload.cfg, that cost the worker about twice what it saved the checker.
+
+A failure while generating (an evaluation error, a successor that leaves a variable unassigned)
+is recorded after the successors generated before it and re-raised at the same point. States
+travel encoded (:class:`Values`): each value of a variable as its number, and only the values the
+other side has not numbered yet as themselves, so that little is pickled.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import queue
 import signal
 import struct
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
@@ -42,13 +46,18 @@ from .values import Value
 
 State = tuple[Value, ...]
 # Per state: records (KNOWN, label, index, suffix_ok), (OUTSIDE, label), (FULL, label, codes, raws,
-# key) (the successor as Values.split gives it), then optionally (UNASSIGNED, label,
-# variable index) or (FAILED, exception), or else (FAIR, the checker's fair_steps of the state, with
-# the records' positions as targets).
+# key) (the successor as Values.split gives it), (AGAIN, label, ordinal of the job's
+# FULL record of the same successor, suffix_ok), then optionally (UNASSIGNED, label, variable index)
+# or (FAILED, exception), or else (FAIR, the checker's fair_steps of the state, with the records'
+# positions as targets).
 Successors = list[tuple[Any, ...]]
-KNOWN, OUTSIDE, FULL, UNASSIGNED, FAILED, FAIR = 0, 1, 2, 3, 4, 5
+KNOWN, OUTSIDE, FULL, UNASSIGNED, FAILED, FAIR, AGAIN = 0, 1, 2, 3, 4, 5, 6
 # How many jobs a worker holds at once (see Worker).
 DEPTH = 2
+# How much one run's waits move the checker's share of the states (see Pool), in percent points.
+SHARE_STEP = 5
+# Waits shorter than this (seconds) do not count.
+_NOTICEABLE = 0.001
 
 
 class Values:
@@ -121,6 +130,11 @@ class Expansion:
         unset_id = id(UNSET)
         fair_steps = self.fair_steps
         split = self.values.split
+        # Each successor stored by none of the checker's states this worker holds, by key, and the
+        # ordinal of its first FULL record in this job. Only without constraints: the checker then
+        # stores every such successor (or stops on it).
+        firsts: dict[Any, int] | None = {} if in_model is None else None
+        fulls = 0  # the FULL records of this job so far
         for i in ids:
             s = self.states[i]
             c = Ctx(s, [UNSET] * nv)
@@ -139,19 +153,26 @@ class Expansion:
                     try:
                         steps_ok = all(fn(c, env) is True for _name, fn, env in implied)
                         if in_model is not None and not in_model(t, c):
-                            found.append((OUTSIDE, lab) if steps_ok and holds(t)
-                                         else (FULL, lab, *split(t), None))
-                            continue
-                        k = key(t) if key is not None else t
-                        j = seen.get(k, -1)
-                        if j >= 0 and steps_ok:
-                            on_suffix = bool(suffix) and all(fn(c, env) is True for fn, env in suffix)
-                            found.append((KNOWN, lab, j, on_suffix))
+                            if steps_ok and holds(t):
+                                found.append((OUTSIDE, lab))
+                                continue
+                            record = (FULL, lab, *split(t), None)
                         else:
-                            found.append((FULL, lab, *split(t), k if key is not None else None))
+                            k = key(t) if key is not None else t
+                            j = seen.get(k, -1)
+                            if steps_ok and (j >= 0 or (firsts is not None and k in firsts)):
+                                on_suffix = bool(suffix) and all(fn(c, env) is True for fn, env in suffix)
+                                found.append((KNOWN, lab, j, on_suffix) if j >= 0
+                                             else (AGAIN, lab, firsts[k], on_suffix))  # type: ignore[index]
+                                continue
+                            if j < 0 and firsts is not None:
+                                firsts.setdefault(k, fulls)
+                            record = (FULL, lab, *split(t), k if key is not None else None)
                     except Exception:
                         # The checker evaluates this successor again and reports the error in order.
-                        found.append((FULL, lab, *split(t), None))
+                        record = (FULL, lab, *split(t), None)
+                    found.append(record)
+                    fulls += 1
                 if fair_steps is not None and (not found or found[-1][0] != UNASSIGNED):
                     found.append((FAIR, fair_steps(s, position)))
             except Exception as exc:  # re-raised by replay() in the checker, at this state
@@ -159,16 +180,18 @@ class Expansion:
             out.append(found)
         return out
 
-
     def serve(self, jobs: IO[bytes], results: IO[bytes]) -> None:
         """The worker's loop: store the states a job brings, expand its run, send the records."""
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the checker's to handle
         for box in self.memos:
             box[0].clear()
+        first = True
         while True:
-            job = _receive(jobs)
+            job, idle = _receive_waiting(jobs)
             if job is None:
                 return
+            if first:  # the worker's start is not a wait on the checker
+                idle, first = 0.0, False
             new_values, codes, keys, start, end = job
             self.values.extend(new_values)
             states = [self.values.decode(k) for k in codes]
@@ -176,7 +199,7 @@ class Expansion:
             self.states.extend(states)
             for k, key in enumerate(keys if keys is not None else states):
                 self.seen[key] = base + k
-            _send(results, self.expand(range(start, end)))
+            _send(results, (idle, self.expand(range(start, end))))
             gc.freeze()  # like the checker's SearchHeap: later collections skip what this job stored
 
 
@@ -188,6 +211,14 @@ def _write(pipe: IO[bytes], data: bytes) -> None:
     pipe.write(struct.pack("<Q", len(data)))
     pipe.write(data)
     pipe.flush()
+
+
+def _receive_waiting(pipe: IO[bytes]) -> tuple[Any, float]:
+    """The next object on the pipe (None when the other side closed it), and how long the read
+    waited for it to start arriving."""
+    asked = time.perf_counter()
+    pipe.peek(1)  # type: ignore[attr-defined]  # blocks until the message starts arriving
+    return _receive(pipe), time.perf_counter() - asked
 
 
 def _receive(pipe: IO[bytes]) -> Any:
@@ -268,27 +299,36 @@ class Batch:
     """The successor records of the states ``start .. end-1``, expanded by one worker and read
     when the checker first needs them."""
 
-    def __init__(self, start: int, end: int, worker: Worker) -> None:
-        self.start, self.end, self.worker = start, end, worker
+    def __init__(self, start: int, end: int, worker: Worker, pool: Pool) -> None:
+        self.start, self.end, self.worker, self.pool = start, end, worker, pool
         self.records: list[Successors] | None = None
+        # Per FULL record replayed so far, the index the checker stored its successor at (AGAIN).
+        self.stored: list[int] = []
 
     def take(self, i: int) -> Successors:
         """The records of state ``i`` (waiting for the worker the first time)."""
         if self.records is None:
-            records = _receive(self.worker.results)
-            if records is None:
+            sent, waited = _receive_waiting(self.worker.results)
+            if sent is None:
                 raise _died(self.worker.pid)
-            self.records = records
+            idle, self.records = sent
+            self.pool.balance(waited, idle)
         if i == self.end - 1:
             self.worker.outstanding -= 1
         return self.records[i - self.start]
 
 
 class Pool:
-    """``workers`` worker processes, started on the first :meth:`submit`."""
+    """``workers`` worker processes, started on the first :meth:`submit`.
 
-    def __init__(self, expansion: Expansion, workers: int, keys: list[Any] | None) -> None:
-        self.expansion, self.size, self.keys = expansion, workers, keys
+    ``share`` is how many states the checker expands itself before each run it hands out, in
+    percent of the run's length. Each run's results adjust it by :data:`SHARE_STEP`: up when the
+    checker waited for them longer than the worker waited for the run, else down, so that neither
+    process waits for the other for long whatever the relative cost of expanding and replaying.
+    """
+
+    def __init__(self, expansion: Expansion, workers: int, keys: list[Any] | None, share: int) -> None:
+        self.expansion, self.size, self.keys, self.share = expansion, workers, keys, share
         self.workers: list[Worker] = []
         self.codes: list[tuple[int, ...]] = []  # each stored state, encoded (Values.encode)
 
@@ -312,7 +352,15 @@ class Pool:
         worker.synced = len(states)
         worker.known = [len(vals) for vals in values.values]
         worker.outstanding += 1
-        return Batch(start, end, worker)
+        return Batch(start, end, worker, self)
+
+    def balance(self, waited: float, idle: float) -> None:
+        """Adjust ``share`` after the checker waited ``waited`` seconds for a run's records, whose
+        worker had waited ``idle`` seconds for the run."""
+        if waited > idle + _NOTICEABLE:
+            self.share += SHARE_STEP
+        elif idle > waited + _NOTICEABLE:
+            self.share = max(0, self.share - SHARE_STEP)
 
     def close(self) -> None:
         for worker in self.workers:

@@ -1,0 +1,704 @@
+"""Generate Python source for actions, compiled once per model.
+
+:class:`~kvoffload.tla.action.Compiler` turns an action into a tree of closures, one call (and
+often one generator) per syntax node. This module writes the same action as the source of a few
+Python generator functions instead: guards become ``if`` statements, ``\\E`` a ``for`` loop,
+``x' = e`` a store into the next state followed by the rest of the action and the undo, calls of
+operator actions a guard evaluated in place (most actions are disabled in most states) and one
+generator per enabled call. Bound names live in the same environment dicts as in the closures,
+so any sub-action or sub-expression the generator does not handle is the closure compiler's
+closure, called from the generated code: the fallback is per node, and the semantics (order of
+successors, labels, error messages and their locations, successor memos) are those of the
+closures.
+
+An action is written in continuation-passing style: :meth:`Source.act` emits the statements of
+a node given ``k``, a function emitting what follows each successor the node produces (at the
+top, ``yield label``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from . import builtins as B
+from .errors import EvalError
+from .modules import Decl, OpDef, Scope
+from .syntax import (
+    EMPTY,
+    UNSET,
+    Ctx,
+    Fun,
+    Gen,
+    Local,
+    as_bool,
+    const_value,
+    flatten,
+    is_action,
+    ordered,
+    read_vars,
+    state_memo,
+    tname,
+)
+from .values import PLAIN_TYPES, Fn, Value, apply, iter_set, mkfn, norm, render, update
+
+if TYPE_CHECKING:
+    from .action import Compiler
+
+# Emits the statements that follow a successor: (label expression, indentation) -> lines.
+Cont = Callable[[str, int], list[str]]
+
+# Python expressions that read a bound name, a constant or a variable: cheap and pure.
+SIMPLE = re.compile(r"e\d*\['[A-Za-z0-9_@]+'\]|k\d+|s\[\d+\]")
+
+# Generated source larger than this (lines) is not compiled: the closures run instead.
+MAX_LINES = 4000
+
+
+class Unsupported(Exception):
+    """A construct this generator leaves to the closures (the caller falls back)."""
+
+
+def generate(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local]) -> Gen | None:
+    """The action ``node`` as one generated generator function, or None when the closures
+    should compile it (an unsupported construct, or source Python cannot compile)."""
+    src = Source(comp)
+    depth, known = len(comp.file_stack), set(comp.cache)
+    try:
+        lines = ["def _top(c, e):", "    s = c.s", "    n = c.n"]
+        lines += src.act(node, scope, lc, "e", src.yield_as(None), 1)
+        lines += ["    if False:", "        yield None"]
+        src.funcs.append(lines)
+        if sum(len(f) for f in src.funcs) > MAX_LINES:
+            return None
+        code = compile("\n".join("\n".join(f) for f in src.funcs), "<tla action>", "exec")
+        exec(code, src.ns)
+        src.link()
+    except Exception:
+        # Whatever fails here (an unsupported construct, a compile error, a bug), the closures
+        # compile the action as before and report any real error themselves.
+        forget(comp, known)
+        return None
+    finally:
+        del comp.file_stack[depth:]
+    top: Gen = src.ns["_top"]
+    return top
+
+
+def generate_expr(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local]) -> Fun | None:
+    """The expression ``node`` (unprimed) as a generated function, or None (see :func:`generate`).
+    A name of a definition without parameters stands for the definition's body."""
+    src = Source(comp)
+    depth, known = len(comp.file_stack), set(comp.cache)
+    try:
+        while tname(node) == "OperatorApplication" and not node.arguments and node.operator not in lc:
+            d = scope.defs.get(node.operator)
+            if not isinstance(d, OpDef) or d.params or getattr(d.node, "function", None):
+                break
+            comp.file_stack.append(d.file or d.scope.file)
+            node, scope, lc = d.body, d.scope, {}
+        src.funcs.append(["def _top(c, e):", "    s = c.s", f"    return {src.expr(node, scope, lc, 'e')}"])
+        if sum(len(f) for f in src.funcs) > MAX_LINES:
+            return None
+        exec(compile("\n".join("\n".join(f) for f in src.funcs), "<tla expression>", "exec"), src.ns)
+        src.link()
+    except Exception:
+        forget(comp, known)
+        return None
+    finally:
+        del comp.file_stack[depth:]
+    top: Fun = src.ns["_top"]
+    return top
+
+
+def forget(comp: Compiler, known: set[Any]) -> None:
+    """Drop what a failed generation added to the compiler's cache: definitions whose compilation
+    stopped half-way are left marked as being compiled (a pending action, an operator body
+    without its closure); the closures compile them again and report the error themselves."""
+    for key in [key for key in comp.cache if key not in known]:
+        del comp.cache[key]
+
+
+def assign_in_steps(n: list[Value], i: int, s: Value) -> Iterator[None]:
+    """``x' \\in S``: each element of S in turn (undone after), or a test when x' is set."""
+    cur = n[i]
+    if cur is UNSET:
+        for v in ordered(s):
+            n[i] = norm(v)
+            yield None
+        n[i] = UNSET
+    elif cur in s:
+        yield None
+
+
+def replay(n: list[Value], rec: list[tuple[str, list[Value]]]) -> Iterator[str | None]:
+    """The successors an operator action's memo recorded (see :meth:`Compiler.act_call`)."""
+    for lab, t in rec:
+        n[:] = t
+        yield lab
+    n[:] = [UNSET] * len(n)
+
+
+def record(c: Ctx, memo: dict[Any, Any], key: Any, inner: Iterable[str | None]) -> Iterator[str | None]:
+    """``inner``'s successors, remembered in ``memo`` under ``key`` once all are enumerated."""
+    n = c.n
+    rec: list[tuple[str, list[Value]]] = []
+    for lab in inner:
+        rec.append((lab, n[:]))  # type: ignore[index]
+        yield lab
+    memo[key] = (c.s, rec)  # only a complete enumeration is remembered
+
+
+def no_field(v: Value, name: str) -> Value:
+    raise EvalError(f"record {render(v)} has no field {name}")
+
+
+class Source:
+    """The generated functions of one action and the objects their source names."""
+
+    def __init__(self, comp: Compiler) -> None:
+        self.comp = comp
+        self.ns: dict[str, Any] = {
+            "UNSET": UNSET, "PLAIN": PLAIN_TYPES, "norm": norm, "as_bool": as_bool, "apply": apply,
+            "Fn": Fn, "update": update, "EvalError": EvalError, "ordered": ordered, "EMPTY": EMPTY,
+            "no_field": no_field, "iter_set": iter_set, "mkfn": mkfn,
+            "assign_in": assign_in_steps, "enter_let": comp.enter_let, "replay": replay, "record": record,
+        }
+        self.funcs: list[list[str]] = []
+        self.count = 0
+        # Generated bodies of operators called from expressions: id(opdef) -> function name.
+        self.bodies: dict[int, str] = {}
+        # (list, index, function name): thunk entries to point at their generated function once
+        # the source is compiled.
+        self.patches: list[tuple[list[tuple[str, Fun, bool]], int, str]] = []
+
+    def link(self) -> None:
+        """Point the LET thunks at their generated functions (after the source is executed)."""
+        for out, i, name in self.patches:
+            out[i] = (out[i][0], self.ns[name], out[i][2])
+
+    def fresh(self, prefix: str) -> str:
+        self.count += 1
+        return f"{prefix}{self.count}"
+
+    def obj(self, value: Any, prefix: str = "k") -> str:
+        """A name in the generated code's globals bound to ``value``."""
+        name = self.fresh(prefix)
+        self.ns[name] = value
+        return name
+
+    @staticmethod
+    def yield_as(name: str | None) -> Cont:
+        """The continuation at the top of a generated generator: yield the label (unnamed
+        steps named ``name``, as an operator call names them)."""
+        def k(lab: str, ind: int) -> list[str]:
+            pad = "    " * ind
+            if name is None:
+                return [f"{pad}yield {lab}"]
+            if lab == "None":
+                return [f"{pad}yield {name!r}"]
+            return [f"{pad}yield {lab} or {name!r}"]
+
+        return k
+
+    # ---- expressions ---------------------------------------------------------------------
+    def expr(self, node: Any, scope: Scope, lc: dict[str, Local], env: str) -> str:
+        """A Python expression with the value of ``node`` (unprimed context)."""
+        fn, deps = self.comp.expr(node, scope, lc, False)
+        if deps == 0:
+            ok, v = const_value(fn)
+            return self.obj(v) if ok else self.call(fn, env)
+        if isinstance(node, str):
+            return f"{env}['@']"
+        t = tname(node)
+        if t == "Parentheses":
+            return self.expr(node.expression, scope, lc, env)
+        if t == "OperatorApplication":
+            return self.application(node, scope, lc, env, fn)
+        if t == "FunctionApplication" and len(node.arguments) == 1:
+            f, x = self.expr(node.function, scope, lc, env), self.expr(node.arguments[0], scope, lc, env)
+            if SIMPLE.fullmatch(x):
+                # A name or constant argument, read again at no cost: a record or function
+                # on model values is read in place, anything else by apply.
+                tmp = self.fresh("t")
+                return f"({tmp}.d[{x}] if type({tmp} := {f}) is Fn and {x} in {tmp}.d else apply({tmp}, {x}))"
+            return f"apply({f}, {x})"
+        if t == "Field":
+            r, tmp = self.expr(node.expression, scope, lc, env), self.fresh("t")
+            key = repr(node.name)
+            return f"({tmp}.d[{key}] if type({tmp} := {r}) is Fn and {key} in {tmp}.d else no_field({tmp}, {key}))"
+        if t == "If":
+            p, tmp = self.expr(node.predicate, scope, lc, env), self.fresh("t")
+            a, b = self.expr(node.then, scope, lc, env), self.expr(node.else_, scope, lc, env)
+            return (f"({a} if ({tmp} := {p}) is True or ({tmp} is not False and "
+                    f"as_bool({tmp}, 'IF condition')) else {b})")
+        if t == "Record":
+            items = [f"{k!r}: {self.plain(self.expr(v, scope, lc, env))}" for k, v in node.key_values]
+            return "Fn({" + ", ".join(items) + "})"
+        if t == "VerticalList":
+            return self.expr_junction(node.operator, [it.expression for it in node.arguments], scope, lc, env)
+        if t == "Quantification" and node.quantifier in ("\\E", "\\A"):
+            bound = self.one_bound(node.declarations)
+            if bound is not None:
+                return self.quantifier(node, bound, scope, lc, env)
+        if t == "Function":
+            bound = self.one_bound(node.declaration)
+            if bound is not None:
+                return self.function(node, bound, scope, lc, env)
+        if t == "Except" and all(isinstance(ch.item[0], str) or len(ch.item[0]) == 1
+                                 for ch in node.changes if len(ch.item) == 1) \
+                and all(len(ch.item) == 1 for ch in node.changes):
+            return self.except_(node, scope, lc, env)
+        if t == "Tuple" and node.items:
+            return "(" + "".join(f"{self.expr(x, scope, lc, env)}, " for x in node.items) + ")"
+        if t == "SetEnumeration" and node.items:
+            return "frozenset((" + "".join(f"norm({self.expr(x, scope, lc, env)}), " for x in node.items) + "))"
+        return self.call(fn, env)
+
+    def expr_junction(self, op: str, items: list[Any], scope: Scope, lc: dict[str, Local], env: str) -> str:
+        """A ``/\\`` or ``\\/`` list as a generated function (the closures' junction): an item
+        that reads few variables only stays the closures' memoised item."""
+        decisive = B.ALIASES.get(op, op) != "/\\"
+        what = "disjunct" if decisive else "conjunct"
+        lines = []
+        for it in items:
+            fn, deps = self.comp.expr(it, scope, lc, False)
+            memo = state_memo(fn, deps, len(self.comp.variables))
+            src = self.call(memo, "e") if memo is not fn else self.expr(it, scope, lc, "e")
+            lines += [f"    v = {src}", f"    if v is not {not decisive}:", f"        if v is {decisive}:",
+                      f"            return {decisive}", f"        as_bool(v, {what!r})"]
+        return f"{self.helper([*lines, f'    return {not decisive}'])}(c, {env})"
+
+    @staticmethod
+    def one_bound(decls: Any) -> tuple[str, Any] | None:
+        """(name, set node) of a single binding ``x \\in S``, else None."""
+        if isinstance(decls, list):
+            if len(decls) != 1:
+                return None
+            decls = decls[0]
+        if tname(decls) == "OperatorApplication" and decls.operator == "\\in" and len(decls.arguments or []) == 2:
+            pat = decls.arguments[0]
+            if tname(pat) == "OperatorApplication" and not pat.arguments:
+                return pat.operator, decls.arguments[1]
+        return None
+
+    def helper(self, lines: list[str]) -> str:
+        """A generated function ``name(c, e)`` with body ``lines`` (indented once)."""
+        name = self.fresh("h")
+        self.funcs.append([f"def {name}(c, e):", "    s = c.s", *lines])
+        return name
+
+    def quantifier(self, node: Any, bound: tuple[str, Any], scope: Scope, lc: dict[str, Local], env: str) -> str:
+        """``\\E``/``\\A x \\in S : P`` as a generated loop (the closures' quant1)."""
+        name, snode = bound
+        want = node.quantifier == "\\E"
+        inner = dict(lc)
+        inner[name] = Local("val", name)
+        body = self.expr(node.predicate, scope, inner, "e2")
+        h = self.helper(["    e2 = dict(e)", f"    for v in iter_set({self.expr(snode, scope, lc, 'e')}):",
+                         f"        e2[{name!r}] = v", f"        r = {body}", f"        if r is {want}:",
+                         f"            return {want}", f"        if r is not {not want}:",
+                         "            as_bool(r, 'quantifier body')", f"    return {not want}"])
+        return f"{h}(c, {env})"
+
+    def function(self, node: Any, bound: tuple[str, Any], scope: Scope, lc: dict[str, Local], env: str) -> str:
+        """``[x \\in S |-> e]`` as a generated loop (the closures' fn1)."""
+        name, snode = bound
+        inner = dict(lc)
+        inner[name] = Local("val", name)
+        body = self.expr(node.value, scope, inner, "e2")
+        h = self.helper(["    e2 = dict(e)", "    d = {}",
+                         f"    for v in iter_set({self.expr(snode, scope, lc, 'e')}):",
+                         f"        e2[{name!r}] = v", f"        d[v] = {self.plain(body)}", "    return mkfn(d)"])
+        return f"{h}(c, {env})"
+
+    def op_call(self, opdef: OpDef, argnodes: list[Any], scope: Scope, lc: dict[str, Local], env: str) -> str | None:
+        """A call of a plain operator (not memoised, not recursive, value arguments only) as a call
+        of its generated body with the argument values, as the closures' call does it; None for
+        any other operator."""
+        comp = self.comp
+        if not argnodes or len(argnodes) != len(opdef.params) or any(ar for _p, ar in opdef.params):
+            return None
+        if getattr(opdef.node, "function", None) or opdef.name in opdef.scope.recursive:
+            return None
+        _body, bdeps = comp.op_body(opdef, False)
+        if comp.purity.memoisable(opdef) or (comp.purity.state_memoisable(opdef)
+                                             and read_vars(bdeps, len(comp.variables)) is not None):
+            return None
+        name = self.bodies.get(id(opdef))
+        if name is None:
+            name = self.bodies[id(opdef)] = self.fresh("op")
+            params = {p: Local("val", p) for p, _ar in opdef.params}
+            comp.file_stack.append(opdef.file or opdef.scope.file)
+            try:
+                src = self.expr(opdef.body, opdef.scope, params, "e")
+            finally:
+                comp.file_stack.pop()
+            self.funcs.append([f"def {name}(c, e):", "    s = c.s", f"    return {src}"])
+        args = [f"{p!r}: {self.expr(a, scope, lc, env)}" for (p, _ar), a in zip(opdef.params, argnodes, strict=True)]
+        return f"{name}(c, {{{', '.join(args)}}})"
+
+    def let_call(self, target: Local, argnodes: list[Any], scope: Scope, lc: dict[str, Local], env: str) -> str | None:
+        """A call of a LET operator with value parameters: its generated body on a copy of the
+        environment with the parameters bound (the closures' letcall)."""
+        if len(argnodes) != len(target.params) or any(ar for _p, ar in target.params) or target.scope is None:
+            return None
+        name = self.bodies.get(id(target.body))
+        if name is None:
+            name = self.bodies[id(target.body)] = self.fresh("letop")
+            inner = dict(target.locals)
+            for p, _ar in target.params:
+                inner[p] = Local("val", p)
+            self.funcs.append([f"def {name}(c, e):", "    s = c.s",
+                               f"    return {self.expr(target.body, target.scope, inner, 'e')}"])
+        args = [f"{p!r}: {self.expr(a, scope, lc, env)}" for (p, _ar), a in zip(target.params, argnodes, strict=True)]
+        return f"{name}(c, {{**{env}, {', '.join(args)}}})"
+
+    def plain(self, src: str) -> str:
+        """``src``'s value as stored in a record or state (lazy values materialised)."""
+        if src in self.ns and type(self.ns[src]) in PLAIN_TYPES:
+            return src
+        tmp = self.fresh("t")
+        return f"({tmp} if type({tmp} := {src}) in PLAIN else norm({tmp}))"
+
+    def except_(self, node: Any, scope: Scope, lc: dict[str, Local], env: str) -> str:
+        """``[f EXCEPT ![k] = v, ...]`` (one key per change) as a generated function: the
+        closures' ex1, with ``@`` bound only where the new value reads it."""
+        inner = dict(lc)
+        inner["@"] = Local("val", "@")
+        name = self.fresh("x")
+        lines = [f"def {name}(c, e):", "    s = c.s", f"    fv = {self.expr(node.function, scope, lc, 'e')}"]
+        for ch in node.changes:
+            item = ch.item[0]
+            key = self.obj(item) if isinstance(item, str) else self.expr(item[0], scope, lc, "e")
+            reads = self.comp.at_reads
+            self.comp.expr(ch.expression, scope, inner, False)
+            at = self.comp.at_reads != reads
+            value = self.expr(ch.expression, scope, inner, "e2" if at else "e")
+            lines += ["    k = " + key, "    try:", "        old = apply(fv, k)", "    except EvalError:",
+                      "        pass", "    else:"]
+            if at:
+                lines += ["        e2 = dict(e)", "        e2['@'] = old"]
+            lines += [f"        fv = update(fv, k, {self.plain(value)})"]
+        self.funcs.append([*lines, "    return fv"])
+        return f"{name}(c, {env})"
+
+    def call(self, fn: Fun, env: str) -> str:
+        return f"{self.obj(fn, 'f')}(c, {env})"
+
+    def application(self, node: Any, scope: Scope, lc: dict[str, Local], env: str, fn: Fun) -> str:
+        op = node.operator
+        args = node.arguments or []
+        if not args:
+            loc = lc.get(op)
+            if loc is not None:
+                if loc.kind == "val":
+                    return f"{env}[{op!r}]"
+                if loc.kind == "thunk":
+                    return f"{env}[{op!r}].get()"
+                return self.call(fn, env)
+            d = scope.defs.get(op)
+            if isinstance(d, Decl) and d.kind == "var" and d.scope.subst is None:
+                return f"s[{self.comp.var_index[op]}]"
+            return self.call(fn, env)
+        op = B.ALIASES.get(op, op)
+        target = lc.get(op) or scope.defs.get(op)
+        if target is not None:
+            inline = self.op_call(target, args, scope, lc, env) if isinstance(target, OpDef) else None
+            if isinstance(target, Local) and target.kind == "letop":
+                inline = self.let_call(target, args, scope, lc, env)
+            return inline if inline is not None else self.call(fn, env)
+        if op == "~" and len(args) == 1:
+            tmp = self.fresh("t")
+            a = self.expr(args[0], scope, lc, env)
+            return f"(False if ({tmp} := {a}) is True else True if {tmp} is False else not as_bool({tmp}, '~'))"
+        if op in ("/\\", "\\/") and len(args) == 2:
+            return self.expr_junction(op, flatten(op, node), scope, lc, env)
+        if op == "=>" and len(args) == 2:
+            a, b = self.expr(args[0], scope, lc, "e"), self.expr(args[1], scope, lc, "e")
+            h = self.helper([f"    v = {a}", "    if v is False:", "        return True",
+                             "    if v is not True:", "        as_bool(v, '=>')", f"    w = {b}",
+                             "    return w if w is True or w is False else as_bool(w, '=>')"])
+            return f"{h}(c, {env})"
+        if len(args) == 2 and op in B.BINARY and op not in ("/\\", "\\/", "=>", "<=>"):
+            a, b = self.expr(args[0], scope, lc, env), self.expr(args[1], scope, lc, env)
+            py = {"=": "==", "#": "!=", "\\in": "in"}.get(op)
+            if py is not None:
+                return f"({a} {py} {b})"
+            return f"{self.obj(B.BINARY[op], 'b')}({a}, {b})"
+        return self.call(fn, env)
+
+    # ---- actions -----------------------------------------------------------------------------
+    def act(self, node: Any, scope: Scope, lc: dict[str, Local], env: str, k: Cont, ind: int) -> list[str]:
+        """Statements enumerating the successors of action ``node``, running ``k`` for each."""
+        comp = self.comp
+        t = tname(node) if not isinstance(node, str) else "str"
+        if t == "Parentheses":
+            return self.act(node.expression, scope, lc, env, k, ind)
+        if t == "VerticalList":
+            op = B.ALIASES.get(node.operator, node.operator)
+            return self.junction(node, op, [it.expression for it in node.arguments], scope, lc, env, k, ind)
+        if t == "OperatorApplication":
+            op = B.ALIASES.get(node.operator, node.operator)
+            args = node.arguments or []
+            if op in ("/\\", "\\/") and args:
+                return self.junction(node, op, flatten(op, node), scope, lc, env, k, ind)
+            if op in ("=", "\\in") and len(args) == 2:
+                lhs, lscope, llc = comp.substituted(args[0], scope, lc)
+                if tname(lhs) == "OperatorApplication" and lhs.operator == "'" and lhs.arguments:
+                    idx = comp.assignable(lhs.arguments[0], lscope, llc)
+                    if idx is not None:
+                        return self.assign(idx, op == "=", self.expr(args[1], scope, lc, env), k, ind)
+            if op == "UNCHANGED" and len(args) == 1:
+                idxs = comp.unchanged_vars(args[0], scope, lc)
+                if idxs is not None:
+                    return self.unchanged(idxs, k, ind)
+            if op not in B.BINARY and op not in B.UNARY and op not in ("'", "~", "=>", "<=>", "ENABLED", "UNCHANGED"):
+                target = lc.get(op) if op in lc else scope.defs.get(op)
+                if isinstance(target, OpDef):
+                    return self.call_site(target, args, scope, lc, env, k, ind, node)
+        elif t == "Quantification" and node.quantifier == "\\E":
+            binds, _ = comp.bounds(node.declarations, scope, lc, False)
+            inner = comp.with_bound(lc, binds)
+            if comp.act(node.predicate, scope, inner, False)[0] == "act":
+                return self.exists(node, binds, scope, inner, env, k, ind)
+        elif t == "If":
+            kinds = [comp.act(x, scope, lc, False)[0] for x in (node.then, node.else_)]
+            if "act" in kinds:
+                p, tmp = self.expr(node.predicate, scope, lc, env), self.fresh("p")
+                pad = "    " * ind
+                return [f"{pad}{tmp} = {p}",
+                        f"{pad}if {tmp} is True or ({tmp} is not False and as_bool({tmp}, 'IF condition')):",
+                        *self.act(node.then, scope, lc, env, k, ind + 1),
+                        f"{pad}else:",
+                        *self.act(node.else_, scope, lc, env, k, ind + 1)]
+        elif t == "Let":
+            inner, thunks, _ = comp.let_locals(node.definitions, scope, lc, False)
+            if comp.act(node.expression, scope, inner, False)[0] == "act":
+                thunks = self.let_thunks(node.definitions, scope, inner, thunks)
+                e2 = self.fresh("e")
+                return [f"{'    ' * ind}{e2} = enter_let({self.obj(thunks, 'th')}, c, {env})",
+                        *self.act(node.expression, scope, inner, e2, k, ind)]
+        kind, fn = comp.act(node, scope, lc, False)
+        if kind == "pred":
+            return self.guard([self.expr(node, scope, lc, env)], "action conjunct", k("None", ind + 1), ind)
+        return self.loop(f"{self.obj(fn, 'g')}(c, {env})", k, ind)
+
+    def let_thunks(self, defs: list[Any], scope: Scope, inner: dict[str, Local],
+                   thunks: list[tuple[str, Fun, bool]]) -> list[tuple[str, Fun, bool]]:
+        """The LET's thunks (see :meth:`ExprCompiler.let_locals`) with generated bodies, except
+        recursive function definitions."""
+        nodes = {d.name: d for d in defs if tname(d) == "OperatorDefinition" and not d.arity}
+        out = []
+        for name, fn, memo in thunks:
+            d = nodes.get(name)
+            if d is not None and not d.function:
+                h = self.helper([f"    return {self.expr(d.definiens, scope, inner, 'e')}"])
+                self.patches.append((out, len(out), h))
+            out.append((name, fn, memo))
+        return out
+
+    def loop(self, it: str, k: Cont, ind: int) -> list[str]:
+        lab = self.fresh("l")
+        return [f"{'    ' * ind}for {lab} in {it}:", *k(lab, ind + 1)]
+
+    def guard(self, preds: list[str], what: str, body: list[str], ind: int) -> list[str]:
+        """``body`` where every predicate is TRUE, in order; a non-boolean is an error."""
+        out: list[str] = []
+        for p in preds:
+            pad = "    " * ind
+            v = self.fresh("v")
+            out += [f"{pad}{v} = {p}", f"{pad}if {v} is not True:",
+                    f"{pad}    if {v} is not False:", f"{pad}        as_bool({v}, {what!r})", f"{pad}else:"]
+            ind += 1
+        return out + body
+
+    def junction(
+        self, node: Any, op: str, items: list[Any], scope: Scope, lc: dict[str, Local], env: str, k: Cont, ind: int
+    ) -> list[str]:
+        kinds = [self.comp.act(it, scope, lc, False)[0] for it in items]
+        if all(kd == "pred" for kd in kinds):
+            if op == "/\\":
+                preds = [self.expr(it, scope, lc, env) for it in items]
+                return self.guard(preds, "conjunct", k("None", ind + len(preds)), ind)
+            fn = self.comp.act(node, scope, lc, False)[1]
+            return self.guard([self.call(fn, env)], "action conjunct", k("None", ind + 1), ind)
+        if op == "\\/":
+            out: list[str] = []
+            for it in items:
+                out += self.act(it, scope, lc, env, k, ind)
+            return out
+        late = [kd == "pred" and is_action(it, scope) for kd, it in zip(kinds, items, strict=True)]
+        parts = list(zip(kinds, items, strict=True))
+        if any(late):
+            parts = [p for p, x in zip(parts, late, strict=True) if not x] + [
+                p for p, x in zip(parts, late, strict=True) if x]
+        return self.conj(parts, scope, lc, env, k, ind)
+
+    def conj(self, parts: list[tuple[str, Any]], scope: Scope, lc: dict[str, Local], env: str, k: Cont,
+             ind: int) -> list[str]:
+        """Conjuncts nested left to right; runs of predicates are one guard (as in conj_gen)."""
+        if not parts:
+            return k("None", ind)
+        if parts[0][0] == "pred":
+            j = 0
+            while j < len(parts) and parts[j][0] == "pred":
+                j += 1
+            preds = [self.expr(it, scope, lc, env) for _kd, it in parts[:j]]
+            what = "action conjunct" if j == 1 else "conjunct"
+            return self.guard(preds, what, self.conj(parts[j:], scope, lc, env, k, ind + j), ind)
+        rest = parts[1:]
+        return self.act(parts[0][1], scope, lc, env,
+                        lambda _lab, ind2: self.conj(rest, scope, lc, env, k, ind2), ind)
+
+    def assign(self, i: int, equal: bool, rhs: str, k: Cont, ind: int) -> list[str]:
+        pad = "    " * ind
+        if not equal:
+            return self.loop(f"assign_in(n, {i}, {rhs})", lambda _lab, ind2: k("None", ind2), ind)
+        v, cur = self.fresh("v"), self.fresh("c")
+        return [f"{pad}{v} = {rhs}", f"{pad}{cur} = n[{i}]",
+                f"{pad}if {cur} is UNSET or {cur} == {v}:",
+                f"{pad}    if {cur} is UNSET:",
+                f"{pad}        n[{i}] = {v} if type({v}) in PLAIN else norm({v})",
+                *k("None", ind + 1),
+                f"{pad}    if {cur} is UNSET:",
+                f"{pad}        n[{i}] = UNSET"]
+
+    def unchanged(self, idxs: list[int], k: Cont, ind: int) -> list[str]:
+        if not idxs:
+            return k("None", ind)
+        i, pad, cur = idxs[0], "    " * ind, self.fresh("c")
+        return [f"{pad}{cur} = n[{i}]",
+                f"{pad}if {cur} is UNSET or not {cur} != s[{i}]:",
+                f"{pad}    if {cur} is UNSET:",
+                f"{pad}        n[{i}] = s[{i}]",
+                *self.unchanged(idxs[1:], k, ind + 1),
+                f"{pad}    if {cur} is UNSET:",
+                f"{pad}        n[{i}] = UNSET"]
+
+    def exists(
+        self, node: Any, binds: list[tuple[Any, Fun]], scope: Scope, inner: dict[str, Local], env: str, k: Cont,
+        ind: int,
+    ) -> list[str]:
+        pad, e2 = "    " * ind, self.fresh("e")
+        if len(binds) == 1 and isinstance(binds[0][0], str):
+            (name, sfn), = binds
+            hit = self.comp.const_sets.get(id(sfn))
+            values = self.obj(hit[1]) if hit is not None and hit[0] is sfn else f"ordered({self.call(sfn, env)})"
+            v = self.fresh("x")
+            return [f"{pad}for {v} in {values}:", f"{pad}    {e2} = dict({env})", f"{pad}    {e2}[{name!r}] = {v}",
+                    *self.act(node.predicate, scope, inner, e2, k, ind + 1)]
+        it = self.obj(self.comp.env_iter(binds, canonical=True), "it")
+        return [f"{pad}for {e2} in {it}(c, {env}):", *self.act(node.predicate, scope, inner, e2, k, ind + 1)]
+
+    def call_site(
+        self, opdef: OpDef, argnodes: list[Any], scope: Scope, lc: dict[str, Local], env: str, k: Cont, ind: int,
+        node: Any,
+    ) -> list[str]:
+        """A call of an operator action: its guard evaluated here, the rest of its body a
+        generated generator, the closure's successor memo used when it is switched on."""
+        comp = self.comp
+        kind, closure = comp.act_call(opdef, argnodes, scope, lc, False, node)
+        if kind == "pred":
+            return self.guard([self.call(closure, env)], "action conjunct", k("None", ind + 1), ind)
+        hit = comp.cache.get(("act", id(opdef), False))
+        if hit is None or any(ar for _p, ar in opdef.params) or any(is_action(a, scope) for a in argnodes):
+            return self.loop(f"{self.obj(closure, 'g')}(c, {env})", k, ind)
+        where = f"{comp.where(node)} ({opdef.name})"
+        args = [f"{p!r}: {self.expr(a, scope, lc, env)}" for (p, _ar), a in zip(opdef.params, argnodes, strict=True)]
+        box = comp.act_memos.get(id(opdef))
+        pad = "    " * ind
+        e2, v, it = self.fresh("e"), self.fresh("v"), self.fresh("it")
+        body = [f"{pad}{e2} = " + ("{" + ", ".join(args) + "}" if args else "EMPTY")]
+        inner_lc = {p: Local("val", p) for p, _ar in opdef.params}
+        comp.file_stack.append(opdef.file or opdef.scope.file)
+        try:
+            prep, guard, rest_fn = self.split_body(opdef, inner_lc, where, e2, v, ind + 2)
+        finally:
+            comp.file_stack.pop()
+        fast = [f"{pad}    try:", *prep, *guard, f"{pad}    except EvalError as exc:",
+                f"{pad}        exc.locate({where!r})", f"{pad}        raise",
+                f"{pad}    {it} = {rest_fn}(c, {e2}) if {v} is True else ()"] if guard else [
+                f"{pad}    {it} = {rest_fn}(c, {e2})"]
+        if prep and not guard:
+            fast = [f"{pad}    try:", *prep, f"{pad}    except EvalError as exc:",
+                    f"{pad}        exc.locate({where!r})", f"{pad}        raise", *fast]
+        if box is None:
+            return [*body, f"{pad}if True:", *fast, *self.loop(it, k, ind)]
+        # The successor memo of the closure (act_call): replay a recorded call, else enumerate
+        # and record (a disabled call records no successor).
+        bx, memo, key, hit = self.obj(box, "box"), self.fresh("m"), self.fresh("key"), self.fresh("hit")
+        nv = len(comp.variables)
+        body += [f"{pad}{memo} = {bx}[0]", f"{pad}{key} = None", f"{pad}{hit} = None",
+                 f"{pad}if {memo} is not None and n.count(UNSET) == {nv}:",
+                 f"{pad}    {key} = (id(s), tuple({e2}.values()))",
+                 f"{pad}    {hit} = {memo}.get({key})",
+                 f"{pad}    if {hit} is not None and {hit}[0] is not s:",
+                 f"{pad}        {hit} = None",
+                 f"{pad}    if {hit} is None and not {bx}[1]:",
+                 f"{pad}        {key} = None",
+                 f"{pad}if {hit} is not None:",
+                 f"{pad}    {it} = replay(n, {hit}[1])",
+                 f"{pad}else:", *fast,
+                 f"{pad}    if {key} is not None:",
+                 f"{pad}        {it} = record(c, {memo}, {key}, {it})"]
+        return body + self.loop(it, k, ind)
+
+    def split_body(self, opdef: OpDef, lc: dict[str, Local], where: str, env: str, v: str,
+                   ind: int) -> tuple[list[str], list[str], str]:
+        """(statements entering the body's LET, statements setting ``v`` to its leading guard,
+        the name of a generated generator for the rest of the body)."""
+        comp, scope = self.comp, opdef.scope
+        node = opdef.body
+        while tname(node) == "Parentheses":
+            node = node.expression
+        prep: list[str] = []
+        pad = "    " * ind
+        if tname(node) == "Let":
+            inner, thunks, _ = comp.let_locals(node.definitions, scope, lc, False)
+            thunks = self.let_thunks(node.definitions, scope, inner, thunks)
+            prep = [f"{pad}{env} = enter_let({self.obj(thunks, 'th')}, c, {env})"]
+            lc, node = inner, node.expression
+            while tname(node) == "Parentheses":
+                node = node.expression
+        parts: list[tuple[str, Any]] = []
+        items: list[Any] | None = None
+        if tname(node) == "VerticalList" and B.ALIASES.get(node.operator, node.operator) == "/\\":
+            items = [it.expression for it in node.arguments]
+        elif tname(node) == "OperatorApplication" and B.ALIASES.get(node.operator, node.operator) == "/\\" \
+                and node.arguments:
+            items = flatten("/\\", node)
+        if items is not None:
+            kinds = [comp.act(it, scope, lc, False)[0] for it in items]
+            parts = list(zip(kinds, items, strict=True))
+            late = [kd == "pred" and is_action(it, scope) for kd, it in parts]
+            if any(late):
+                parts = [p for p, x in zip(parts, late, strict=True) if not x] + [
+                    p for p, x in zip(parts, late, strict=True) if x]
+        guard: list[str] = []
+        j = 0
+        while j < len(parts) and parts[j][0] == "pred":
+            j += 1
+        if 0 < j < len(parts):
+            preds = [self.expr(it, scope, lc, env) for _kd, it in parts[:j]]
+            for m, p in enumerate(preds):
+                guard += [f"{'    ' * (ind + m)}{v} = {p}", f"{'    ' * (ind + m)}if {v} is True:"]
+            guard = guard[:-1]
+            what = "conjunct" if j > 1 else "action guard"
+            guard.append(f"{pad}if {v} is not True and {v} is not False:")
+            guard.append(f"{pad}    as_bool({v}, {what!r})")
+        name = self.fresh("r")
+        lines = [f"def {name}(c, e):", "    s = c.s", "    n = c.n", "    try:"]
+        k = self.yield_as(opdef.name)
+        if guard:
+            lines += self.conj(parts[j:], scope, lc, "e", k, 2)
+        else:
+            lines += self.act(node, scope, lc, "e", k, 2)
+        lines += ["        if False:", "            yield None", "    except EvalError as exc:",
+                  f"        exc.locate({where!r})", "        raise"]
+        self.funcs.append(lines)
+        if sum(len(f) for f in self.funcs) > MAX_LINES:
+            raise Unsupported("generated source too large")
+        return prep, guard, name
+
