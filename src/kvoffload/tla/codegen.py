@@ -63,27 +63,34 @@ class Unsupported(Exception):
 def generate(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local]) -> Gen | None:
     """The action ``node`` as one generated generator function, or None when the closures
     should compile it (an unsupported construct, or source Python cannot compile)."""
-    src = Source(comp)
-    depth, known = len(comp.file_stack), set(comp.cache)
-    try:
-        lines = ["def _top(c, e):", "    s = c.s", "    n = c.n"]
-        lines += src.act(node, scope, lc, "e", src.yield_as(None), 1)
-        lines += ["    if False:", "        yield None"]
-        src.funcs.append(lines)
-        if sum(len(f) for f in src.funcs) > MAX_LINES:
+    for inline in (True, False):
+        src = Source(comp, inline)
+        depth, known = len(comp.file_stack), set(comp.cache)
+        try:
+            lines = ["def _top(c, e):", "    s = c.s", "    n = c.n"]
+            lines += src.act(node, scope, lc, "e", src.yield_as(None), 1)
+            lines += ["    if False:", "        yield None"]
+            src.funcs.append(lines)
+            if sum(len(f) for f in src.funcs) > MAX_LINES:
+                return None
+            code = compile("\n".join("\n".join(f) for f in src.funcs), "<tla action>", "exec")
+            exec(code, src.ns)
+            src.link()
+        except SyntaxError:
+            # Python's limit on nested blocks: calls generated in place nest deeper than calls
+            # of generated generators, so try again without them.
+            forget(comp, known)
+            continue
+        except Exception:
+            # Whatever fails here (an unsupported construct, a bug), the closures compile the
+            # action as before and report any real error themselves.
+            forget(comp, known)
             return None
-        code = compile("\n".join("\n".join(f) for f in src.funcs), "<tla action>", "exec")
-        exec(code, src.ns)
-        src.link()
-    except Exception:
-        # Whatever fails here (an unsupported construct, a compile error, a bug), the closures
-        # compile the action as before and report any real error themselves.
-        forget(comp, known)
-        return None
-    finally:
-        del comp.file_stack[depth:]
-    top: Gen = src.ns["_top"]
-    return top
+        finally:
+            del comp.file_stack[depth:]
+        top: Gen = src.ns["_top"]
+        return top
+    return None
 
 
 def generate_expr(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local]) -> Fun | None:
@@ -157,8 +164,10 @@ def no_field(v: Value, name: str) -> Value:
 class Source:
     """The generated functions of one action and the objects their source names."""
 
-    def __init__(self, comp: Compiler) -> None:
+    def __init__(self, comp: Compiler, inline: bool = False) -> None:
         self.comp = comp
+        # Whether calls of operator actions followed by a yield are generated in place.
+        self.inline = inline
         self.ns: dict[str, Any] = {
             "UNSET": UNSET, "PLAIN": PLAIN_TYPES, "norm": norm, "as_bool": as_bool, "apply": apply,
             "Fn": Fn, "update": update, "EvalError": EvalError, "ordered": ordered, "EMPTY": EMPTY,
@@ -172,6 +181,9 @@ class Source:
         # (list, index, function name): thunk entries to point at their generated function once
         # the source is compiled.
         self.patches: list[tuple[list[tuple[str, Fun, bool]], int, str]] = []
+        # Continuations that only yield (and record) a successor: a call of an operator action
+        # followed by one of them is generated in place (see call_site).
+        self.yields: set[Cont] = set()
 
     def link(self) -> None:
         """Point the LET thunks at their generated functions (after the source is executed)."""
@@ -188,8 +200,7 @@ class Source:
         self.ns[name] = value
         return name
 
-    @staticmethod
-    def yield_as(name: str | None) -> Cont:
+    def yield_as(self, name: str | None) -> Cont:
         """The continuation at the top of a generated generator: yield the label (unnamed
         steps named ``name``, as an operator call names them)."""
         def k(lab: str, ind: int) -> list[str]:
@@ -200,6 +211,8 @@ class Source:
                 return [f"{pad}yield {name!r}"]
             return [f"{pad}yield {lab} or {name!r}"]
 
+        if self.inline:
+            self.yields.add(k)
         return k
 
     # ---- expressions ---------------------------------------------------------------------
@@ -597,7 +610,9 @@ class Source:
         node: Any,
     ) -> list[str]:
         """A call of an operator action: its guard evaluated here, the rest of its body a
-        generated generator, the closure's successor memo used when it is switched on."""
+        generated generator (or, where only a yield follows the call, the rest of the body in
+        place: one generator frame less per successor), the closure's successor memo used when it
+        is switched on."""
         comp = self.comp
         kind, closure = comp.act_call(opdef, argnodes, scope, lc, False, node)
         if kind == "pred":
@@ -609,46 +624,81 @@ class Source:
         args = [f"{p!r}: {self.expr(a, scope, lc, env)}" for (p, _ar), a in zip(opdef.params, argnodes, strict=True)]
         box = comp.act_memos.get(id(opdef))
         pad = "    " * ind
-        e2, v, it = self.fresh("e"), self.fresh("v"), self.fresh("it")
+        e2, v, it, rec = self.fresh("e"), self.fresh("v"), self.fresh("it"), self.fresh("rec")
         body = [f"{pad}{e2} = " + ("{" + ", ".join(args) + "}" if args else "EMPTY")]
         inner_lc = {p: Local("val", p) for p, _ar in opdef.params}
+        # In place only below a yield: the rest of the body then runs inside this function's
+        # handler, which locates its errors as the generator's would; a continuation doing more
+        # (later conjuncts) must stay outside it.
+        inline = k in self.yields
+        rest_k = self.named(opdef.name, k, rec if box is not None else None) if inline else None
         comp.file_stack.append(opdef.file or opdef.scope.file)
         try:
-            prep, guard, rest_fn = self.split_body(opdef, inner_lc, where, e2, v, ind + 2)
+            prep, guard, rest = self.split_body(opdef, inner_lc, where, e2, v, ind + 2, rest_k)
         finally:
             comp.file_stack.pop()
+        if isinstance(rest, str):
+            run = [f"{pad}    {it} = {rest}(c, {e2}) if {v} is True else ()"] if guard else [
+                f"{pad}    {it} = {rest}(c, {e2})"]
+        else:
+            run = [f"{pad}    if {v} is True:", *rest] if guard else [f"{pad}    if True:", *rest]
         fast = [f"{pad}    try:", *prep, *guard, f"{pad}    except EvalError as exc:",
-                f"{pad}        exc.locate({where!r})", f"{pad}        raise",
-                f"{pad}    {it} = {rest_fn}(c, {e2}) if {v} is True else ()"] if guard else [
-                f"{pad}    {it} = {rest_fn}(c, {e2})"]
+                f"{pad}        exc.locate({where!r})", f"{pad}        raise", *run] if guard else run
         if prep and not guard:
             fast = [f"{pad}    try:", *prep, f"{pad}    except EvalError as exc:",
                     f"{pad}        exc.locate({where!r})", f"{pad}        raise", *fast]
         if box is None:
-            return [*body, f"{pad}if True:", *fast, *self.loop(it, k, ind)]
+            out = [*body, f"{pad}if True:", *fast]
+            return out + self.loop(it, k, ind) if isinstance(rest, str) else out
         # The successor memo of the closure (act_call): replay a recorded call, else enumerate
-        # and record (a disabled call records no successor).
+        # and record (a disabled call records no successor). Recorded in the loop itself (as
+        # :func:`record` does, without its generator layer per successor): only a complete
+        # enumeration reaches the store after the loop.
         bx, memo, key, hit = self.obj(box, "box"), self.fresh("m"), self.fresh("key"), self.fresh("hit")
         nv = len(comp.variables)
-        body += [f"{pad}{memo} = {bx}[0]", f"{pad}{key} = None", f"{pad}{hit} = None",
+        body += [f"{pad}{memo} = {bx}[0]", f"{pad}{rec} = None", f"{pad}{hit} = None",
                  f"{pad}if {memo} is not None and n.count(UNSET) == {nv}:",
                  f"{pad}    {key} = (id(s), tuple({e2}.values()))",
                  f"{pad}    {hit} = {memo}.get({key})",
                  f"{pad}    if {hit} is not None and {hit}[0] is not s:",
                  f"{pad}        {hit} = None",
-                 f"{pad}    if {hit} is None and not {bx}[1]:",
-                 f"{pad}        {key} = None",
-                 f"{pad}if {hit} is not None:",
-                 f"{pad}    {it} = replay(n, {hit}[1])",
-                 f"{pad}else:", *fast,
-                 f"{pad}    if {key} is not None:",
-                 f"{pad}        {it} = record(c, {memo}, {key}, {it})"]
-        return body + self.loop(it, k, ind)
+                 f"{pad}    if {hit} is None and {bx}[1]:",
+                 f"{pad}        {rec} = []"]
+        store = [f"{pad}if {rec} is not None:", f"{pad}    {memo}[{key}] = (s, {rec})"]
+        if not isinstance(rest, str):
+            return [*body, f"{pad}if {hit} is not None:", *self.loop(f"replay(n, {hit}[1])", k, ind + 1),
+                    f"{pad}else:", *fast, *store]
+        lab = self.fresh("l")
+        return [*body, f"{pad}if {hit} is not None:", f"{pad}    {it} = replay(n, {hit}[1])", f"{pad}else:", *fast,
+                f"{pad}for {lab} in {it}:",
+                f"{pad}    if {rec} is not None:",
+                f"{pad}        {rec}.append(({lab}, n[:]))",
+                *k(lab, ind + 1), *store]
+
+    def named(self, name: str, k: Cont, rec: str | None) -> Cont:
+        """The continuation of an operator's body inlined at a call site: its unnamed steps
+        named ``name`` (as :meth:`yield_as` names them), recorded in the list ``rec`` when it is
+        not None, then ``k``."""
+        def k2(lab: str, ind: int) -> list[str]:
+            pad = "    " * ind
+            out: list[str] = []
+            if lab == "None":
+                lab = repr(name)
+            else:
+                tmp = self.fresh("l")
+                out.append(f"{pad}{tmp} = {lab} or {name!r}")
+                lab = tmp
+            if rec is not None:
+                out += [f"{pad}if {rec} is not None:", f"{pad}    {rec}.append(({lab}, n[:]))"]
+            return out + k(lab, ind)
+
+        return k2
 
     def split_body(self, opdef: OpDef, lc: dict[str, Local], where: str, env: str, v: str,
-                   ind: int) -> tuple[list[str], list[str], str]:
+                   ind: int, rest_k: Cont | None = None) -> tuple[list[str], list[str], str | list[str]]:
         """(statements entering the body's LET, statements setting ``v`` to its leading guard,
-        the name of a generated generator for the rest of the body)."""
+        the rest of the body: the name of a generated generator, or with ``rest_k`` its statements
+        at indentation ``ind``, running ``rest_k`` for each successor)."""
         comp, scope = self.comp, opdef.scope
         node = opdef.body
         while tname(node) == "Parentheses":
@@ -688,6 +738,12 @@ class Source:
             what = "conjunct" if j > 1 else "action guard"
             guard.append(f"{pad}if {v} is not True and {v} is not False:")
             guard.append(f"{pad}    as_bool({v}, {what!r})")
+        if rest_k is not None:
+            self.yields.add(rest_k)
+            rest = self.conj(parts[j:], scope, lc, env, rest_k, ind + 1) if guard else self.act(
+                node, scope, lc, env, rest_k, ind + 1)
+            return prep, guard, [f"{pad}try:", *rest, f"{pad}except EvalError as exc:",
+                                 f"{pad}    exc.locate({where!r})", f"{pad}    raise"]
         name = self.fresh("r")
         lines = [f"def {name}(c, e):", "    s = c.s", "    n = c.n", "    try:"]
         k = self.yield_as(opdef.name)
