@@ -32,6 +32,7 @@ from .syntax import (
     Fun,
     Gen,
     Local,
+    Thunk,
     as_bool,
     const_value,
     flatten,
@@ -172,7 +173,8 @@ class Source:
             "UNSET": UNSET, "PLAIN": PLAIN_TYPES, "norm": norm, "as_bool": as_bool, "apply": apply,
             "Fn": Fn, "update": update, "EvalError": EvalError, "ordered": ordered, "EMPTY": EMPTY,
             "no_field": no_field, "iter_set": iter_set, "mkfn": mkfn,
-            "assign_in": assign_in_steps, "enter_let": comp.enter_let, "replay": replay, "record": record,
+            "THUNK_NO": Thunk.NO, "assign_in": assign_in_steps, "enter_let": comp.enter_let, "replay": replay,
+            "record": record,
         }
         self.funcs: list[list[str]] = []
         self.count = 0
@@ -389,11 +391,16 @@ class Source:
             self.comp.expr(ch.expression, scope, inner, False)
             at = self.comp.at_reads != reads
             value = self.expr(ch.expression, scope, inner, "e2" if at else "e")
-            lines += ["    k = " + key, "    try:", "        old = apply(fv, k)", "    except EvalError:",
-                      "        pass", "    else:"]
+            # A record or a function on model values is read and copied in place; anything else
+            # goes through apply and update.
+            lines += ["    k = " + key, "    if type(fv) is Fn:", "        ok = k in fv.d", "        if ok:",
+                      "            old = fv.d[k]", "    else:", "        try:", "            old = apply(fv, k)",
+                      "            ok = True", "        except EvalError:", "            ok = False", "    if ok:"]
             if at:
                 lines += ["        e2 = dict(e)", "        e2['@'] = old"]
-            lines += [f"        fv = update(fv, k, {self.plain(value)})"]
+            lines += [f"        w = {self.plain(value)}", "        if type(fv) is Fn:", "            d = dict(fv.d)",
+                      "            d[k] = w", "            fv = Fn(d)", "        else:",
+                      "            fv = update(fv, k, w)"]
         self.funcs.append([*lines, "    return fv"])
         return f"{name}(c, {env})"
 
@@ -409,7 +416,9 @@ class Source:
                 if loc.kind == "val":
                     return f"{env}[{op!r}]"
                 if loc.kind == "thunk":
-                    return f"{env}[{op!r}].get()"
+                    # A LET definition already evaluated in this LET entry is read in place.
+                    tmp = self.fresh("t")
+                    return f"({tmp}.v if ({tmp} := {env}[{op!r}]).v is not THUNK_NO else {tmp}.get())"
                 return self.call(fn, env)
             d = scope.defs.get(op)
             if isinstance(d, Decl) and d.kind == "var" and d.scope.subst is None:
@@ -600,7 +609,7 @@ class Source:
             hit = self.comp.const_sets.get(id(sfn))
             values = self.obj(hit[1]) if hit is not None and hit[0] is sfn else f"ordered({self.call(sfn, env)})"
             v = self.fresh("x")
-            return [f"{pad}for {v} in {values}:", f"{pad}    {e2} = dict({env})", f"{pad}    {e2}[{name!r}] = {v}",
+            return [f"{pad}for {v} in {values}:", f"{pad}    {e2} = {{**{env}, {name!r}: {v}}}",
                     *self.act(node.predicate, scope, inner, e2, k, ind + 1)]
         it = self.obj(self.comp.env_iter(binds, canonical=True), "it")
         return [f"{pad}for {e2} in {it}(c, {env}):", *self.act(node.predicate, scope, inner, e2, k, ind + 1)]
