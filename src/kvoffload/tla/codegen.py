@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 Cont = Callable[[str, int], list[str]]
 
 # Python expressions that read a bound name, a constant or a variable: cheap and pure.
-SIMPLE = re.compile(r"e\d*\['[A-Za-z0-9_@]+'\]|k\d+|s\[\d+\]")
+SIMPLE = re.compile(r"(e|env)\d*\['[A-Za-z0-9_@]+'\]|k\d+|s\[\d+\]|[ax]\d+")
 
 # Generated source larger than this (lines) is not compiled: the closures run instead.
 MAX_LINES = 4000
@@ -183,6 +183,10 @@ class Source:
         # (list, index, function name): thunk entries to point at their generated function once
         # the source is compiled.
         self.patches: list[tuple[list[tuple[str, Fun, bool]], int, str]] = []
+        # Per environment of the generated code (a name made by :meth:`fresh`): its bound names
+        # whose values are also held by Python names (the variable of a loop over a set, an
+        # argument of a call), read from there instead of from the environment.
+        self.direct: dict[str, dict[str, str]] = {}
         # Continuations that only yield (and record) a successor: a call of an operator action
         # followed by one of them is generated in place (see call_site).
         self.yields: set[Cont] = set()
@@ -414,7 +418,7 @@ class Source:
             loc = lc.get(op)
             if loc is not None:
                 if loc.kind == "val":
-                    return f"{env}[{op!r}]"
+                    return self.direct.get(env, {}).get(op) or f"{env}[{op!r}]"
                 if loc.kind == "thunk":
                     # A LET definition already evaluated in this LET entry is read in place.
                     tmp = self.fresh("t")
@@ -499,7 +503,8 @@ class Source:
             inner, thunks, _ = comp.let_locals(node.definitions, scope, lc, False)
             if comp.act(node.expression, scope, inner, False)[0] == "act":
                 thunks = self.let_thunks(node.definitions, scope, inner, thunks)
-                e2 = self.fresh("e")
+                e2 = self.fresh("env")
+                self.direct[e2] = self.direct.get(env, {})
                 return [f"{'    ' * ind}{e2} = enter_let({self.obj(thunks, 'th')}, c, {env})",
                         *self.act(node.expression, scope, inner, e2, k, ind)]
         kind, fn = comp.act(node, scope, lc, False)
@@ -603,14 +608,15 @@ class Source:
         self, node: Any, binds: list[tuple[Any, Fun]], scope: Scope, inner: dict[str, Local], env: str, k: Cont,
         ind: int,
     ) -> list[str]:
-        pad, e2 = "    " * ind, self.fresh("e")
+        pad, e2 = "    " * ind, self.fresh("env")
         if len(binds) == 1 and isinstance(binds[0][0], str):
             (name, sfn), = binds
             hit = self.comp.const_sets.get(id(sfn))
             values = self.obj(hit[1]) if hit is not None and hit[0] is sfn else f"ordered({self.call(sfn, env)})"
             v = self.fresh("x")
-            return [f"{pad}for {v} in {values}:", f"{pad}    {e2} = {{**{env}, {name!r}: {v}}}",
-                    *self.act(node.predicate, scope, inner, e2, k, ind + 1)]
+            self.direct[e2] = {**self.direct.get(env, {}), name: v}
+            body = self.act(node.predicate, scope, inner, e2, k, ind + 1)
+            return [f"{pad}for {v} in {values}:", *self.declare(e2, f"{{**{env}, {name!r}: {v}}}", body, ind + 1)]
         it = self.obj(self.comp.env_iter(binds, canonical=True), "it")
         return [f"{pad}for {e2} in {it}(c, {env}):", *self.act(node.predicate, scope, inner, e2, k, ind + 1)]
 
@@ -630,11 +636,23 @@ class Source:
         if hit is None or any(ar for _p, ar in opdef.params) or any(is_action(a, scope) for a in argnodes):
             return self.loop(f"{self.obj(closure, 'g')}(c, {env})", k, ind)
         where = f"{comp.where(node)} ({opdef.name})"
-        args = [f"{p!r}: {self.expr(a, scope, lc, env)}" for (p, _ar), a in zip(opdef.params, argnodes, strict=True)]
         box = comp.act_memos.get(id(opdef))
         pad = "    " * ind
-        e2, v, it, rec = self.fresh("e"), self.fresh("v"), self.fresh("it"), self.fresh("rec")
-        body = [f"{pad}{e2} = " + ("{" + ", ".join(args) + "}" if args else "EMPTY")]
+        e2, v, it, rec = self.fresh("env"), self.fresh("v"), self.fresh("it"), self.fresh("rec")
+        # The argument values, in order, as Python names or cheap reads: the body reads its
+        # parameters from them, and they are the successor memo's key.
+        body: list[str] = []
+        values: list[str] = []
+        for a in argnodes:
+            src = self.expr(a, scope, lc, env)
+            if not SIMPLE.fullmatch(src):
+                tmp = self.fresh("a")
+                body.append(f"{pad}{tmp} = {src}")
+                src = tmp
+            values.append(src)
+        params = [p for p, _ar in opdef.params]
+        self.direct[e2] = dict(zip(params, values, strict=True))
+        decl = "{" + ", ".join(f"{p!r}: {x}" for p, x in zip(params, values, strict=True)) + "}" if params else "EMPTY"
         inner_lc = {p: Local("val", p) for p, _ar in opdef.params}
         # In place only below a yield: the rest of the body then runs inside this function's
         # handler, which locates its errors as the generator's would; a continuation doing more
@@ -657,17 +675,18 @@ class Source:
             fast = [f"{pad}    try:", *prep, f"{pad}    except EvalError as exc:",
                     f"{pad}        exc.locate({where!r})", f"{pad}        raise", *fast]
         if box is None:
-            out = [*body, f"{pad}if True:", *fast]
-            return out + self.loop(it, k, ind) if isinstance(rest, str) else out
+            out = [f"{pad}if True:", *fast]
+            return body + self.declare(e2, decl, out + self.loop(it, k, ind) if isinstance(rest, str) else out, ind)
         # The successor memo of the closure (act_call): replay a recorded call, else enumerate
         # and record (a disabled call records no successor). Recorded in the loop itself (as
         # :func:`record` does, without its generator layer per successor): only a complete
         # enumeration reaches the store after the loop.
         bx, memo, key, hit = self.obj(box, "box"), self.fresh("m"), self.fresh("key"), self.fresh("hit")
         nv = len(comp.variables)
-        body += [f"{pad}{memo} = {bx}[0]", f"{pad}{rec} = None", f"{pad}{hit} = None",
+        memo_key = "(" + "".join(f"{x}, " for x in values) + ")"
+        pre = [f"{pad}{memo} = {bx}[0]", f"{pad}{rec} = None", f"{pad}{hit} = None",
                  f"{pad}if {memo} is not None and n.count(UNSET) == {nv}:",
-                 f"{pad}    {key} = (id(s), tuple({e2}.values()))",
+                 f"{pad}    {key} = (id(s), {memo_key})",
                  f"{pad}    {hit} = {memo}.get({key})",
                  f"{pad}    if {hit} is not None and {hit}[0] is not s:",
                  f"{pad}        {hit} = None",
@@ -675,14 +694,25 @@ class Source:
                  f"{pad}        {rec} = []"]
         store = [f"{pad}if {rec} is not None:", f"{pad}    {memo}[{key}] = (s, {rec})"]
         if not isinstance(rest, str):
-            return [*body, f"{pad}if {hit} is not None:", *self.loop(f"replay(n, {hit}[1])", k, ind + 1),
-                    f"{pad}else:", *fast, *store]
+            return body + self.declare(e2, decl, [
+                *pre, f"{pad}if {hit} is not None:", *self.loop(f"replay(n, {hit}[1])", k, ind + 1),
+                f"{pad}else:", *fast, *store], ind)
         lab = self.fresh("l")
-        return [*body, f"{pad}if {hit} is not None:", f"{pad}    {it} = replay(n, {hit}[1])", f"{pad}else:", *fast,
-                f"{pad}for {lab} in {it}:",
-                f"{pad}    if {rec} is not None:",
-                f"{pad}        {rec}.append(({lab}, n[:]))",
-                *k(lab, ind + 1), *store]
+        return body + self.declare(e2, decl, [
+            *pre, f"{pad}if {hit} is not None:", f"{pad}    {it} = replay(n, {hit}[1])", f"{pad}else:", *fast,
+            f"{pad}for {lab} in {it}:",
+            f"{pad}    if {rec} is not None:",
+            f"{pad}        {rec}.append(({lab}, n[:]))",
+            *k(lab, ind + 1), *store], ind)
+
+    @staticmethod
+    def declare(env: str, value: str, lines: list[str], ind: int) -> list[str]:
+        """``lines`` preceded by the assignment of the environment ``env``, left out when
+        ``lines`` never name it (every bound name read directly, see :attr:`direct`)."""
+        used = re.compile(rf"\b{env}\b")
+        if any(used.search(line) for line in lines):
+            return [f"{'    ' * ind}{env} = {value}", *lines]
+        return lines
 
     def named(self, name: str, k: Cont, rec: str | None) -> Cont:
         """The continuation of an operator's body inlined at a call site: its unnamed steps
