@@ -68,12 +68,19 @@ def generate(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local]) -> G
         src = Source(comp, inline)
         depth, known = len(comp.file_stack), set(comp.cache)
         try:
-            lines = ["def _top(c, e):", "    s = c.s", "    n = c.n"]
-            lines += src.act(node, scope, lc, "e", src.yield_as(None), 1)
-            lines += ["    if False:", "        yield None"]
-            src.funcs.append(lines)
-            if sum(len(f) for f in src.funcs) > MAX_LINES:
+            src.funcs.append(src.top("_top", node, scope, lc))
+            size = sum(len(f) for f in src.funcs)
+            if size > MAX_LINES:
                 return None
+            if 2 * size <= MAX_LINES:
+                # Called with no variable assigned (the checker's successors, the fairness
+                # conditions), which the code then knows: assignments without tests.
+                nv = len(comp.variables)
+                src.unset = frozenset(range(nv))
+                src.funcs.append(src.top("_fresh", node, scope, lc))
+                src.unset = frozenset()
+                src.funcs.append(["def _any(c, e):",
+                                  f"    return (_fresh if c.n.count(UNSET) == {nv} else _top)(c, e)"])
             code = compile("\n".join("\n".join(f) for f in src.funcs), "<tla action>", "exec")
             exec(code, src.ns)
             src.link()
@@ -89,7 +96,7 @@ def generate(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local]) -> G
             return None
         finally:
             del comp.file_stack[depth:]
-        top: Gen = src.ns["_top"]
+        top: Gen = src.ns.get("_any", src.ns["_top"])
         return top
     return None
 
@@ -187,9 +194,16 @@ class Source:
         # whose values are also held by Python names (the variable of a loop over a set, an
         # argument of a call), read from there instead of from the environment.
         self.direct: dict[str, dict[str, str]] = {}
+        # The variables the code being generated knows to be unassigned (see generate).
+        self.unset: frozenset[int] = frozenset()
         # Continuations that only yield (and record) a successor: a call of an operator action
         # followed by one of them is generated in place (see call_site).
         self.yields: set[Cont] = set()
+
+    def top(self, name: str, node: Any, scope: Scope, lc: dict[str, Local]) -> list[str]:
+        """The generator function ``name`` enumerating the successors of the action ``node``."""
+        return ["def " + name + "(c, e):", "    s = c.s", "    n = c.n",
+                *self.act(node, scope, lc, "e", self.yield_as(None), 1), "    if False:", "        yield None"]
 
     def link(self) -> None:
         """Point the LET thunks at their generated functions (after the source is executed)."""
@@ -527,8 +541,17 @@ class Source:
         return out
 
     def loop(self, it: str, k: Cont, ind: int) -> list[str]:
+        """``k`` for each successor of the generator ``it``, which may assign any variable."""
         lab = self.fresh("l")
-        return [f"{'    ' * ind}for {lab} in {it}:", *k(lab, ind + 1)]
+        return [f"{'    ' * ind}for {lab} in {it}:", *self.within(frozenset(), k, lab, ind + 1)]
+
+    def within(self, unset: frozenset[int], k: Cont, lab: str, ind: int) -> list[str]:
+        """``k``'s statements, generated knowing that the variables ``unset`` are unassigned."""
+        saved, self.unset = self.unset, unset
+        try:
+            return k(lab, ind)
+        finally:
+            self.unset = saved
 
     def guard(self, preds: list[str], what: str, body: list[str], ind: int) -> list[str]:
         """``body`` where every predicate is TRUE, in order; a non-boolean is an error."""
@@ -581,14 +604,19 @@ class Source:
 
     def assign(self, i: int, equal: bool, rhs: str, k: Cont, ind: int) -> list[str]:
         pad = "    " * ind
+        after = self.unset - {i}
         if not equal:
-            return self.loop(f"assign_in(n, {i}, {rhs})", lambda _lab, ind2: k("None", ind2), ind)
-        v, cur = self.fresh("v"), self.fresh("c")
+            return [f"{pad}for _ in assign_in(n, {i}, {rhs}):", *self.within(after, k, "None", ind + 1)]
+        v = self.fresh("v")
+        if i in self.unset:
+            return [f"{pad}{v} = {rhs}", f"{pad}n[{i}] = {v} if type({v}) in PLAIN else norm({v})",
+                    *self.within(after, k, "None", ind), f"{pad}n[{i}] = UNSET"]
+        cur = self.fresh("c")
         return [f"{pad}{v} = {rhs}", f"{pad}{cur} = n[{i}]",
                 f"{pad}if {cur} is UNSET or {cur} == {v}:",
                 f"{pad}    if {cur} is UNSET:",
                 f"{pad}        n[{i}] = {v} if type({v}) in PLAIN else norm({v})",
-                *k("None", ind + 1),
+                *self.within(after, k, "None", ind + 1),
                 f"{pad}    if {cur} is UNSET:",
                 f"{pad}        n[{i}] = UNSET"]
 
@@ -596,11 +624,16 @@ class Source:
         if not idxs:
             return k("None", ind)
         i, pad, cur = idxs[0], "    " * ind, self.fresh("c")
+        after = self.unset - {i}
+        if i in self.unset:
+            return [f"{pad}n[{i}] = s[{i}]",
+                    *self.within(after, lambda _lab, ind2: self.unchanged(idxs[1:], k, ind2), "None", ind),
+                    f"{pad}n[{i}] = UNSET"]
         return [f"{pad}{cur} = n[{i}]",
                 f"{pad}if {cur} is UNSET or not {cur} != s[{i}]:",
                 f"{pad}    if {cur} is UNSET:",
                 f"{pad}        n[{i}] = s[{i}]",
-                *self.unchanged(idxs[1:], k, ind + 1),
+                *self.within(after, lambda _lab, ind2: self.unchanged(idxs[1:], k, ind2), "None", ind + 1),
                 f"{pad}    if {cur} is UNSET:",
                 f"{pad}        n[{i}] = UNSET"]
 
@@ -684,8 +717,9 @@ class Source:
         bx, memo, key, hit = self.obj(box, "box"), self.fresh("m"), self.fresh("key"), self.fresh("hit")
         nv = len(comp.variables)
         memo_key = "(" + "".join(f"{x}, " for x in values) + ")"
+        entry = "True" if len(self.unset) == nv else f"n.count(UNSET) == {nv}"
         pre = [f"{pad}{memo} = {bx}[0]", f"{pad}{rec} = None", f"{pad}{hit} = None",
-                 f"{pad}if {memo} is not None and n.count(UNSET) == {nv}:",
+                 f"{pad}if {memo} is not None and {entry}:",
                  f"{pad}    {key} = (id(s), {memo_key})",
                  f"{pad}    {hit} = {memo}.get({key})",
                  f"{pad}    if {hit} is not None and {hit}[0] is not s:",
