@@ -63,24 +63,48 @@ class Unsupported(Exception):
 
 def generate(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local]) -> Gen | None:
     """The action ``node`` as one generated generator function, or None when the closures
-    should compile it (an unsupported construct, or source Python cannot compile)."""
+    should compile it (an unsupported construct, or source Python cannot compile). The same
+    action in the same scope (``WF_vars(A(r))`` for each ``r``) is generated once."""
+    key = ("generated", id(node), id(scope), id(lc))
+    hit = comp.cache.get(key)
+    if hit is not None:
+        if comp.collect_acts is not None:
+            comp.collect_acts |= hit[1]
+        return hit[0]
+    # The operator actions it calls, as the closures would collect them, for the next time.
+    outer, comp.collect_acts = comp.collect_acts, set()
+    try:
+        gen = _generate(comp, node, scope, lc)
+    finally:
+        collected, comp.collect_acts = comp.collect_acts, outer
+    if outer is not None:
+        outer |= collected
+    if gen is not None:
+        comp.cache[key] = (gen, collected, node, scope, lc)  # the objects keep their ids reserved
+    return gen
+
+
+def _generate(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local]) -> Gen | None:
     for inline in (True, False):
         src = Source(comp, inline)
         depth, known = len(comp.file_stack), set(comp.cache)
         try:
-            src.funcs.append(src.top("_top", node, scope, lc))
-            size = sum(len(f) for f in src.funcs)
-            if size > MAX_LINES:
+            # The checker (successors, fairness conditions) and ENABLED call an action with no
+            # variable assigned, which the generated code then knows: it assigns without tests.
+            # Other calls (a composition's second action) run the closures.
+            nv = len(comp.variables)
+            kind, closure = comp.act(node, scope, lc, False)
+            src.unset = frozenset(range(nv))
+            src.funcs.append(src.top("_fresh", node, scope, lc))
+            src.unset = frozenset()
+            if kind == "act":
+                src.ns["_general"] = closure
+            else:
+                src.funcs.append(src.top("_general", node, scope, lc))
+            src.funcs.append(["def _top(c, e):",
+                              f"    return (_fresh if c.n.count(UNSET) == {nv} else _general)(c, e)"])
+            if sum(len(f) for f in src.funcs) > MAX_LINES:
                 return None
-            if 2 * size <= MAX_LINES:
-                # Called with no variable assigned (the checker's successors, the fairness
-                # conditions), which the code then knows: assignments without tests.
-                nv = len(comp.variables)
-                src.unset = frozenset(range(nv))
-                src.funcs.append(src.top("_fresh", node, scope, lc))
-                src.unset = frozenset()
-                src.funcs.append(["def _any(c, e):",
-                                  f"    return (_fresh if c.n.count(UNSET) == {nv} else _top)(c, e)"])
             code = compile("\n".join("\n".join(f) for f in src.funcs), "<tla action>", "exec")
             exec(code, src.ns)
             src.link()
@@ -96,7 +120,7 @@ def generate(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local]) -> G
             return None
         finally:
             del comp.file_stack[depth:]
-        top: Gen = src.ns.get("_any", src.ns["_top"])
+        top: Gen = src.ns["_top"]
         return top
     return None
 
