@@ -153,3 +153,31 @@ def test_calls_nested_past_pythons_block_limit_are_generated_without_inlining(tm
     assert cells["next_gen"].cell_contents.__code__.co_filename == "<tla action>"
     r = check_model(tmp_path / "M.tla", tmp_path / "M.cfg")
     assert (r.result, r.distinct_states) == ("success", 5)
+
+
+MEMO_AFTER_ASSIGNMENT = """---- MODULE M ----
+EXTENDS Naturals
+VARIABLES x, y
+vars == <<x, y>>
+Init == x = 0 /\\ y = 0
+Pick == \\E v \\in 0..2 : x' = v
+Bump == y' = (y + 1) % 3
+Next == Pick /\\ Bump
+Spec == Init /\\ [][Next]_vars /\\ WF_vars(Next)
+Live == <>(y = 2)
+====
+"""
+
+
+@pytest.mark.parametrize("mode", ["generated", "closures"])
+def test_a_memoised_call_after_an_assignment_is_not_replayed(
+    mode: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Bump's successors are memoised (WF_vars(Next) makes Next's operator actions fairness
+    actions); called after Pick assigned x', they must not be replayed from the first x'."""
+    if mode == "closures":
+        request.getfixturevalue("closures_only")
+    (tmp_path / "M.tla").write_text(MEMO_AFTER_ASSIGNMENT)
+    (tmp_path / "M.cfg").write_text("SPECIFICATION Spec\nPROPERTY Live\n")
+    r = check_model(tmp_path / "M.tla", tmp_path / "M.cfg")
+    assert (r.result, r.distinct_states, r.states_generated) == ("success", 9, 28)

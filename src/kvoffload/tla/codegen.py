@@ -218,6 +218,9 @@ class Source:
         # whose values are also held by Python names (the variable of a loop over a set, an
         # argument of a call), read from there instead of from the environment.
         self.direct: dict[str, dict[str, str]] = {}
+        # Generated expressions that are always a bool (=, #, \in: Python's ==, != and `in`
+        # answer True or False for every value), tested without the check for a non-boolean.
+        self.bools: set[str] = set()
         # The variables the code being generated knows to be unassigned (see generate).
         self.unset: frozenset[int] = frozenset()
         # Continuations that only yield (and record) a successor: a call of an operator action
@@ -288,6 +291,8 @@ class Source:
         if t == "If":
             p, tmp = self.expr(node.predicate, scope, lc, env), self.fresh("t")
             a, b = self.expr(node.then, scope, lc, env), self.expr(node.else_, scope, lc, env)
+            if p in self.bools:
+                return f"({a} if {p} else {b})"
             return (f"({a} if ({tmp} := {p}) is True or ({tmp} is not False and "
                     f"as_bool({tmp}, 'IF condition')) else {b})")
         if t == "Record":
@@ -323,6 +328,9 @@ class Source:
             fn, deps = self.comp.expr(it, scope, lc, False)
             memo = state_memo(fn, deps, len(self.comp.variables))
             src = self.call(memo, "e") if memo is not fn else self.expr(it, scope, lc, "e")
+            if src in self.bools:
+                lines += [f"    if {'' if decisive else 'not '}{src}:", f"        return {decisive}"]
+                continue
             lines += [f"    v = {src}", f"    if v is not {not decisive}:", f"        if v is {decisive}:",
                       f"            return {decisive}", f"        as_bool(v, {what!r})"]
         return f"{self.helper([*lines, f'    return {not decisive}'])}(c, {env})"
@@ -489,7 +497,9 @@ class Source:
             a, b = self.expr(args[0], scope, lc, env), self.expr(args[1], scope, lc, env)
             py = {"=": "==", "#": "!=", "\\in": "in"}.get(op)
             if py is not None:
-                return f"({a} {py} {b})"
+                src = f"({a} {py} {b})"
+                self.bools.add(src)
+                return src
             return f"{self.obj(B.BINARY[op], 'b')}({a}, {b})"
         return self.call(fn, env)
 
@@ -582,9 +592,12 @@ class Source:
         out: list[str] = []
         for p in preds:
             pad = "    " * ind
-            v = self.fresh("v")
-            out += [f"{pad}{v} = {p}", f"{pad}if {v} is not True:",
-                    f"{pad}    if {v} is not False:", f"{pad}        as_bool({v}, {what!r})", f"{pad}else:"]
+            if p in self.bools:
+                out.append(f"{pad}if {p}:")
+            else:
+                v = self.fresh("v")
+                out += [f"{pad}{v} = {p}", f"{pad}if {v} is not True:",
+                        f"{pad}    if {v} is not False:", f"{pad}        as_bool({v}, {what!r})", f"{pad}else:"]
             ind += 1
         return out + body
 
@@ -761,7 +774,7 @@ class Source:
             f"{pad}for {lab} in {it}:",
             f"{pad}    if {rec} is not None:",
             f"{pad}        {rec}.append(({lab}, n[:]))",
-            *k(lab, ind + 1), *store], ind)
+            *self.within(frozenset(), k, lab, ind + 1), *store], ind)
 
     @staticmethod
     def declare(env: str, value: str, lines: list[str], ind: int) -> list[str]:
