@@ -754,15 +754,15 @@ class Source:
         bx, memo, key, hit = self.obj(box, "box"), self.fresh("m"), self.fresh("key"), self.fresh("hit")
         nv = len(comp.variables)
         memo_key = "(" + "".join(f"{x}, " for x in values) + ")"
-        entry = "True" if len(self.unset) == nv else f"n.count(UNSET) == {nv}"
-        pre = [f"{pad}{memo} = {bx}[0]", f"{pad}{rec} = None", f"{pad}{hit} = None",
-                 f"{pad}if {memo} is not None and {entry}:",
-                 f"{pad}    {key} = (id(s), {memo_key})",
-                 f"{pad}    {hit} = {memo}.get({key})",
-                 f"{pad}    if {hit} is not None and {hit}[0] is not s:",
-                 f"{pad}        {hit} = None",
-                 f"{pad}    if {hit} is None and {bx}[1]:",
-                 f"{pad}        {rec} = []"]
+        entry = "" if len(self.unset) == nv else f" and n.count(UNSET) == {nv}"
+        pre = [f"{pad}{rec} = {hit} = None",
+               f"{pad}if ({memo} := {bx}[0]) is not None{entry}:",
+               f"{pad}    {key} = (id(s), {memo_key})",
+               f"{pad}    {hit} = {memo}.get({key})",
+               f"{pad}    if {hit} is not None and {hit}[0] is not s:",
+               f"{pad}        {hit} = None",
+               f"{pad}    if {hit} is None and {bx}[1]:",
+               f"{pad}        {rec} = []"]
         store = [f"{pad}if {rec} is not None:", f"{pad}    {memo}[{key}] = (s, {rec})"]
         if not isinstance(rest, str):
             return body + self.declare(e2, decl, [
