@@ -13,7 +13,9 @@ closures.
 
 An action is written in continuation-passing style: :meth:`Source.act` emits the statements of
 a node given ``k``, a function emitting what follows each successor the node produces (at the
-top, ``yield label``).
+top, ``yield label``). The code is generated for calls with no variable assigned (the checker's),
+so it knows which variables are still unassigned at each point; where only a yield follows an
+operator call, the operator's body is written in place.
 """
 
 from __future__ import annotations
