@@ -105,3 +105,79 @@ Next == x' = F(x)
     with pytest.raises(TlaError) as info:
         load_model(tmp_path / "M.tla")
     assert "M.tla:3:9: unsupported construct: real numbers" in str(info.value)
+
+
+def test_calls_with_assigned_variables_run_the_closures_and_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The generated code assumes no variable is assigned on entry; a call with some assigned
+    (as a composition makes) must give the closures' successors, which test the assignments."""
+    model = load_model(KV, KV_CFG)
+    checker = Checker(model, monitor=Monitor(None, None))
+    checker.run()
+    states = checker.states[::11]
+    nv = len(model.variables)
+
+    def partly_assigned(m: Any) -> list[list[tuple[str | None, tuple[Any, ...]]]]:
+        out = []
+        for s in states:
+            for i in range(nv):
+                n = [UNSET] * nv
+                n[i] = s[i]  # the variable keeps its value: only steps that leave it unchanged
+                c = Ctx(s, n)
+                out.append([(lab, tuple(c.n)) for lab in m.next(c, EMPTY)])  # type: ignore[arg-type]
+        return out
+
+    generated = partly_assigned(model)
+    use_closures(monkeypatch)
+    assert partly_assigned(load_model(KV, KV_CFG)) == generated
+    assert any(generated) and not all(generated)
+
+
+def test_fairness_of_the_same_action_per_request_is_generated_once() -> None:
+    model = load_model(KV, KV_CFG)
+    gens = [gen for _kind, gen, _v, _vp, _env in model.fairness]
+    assert len(gens) == 4  # WF of BuildMeta(r) and JobDoneOf(r) for r1 and r2
+    assert all(g.__code__.co_filename == "<tla action>" for g in gens)
+    assert len({id(g) for g in gens}) == 2
+
+
+def test_calls_nested_past_pythons_block_limit_are_generated_without_inlining(tmp_path: Path) -> None:
+    """Calls generated in place nest a ``try`` and a ``for`` per level: deeper than Python's 20
+    nested blocks, the action is generated again with one generator per call."""
+    ops = [f"Op{k}(i) == \\E j{k} \\in {{i, i + 1}} : Op{k + 1}(j{k})" for k in range(1, 12)]
+    spec = "\n".join(["---- MODULE M ----", "EXTENDS Naturals", "VARIABLE x", "Op12(i) == x' = (x + i) % 5",
+                      *reversed(ops), "Init == x = 0", "Next == Op1(x)", "===="])
+    (tmp_path / "M.tla").write_text(spec)
+    (tmp_path / "M.cfg").write_text("INIT Init\nNEXT Next\n")
+    model = load_model(tmp_path / "M.tla", tmp_path / "M.cfg")
+    cells = dict(zip(model.next.__code__.co_freevars, model.next.__closure__ or (), strict=True))
+    assert cells["next_gen"].cell_contents.__code__.co_filename == "<tla action>"
+    r = check_model(tmp_path / "M.tla", tmp_path / "M.cfg")
+    assert (r.result, r.distinct_states) == ("success", 5)
+
+
+MEMO_AFTER_ASSIGNMENT = """---- MODULE M ----
+EXTENDS Naturals
+VARIABLES x, y
+vars == <<x, y>>
+Init == x = 0 /\\ y = 0
+Pick == \\E v \\in 0..2 : x' = v
+Bump == y' = (y + 1) % 3
+Next == Pick /\\ Bump
+Spec == Init /\\ [][Next]_vars /\\ WF_vars(Next)
+Live == <>(y = 2)
+====
+"""
+
+
+@pytest.mark.parametrize("mode", ["generated", "closures"])
+def test_a_memoised_call_after_an_assignment_is_not_replayed(
+    mode: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Bump's successors are memoised (WF_vars(Next) makes Next's operator actions fairness
+    actions); called after Pick assigned x', they must not be replayed from the first x'."""
+    if mode == "closures":
+        request.getfixturevalue("closures_only")
+    (tmp_path / "M.tla").write_text(MEMO_AFTER_ASSIGNMENT)
+    (tmp_path / "M.cfg").write_text("SPECIFICATION Spec\nPROPERTY Live\n")
+    r = check_model(tmp_path / "M.tla", tmp_path / "M.cfg")
+    assert (r.result, r.distinct_states, r.states_generated) == ("success", 9, 28)

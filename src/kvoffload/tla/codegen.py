@@ -13,7 +13,9 @@ closures.
 
 An action is written in continuation-passing style: :meth:`Source.act` emits the statements of
 a node given ``k``, a function emitting what follows each successor the node produces (at the
-top, ``yield label``).
+top, ``yield label``). The code is generated for calls with no variable assigned (the checker's),
+so it knows which variables are still unassigned at each point; where only a yield follows an
+operator call, the operator's body is written in place.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from .syntax import (
     Fun,
     Gen,
     Local,
+    Thunk,
     as_bool,
     const_value,
     flatten,
@@ -50,7 +53,7 @@ if TYPE_CHECKING:
 Cont = Callable[[str, int], list[str]]
 
 # Python expressions that read a bound name, a constant or a variable: cheap and pure.
-SIMPLE = re.compile(r"e\d*\['[A-Za-z0-9_@]+'\]|k\d+|s\[\d+\]")
+SIMPLE = re.compile(r"(e|env)\d*\['[A-Za-z0-9_@]+'\]|k\d+|s\[\d+\]|[ax]\d+")
 
 # Generated source larger than this (lines) is not compiled: the closures run instead.
 MAX_LINES = 4000
@@ -62,28 +65,66 @@ class Unsupported(Exception):
 
 def generate(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local]) -> Gen | None:
     """The action ``node`` as one generated generator function, or None when the closures
-    should compile it (an unsupported construct, or source Python cannot compile)."""
-    src = Source(comp)
-    depth, known = len(comp.file_stack), set(comp.cache)
+    should compile it (an unsupported construct, or source Python cannot compile). The same
+    action in the same scope (``WF_vars(A(r))`` for each ``r``) is generated once."""
+    key = ("generated", id(node), id(scope), id(lc))
+    hit = comp.cache.get(key)
+    if hit is not None:
+        if comp.collect_acts is not None:
+            comp.collect_acts |= hit[1]
+        return hit[0]
+    # The operator actions it calls, as the closures would collect them, for the next time.
+    outer, comp.collect_acts = comp.collect_acts, set()
     try:
-        lines = ["def _top(c, e):", "    s = c.s", "    n = c.n"]
-        lines += src.act(node, scope, lc, "e", src.yield_as(None), 1)
-        lines += ["    if False:", "        yield None"]
-        src.funcs.append(lines)
-        if sum(len(f) for f in src.funcs) > MAX_LINES:
-            return None
-        code = compile("\n".join("\n".join(f) for f in src.funcs), "<tla action>", "exec")
-        exec(code, src.ns)
-        src.link()
-    except Exception:
-        # Whatever fails here (an unsupported construct, a compile error, a bug), the closures
-        # compile the action as before and report any real error themselves.
-        forget(comp, known)
-        return None
+        gen = _generate(comp, node, scope, lc)
     finally:
-        del comp.file_stack[depth:]
-    top: Gen = src.ns["_top"]
-    return top
+        collected, comp.collect_acts = comp.collect_acts, outer
+    if outer is not None:
+        outer |= collected
+    if gen is not None:
+        comp.cache[key] = (gen, collected, node, scope, lc)  # the objects keep their ids reserved
+    return gen
+
+
+def _generate(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local]) -> Gen | None:
+    for inline in (True, False):
+        src = Source(comp, inline)
+        depth, known = len(comp.file_stack), set(comp.cache)
+        try:
+            # The checker (successors, fairness conditions) and ENABLED call an action with no
+            # variable assigned, which the generated code then knows: it assigns without tests.
+            # Other calls (a composition's second action) run the closures.
+            nv = len(comp.variables)
+            kind, closure = comp.act(node, scope, lc, False)
+            src.unset = frozenset(range(nv))
+            src.funcs.append(src.top("_fresh", node, scope, lc))
+            src.unset = frozenset()
+            if kind == "act":
+                src.ns["_general"] = closure
+            else:
+                src.funcs.append(src.top("_general", node, scope, lc))
+            src.funcs.append(["def _top(c, e):",
+                              f"    return (_fresh if c.n.count(UNSET) == {nv} else _general)(c, e)"])
+            if sum(len(f) for f in src.funcs) > MAX_LINES:
+                return None
+            code = compile("\n".join("\n".join(f) for f in src.funcs), "<tla action>", "exec")
+            exec(code, src.ns)
+            src.link()
+        except SyntaxError:
+            # Python's limit on nested blocks: calls generated in place nest deeper than calls
+            # of generated generators, so try again without them.
+            forget(comp, known)
+            continue
+        except Exception:
+            # Whatever fails here (an unsupported construct, a bug), the closures compile the
+            # action as before and report any real error themselves.
+            forget(comp, known)
+            return None
+        finally:
+            del comp.file_stack[depth:]
+        top: Gen = src.ns["_top"]
+        return top
+    return None
 
 
 def generate_expr(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local]) -> Fun | None:
@@ -157,13 +198,16 @@ def no_field(v: Value, name: str) -> Value:
 class Source:
     """The generated functions of one action and the objects their source names."""
 
-    def __init__(self, comp: Compiler) -> None:
+    def __init__(self, comp: Compiler, inline: bool = False) -> None:
         self.comp = comp
+        # Whether calls of operator actions followed by a yield are generated in place.
+        self.inline = inline
         self.ns: dict[str, Any] = {
             "UNSET": UNSET, "PLAIN": PLAIN_TYPES, "norm": norm, "as_bool": as_bool, "apply": apply,
             "Fn": Fn, "update": update, "EvalError": EvalError, "ordered": ordered, "EMPTY": EMPTY,
             "no_field": no_field, "iter_set": iter_set, "mkfn": mkfn,
-            "assign_in": assign_in_steps, "enter_let": comp.enter_let, "replay": replay, "record": record,
+            "THUNK_NO": Thunk.NO, "assign_in": assign_in_steps, "enter_let": comp.enter_let, "replay": replay,
+            "record": record,
         }
         self.funcs: list[list[str]] = []
         self.count = 0
@@ -172,6 +216,23 @@ class Source:
         # (list, index, function name): thunk entries to point at their generated function once
         # the source is compiled.
         self.patches: list[tuple[list[tuple[str, Fun, bool]], int, str]] = []
+        # Per environment of the generated code (a name made by :meth:`fresh`): its bound names
+        # whose values are also held by Python names (the variable of a loop over a set, an
+        # argument of a call), read from there instead of from the environment.
+        self.direct: dict[str, dict[str, str]] = {}
+        # Generated expressions that are always a bool (=, #, \in: Python's ==, != and `in`
+        # answer True or False for every value), tested without the check for a non-boolean.
+        self.bools: set[str] = set()
+        # The variables the code being generated knows to be unassigned (see generate).
+        self.unset: frozenset[int] = frozenset()
+        # Continuations that only yield (and record) a successor: a call of an operator action
+        # followed by one of them is generated in place (see call_site).
+        self.yields: set[Cont] = set()
+
+    def top(self, name: str, node: Any, scope: Scope, lc: dict[str, Local]) -> list[str]:
+        """The generator function ``name`` enumerating the successors of the action ``node``."""
+        return ["def " + name + "(c, e):", "    s = c.s", "    n = c.n",
+                *self.act(node, scope, lc, "e", self.yield_as(None), 1), "    if False:", "        yield None"]
 
     def link(self) -> None:
         """Point the LET thunks at their generated functions (after the source is executed)."""
@@ -188,8 +249,7 @@ class Source:
         self.ns[name] = value
         return name
 
-    @staticmethod
-    def yield_as(name: str | None) -> Cont:
+    def yield_as(self, name: str | None) -> Cont:
         """The continuation at the top of a generated generator: yield the label (unnamed
         steps named ``name``, as an operator call names them)."""
         def k(lab: str, ind: int) -> list[str]:
@@ -200,6 +260,8 @@ class Source:
                 return [f"{pad}yield {name!r}"]
             return [f"{pad}yield {lab} or {name!r}"]
 
+        if self.inline:
+            self.yields.add(k)
         return k
 
     # ---- expressions ---------------------------------------------------------------------
@@ -231,6 +293,8 @@ class Source:
         if t == "If":
             p, tmp = self.expr(node.predicate, scope, lc, env), self.fresh("t")
             a, b = self.expr(node.then, scope, lc, env), self.expr(node.else_, scope, lc, env)
+            if p in self.bools:
+                return f"({a} if {p} else {b})"
             return (f"({a} if ({tmp} := {p}) is True or ({tmp} is not False and "
                     f"as_bool({tmp}, 'IF condition')) else {b})")
         if t == "Record":
@@ -266,6 +330,9 @@ class Source:
             fn, deps = self.comp.expr(it, scope, lc, False)
             memo = state_memo(fn, deps, len(self.comp.variables))
             src = self.call(memo, "e") if memo is not fn else self.expr(it, scope, lc, "e")
+            if src in self.bools:
+                lines += [f"    if {'' if decisive else 'not '}{src}:", f"        return {decisive}"]
+                continue
             lines += [f"    v = {src}", f"    if v is not {not decisive}:", f"        if v is {decisive}:",
                       f"            return {decisive}", f"        as_bool(v, {what!r})"]
         return f"{self.helper([*lines, f'    return {not decisive}'])}(c, {env})"
@@ -376,11 +443,16 @@ class Source:
             self.comp.expr(ch.expression, scope, inner, False)
             at = self.comp.at_reads != reads
             value = self.expr(ch.expression, scope, inner, "e2" if at else "e")
-            lines += ["    k = " + key, "    try:", "        old = apply(fv, k)", "    except EvalError:",
-                      "        pass", "    else:"]
+            # A record or a function on model values is read and copied in place; anything else
+            # goes through apply and update.
+            lines += ["    k = " + key, "    if type(fv) is Fn:", "        ok = k in fv.d", "        if ok:",
+                      "            old = fv.d[k]", "    else:", "        try:", "            old = apply(fv, k)",
+                      "            ok = True", "        except EvalError:", "            ok = False", "    if ok:"]
             if at:
                 lines += ["        e2 = dict(e)", "        e2['@'] = old"]
-            lines += [f"        fv = update(fv, k, {self.plain(value)})"]
+            lines += [f"        w = {self.plain(value)}", "        if type(fv) is Fn:", "            d = dict(fv.d)",
+                      "            d[k] = w", "            fv = Fn(d)", "        else:",
+                      "            fv = update(fv, k, w)"]
         self.funcs.append([*lines, "    return fv"])
         return f"{name}(c, {env})"
 
@@ -394,9 +466,11 @@ class Source:
             loc = lc.get(op)
             if loc is not None:
                 if loc.kind == "val":
-                    return f"{env}[{op!r}]"
+                    return self.direct.get(env, {}).get(op) or f"{env}[{op!r}]"
                 if loc.kind == "thunk":
-                    return f"{env}[{op!r}].get()"
+                    # A LET definition already evaluated in this LET entry is read in place.
+                    tmp = self.fresh("t")
+                    return f"({tmp}.v if ({tmp} := {env}[{op!r}]).v is not THUNK_NO else {tmp}.get())"
                 return self.call(fn, env)
             d = scope.defs.get(op)
             if isinstance(d, Decl) and d.kind == "var" and d.scope.subst is None:
@@ -425,7 +499,9 @@ class Source:
             a, b = self.expr(args[0], scope, lc, env), self.expr(args[1], scope, lc, env)
             py = {"=": "==", "#": "!=", "\\in": "in"}.get(op)
             if py is not None:
-                return f"({a} {py} {b})"
+                src = f"({a} {py} {b})"
+                self.bools.add(src)
+                return src
             return f"{self.obj(B.BINARY[op], 'b')}({a}, {b})"
         return self.call(fn, env)
 
@@ -477,7 +553,8 @@ class Source:
             inner, thunks, _ = comp.let_locals(node.definitions, scope, lc, False)
             if comp.act(node.expression, scope, inner, False)[0] == "act":
                 thunks = self.let_thunks(node.definitions, scope, inner, thunks)
-                e2 = self.fresh("e")
+                e2 = self.fresh("env")
+                self.direct[e2] = self.direct.get(env, {})
                 return [f"{'    ' * ind}{e2} = enter_let({self.obj(thunks, 'th')}, c, {env})",
                         *self.act(node.expression, scope, inner, e2, k, ind)]
         kind, fn = comp.act(node, scope, lc, False)
@@ -500,17 +577,29 @@ class Source:
         return out
 
     def loop(self, it: str, k: Cont, ind: int) -> list[str]:
+        """``k`` for each successor of the generator ``it``, which may assign any variable."""
         lab = self.fresh("l")
-        return [f"{'    ' * ind}for {lab} in {it}:", *k(lab, ind + 1)]
+        return [f"{'    ' * ind}for {lab} in {it}:", *self.within(frozenset(), k, lab, ind + 1)]
+
+    def within(self, unset: frozenset[int], k: Cont, lab: str, ind: int) -> list[str]:
+        """``k``'s statements, generated knowing that the variables ``unset`` are unassigned."""
+        saved, self.unset = self.unset, unset
+        try:
+            return k(lab, ind)
+        finally:
+            self.unset = saved
 
     def guard(self, preds: list[str], what: str, body: list[str], ind: int) -> list[str]:
         """``body`` where every predicate is TRUE, in order; a non-boolean is an error."""
         out: list[str] = []
         for p in preds:
             pad = "    " * ind
-            v = self.fresh("v")
-            out += [f"{pad}{v} = {p}", f"{pad}if {v} is not True:",
-                    f"{pad}    if {v} is not False:", f"{pad}        as_bool({v}, {what!r})", f"{pad}else:"]
+            if p in self.bools:
+                out.append(f"{pad}if {p}:")
+            else:
+                v = self.fresh("v")
+                out += [f"{pad}{v} = {p}", f"{pad}if {v} is not True:",
+                        f"{pad}    if {v} is not False:", f"{pad}        as_bool({v}, {what!r})", f"{pad}else:"]
             ind += 1
         return out + body
 
@@ -554,14 +643,19 @@ class Source:
 
     def assign(self, i: int, equal: bool, rhs: str, k: Cont, ind: int) -> list[str]:
         pad = "    " * ind
+        after = self.unset - {i}
         if not equal:
-            return self.loop(f"assign_in(n, {i}, {rhs})", lambda _lab, ind2: k("None", ind2), ind)
-        v, cur = self.fresh("v"), self.fresh("c")
+            return [f"{pad}for _ in assign_in(n, {i}, {rhs}):", *self.within(after, k, "None", ind + 1)]
+        v = self.fresh("v")
+        if i in self.unset:
+            return [f"{pad}{v} = {rhs}", f"{pad}n[{i}] = {v} if type({v}) in PLAIN else norm({v})",
+                    *self.within(after, k, "None", ind), f"{pad}n[{i}] = UNSET"]
+        cur = self.fresh("c")
         return [f"{pad}{v} = {rhs}", f"{pad}{cur} = n[{i}]",
                 f"{pad}if {cur} is UNSET or {cur} == {v}:",
                 f"{pad}    if {cur} is UNSET:",
                 f"{pad}        n[{i}] = {v} if type({v}) in PLAIN else norm({v})",
-                *k("None", ind + 1),
+                *self.within(after, k, "None", ind + 1),
                 f"{pad}    if {cur} is UNSET:",
                 f"{pad}        n[{i}] = UNSET"]
 
@@ -569,11 +663,16 @@ class Source:
         if not idxs:
             return k("None", ind)
         i, pad, cur = idxs[0], "    " * ind, self.fresh("c")
+        after = self.unset - {i}
+        if i in self.unset:
+            return [f"{pad}n[{i}] = s[{i}]",
+                    *self.within(after, lambda _lab, ind2: self.unchanged(idxs[1:], k, ind2), "None", ind),
+                    f"{pad}n[{i}] = UNSET"]
         return [f"{pad}{cur} = n[{i}]",
                 f"{pad}if {cur} is UNSET or not {cur} != s[{i}]:",
                 f"{pad}    if {cur} is UNSET:",
                 f"{pad}        n[{i}] = s[{i}]",
-                *self.unchanged(idxs[1:], k, ind + 1),
+                *self.within(after, lambda _lab, ind2: self.unchanged(idxs[1:], k, ind2), "None", ind + 1),
                 f"{pad}    if {cur} is UNSET:",
                 f"{pad}        n[{i}] = UNSET"]
 
@@ -581,14 +680,15 @@ class Source:
         self, node: Any, binds: list[tuple[Any, Fun]], scope: Scope, inner: dict[str, Local], env: str, k: Cont,
         ind: int,
     ) -> list[str]:
-        pad, e2 = "    " * ind, self.fresh("e")
+        pad, e2 = "    " * ind, self.fresh("env")
         if len(binds) == 1 and isinstance(binds[0][0], str):
             (name, sfn), = binds
             hit = self.comp.const_sets.get(id(sfn))
             values = self.obj(hit[1]) if hit is not None and hit[0] is sfn else f"ordered({self.call(sfn, env)})"
             v = self.fresh("x")
-            return [f"{pad}for {v} in {values}:", f"{pad}    {e2} = dict({env})", f"{pad}    {e2}[{name!r}] = {v}",
-                    *self.act(node.predicate, scope, inner, e2, k, ind + 1)]
+            self.direct[e2] = {**self.direct.get(env, {}), name: v}
+            body = self.act(node.predicate, scope, inner, e2, k, ind + 1)
+            return [f"{pad}for {v} in {values}:", *self.declare(e2, f"{{**{env}, {name!r}: {v}}}", body, ind + 1)]
         it = self.obj(self.comp.env_iter(binds, canonical=True), "it")
         return [f"{pad}for {e2} in {it}(c, {env}):", *self.act(node.predicate, scope, inner, e2, k, ind + 1)]
 
@@ -597,7 +697,9 @@ class Source:
         node: Any,
     ) -> list[str]:
         """A call of an operator action: its guard evaluated here, the rest of its body a
-        generated generator, the closure's successor memo used when it is switched on."""
+        generated generator (or, where only a yield follows the call, the rest of the body in
+        place: one generator frame less per successor), the closure's successor memo used when it
+        is switched on."""
         comp = self.comp
         kind, closure = comp.act_call(opdef, argnodes, scope, lc, False, node)
         if kind == "pred":
@@ -606,49 +708,109 @@ class Source:
         if hit is None or any(ar for _p, ar in opdef.params) or any(is_action(a, scope) for a in argnodes):
             return self.loop(f"{self.obj(closure, 'g')}(c, {env})", k, ind)
         where = f"{comp.where(node)} ({opdef.name})"
-        args = [f"{p!r}: {self.expr(a, scope, lc, env)}" for (p, _ar), a in zip(opdef.params, argnodes, strict=True)]
         box = comp.act_memos.get(id(opdef))
         pad = "    " * ind
-        e2, v, it = self.fresh("e"), self.fresh("v"), self.fresh("it")
-        body = [f"{pad}{e2} = " + ("{" + ", ".join(args) + "}" if args else "EMPTY")]
+        e2, v, it, rec = self.fresh("env"), self.fresh("v"), self.fresh("it"), self.fresh("rec")
+        # The argument values, in order, as Python names or cheap reads: the body reads its
+        # parameters from them, and they are the successor memo's key.
+        body: list[str] = []
+        values: list[str] = []
+        for a in argnodes:
+            src = self.expr(a, scope, lc, env)
+            if not SIMPLE.fullmatch(src):
+                tmp = self.fresh("a")
+                body.append(f"{pad}{tmp} = {src}")
+                src = tmp
+            values.append(src)
+        params = [p for p, _ar in opdef.params]
+        self.direct[e2] = dict(zip(params, values, strict=True))
+        decl = "{" + ", ".join(f"{p!r}: {x}" for p, x in zip(params, values, strict=True)) + "}" if params else "EMPTY"
         inner_lc = {p: Local("val", p) for p, _ar in opdef.params}
+        # In place only below a yield: the rest of the body then runs inside this function's
+        # handler, which locates its errors as the generator's would; a continuation doing more
+        # (later conjuncts) must stay outside it.
+        inline = k in self.yields
+        rest_k = self.named(opdef.name, k, rec if box is not None else None) if inline else None
         comp.file_stack.append(opdef.file or opdef.scope.file)
         try:
-            prep, guard, rest_fn = self.split_body(opdef, inner_lc, where, e2, v, ind + 2)
+            prep, guard, rest = self.split_body(opdef, inner_lc, where, e2, v, ind + 2, rest_k)
         finally:
             comp.file_stack.pop()
+        if isinstance(rest, str):
+            run = [f"{pad}    {it} = {rest}(c, {e2}) if {v} is True else ()"] if guard else [
+                f"{pad}    {it} = {rest}(c, {e2})"]
+        else:
+            run = [f"{pad}    if {v} is True:", *rest] if guard else [f"{pad}    if True:", *rest]
         fast = [f"{pad}    try:", *prep, *guard, f"{pad}    except EvalError as exc:",
-                f"{pad}        exc.locate({where!r})", f"{pad}        raise",
-                f"{pad}    {it} = {rest_fn}(c, {e2}) if {v} is True else ()"] if guard else [
-                f"{pad}    {it} = {rest_fn}(c, {e2})"]
+                f"{pad}        exc.locate({where!r})", f"{pad}        raise", *run] if guard else run
         if prep and not guard:
             fast = [f"{pad}    try:", *prep, f"{pad}    except EvalError as exc:",
                     f"{pad}        exc.locate({where!r})", f"{pad}        raise", *fast]
         if box is None:
-            return [*body, f"{pad}if True:", *fast, *self.loop(it, k, ind)]
+            out = [f"{pad}if True:", *fast]
+            return body + self.declare(e2, decl, out + self.loop(it, k, ind) if isinstance(rest, str) else out, ind)
         # The successor memo of the closure (act_call): replay a recorded call, else enumerate
-        # and record (a disabled call records no successor).
+        # and record (a disabled call records no successor). Recorded in the loop itself (as
+        # :func:`record` does, without its generator layer per successor): only a complete
+        # enumeration reaches the store after the loop.
         bx, memo, key, hit = self.obj(box, "box"), self.fresh("m"), self.fresh("key"), self.fresh("hit")
         nv = len(comp.variables)
-        body += [f"{pad}{memo} = {bx}[0]", f"{pad}{key} = None", f"{pad}{hit} = None",
-                 f"{pad}if {memo} is not None and n.count(UNSET) == {nv}:",
-                 f"{pad}    {key} = (id(s), tuple({e2}.values()))",
-                 f"{pad}    {hit} = {memo}.get({key})",
-                 f"{pad}    if {hit} is not None and {hit}[0] is not s:",
-                 f"{pad}        {hit} = None",
-                 f"{pad}    if {hit} is None and not {bx}[1]:",
-                 f"{pad}        {key} = None",
-                 f"{pad}if {hit} is not None:",
-                 f"{pad}    {it} = replay(n, {hit}[1])",
-                 f"{pad}else:", *fast,
-                 f"{pad}    if {key} is not None:",
-                 f"{pad}        {it} = record(c, {memo}, {key}, {it})"]
-        return body + self.loop(it, k, ind)
+        memo_key = "(" + "".join(f"{x}, " for x in values) + ")"
+        entry = "" if len(self.unset) == nv else f" and n.count(UNSET) == {nv}"
+        pre = [f"{pad}{rec} = {hit} = None",
+               f"{pad}if ({memo} := {bx}[0]) is not None{entry}:",
+               f"{pad}    {key} = (id(s), {memo_key})",
+               f"{pad}    {hit} = {memo}.get({key})",
+               f"{pad}    if {hit} is not None and {hit}[0] is not s:",
+               f"{pad}        {hit} = None",
+               f"{pad}    if {hit} is None and {bx}[1]:",
+               f"{pad}        {rec} = []"]
+        store = [f"{pad}if {rec} is not None:", f"{pad}    {memo}[{key}] = (s, {rec})"]
+        if not isinstance(rest, str):
+            return body + self.declare(e2, decl, [
+                *pre, f"{pad}if {hit} is not None:", *self.loop(f"replay(n, {hit}[1])", k, ind + 1),
+                f"{pad}else:", *fast, *store], ind)
+        lab = self.fresh("l")
+        return body + self.declare(e2, decl, [
+            *pre, f"{pad}if {hit} is not None:", f"{pad}    {it} = replay(n, {hit}[1])", f"{pad}else:", *fast,
+            f"{pad}for {lab} in {it}:",
+            f"{pad}    if {rec} is not None:",
+            f"{pad}        {rec}.append(({lab}, n[:]))",
+            *self.within(frozenset(), k, lab, ind + 1), *store], ind)
+
+    @staticmethod
+    def declare(env: str, value: str, lines: list[str], ind: int) -> list[str]:
+        """``lines`` preceded by the assignment of the environment ``env``, left out when
+        ``lines`` never name it (every bound name read directly, see :attr:`direct`)."""
+        used = re.compile(rf"\b{env}\b")
+        if any(used.search(line) for line in lines):
+            return [f"{'    ' * ind}{env} = {value}", *lines]
+        return lines
+
+    def named(self, name: str, k: Cont, rec: str | None) -> Cont:
+        """The continuation of an operator's body inlined at a call site: its unnamed steps
+        named ``name`` (as :meth:`yield_as` names them), recorded in the list ``rec`` when it is
+        not None, then ``k``."""
+        def k2(lab: str, ind: int) -> list[str]:
+            pad = "    " * ind
+            out: list[str] = []
+            if lab == "None":
+                lab = repr(name)
+            else:
+                tmp = self.fresh("l")
+                out.append(f"{pad}{tmp} = {lab} or {name!r}")
+                lab = tmp
+            if rec is not None:
+                out += [f"{pad}if {rec} is not None:", f"{pad}    {rec}.append(({lab}, n[:]))"]
+            return out + k(lab, ind)
+
+        return k2
 
     def split_body(self, opdef: OpDef, lc: dict[str, Local], where: str, env: str, v: str,
-                   ind: int) -> tuple[list[str], list[str], str]:
+                   ind: int, rest_k: Cont | None = None) -> tuple[list[str], list[str], str | list[str]]:
         """(statements entering the body's LET, statements setting ``v`` to its leading guard,
-        the name of a generated generator for the rest of the body)."""
+        the rest of the body: the name of a generated generator, or with ``rest_k`` its statements
+        at indentation ``ind``, running ``rest_k`` for each successor)."""
         comp, scope = self.comp, opdef.scope
         node = opdef.body
         while tname(node) == "Parentheses":
@@ -688,6 +850,12 @@ class Source:
             what = "conjunct" if j > 1 else "action guard"
             guard.append(f"{pad}if {v} is not True and {v} is not False:")
             guard.append(f"{pad}    as_bool({v}, {what!r})")
+        if rest_k is not None:
+            self.yields.add(rest_k)
+            rest = self.conj(parts[j:], scope, lc, env, rest_k, ind + 1) if guard else self.act(
+                node, scope, lc, env, rest_k, ind + 1)
+            return prep, guard, [f"{pad}try:", *rest, f"{pad}except EvalError as exc:",
+                                 f"{pad}    exc.locate({where!r})", f"{pad}    raise"]
         name = self.fresh("r")
         lines = [f"def {name}(c, e):", "    s = c.s", "    n = c.n", "    try:"]
         k = self.yield_as(opdef.name)

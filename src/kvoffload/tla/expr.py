@@ -1183,21 +1183,19 @@ class ExprCompiler:
         memo = self.op_memos.setdefault(id(target), {})
         limit = _OP_MEMO_LIMIT
         plain = PLAIN_TYPES
-        pairs = list(zip(names, fns, strict=True))
+        all_plain = PLAIN_TYPES.issuperset
 
         def state_memo_call(c: Ctx, e: dict[str, Value]) -> Value:
-            args = {n: f(c, e) for n, f in pairs}
+            values = [f(c, e) for f in fns]
             s = c.s
             if s is None:
-                return body(c, args)
-            key = [*args.values(), *[s[i] for i in idxs]]
-            for a in key:
-                if type(a) not in plain:  # lazy sets and functions: hashing would materialise them
-                    return body(c, args)
-            k = tuple(key)
+                return body(c, dict(zip(names, values, strict=True)))
+            k = (*values, *[s[i] for i in idxs])
+            if not all_plain(map(type, k)):  # lazy sets and functions: hashing would materialise them
+                return body(c, dict(zip(names, values, strict=True)))
             r = memo.get(k, MISSING)
             if r is MISSING:
-                r = body(c, args)
+                r = body(c, dict(zip(names, values, strict=True)))
                 if type(r) not in plain:  # a lazy value may hold on to the context
                     return r
                 remember(memo, k, r, limit)

@@ -46,14 +46,15 @@ class Thunk:
     primed variables, which may change while an action is being enumerated)."""
 
     __slots__ = ("c", "e", "fn", "memo", "v")
-    _NO = object()
+    # The value of a thunk not evaluated yet (generated code tests it to read the value in place).
+    NO = object()
 
     def __init__(self, fn: Fun, c: Ctx, e: dict[str, Value], memo: bool) -> None:
-        self.fn, self.c, self.e, self.memo, self.v = fn, c, e, memo, Thunk._NO
+        self.fn, self.c, self.e, self.memo, self.v = fn, c, e, memo, Thunk.NO
 
     def get(self) -> Value:
         v = self.v
-        if v is Thunk._NO:
+        if v is Thunk.NO:
             v = self.fn(self.c, self.e)
             if self.memo:
                 self.v = v
