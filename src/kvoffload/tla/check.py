@@ -243,12 +243,13 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
                            cfg.path, item.line, 1, kind="config")
         fn, deps = comp.expr(_ident(item.name, d.node), root, {}, False)
         fn = generate_expr(comp, _ident(item.name, d.node), root, {}) or fn
-        # An invariant reading few variables is evaluated once per combination of their values.
-        fn = state_memo(fn, deps, len(comp.variables))
-        # Evaluation errors inside the invariant then name its definition's location.
+        # Evaluation errors inside the invariant name its definition's location.
         comp.file_stack.append(d.file or root.file)
         fn = comp.located(fn, d.node, item.name)
         comp.file_stack.pop()
+        # An invariant reading few variables is evaluated once per combination of their values;
+        # the memo sits outside the error wrapper, so a hit costs one call.
+        fn = state_memo(fn, deps, len(comp.variables))
         invariants.append((item.name, fn, EMPTY))
     implied: list[tuple[str, Pred, dict[str, Value]]] = []
     init_props: list[tuple[str, Pred, dict[str, Value]]] = []
