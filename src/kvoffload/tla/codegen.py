@@ -105,11 +105,8 @@ def _generate(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local]) -> 
                 src.funcs.append(src.top("_general", node, scope, lc))
             src.funcs.append(["def _top(c, e):",
                               f"    return (_fresh if c.n.count(UNSET) == {nv} else _general)(c, e)"])
-            if sum(len(f) for f in src.funcs) > MAX_LINES:
+            if not src.load("<tla action>"):
                 return None
-            code = compile("\n".join("\n".join(f) for f in src.funcs), "<tla action>", "exec")
-            exec(code, src.ns)
-            src.link()
         except SyntaxError:
             # Python's limit on nested blocks: calls generated in place nest deeper than calls
             # of generated generators, so try again without them.
@@ -140,10 +137,8 @@ def generate_expr(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local])
             comp.file_stack.append(d.file or d.scope.file)
             node, scope, lc = d.body, d.scope, {}
         src.funcs.append(["def _top(c, e):", "    s = c.s", f"    return {src.expr(node, scope, lc, 'e')}"])
-        if sum(len(f) for f in src.funcs) > MAX_LINES:
+        if not src.load("<tla expression>"):
             return None
-        exec(compile("\n".join("\n".join(f) for f in src.funcs), "<tla expression>", "exec"), src.ns)
-        src.link()
     except Exception:
         forget(comp, known)
         return None
@@ -233,6 +228,15 @@ class Source:
         """The generator function ``name`` enumerating the successors of the action ``node``."""
         return ["def " + name + "(c, e):", "    s = c.s", "    n = c.n",
                 *self.act(node, scope, lc, "e", self.yield_as(None), 1), "    if False:", "        yield None"]
+
+    def load(self, filename: str) -> bool:
+        """Compile and run the generated functions; False when they are too long to compile (the
+        closures run instead)."""
+        if sum(len(f) for f in self.funcs) > MAX_LINES:
+            return False
+        exec(compile("\n".join("\n".join(f) for f in self.funcs), filename, "exec"), self.ns)
+        self.link()
+        return True
 
     def link(self) -> None:
         """Point the LET thunks at their generated functions (after the source is executed)."""
