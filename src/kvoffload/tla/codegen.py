@@ -89,63 +89,70 @@ def generate(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local]) -> G
 def _generate(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local]) -> Gen | None:
     for inline in (True, False):
         src = Source(comp, inline)
-        depth, known = len(comp.file_stack), set(comp.cache)
         try:
-            # The checker (successors, fairness conditions) and ENABLED call an action with no
-            # variable assigned, which the generated code then knows: it assigns without tests.
-            # Other calls (a composition's second action) run the closures.
-            nv = len(comp.variables)
-            kind, closure = comp.act(node, scope, lc, False)
-            src.unset = frozenset(range(nv))
-            src.funcs.append(src.top("_fresh", node, scope, lc))
-            src.unset = frozenset()
-            if kind == "act":
-                src.ns["_general"] = closure
-            else:
-                src.funcs.append(src.top("_general", node, scope, lc))
-            src.funcs.append(["def _top(c, e):",
-                              f"    return (_fresh if c.n.count(UNSET) == {nv} else _general)(c, e)"])
-            if not src.load("<tla action>"):
-                return None
+            top: Gen | None = _load_top(comp, src, "<tla action>",
+                                        lambda s=src: _write_action(comp, s, node, scope, lc), retry=inline)
         except SyntaxError:
-            # Python's limit on nested blocks: calls generated in place nest deeper than calls
-            # of generated generators, so try again without them.
-            forget(comp, known)
+            # Calls generated in place nest deeper than calls of generated generators: past
+            # Python's limit on nested blocks, try again without them.
             continue
-        except Exception:
-            # Whatever fails here (an unsupported construct, a bug), the closures compile the
-            # action as before and report any real error themselves.
-            forget(comp, known)
-            return None
-        finally:
-            del comp.file_stack[depth:]
-        top: Gen = src.ns["_top"]
         return top
     return None
+
+
+def _write_action(comp: Compiler, src: Source, node: Any, scope: Scope, lc: dict[str, Local]) -> None:
+    # The checker (successors, fairness conditions) and ENABLED call an action with no variable
+    # assigned, which the generated code then knows: it assigns without tests. Other calls (a
+    # composition's second action) run the closures.
+    nv = len(comp.variables)
+    kind, closure = comp.act(node, scope, lc, False)
+    src.unset = frozenset(range(nv))
+    src.funcs.append(src.top("_fresh", node, scope, lc))
+    src.unset = frozenset()
+    if kind == "act":
+        src.ns["_general"] = closure
+    else:
+        src.funcs.append(src.top("_general", node, scope, lc))
+    src.funcs.append(["def _top(c, e):", f"    return (_fresh if c.n.count(UNSET) == {nv} else _general)(c, e)"])
 
 
 def generate_expr(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local]) -> Fun | None:
     """The expression ``node`` (unprimed) as a generated function, or None (see :func:`generate`).
     A name of a definition without parameters stands for the definition's body."""
     src = Source(comp)
-    depth, known = len(comp.file_stack), set(comp.cache)
-    try:
-        while tname(node) == "OperatorApplication" and not node.arguments and node.operator not in lc:
-            d = scope.defs.get(node.operator)
+
+    def write() -> None:
+        n, sc, names = node, scope, lc
+        while tname(n) == "OperatorApplication" and not n.arguments and n.operator not in names:
+            d = sc.defs.get(n.operator)
             if not isinstance(d, OpDef) or d.params or getattr(d.node, "function", None):
                 break
             comp.file_stack.append(d.file or d.scope.file)
-            node, scope, lc = d.body, d.scope, {}
-        src.funcs.append(["def _top(c, e):", "    s = c.s", f"    return {src.expr(node, scope, lc, 'e')}"])
-        if not src.load("<tla expression>"):
-            return None
-    except Exception:
+            n, sc, names = d.body, d.scope, {}
+        src.funcs.append(["def _top(c, e):", "    s = c.s", f"    return {src.expr(n, sc, names, 'e')}"])
+
+    top: Fun | None = _load_top(comp, src, "<tla expression>", write)
+    return top
+
+
+def _load_top(comp: Compiler, src: Source, filename: str, write: Callable[[], None], *, retry: bool = False) -> Any:
+    """Run ``write`` (it fills ``src``), then compile and load the source: its ``_top``, or None
+    when it is too long or anything fails. Whatever fails (an unsupported construct, a compile
+    error, a bug), the closures then compile the definition as before and report any real error
+    themselves; what the attempt added to the compiler's cache is forgotten first. With
+    ``retry``, a SyntaxError (Python's limit on nested blocks) is raised for the caller to try
+    again with less nesting."""
+    depth, known = len(comp.file_stack), set(comp.cache)
+    try:
+        write()
+        return src.ns["_top"] if src.load(filename) else None
+    except Exception as exc:
         forget(comp, known)
+        if retry and isinstance(exc, SyntaxError):
+            raise
         return None
     finally:
         del comp.file_stack[depth:]
-    top: Fun = src.ns["_top"]
-    return top
 
 
 def forget(comp: Compiler, known: set[Any]) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 
 class TlaError(Exception):
     """A parse error, an unsupported construct or a configuration error.
@@ -45,6 +47,15 @@ class EvalError(Exception):
         if self.where is None:
             self.where = where
             self.args = (f"{where}: {self.bare_message}",)
+
+
+def raise_located(exc: Exception, where: str) -> NoReturn:
+    """Raise ``exc`` again located at ``where``: an :class:`EvalError` keeps any inner location;
+    a ``TypeError``/``ValueError`` from a Python operation on TLA+ values becomes one."""
+    if isinstance(exc, EvalError):
+        exc.locate(where)
+        raise exc
+    raise EvalError(str(exc), where) from exc
 
 
 class AssertionFailed(EvalError):

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import builtins as B
-from .errors import EvalError, TlaError
+from .errors import EvalError, TlaError, raise_located
 from .modules import Decl, InstanceRef, OpDef, Scope, pos
 from .order import least
 from .purity import Purity
@@ -131,11 +131,8 @@ class ExprCompiler:
         def g(c: Ctx, e: dict[str, Value]) -> Value:
             try:
                 return fn(c, e)
-            except EvalError as exc:
-                exc.locate(where)
-                raise
-            except (TypeError, ValueError) as exc:
-                raise EvalError(str(exc), where) from exc
+            except (EvalError, TypeError, ValueError) as exc:
+                raise_located(exc, where)
 
         return g
 
@@ -1217,11 +1214,8 @@ class ExprCompiler:
             def call1(c: Ctx, e: dict[str, Value]) -> Value:
                 try:
                     return fn(c, f0(c, e))
-                except EvalError as exc:
-                    exc.locate(where)
-                    raise
-                except (TypeError, ValueError) as exc:
-                    raise EvalError(str(exc), where) from exc
+                except (EvalError, TypeError, ValueError) as exc:
+                    raise_located(exc, where)
 
             return call1
         f0, f1 = fns
@@ -1229,11 +1223,8 @@ class ExprCompiler:
         def call2(c: Ctx, e: dict[str, Value]) -> Value:
             try:
                 return fn(c, f0(c, e), f1(c, e))
-            except EvalError as exc:
-                exc.locate(where)
-                raise
-            except (TypeError, ValueError) as exc:
-                raise EvalError(str(exc), where) from exc
+            except (EvalError, TypeError, ValueError) as exc:
+                raise_located(exc, where)
 
         return call2
 
