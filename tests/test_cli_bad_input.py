@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 
 from kvoffload.cli import main
 
@@ -38,10 +39,17 @@ def _fails(args: list[str], message: str, capsys: pytest.CaptureFixture[str], st
         (["--block-size", "100000000", "--backend", "torch"],
          "--gpu-blocks 96 x --cpu-blocks 512 x --block-size 100000000 (torch backend) needs about"),
         (["--gpu-blocks", "2"], "the run finished no request (0 aborted, 24 conversation(s) truncated"),
+        (["--device", "cuda"], "--device cuda moves real tensors: it needs --backend torch, not model"),
     ],
 )
 def test_simulate_refuses(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     _fails(["simulate", "--backend", "model", *args], f"kvoffload simulate: error: {message}", capsys)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the answer of a machine without CUDA")
+def test_simulate_on_cuda_without_cuda_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    message = f"--device cuda, but torch {torch.__version__} sees no CUDA device"
+    _fails(["simulate", "--device", "cuda"], f"kvoffload simulate: error: {message}", capsys)
 
 
 @pytest.mark.parametrize(

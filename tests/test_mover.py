@@ -15,13 +15,23 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvoffload.offload import cuda_host, mover_cpu_kernel
 from kvoffload.offload import mover as mover_mod
-from kvoffload.offload import mover_cpu_kernel
 from kvoffload.offload.mover import BlockMover, TransferResult
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
-DEVICES = ["cpu", pytest.param("cuda", marks=[needs_cuda, pytest.mark.cuda])]
+
+
+class DmaCuda(str):
+    """The device "cuda", with the mover's copy-engine path instead of the host-view kernel."""
+
+
+DEVICES = [
+    "cpu",
+    pytest.param("cuda", marks=[needs_cuda, pytest.mark.cuda], id="cuda-kernel"),
+    pytest.param(DmaCuda("cuda"), marks=[needs_cuda, pytest.mark.cuda], id="cuda-dma"),
+]
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.uint8]
 if hasattr(torch, "float8_e4m3fn"):
@@ -39,6 +49,14 @@ needs_numpy = pytest.mark.skipif(np is None, reason="needs numpy (installed with
 HAS_NUMBA = mover_cpu_kernel._numba_installed()
 needs_numba = pytest.mark.skipif(not HAS_NUMBA, reason="needs numba (extra fast-cpu)")
 CPU_PATHS = [pytest.param("kernel", marks=needs_numba), "torch"]
+
+
+@pytest.fixture(autouse=True)
+def cuda_copy_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``cuda-dma`` test runs with no CUDA view of the CPU tier, so "auto" picks DMA."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and isinstance(callspec.params.get("device"), DmaCuda):
+        monkeypatch.setattr(cuda_host, "device_view", lambda host, device: None)
 
 
 @pytest.fixture
@@ -360,6 +378,8 @@ def test_copy_raising_inside_torch_is_reported_failed(
     if primitive == "copy_":
         gpu_ids, cpu_ids = list(range(10)), list(range(10))  # one run -> slice copy_
         monkeypatch.setattr(torch.Tensor, "copy_", boom)
+        # ... except on CUDA with the host-view kernel, which copies every job by index_copy_.
+        monkeypatch.setattr(torch.Tensor, "index_copy_", boom)
     else:
         gpu_ids, cpu_ids = [9, 3, 14], [0, 5, 2]  # scattered -> gather
         monkeypatch.setattr(torch, "index_select", boom)
@@ -526,6 +546,7 @@ def test_cuda_pinned_and_store_waits_for_compute_stream() -> None:
     m = BlockMover([layer], NUM_CPU)
     assert m.cpu_layers[0].is_pinned()
     assert m.device.type == "cuda"
+    assert m.cuda_copy == "kernel"
     torch.cuda.synchronize()
     # The compute stream is busy, then writes the block: the store must see the write.
     torch.cuda._sleep(50_000_000)
@@ -872,3 +893,59 @@ def test_big_list_ids_land_where_they_must(cpu_path: str) -> None:
     assert finish(m2, 2)[2].ok
     for g, b in zip(layers, back, strict=True):
         assert torch.equal(as_bytes(b[gpu_ids]), as_bytes(g[gpu_ids]))
+
+
+def test_cuda_copy_is_none_on_cpu_and_an_unknown_mode_is_refused() -> None:
+    layers = [torch.zeros(NUM_GPU, 8, dtype=torch.float16)]
+    assert BlockMover(layers, NUM_CPU).cuda_copy is None
+    with pytest.raises(ValueError, match="cuda_copy must be 'auto', 'kernel' or 'dma', got 'fast'"):
+        BlockMover(layers, NUM_CPU, cuda_copy="fast")  # type: ignore[arg-type]
+
+
+@needs_cuda
+@pytest.mark.cuda
+def test_cuda_copy_modes_and_kernel_needs_pinned_cpu_layers() -> None:
+    layer = rand_layer(NUM_GPU, (64,), torch.float16, "cuda", 5)
+    assert BlockMover([layer], NUM_CPU, cuda_copy="dma").cuda_copy == "dma"
+    assert BlockMover([layer], NUM_CPU, cuda_copy="kernel").cuda_copy == "kernel"
+    pageable = [torch.zeros(NUM_CPU, 64, dtype=torch.float16)]
+    assert BlockMover([layer], cpu_layers=pageable).cuda_copy == "dma"
+    with pytest.raises(ValueError, match="CPU layer 0 cannot be addressed from cuda:0 \\(pinned: False\\)"):
+        BlockMover([layer], cpu_layers=pageable, cuda_copy="kernel")
+
+
+@needs_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("cuda_copy", ["kernel", "dma"])
+def test_cuda_scattered_round_trip_of_many_small_blocks(cuda_copy: str) -> None:
+    """Thousands of scattered 4 KiB-and-smaller rows each way, checked byte for byte."""
+    n_gpu, n_cpu = 4096, 6000
+    layers = [rand_layer(n_gpu, (1024,), torch.int32, "cuda", 7), rand_layer(n_gpu, (3,), torch.uint8, "cuda", 8)]
+    m = BlockMover(layers, n_cpu, cuda_copy=cuda_copy)  # type: ignore[arg-type]
+    rng = random.Random(3)
+    gpu_ids = rng.sample(range(n_gpu), 3000)
+    cpu_ids = rng.sample(range(n_cpu), 3000)
+    before = [layer.cpu().clone() for layer in layers]
+    m.store(1, gpu_ids, cpu_ids)
+    assert finish(m, 1)[1].ok
+    for cpu_layer, ref in zip(m.cpu_layers, before, strict=True):
+        assert torch.equal(cpu_layer[cpu_ids], ref[gpu_ids])
+    for layer in layers:
+        layer.zero_()
+    back = rng.sample(range(n_gpu), 3000)
+    m.load(2, cpu_ids, back)
+    assert finish(m, 2)[2].ok
+    for layer, ref in zip(layers, before, strict=True):
+        assert torch.equal(layer[back].cpu(), ref[gpu_ids])
+        untouched = sorted(set(range(n_gpu)) - set(back))
+        assert not layer[untouched].any()
+    m.close()
+
+
+@pytest.mark.parametrize("as_tensor", [False, True])
+def test_check_unique_names_the_smallest_duplicate(as_tensor: bool) -> None:
+    """The CUDA kernel path's duplicate check (no plan) names the id the sorting planners name."""
+    ids = [9, 5, 7, 5, 9, 9, 2]
+    with pytest.raises(ValueError, match=r"^job 4: duplicate destination id 5 in cpu_block_ids$"):
+        mover_mod._check_unique(4, "cpu_block_ids", torch.tensor(ids) if as_tensor else ids)
+    mover_mod._check_unique(4, "cpu_block_ids", torch.tensor([3, 1, 2]) if as_tensor else [3, 1, 2])

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from kvoffload.offload.types import OffloadConfig
 from kvoffload.sim import Engine, EngineConfig, MultiTurnWorkload, WorkloadConfig
@@ -171,3 +172,25 @@ def test_simulate_command_reports_bad_options_in_one_line() -> None:
 def test_offload_config_of_engine_matches_engine_sizes() -> None:
     config = EngineConfig(gpu_block_size=8, blocks_per_chunk=2, num_cpu_blocks=5, policy="arc")
     assert config.offload_config() == OffloadConfig(8, 2, 5, "arc")
+
+
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param(
+            "cuda",
+            marks=[pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"), pytest.mark.cuda],
+        ),
+    ],
+)
+def test_torch_backend_moves_every_loaded_byte_right_under_faults(device: str) -> None:
+    """Aborts, resets, failed jobs and preemption, with every loaded block's bytes checked."""
+    options = SimulationOptions(
+        users=16, turns=4, num_gpu_blocks=48, num_cpu_blocks=256, faults=0.05, seed=3, device=device
+    )
+    summary = simulate(options)
+    assert summary["device"] == device
+    assert (summary["violations"], summary["leaks"], summary["integrity_failures"]) == (0, 0, 0)
+    assert summary["loaded_chunks"] > 0 and summary["integrity_checked_blocks"] > 0
+    assert summary["load_failures"] + summary["store_failures"] > 0

@@ -38,6 +38,8 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--backend", choices=("model", "torch"), default="torch",
                         help="model: contents tracked as hashes; torch: real tensors through the mover")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="torch backend: where the engine's KV tensors live (cuda: the mover's CUDA path)")
     parser.add_argument("--trace", metavar="FILE", help="write every lifecycle transition as ndjson")
     parser.add_argument("--max-steps", type=int, default=200_000)
     parser.add_argument("--mutant", metavar="NAME", help="run a bug-zoo mutant instead of our code (kvoffload mutants)")
@@ -66,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         options = SimulationOptions(
             users=args.users, turns=args.turns, seed=args.seed, num_gpu_blocks=args.gpu_blocks,
             num_cpu_blocks=args.cpu_blocks, gpu_block_size=args.block_size, blocks_per_chunk=args.blocks_per_chunk,
-            policy=args.policy, delay=args.delay, faults=args.faults, backend=args.backend,
+            policy=args.policy, delay=args.delay, faults=args.faults, backend=args.backend, device=args.device,
             trace_path=args.trace and str(writable_file(args.trace, "--trace")), max_steps=args.max_steps,
             spec_tokens=args.spec_tokens, spec_acceptance=args.spec_acceptance, mutant=args.mutant,
         )
@@ -119,6 +121,10 @@ def _run_tiered(args: argparse.Namespace, options: Any, started: float) -> int:
 
     from kvoffload.sim.tiers.runner import TierSimOptions, print_summary, simulate_tiered
 
+    if args.device != "cpu":
+        raise CommandError(
+            f"--device {args.device} moves real tensors, but --tiers/--engines track contents as hashes: drop one"
+        )
     try:
         tier_options = TierSimOptions(
             replace(options, backend="model"), tuple(args.tiers.split(",")), args.engines, args.file_slots,

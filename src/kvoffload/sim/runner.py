@@ -53,6 +53,8 @@ class SimulationOptions:
     delay: int = 1
     faults: float = 0.0
     backend: str = "torch"
+    # Where the torch backend's "GPU" tensors live: "cpu", or "cuda" for the mover's CUDA path.
+    device: str = "cpu"
     trace_path: str | None = None
     max_steps: int = 200_000
     spec_tokens: int = 0
@@ -78,12 +80,28 @@ class SimulationOptions:
             raise ValueError(f"--policy {self.policy!r} is unknown; known: {', '.join(sorted(POLICIES))}")
         if self.backend not in ("model", "torch"):
             raise ValueError(f"--backend must be model or torch, got {self.backend!r}")
+        self._check_device()
         if self.mutant is not None:
             from kvoffload.verify.bugzoo import MUTANTS
 
             if self.mutant not in MUTANTS:
                 raise ValueError(f"--mutant {self.mutant!r} is unknown; known: {', '.join(sorted(MUTANTS))}")
         self._check_sizes()
+
+    def _check_device(self) -> None:
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"--device must be cpu or cuda, got {self.device!r}")
+        if self.device == "cpu":
+            return
+        if self.backend != "torch":
+            raise ValueError(f"--device {self.device} moves real tensors: it needs --backend torch, not {self.backend}")
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"--device cuda, but torch {torch.__version__} sees no CUDA device "
+                f"(torch.version.cuda={torch.version.cuda})"
+            )
 
     def planned_bytes(self) -> int:
         """What the engine, the pools and (torch) the K/V tensors need, before any is allocated."""
@@ -125,7 +143,7 @@ def build_engine(options: SimulationOptions) -> Engine:
     if options.backend == "torch":
         from kvoffload.sim.torch_backend import TorchBackend
 
-        backend = TorchBackend.for_engine(config)
+        backend = TorchBackend.for_engine(config, device=options.device)
     if options.mutant is not None:
         from kvoffload.verify.bugzoo import MUTANTS
         from kvoffload.verify.bugzoo.simulation import mutant_engine
@@ -161,6 +179,7 @@ def simulate(options: SimulationOptions, progress: bool = False) -> dict[str, An
             _record_crash(engine, error)
             stopped, crashed = None, True
         summary = summarise(engine, workload)
+        summary["device"] = options.device if options.backend == "torch" else None
         if stopped is None and not crashed and not summary["finished"]:
             stopped = (
                 f"the run finished no request ({summary['aborted']} aborted, "
