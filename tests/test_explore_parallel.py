@@ -4,13 +4,15 @@ finds the same first violation (invariant and length) on every bug-zoo mutant.""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
+import threading
 
 import pytest
 
 from kvoffload.cli import main
 from kvoffload.statemachine.explore import explore
-from kvoffload.statemachine.explore_parallel import explore_parallel
+from kvoffload.statemachine.explore_parallel import _work, explore_parallel
 from kvoffload.verify.bugzoo import MUTANTS, Mutant, explore_model_for
 from kvoffload.verify.explore_model import OffloadExploreModel
 
@@ -94,3 +96,42 @@ def test_parallel_ctrl_c_returns_the_figures_reached_so_far() -> None:
     result = explore_parallel(CountsToThreeThenCtrlC(), 2)
     assert result.interrupted and not result.complete
     assert result.states == 4  # 0, 1, 2, 3
+
+
+class CountsUp:
+    def initial(self) -> int:
+        return 0
+
+    def actions(self, s: int) -> list[str]:
+        return ["inc"]
+
+    def step(self, s: int, action: str) -> int:
+        return s + 1
+
+    def invariants(self, s: int) -> list[tuple[str, str]]:
+        return []
+
+    def fingerprint(self, s: int) -> int:
+        return s
+
+
+def test_worker_told_to_stop_mid_level_returns_quietly() -> None:
+    """The coordinator stops (Ctrl-C) after a worker sent its candidates: the worker gets None
+    where it waits for its accepted states, and must return, not raise in its process."""
+    coordinator, worker_end = multiprocessing.Pipe()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            _work(CountsUp(), [(0, 0, 0)], worker_end, "none", lambda: None)
+        except BaseException as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    coordinator.send([0])
+    transitions, candidates, found = coordinator.recv()
+    assert (transitions, [c[2] for c in candidates], found) == (1, [1], [])
+    coordinator.send(None)
+    thread.join(timeout=10)
+    assert not thread.is_alive() and errors == []

@@ -101,6 +101,8 @@ def _work(
         frontier = []
         conn.send((transitions, candidates, found))
         accepted = conn.recv()
+        if accepted is None:  # the coordinator stopped mid-level (Ctrl-C, a violation elsewhere)
+            return
         found = []
         for child, position in accepted:
             successor = states[child]
