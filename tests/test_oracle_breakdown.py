@@ -9,7 +9,7 @@ import pytest
 
 from kvoffload.cli import main
 from kvoffload.sim.mooncake import TraceRequest, block_chains
-from kvoffload.sim.oracle_breakdown import ReuseKnowingLRU, SecondSightingBelady, oracle_breakdown
+from kvoffload.sim.oracle_breakdown import DEFAULT_HORIZONS, ReuseKnowingLRU, SecondSightingBelady, oracle_breakdown
 
 
 def _request(ids: list[int], at: float) -> TraceRequest:
@@ -38,6 +38,8 @@ def test_second_sighting_misses_a_first_reuse_that_reuse_knowledge_serves() -> N
     # a comes back two requests later: a horizon of 1 refuses it, one of 2 stores it.
     assert rows[("reuse_knowing_lru", 1)] == 0
     assert rows[("reuse_knowing_lru", 2)] == 3 / 12
+    # The best horizon row repeats the first horizon that reached the best ratio ("ever" here).
+    assert rows[("reuse_knowing_lru_best_horizon", None)] == 3 / 12
 
 
 def test_second_sighting_admits_the_second_offer_and_evicts_the_furthest_next_use() -> None:
@@ -90,8 +92,8 @@ def test_command_reports_the_breakdown(tmp_path: Path, capsys: pytest.CaptureFix
     data = json.loads(capsys.readouterr().out)
     rows = {(row["policy"], row["horizon"]): row for row in data["oracle_breakdown"]}
     assert set(rows) == {
-        ("second_sighting_belady", None), ("reuse_knowing_lru", None), ("reuse_knowing_lru", 300),
-        ("reuse_knowing_lru", 1000),
+        ("second_sighting_belady", None), ("reuse_knowing_lru", None), ("reuse_knowing_lru_best_horizon", None),
+        *(("reuse_knowing_lru", horizon) for horizon in DEFAULT_HORIZONS),
     }
     assert data["cpu_oracle_hit_ratio"] == rows[("reuse_knowing_lru", None)]["hit_ratio"] == 3 / 12
     assert all(row["ratio_to_cpu_oracle"] == row["hit_ratio"] / (3 / 12) for row in rows.values())
@@ -109,7 +111,7 @@ def test_sweep_reports_the_breakdown_per_size(tmp_path: Path, capsys: pytest.Cap
     data = json.loads(capsys.readouterr().out)
     assert set(data["oracle_breakdown"]) == {"3", "12"}
     small = {row["policy"]: row["hit_ratio"] for row in data["oracle_breakdown"]["3"] if row["horizon"] is None}
-    assert small == {"second_sighting_belady": 0, "reuse_knowing_lru": 3 / 12}
+    assert small == {"second_sighting_belady": 0, "reuse_knowing_lru": 3 / 12, "reuse_knowing_lru_best_horizon": 3 / 12}
     # With room for every block, admitting on second sighting no longer costs the first reuse.
     assert all(row["hit_ratio"] == 3 / 12 for row in data["oracle_breakdown"]["12"] if row["horizon"] is None)
     assert main([*args, "--policies", "doorkeeper"]) == 0
