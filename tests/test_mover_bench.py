@@ -75,3 +75,26 @@ def test_mover_and_reference_buffers_share_one_page_size(flag: list[str], monkey
     expected = not flag and host_memory.huge_pages_available()
     assert out["huge_pages"] is expected
     assert asked == [expected] * (2 * args.layers + 2)  # engine and tier per layer, two references
+
+
+@pytest.mark.parametrize("ids", ["list", "array"])
+def test_jobs_get_the_id_type_asked_for(ids: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--ids array hands every mover job int64 numpy arrays (as vLLM's specs hold them), list plain lists."""
+    import numpy as np
+
+    from kvoffload.offload.mover import BlockMover
+
+    seen: set[str] = set()
+    real = BlockMover.store
+
+    def recording(self: BlockMover, job_id: int, gpu_ids: object, cpu_ids: object) -> None:
+        seen.update(type(v).__name__ for v in (gpu_ids, cpu_ids))
+        if isinstance(gpu_ids, np.ndarray):
+            assert gpu_ids.dtype == np.int64
+        real(self, job_id, gpu_ids, cpu_ids)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(BlockMover, "store", recording)
+    args = parse("--device", "cpu", "--total-mib", "1", "--repeats", "1", "--block-sizes", "4096", "--ids", ids)
+    out = bench.run(args)
+    assert out["ids"] == ids
+    assert seen == ({"ndarray"} if ids == "array" else {"list"})

@@ -62,6 +62,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random block ids")
     parser.add_argument(
+        "--ids",
+        choices=("list", "array"),
+        default="list",
+        help="how jobs give their block ids: Python lists (converted per job) or int64 numpy arrays (zero-copy)",
+    )
+    parser.add_argument(
         "--no-settle",
         action="store_true",
         help="time each run at once, without first waiting for the previous run's threads to go idle",
@@ -172,6 +178,7 @@ def _measure(
     kernel: bool,
     settle: bool = True,
     huge_pages: bool = True,
+    id_arrays: bool = False,
 ) -> dict[str, Any]:
     import torch
 
@@ -193,6 +200,11 @@ def _measure(
     gpu_ids = torch.randperm(pool, generator=gen)[:blocks].tolist()
     cpu_ids = torch.randperm(pool, generator=gen)[:blocks].tolist()
     run_ids = list(range(blocks))
+    naive_pairs = list(zip(gpu_ids, cpu_ids, strict=True))
+    if id_arrays:
+        import numpy as np
+
+        gpu_ids, cpu_ids, run_ids = (np.array(ids, dtype=np.int64) for ids in (gpu_ids, cpu_ids, run_ids))
     next_id = iter(range(1 << 62))
 
     # On CUDA the same buffers through the copy engines too (the default mover uses the kernel on
@@ -230,7 +242,7 @@ def _measure(
 
     def naive() -> None:
         for c, g in zip(cpu_rows, gpu_rows, strict=True):
-            for gi, ci in zip(gpu_ids, cpu_ids, strict=True):
+            for gi, ci in naive_pairs:
                 c[ci].copy_(g[gi], non_blocking=cuda)
 
     variants: dict[str, Callable[[], object]] = {
@@ -317,7 +329,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     huge_pages = not cuda and not args.no_huge_pages and host_memory.huge_pages_available()
     results = [
         _measure(
-            device, bb, total, args.layers, args.repeats, args.seed + i, kernel, not args.no_settle, huge_pages
+            device, bb, total, args.layers, args.repeats, args.seed + i, kernel, not args.no_settle, huge_pages,
+            args.ids == "array",
         )
         for i, bb in enumerate(args.block_sizes)
     ]
@@ -328,6 +341,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         "total_mib": total >> 20,
         "layers": args.layers,
+        "ids": args.ids,
         "repeats": args.repeats,
         "settle": not args.no_settle,
         "huge_pages": huge_pages,
