@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from kvoffload.sim.mooncake import TraceRequest
 from kvoffload.sim.trace_structure import conversation_structure
 
@@ -33,9 +35,15 @@ def test_turns_and_next_turns() -> None:
     assert third["requests_to_next_turn_quartiles"] is None
     assert all(row["requests"] == 0 and row["with_next_turn"] is None for row in data["by_turn"][3:])
     # Every prompt is under 8 blocks; every continuation came within a minute of its parent.
-    assert data["by_prompt_blocks"][0] == {"from": 0, "requests": 6, "with_next_turn": 2 / 6}
+    row = {"from": 0, "requests": 6, "with_next_turn": 2 / 6, "with_next_turn_soon": 2 / 6}
+    assert data["by_prompt_blocks"][0] == row
     assert all(row["requests"] == 0 for row in data["by_prompt_blocks"][1:])
-    assert data["by_seconds_since_previous_turn"][0] == {"from": 0.0, "requests": 3, "with_next_turn": 1 / 3}
+    assert data["by_seconds_since_previous_turn"][0] == {
+        "from": 0.0, "requests": 3, "with_next_turn": 1 / 3, "with_next_turn_soon": 1 / 3,
+    }
+    # Every request asked for 10 output tokens: all in the 10-49 bucket.
+    assert [row["requests"] for row in data["by_output_tokens"]] == [0, 6, 0, 0, 0, 0, 0, 0]
+    assert data["with_next_turn_soon"] == 2 / 6 and data["soon_requests"] == 300
     assert data["gap_log_correlation"] is None  # one request has both a previous and a next turn
 
 
@@ -46,3 +54,14 @@ def test_gap_correlation_follows_the_gaps() -> None:
            7: [1, 80], 8: [1, 5, 6, 7], 9: [1, 90], 10: [1, 91], 11: [1, 5, 6, 7, 8]}
     data = conversation_structure([_request(at, ids[at]) for at in range(12)])
     assert data["gap_log_correlation"] == 1.0
+
+
+def test_soon_counts_only_next_turns_within_the_horizon(monkeypatch: pytest.MonkeyPatch) -> None:
+    import kvoffload.sim.trace_structure as structure
+
+    # Conversation A comes back 1 request later, B 3 requests later; "soon" is 2 requests.
+    ids = {0: [1, 2], 1: [1, 2, 3], 2: [1, 5, 6], 3: [1, 70], 4: [1, 80], 5: [1, 5, 6, 7]}
+    trace = [_request(at, ids[at]) for at in range(6)]
+    monkeypatch.setattr(structure, "SOON_REQUESTS", 2)
+    data = conversation_structure(trace)
+    assert data["with_next_turn"] == 2 / 6 and data["with_next_turn_soon"] == 1 / 6

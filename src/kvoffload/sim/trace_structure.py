@@ -5,7 +5,8 @@ before it: its parent is the first request that held the last shared block (for 
 conversation trace, the previous turn: a turn's prompt is the previous prompt, minus its partial
 last block, plus the answer and the new message). A request's *turn* is 1 plus its parent's. The
 figures say how well what a CPU tier could know at a block's first sighting (turn, prompt length,
-time since the previous turn) predicts whether the conversation comes back, and how soon.
+time since the previous turn), or once the request finished (its output length), predicts whether
+the conversation comes back, and whether it comes back soon (within ``SOON_REQUESTS`` requests).
 
 ``python -m kvoffload.sim.trace_structure TRACE.jsonl`` prints them as JSON.
 """
@@ -25,6 +26,11 @@ LAST_TURN_BUCKET = 6
 # Lower edges of the buckets of prompt length (full blocks) and of seconds since the previous turn.
 PROMPT_BLOCK_EDGES = (0, 8, 16, 32, 64)
 SECONDS_SINCE_PREVIOUS_EDGES = (0.0, 60.0, 120.0, 240.0, 480.0)
+# ... and of output tokens.
+OUTPUT_TOKEN_EDGES = (0, 10, 50, 100, 200, 400, 800, 1600)
+# "Soon": a next turn within this many requests (about the reach of a 4,000-block CPU tier on the
+# Mooncake conversation trace, whose requests bring ~14 new blocks each).
+SOON_REQUESTS = 300
 
 
 def _quartiles(values: Sequence[float]) -> list[float] | None:
@@ -38,15 +44,17 @@ def _share_by_bucket(
     values: dict[int, float], edges: Sequence[float], nexts: dict[int, int]
 ) -> list[dict[str, Any]]:
     """Per bucket of ``values`` (request index -> value; bucket = last edge <= value): how many
-    requests, and the share of them with a next turn."""
+    requests, and the share of them with a next turn, and with one within ``SOON_REQUESTS``."""
     rows = []
     for at, low in enumerate(edges):
         high = edges[at + 1] if at + 1 < len(edges) else math.inf
         members = [i for i, value in values.items() if low <= value < high]
+        soon = sum(i in nexts and nexts[i] - i <= SOON_REQUESTS for i in members)
         rows.append({
             "from": low,
             "requests": len(members),
             "with_next_turn": sum(i in nexts for i in members) / len(members) if members else None,
+            "with_next_turn_soon": soon / len(members) if members else None,
         })
     return rows
 
@@ -102,6 +110,10 @@ def conversation_structure(requests: Sequence[TraceRequest]) -> dict[str, Any]:
         "requests": len(requests),
         "continuing_earlier": sum(p is not None for p in parent),
         "with_next_turn": len(nexts) / len(requests) if requests else None,
+        "soon_requests": SOON_REQUESTS,
+        "with_next_turn_soon": (
+            sum(later - i <= SOON_REQUESTS for i, later in nexts.items()) / len(requests) if requests else None
+        ),
         "requests_to_next_turn_quartiles": _quartiles([later - i for i, later in nexts.items()]),
         "seconds_to_next_turn_quartiles": _quartiles(
             [(requests[later].timestamp - requests[i].timestamp) / 1000 for i, later in nexts.items()]
@@ -112,6 +124,9 @@ def conversation_structure(requests: Sequence[TraceRequest]) -> dict[str, Any]:
         ),
         "by_seconds_since_previous_turn": _share_by_bucket(
             since_previous, SECONDS_SINCE_PREVIOUS_EDGES, nexts
+        ),
+        "by_output_tokens": _share_by_bucket(
+            {i: request.output_length for i, request in enumerate(requests)}, OUTPUT_TOKEN_EDGES, nexts
         ),
         # Log of the gap (in requests) from the previous turn against the log of the gap to the next.
         "gap_log_correlation": _log_correlation(
