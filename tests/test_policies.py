@@ -15,6 +15,7 @@ from kvoffload.offload.policies import (
     AdaptiveDoorkeeperPolicy,
     ARCPolicy,
     DoorkeeperLRUPolicy,
+    DuelingDoorkeeperPolicy,
     EvictionPolicy,
     LRUPolicy,
     PrefixLRUPolicy,
@@ -23,7 +24,7 @@ from kvoffload.offload.policies import (
 )
 
 ALL = sorted(POLICIES)
-EXPECTED = {"lru", "arc", "prefix_lru", "doorkeeper", "doorkeeper_adaptive", "s3fifo"}
+EXPECTED = {"lru", "arc", "prefix_lru", "doorkeeper", "doorkeeper_adaptive", "doorkeeper_dueling", "s3fifo"}
 
 # An op: ("insert", key, parent) | ("hit", key) | ("evict", count, blocked-mask) | ("remove", key)
 ops = st.lists(
@@ -257,3 +258,49 @@ def test_adaptive_doorkeeper_learns_from_how_soon_first_reuses_come() -> None:
             if key not in resident and policy.admit(key):
                 store(key)
     assert policy.strict
+
+
+def _offer(policy: DuelingDoorkeeperPolicy, key: int, resident: list[int]) -> bool:
+    """Offer ``key`` as the manager would: admit, then evict the LRU key when the tier is full."""
+    if not policy.admit(key):
+        return False
+    if len(resident) == policy.capacity:
+        (victim,) = policy.victims(1, lambda k: True, [key]) or [None]
+        resident.remove(victim)
+        policy.on_remove(victim)
+    resident.append(key)
+    policy.on_insert(key, None)
+    return True
+
+
+def test_dueling_admits_first_sightings_once_admitting_all_would_have_hit_more() -> None:
+    policy, resident = DuelingDoorkeeperPolicy(capacity=2, limit=2), []
+    assert _offer(policy, 1, resident) and _offer(policy, 2, resident)  # free room
+    assert not _offer(policy, 3, resident)  # full: the doorkeeper refuses a first sighting
+    assert not policy.admits_all
+    # 3 comes back: only the admit-all shadow holds it (the other one has just seen it once), so
+    # it leads by one; the doorkeeper would admit 3 now anyway (second sighting).
+    assert _offer(policy, 3, resident)
+    assert policy.admits_all
+    assert _offer(policy, 4, resident)  # a first sighting, admitted now
+    assert resident == [3, 4]
+    # 2 comes back: only the second-sighting shadow still holds it, so the lead is gone; 2 itself
+    # is admitted (the tier evicted it, so the doorkeeper remembers it), a new key is not.
+    assert _offer(policy, 2, resident)
+    assert not policy.admits_all
+    assert not _offer(policy, 6, resident)
+    assert resident == [4, 2]
+
+
+def test_dueling_stays_a_doorkeeper_when_second_sighting_would_have_hit_more() -> None:
+    policy, resident = DuelingDoorkeeperPolicy(capacity=2, limit=4), []
+    assert _offer(policy, 1, resident) and _offer(policy, 2, resident)
+    for key in range(10, 20):  # a scan of one-off keys: it flushes only the admit-all shadow
+        policy.admit(key)
+    policy.on_hit(1)  # only the second-sighting shadow still holds 1
+    policy.on_hit(2)
+    assert not policy.admits_all
+    assert not _offer(policy, 30, resident)
+    assert resident == [1, 2]
+    policy.reset()
+    assert not policy.admits_all and policy.fingerprint() == DuelingDoorkeeperPolicy(2, limit=4).fingerprint()

@@ -25,6 +25,8 @@ Shipped policies (``POLICIES``), measured by ``kvoffload replay`` on the Mooncak
   to the traffic, where most blocks are never reused.
 - ``doorkeeper_adaptive``: switches between doorkeeper and LRU by measuring how soon first reuses
   come; within a few percent of the better of the two at every size.
+- ``doorkeeper_dueling``: doorkeeper or LRU admission, chosen by two key-only shadow tiers (set
+  dueling); the better of the two at every measured size, and at least doorkeeper_adaptive.
 - ``s3fifo``: S3-FIFO, small + main FIFO queues with ghosts; scan resistant, no per-hit reordering.
 """
 
@@ -514,6 +516,96 @@ class AdaptiveDoorkeeperPolicy(LRUPolicy):
         )
 
 
+class _ShadowTier:
+    """Which keys an LRU tier of ``capacity`` would hold, with or without the doorkeeper's
+    second-sighting admission: keys only, no blocks (see :class:`DuelingDoorkeeperPolicy`)."""
+
+    def __init__(self, capacity: int, doorkeeper: bool, ghost_factor: int) -> None:
+        self.capacity = max(1, capacity)
+        self.doorkeeper = doorkeeper
+        self._order: OrderedDict[OffloadKey, None] = OrderedDict()
+        self._seen = _Ghosts(ghost_factor * capacity)
+
+    def access(self, key: OffloadKey) -> bool:
+        """A lookup of ``key``: True if this tier holds it; otherwise it is offered for storing."""
+        order = self._order
+        if key in order:
+            order.move_to_end(key)
+            return True
+        if self.doorkeeper and len(order) >= self.capacity:
+            if key not in self._seen:
+                self._seen.add(key)
+                return False
+            self._seen.discard(key)
+        order[key] = None
+        if len(order) > self.capacity:
+            evicted, _ = order.popitem(last=False)
+            if self.doorkeeper:
+                self._seen.add(evicted)
+        return False
+
+    def clear(self) -> None:
+        self._order.clear()
+        self._seen.clear()
+
+    def fingerprint(self) -> Hashable:
+        return (tuple(self._order), self._seen.fingerprint())
+
+
+class DuelingDoorkeeperPolicy(DoorkeeperLRUPolicy):
+    """The doorkeeper, or plain LRU admission, whichever is winning on this traffic at this size:
+    set dueling (as CPU caches choose an insertion policy). Two shadow tiers of the same capacity,
+    keys only, see every access the CPU tier sees (an offered store is a miss, a lookup hit a hit),
+    one admitting every key and one admitting on second sighting; a saturating counter moves by one
+    towards the shadow that alone held an accessed key. While the admit-all shadow leads, every key
+    is admitted; otherwise the doorkeeper's rule holds. Eviction is LRU either way. Costs two more
+    key sets of the tier's size, and no bytes. On the Mooncake trace it matches the doorkeeper at
+    1,000-8,000 CPU blocks and LRU at 16,000, where the doorkeeper refuses first reuses that a tier
+    that large could have served."""
+
+    name = "doorkeeper_dueling"
+
+    def __init__(self, capacity: int, ghost_factor: int = 4, limit: int = 1024) -> None:
+        super().__init__(capacity, ghost_factor)
+        self.limit = limit
+        self._admit_all = _ShadowTier(capacity, False, ghost_factor)
+        self._second_sight = _ShadowTier(capacity, True, ghost_factor)
+        self._lead = 0  # > 0: the admit-all shadow leads
+
+    @property
+    def admits_all(self) -> bool:
+        """True while every offered key is admitted (the admit-all shadow leads)."""
+        return self._lead > 0
+
+    def _duel(self, key: OffloadKey) -> None:
+        admit_all_held, second_sight_held = self._admit_all.access(key), self._second_sight.access(key)
+        if admit_all_held != second_sight_held:
+            step = 1 if admit_all_held else -1
+            self._lead = max(-self.limit, min(self.limit, self._lead + step))
+
+    def admit(self, key: OffloadKey) -> bool:
+        self._duel(key)
+        if not self.admits_all:
+            return super().admit(key)
+        if len(self._order) + self._promised < self.capacity:
+            self._promised += 1
+        self._seen.discard(key)
+        return True
+
+    def on_hit(self, key: OffloadKey) -> None:
+        self._duel(key)
+        super().on_hit(key)
+
+    def reset(self) -> None:
+        super().reset()
+        self._admit_all.clear()
+        self._second_sight.clear()
+        self._lead = 0
+
+    def fingerprint(self) -> Hashable:
+        return (super().fingerprint(), self._admit_all.fingerprint(), self._second_sight.fingerprint(), self._lead)
+
+
 class S3FIFOPolicy(EvictionPolicy):
     """S3-FIFO (Yang et al., SOSP'23): new keys enter a small FIFO (10%); a key used there moves to
     the main FIFO on eviction, an unused one leaves a ghost; a key re-inserted while a ghost goes
@@ -614,6 +706,7 @@ POLICIES: dict[str, PolicyFactory] = {
     "prefix_lru": lambda capacity: PrefixLRUPolicy(),
     "doorkeeper": DoorkeeperLRUPolicy,
     "doorkeeper_adaptive": AdaptiveDoorkeeperPolicy,
+    "doorkeeper_dueling": DuelingDoorkeeperPolicy,
     "s3fifo": S3FIFOPolicy,
 }
 
