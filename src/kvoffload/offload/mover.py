@@ -10,8 +10,11 @@ they run synchronously at submit (a helper thread was not worth it: the copy is 
 is split over the intra-op threads anyway). On CPU with numba installed (extra ``fast-cpu``, see
 :mod:`kvoffload.offload.mover_cpu_kernel`) a job is not planned: one compiled pass checks its ids
 and sorts the pairs by destination, and a single-pass kernel copies them, split in chunks over
-both cores, big jobs with prefetch and streaming stores. Without numba (and on CUDA) a job is
-planned into slice runs, one-sided gathers and a scattered rest copied by torch.
+both cores, big jobs with prefetch and streaming stores. On CUDA with a pinned CPU tier a job is
+not planned either: one gather and one scatter kernel per layer move it, through a CUDA view of
+the tier (:mod:`kvoffload.offload.cuda_host`). Otherwise (no numba on CPU; ``cuda_copy="dma"``
+or an unpinned tier on CUDA) a job is planned into slice runs, one-sided gathers and a scattered
+rest, copied by torch (on CUDA, the CPU side by one DMA per run of consecutive blocks).
 
 Block ids may be given as a sequence of ints, a 1-D integer tensor or a 1-D integer numpy array
 (used without a copy when it is C-contiguous int64).
