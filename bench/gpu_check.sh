@@ -17,7 +17,8 @@
 # Environment: PYTHON (default python3), OUT (default out), GPU_CHECK_SITE (where missing
 # dependencies go),
 # GPU_CHECK_WHEELS (a folder of wheels installed first with --no-index --no-deps: the project's
-# pure-Python dependencies, for a machine that reaches no package index).
+# pure-Python dependencies, for a machine that reaches no package index; made where pip works with
+# `python3 -m pip wheel --no-deps -w .whl transitions==0.9.3 tla==0.0.4 parstools pytest-timeout`).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
