@@ -71,48 +71,38 @@ def test_workers_must_be_positive() -> None:
         explore_parallel(OffloadExploreModel(1, 2), 0)
 
 
-class CountsToThreeThenCtrlC:
-    """One process counting up; Ctrl-C arrives while the coordinator steps it from 3."""
+class CountsUp:
+    """One process counting up, one state per number."""
 
     def initial(self) -> int:
         return 0
 
     def actions(self, s: int) -> list[str]:
         return ["inc"]
+
+    def step(self, s: int, action: str) -> int:
+        return s + 1
+
+    def invariants(self, s: int) -> list[tuple[str, str]]:
+        return []
+
+    def fingerprint(self, s: int) -> int:
+        return s
+
+
+class CountsToThreeThenCtrlC(CountsUp):
+    """Ctrl-C arrives while the coordinator steps the count from 3."""
 
     def step(self, s: int, action: str) -> int:
         if s == 3:
             raise KeyboardInterrupt
         return s + 1
 
-    def invariants(self, s: int) -> list[tuple[str, str]]:
-        return []
-
-    def fingerprint(self, s: int) -> int:
-        return s
-
 
 def test_parallel_ctrl_c_returns_the_figures_reached_so_far() -> None:
     result = explore_parallel(CountsToThreeThenCtrlC(), 2)
     assert result.interrupted and not result.complete
     assert result.states == 4  # 0, 1, 2, 3
-
-
-class CountsUp:
-    def initial(self) -> int:
-        return 0
-
-    def actions(self, s: int) -> list[str]:
-        return ["inc"]
-
-    def step(self, s: int, action: str) -> int:
-        return s + 1
-
-    def invariants(self, s: int) -> list[tuple[str, str]]:
-        return []
-
-    def fingerprint(self, s: int) -> int:
-        return s
 
 
 def test_worker_told_to_stop_mid_level_returns_quietly() -> None:
