@@ -305,10 +305,12 @@ def _check_unique(job_id: int, name: str, ids: list[int] | torch.Tensor) -> None
     O(n + largest id) with no sort: the CUDA kernel path needs no plan, so this is all the host
     does per block besides converting the ids."""
     if isinstance(ids, list):
-        if len(set(ids)) < len(ids):
-            seen: set[int] = set()
-            dup = min(v for v in ids if v in seen or seen.add(v))  # type: ignore[func-returns-value]
-            raise ValueError(f"job {job_id}: duplicate destination id {dup} in {name}")
+        seen: set[int] = set()
+        repeated: set[int] = set()
+        for v in ids:
+            (repeated if v in seen else seen).add(v)
+        if repeated:
+            raise ValueError(f"job {job_id}: duplicate destination id {min(repeated)} in {name}")
         return
     if ids.numel() < 2:
         return
@@ -512,6 +514,8 @@ class BlockMover:
         fault_injector: FaultInjector | None = None,
         cuda_copy: CudaCopy = "auto",
     ) -> None:
+        if cuda_copy not in ("auto", "kernel", "dma"):
+            raise ValueError(f"cuda_copy must be 'auto', 'kernel' or 'dma', got {cuda_copy!r}")
         layers = list(gpu_layers)
         if not layers:
             raise ValueError("BlockMover needs at least one GPU layer tensor, got an empty list")
@@ -563,8 +567,6 @@ class BlockMover:
         self._kernel_safe = not self._is_cuda and not _overlapping(layers, cpu)
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
-        if cuda_copy not in ("auto", "kernel", "dma"):
-            raise ValueError(f"cuda_copy must be 'auto', 'kernel' or 'dma', got {cuda_copy!r}")
         self.cuda_copy: CudaCopy | None = None
         self._cpu_views: list[torch.Tensor] | None = None
         if self._is_cuda:
