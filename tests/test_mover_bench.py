@@ -98,3 +98,14 @@ def test_jobs_get_the_id_type_asked_for(ids: str, monkeypatch: pytest.MonkeyPatc
     out = bench.run(args)
     assert out["ids"] == ids
     assert seen == ({"ndarray"} if ids == "array" else {"list"})
+
+
+def test_array_ids_without_numpy_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from kvoffload.commands.errors import CommandError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "numpy" else real(name, *a))
+    with pytest.raises(CommandError, match=r"^--ids array needs numpy, which is not installed"):
+        bench.run(parse("--device", "cpu", "--ids", "array"))

@@ -25,6 +25,7 @@ On CUDA, host memory is pinned (for the reference too), every timing ends with a
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import random
 import statistics
 import time
@@ -317,6 +318,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise CommandError(
             f"--block-sizes {bad[0]}: a block must split into {args.layers} layers of whole bytes (>= {args.layers})"
         )
+    if args.ids == "array" and importlib.util.find_spec("numpy") is None:
+        raise CommandError("--ids array needs numpy, which is not installed (pip install numpy, or --ids list)")
     device = _device(args.device)
     cuda = device.type == "cuda"
     total = (args.total_mib if args.total_mib is not None else (256 if cuda else 64)) << 20
