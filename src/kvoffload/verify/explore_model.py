@@ -820,7 +820,7 @@ class OffloadExploreModel:
             tracker = (
                 t.state, t.num_computed_tokens, tuple(t.gpu_block_ids), t.stored_chunks, load, stores,
                 t.lookup_start_chunk, t.lookup_hit_chunks, t.local_computed_tokens, t.holds_gpu_blocks, t.signals,
-                t.draft_tokens,
+                t.draft_tokens, t.gpu_hit_unwritten,
             )
         return (rids[rid], er.status, tuple(er.blocks), er.computed, er.load_chunks, er.rejected, tracker)
 
