@@ -134,6 +134,7 @@ class Engine:
         block_size: int = 32,
         num_gpu_blocks: int = 64,
         max_model_len: int | None = None,
+        max_num_seqs: int | None = None,
         dtype: str = "float32",
     ) -> None:
         from vllm import LLM
@@ -153,6 +154,7 @@ class Engine:
             kv_transfer_config=transfer,
             disable_log_stats=False,
             seed=0,
+            **({"max_num_seqs": max_num_seqs} if max_num_seqs else {}),
         )
         self.core = self.llm.llm_engine.engine_core.engine_core
         self._baseline = self._metrics()
