@@ -516,9 +516,12 @@ class OffloadingScheduler:
         loads = tuple(self._pending_loads)
         self._pending_loads.clear()
         for tracker in list(self._finished_pending.values()):
-            # Finished before it was ever scheduled after a GPU hit (not in vLLM's call order):
-            # its blocks may still be unwritten, so its chunks are given up, not stored.
-            if storing and not tracker.gpu_hit_unwritten:
+            if tracker.gpu_hit_unwritten:
+                # Finished between its admission and this step (not in vLLM's call order): its blocks
+                # may still be unwritten, so its chunks are given up rather than stored.
+                tracker.stored_chunks = max(tracker.stored_chunks, self._storable_chunks(tracker))
+                tracker.gpu_hit_unwritten = False
+            elif storing:
                 self._build_stores(tracker, stores, final=True)
             self._signal(tracker)
         self._finished_pending.clear()
