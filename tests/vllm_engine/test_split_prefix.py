@@ -7,7 +7,7 @@ turn loads the whole first turn from the CPU tier; the others wait for that load
 prompt is being loaded), then find the system prompt in the GPU prefix cache and load only their
 own blocks from the CPU tier. Every output must equal the run without offloading.
 
-This workload served wrong KV before the scheduler's ordering rule 8: vLLM caches a block when its
+This workload served wrong KV before the scheduler's ordering rule 9: vLLM caches a block when its
 tokens are scheduled, so in the first turn each user after the first hit the system-prompt blocks
 that the first user was computing in the same step, and kvoffload stored them before that step's
 forward pass wrote them (the manager then skipped the first user's correct store of those keys).

@@ -31,7 +31,9 @@ Ordering rules (docs/design.md), each enforced here by the declared lifecycle:
    computed count as vLLM's ``update_from_output`` does); a chunk is stored only when every token
    in it is verified and computed, so neither a rejected draft's KV nor the final sampled token's
    slot is ever stored.
-8. A GPU prefix-cache hit is stored no earlier than the step after its admission. The engine caches
+8. A tiering manager may answer a lookup ``None`` (a promotion from a secondary tier runs): the
+   request is deferred as for a load in flight.
+9. A GPU prefix-cache hit is stored no earlier than the step after its admission. The engine caches
    a block when it schedules the block's tokens, so a request admitted behind another in the same
    step can hit blocks that only this step's forward pass writes, while the worker runs the step's
    stores before the forward.
