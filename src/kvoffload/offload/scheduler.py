@@ -587,7 +587,9 @@ class OffloadingScheduler:
                     deferred.append(self._checked_scheduled(request_id, tracker, num_tokens, preempted, rejected))
                     continue
                 computed = tracker.num_computed_tokens
-                if storing and computed >= (tracker.stored_chunks + 1) * chunk_tokens:
+                # A GPU hit's first step is deferred even when it stores nothing (after reset_cache,
+                # or a hit short of a chunk): build_connector_meta clears gpu_hit_unwritten there.
+                if tracker.gpu_hit_unwritten or (storing and computed >= (tracker.stored_chunks + 1) * chunk_tokens):
                     deferred.append((tracker, num_tokens))
                 else:
                     tracker.num_computed_tokens = computed + num_tokens
