@@ -20,7 +20,7 @@ from kvoffload.vllm.harness import build_tiny_model
 
 SEEDS = range(1, 1 + int(os.environ.get("KVOFFLOAD_FUZZ_SEEDS", "4")))
 # The bug-zoo mutant of the split-prefix bug, and a seed whose workload shows it.
-MUTANT = "store_gpu_hit_before_forward"
+MUTANT = "store_gpu_hit_early"
 MUTANT_SEED = 1
 
 
