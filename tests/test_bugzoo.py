@@ -137,7 +137,7 @@ def test_step_never_mutates_its_input() -> None:
     [
         ((1, 3), {}, (2315, 7328, 17)),
         ((1, 2), {}, (703, 1878, 14)),
-        ((2, 2), {"allow_failures": False, "max_resets": 0}, (2681, 7149, 19)),
+        ((2, 2), {"allow_failures": False, "max_resets": 0}, (2679, 7145, 19)),
         ((2, 2), {"allow_failures": False, "max_resets": 0, "max_preemptions": 0}, (383, 983, 13)),
         ((2, 2), {"allow_failures": False, "max_resets": 0, "max_preemptions": 0, "symmetry": False}, (750, 1901, 13)),
         # Without GPU prefix caching: the engine model before GPU hits, its counts unchanged.
