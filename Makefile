@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test test-thorough lint tla tla-corpus bench clean redis-server check-vllm-engine check-vllm
+.PHONY: demo test test-thorough lint tla tla-corpus bench clean redis-server check-vllm-engine check-vllm fuzz-vllm-engine
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,13 @@ $(VLLM_STAMP): pyproject.toml
 
 check-vllm-engine: $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/python -m pytest -q tests/vllm_engine
+
+# The long profile of the differential fuzzing (tests/vllm_engine/fuzz.py): FUZZ_WORKLOADS seeded
+# workloads through every integration and policy; prints a JSON summary, failing plans go to .fuzz/.
+FUZZ_WORKLOADS ?= 40
+FUZZ_FIRST_SEED ?= 1000
+fuzz-vllm-engine: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/python tests/vllm_engine/fuzz.py --workloads $(FUZZ_WORKLOADS) --first-seed $(FUZZ_FIRST_SEED) --json --out .fuzz
 
 # vLLM's own offloading connector through kvoffload's checkers (README, "For vLLM developers"):
 # pinned release wheels (only their .py files) in an ignored cache; xgrammar without its

@@ -63,6 +63,30 @@ def test_frequent_reset_cache_during_transfers_is_safe(seed: int) -> None:
     assert (engine.stats.violations, engine.leaks(), engine.stats.integrity_failures) == (0, [], 0)
 
 
+@pytest.mark.parametrize("delay", [0, 1])
+def test_gpu_hits_on_blocks_computed_in_the_same_step_are_stored_right(delay: int) -> None:
+    # A burst of first turns: requests admitted behind the first of their group hit the system
+    # prompt's blocks, which the engine cached when it scheduled them and this step's forward pass
+    # writes. Later turns load the prompt back from CPU, so a store that read the blocks before the
+    # forward pass would fail the byte-for-byte check.
+    result = simulate(
+        SimulationOptions(users=6, turns=3, num_gpu_blocks=24, delay=delay, arrival_spread=0, system_prompts=2)
+    )
+    assert result["same_step_gpu_hits"] > 0
+    assert result["loaded_chunks"] > 0 and result["integrity_checked_blocks"] > 0
+    assert (result["violations"], result["leaks"], result["integrity_failures"]) == (0, 0, 0), result
+
+
+def test_block_pool_caches_a_block_when_it_is_scheduled() -> None:
+    engine = Engine(EngineConfig(num_gpu_blocks=16, gpu_block_size=4, max_num_batched_tokens=64))
+    prompt = list(range(1, 13))
+    first, second = engine.add_request(prompt, max_tokens=2), engine.add_request(prompt, max_tokens=2)
+    report = engine.step()
+    # The second request hit the first's two full prompt blocks (capped below its last token).
+    assert report.scheduled == {first.request_id: 12, second.request_id: 4}
+    assert second.block_ids[:2] == first.block_ids[:2] and engine.stats.same_step_gpu_hits == 1
+
+
 def test_runs_repeat_exactly_for_a_seed() -> None:
     first = simulate(SimulationOptions(users=8, turns=2, seed=7, faults=0.05, backend="model"))
     second = simulate(SimulationOptions(users=8, turns=2, seed=7, faults=0.05, backend="model"))

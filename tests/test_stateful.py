@@ -393,7 +393,7 @@ def machine_for(mutant: Mutant | None) -> type[OffloadMachine]:
 # caught does not depend on the run; no shrinking, since only "caught or not" is asserted.
 MUTANT_SETTINGS = settings(
     max_examples=300,
-    stateful_step_count=50,
+    stateful_step_count=120,
     derandomize=True,
     database=None,
     deadline=None,

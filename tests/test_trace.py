@@ -397,7 +397,7 @@ def test_trace_tla_rejects_empty_and_malformed(tmp_path: Path, capsys: pytest.Ca
 
 
 # ---------------------------------------------------------------------- bug-zoo mutants in traces
-TRACE_VISIBLE = [mutant for mutant in MUTANTS.values() if mutant.simulate_options]
+TRACE_VISIBLE = [mutant for mutant in MUTANTS.values() if mutant.trace_visible]
 
 
 def test_the_headline_bug_is_visible_in_a_trace() -> None:

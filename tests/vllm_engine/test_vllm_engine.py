@@ -121,3 +121,38 @@ def test_negative_control_wrong_block_mover_fails_the_check(model_dir: Path, bas
     with pytest.raises(AssertionError, match="greedy token ids differ"):
         check_phase(baseline, report)
     assert report.outputs[-1] != baseline.outputs[-1]
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        spec_transfer_config(CPU_CHUNKS, spec_module="vllm_wrong_mover", spec_name="WrongBlockSpec", verify_loads=True),
+        connector_transfer_config(
+            CPU_CHUNKS, connector_module="vllm_wrong_mover", connector_name="WrongBlockConnector", verify_loads=True
+        ),
+    ],
+    ids=["spec", "connector"],
+)
+def test_verify_loads_stops_the_engine_on_a_wrong_load(model_dir: Path, config: dict) -> None:
+    """With ``verify_loads`` the same wrong mover raises DataIntegrity inside the engine instead of
+    changing the outputs."""
+    engine = Engine(model_dir, config, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS, dtype=DTYPE)
+    try:
+        with pytest.raises(Exception, match="DataIntegrity: load job") as caught:
+            run_batches(engine, WORKLOAD, MAX_TOKENS)
+    finally:
+        engine.shutdown()
+    assert "loaded bytes differ from the stored ones" in "".join(str(e) for e in _chain(caught.value))
+
+
+def test_verify_loads_passes_a_right_run(model_dir: Path, baseline: EngineReport) -> None:
+    report = _run(model_dir, connector_transfer_config(CPU_CHUNKS, verify_loads=True))
+    check_phase(baseline, report, CONNECTOR_SERVED)
+
+
+def _chain(error: BaseException | None) -> list[BaseException]:
+    found = []
+    while error is not None:
+        found.append(error)
+        error = error.__cause__ or error.__context__
+    return found

@@ -1,4 +1,5 @@
-"""The negative control: KVOffloadSpec with a mover that loads every block from the wrong CPU block."""
+"""The negative controls: KVOffloadSpec and KVOffloadConnector with a mover that loads every block from the
+wrong CPU block."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Sequence
 import torch
 
 from kvoffload.offload.mover import BlockMover
+from kvoffload.vllm.connector import KVOffloadConnector
 from kvoffload.vllm.spec import KVOffloadSpec
 
 
@@ -22,4 +24,12 @@ class WrongBlockSpec(KVOffloadSpec):
     """KVOffloadSpec whose worker writes wrong blocks into the engine's KV cache."""
 
     def make_mover(self, layers: Sequence[torch.Tensor], num_cpu_blocks: int) -> BlockMover:
+        return WrongBlockMover(layers, num_cpu_blocks)
+
+
+
+class WrongBlockConnector(KVOffloadConnector):
+    """KVOffloadConnector whose worker loads every block from the wrong CPU block (as above)."""
+
+    def make_mover(self, layers: list[torch.Tensor], num_cpu_blocks: int) -> BlockMover:
         return WrongBlockMover(layers, num_cpu_blocks)

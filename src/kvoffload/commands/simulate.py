@@ -26,6 +26,10 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--users", type=int, default=24)
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--arrival-spread", type=int, default=60, metavar="STEPS",
+                        help="steps over which the users' first turns arrive (0: all in the first step)")
+    parser.add_argument("--system-prompts", type=int, default=1, metavar="N",
+                        help="system prompts the users share in turn (default 1: one for all)")
     parser.add_argument("--gpu-blocks", type=int, default=96)
     parser.add_argument("--cpu-blocks", type=int, default=512)
     parser.add_argument("--block-size", type=int, default=16, help="tokens per GPU block")
@@ -66,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         options = SimulationOptions(
-            users=args.users, turns=args.turns, seed=args.seed, num_gpu_blocks=args.gpu_blocks,
+            users=args.users, turns=args.turns, seed=args.seed, arrival_spread=args.arrival_spread,
+            system_prompts=args.system_prompts, num_gpu_blocks=args.gpu_blocks,
             num_cpu_blocks=args.cpu_blocks, gpu_block_size=args.block_size, blocks_per_chunk=args.blocks_per_chunk,
             policy=args.policy, delay=args.delay, faults=args.faults, backend=args.backend, device=args.device,
             trace_path=args.trace and str(writable_file(args.trace, "--trace")), max_steps=args.max_steps,
@@ -162,6 +167,7 @@ def _print_table(result: dict[str, Any], options_dict: dict[str, Any]) -> None:
         ("tokens needing KV at admission", [
             ("total (re-admissions after preemption count again)", str(result["admitted_tokens"])),
             ("served by the GPU prefix cache", share("gpu_hit_tokens")),
+            ("admissions hitting blocks computed in the same step", str(result["same_step_gpu_hits"])),
             ("served by CPU offload", share("offload_hit_tokens")),
         ]),
         ("transfers", [

@@ -547,6 +547,7 @@ class BlockMover:
         else:
             cpu = self._validate_cpu_layers(layers, list(cpu_layers), num_cpu_blocks)
             self.num_cpu_blocks = int(cpu[0].shape[0])
+        self.gpu_layers: list[torch.Tensor] = layers
         self.cpu_layers: list[torch.Tensor] = cpu
         self.layer_block_bytes: list[int] = [math.prod(layer.shape[1:]) * layer.element_size() for layer in layers]
         self.block_bytes: int = sum(self.layer_block_bytes)

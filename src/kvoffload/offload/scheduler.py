@@ -31,6 +31,12 @@ Ordering rules (docs/design.md), each enforced here by the declared lifecycle:
    computed count as vLLM's ``update_from_output`` does); a chunk is stored only when every token
    in it is verified and computed, so neither a rejected draft's KV nor the final sampled token's
    slot is ever stored.
+8. A tiering manager may answer a lookup ``None`` (a promotion from a secondary tier runs): the
+   request is deferred as for a load in flight.
+9. A GPU prefix-cache hit is stored no earlier than the step after its admission. The engine caches
+   a block when it schedules the block's tokens, so a request admitted behind another in the same
+   step can hit blocks that only this step's forward pass writes, while the worker runs the step's
+   stores before the forward.
 
 Sans-IO and deterministic: no threads, clocks, randomness or I/O; job ids count up from 1.
 """
@@ -100,6 +106,10 @@ class RequestTracker:
     # Of num_computed_tokens, the draft tokens of the last step not yet verified (speculative
     # decoding): never stored; the next SchedulerOutput says how many were rejected.
     draft_tokens: int = 0
+    # From an admission with a GPU prefix-cache hit to the next build_connector_meta: the engine
+    # caches a block as soon as it is scheduled (vLLM does), so the hit may be blocks that another
+    # request computes in this very step's forward pass, after the worker ran this step's stores.
+    gpu_hit_unwritten: bool = False
 
     def copy(self) -> RequestTracker:
         """An independent copy (the engine request, which the tracker never changes, is shared)."""
@@ -107,7 +117,7 @@ class RequestTracker:
             self.request_id, self.request, self.state, self.num_computed_tokens, self.gpu_block_ids.copy(),
             self.stored_chunks, self.load_job, self.store_jobs.copy(), self.lookup_start_chunk,
             self.lookup_hit_chunks, self.local_computed_tokens, self.holds_gpu_blocks, self.signals,
-            self.draft_tokens,
+            self.draft_tokens, self.gpu_hit_unwritten,
         )
 
 
@@ -400,6 +410,7 @@ class OffloadingScheduler:
             tracker.gpu_block_ids = block_ids
             tracker.num_computed_tokens = tracker.local_computed_tokens
             tracker.stored_chunks = 0
+            tracker.gpu_hit_unwritten = tracker.local_computed_tokens > 0
             self.lifecycle.fire(tracker, "schedule")
             return
         keys = self._keys(tracker.request, start, start + chunks)
@@ -495,7 +506,10 @@ class OffloadingScheduler:
                 # makes it running (_advance_scheduled rejected every other state).
                 self.lifecycle.fire(tracker, "schedule")
             computed = tracker.num_computed_tokens
-            if storing and computed >= (tracker.stored_chunks + 1) * chunk_tokens:
+            if tracker.gpu_hit_unwritten:
+                # Its hit is written by this step's forward at the latest: stored from the next step on.
+                tracker.gpu_hit_unwritten = False
+            elif storing and computed >= (tracker.stored_chunks + 1) * chunk_tokens:
                 self._build_stores(tracker, stores, final=False)
             tracker.num_computed_tokens = computed + num_tokens
         for request_id, count in drafts.items():
@@ -504,7 +518,12 @@ class OffloadingScheduler:
         loads = tuple(self._pending_loads)
         self._pending_loads.clear()
         for tracker in list(self._finished_pending.values()):
-            if storing:
+            if tracker.gpu_hit_unwritten:
+                # Finished between its admission and this step (not in vLLM's call order): its blocks
+                # may still be unwritten, so its chunks are given up rather than stored.
+                tracker.stored_chunks = max(tracker.stored_chunks, self._storable_chunks(tracker))
+                tracker.gpu_hit_unwritten = False
+            elif storing:
                 self._build_stores(tracker, stores, final=True)
             self._signal(tracker)
         self._finished_pending.clear()
@@ -568,7 +587,9 @@ class OffloadingScheduler:
                     deferred.append(self._checked_scheduled(request_id, tracker, num_tokens, preempted, rejected))
                     continue
                 computed = tracker.num_computed_tokens
-                if storing and computed >= (tracker.stored_chunks + 1) * chunk_tokens:
+                # A GPU hit's first step is deferred even when it stores nothing (after reset_cache,
+                # or a hit short of a chunk): build_connector_meta clears gpu_hit_unwritten there.
+                if tracker.gpu_hit_unwritten or (storing and computed >= (tracker.stored_chunks + 1) * chunk_tokens):
                     deferred.append((tracker, num_tokens))
                 else:
                     tracker.num_computed_tokens = computed + num_tokens

@@ -9,6 +9,8 @@ CPU block ``c`` of the scheduler is mover blocks ``c * blocks_per_chunk ...``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from kvoffload.offload.mover import BlockMover
 from kvoffload.offload.types import ConnectorMetadata, JobId, TransferJob, WorkerOutput
 
@@ -68,10 +70,15 @@ class OffloadingWorker:
                 f"{job.kind} job {job.job_id} of request {job.request_id!r}: {len(job.gpu_block_ids)} GPU blocks "
                 f"for {len(job.cpu_block_ids)} chunks of {bpc} blocks"
             )
-        mover_blocks = [chunk * bpc + offset for chunk in job.cpu_block_ids for offset in range(bpc)]
+        mover_blocks = chunk_blocks(job.cpu_block_ids, bpc)
         if job.kind == "store":
             self.mover.store(job.job_id, job.gpu_block_ids, mover_blocks)
             self._stores[job.job_id] = job
         else:
             self.mover.load(job.job_id, mover_blocks, job.gpu_block_ids)
             self._loads[job.job_id] = job
+
+
+def chunk_blocks(chunks: Sequence[int], blocks_per_chunk: int) -> list[int]:
+    """The mover's CPU blocks of the scheduler's CPU ``chunks``, in order."""
+    return [chunk * blocks_per_chunk + offset for chunk in chunks for offset in range(blocks_per_chunk)]

@@ -1,6 +1,8 @@
 """The engine's GPU block pool with prefix caching by block hash (vLLM's design, reduced).
 
-A full, computed block is registered under its chained hash; when its last user frees it, it goes
+A full block is registered under its chained hash as soon as its tokens are scheduled, before the
+forward pass writes it (vLLM caches blocks at allocation), so a request admitted later in the same
+step can hit a block that this step's forward pass only writes. When its last user frees it, it goes
 to the free queue but stays cached until the queue hands it out again (oldest freed first), so a
 later request with the same prefix finds it. Blocks of running requests are pinned (ref count).
 """
@@ -65,7 +67,7 @@ class BlockPool:
                 self.free_queue[block] = None
 
     def register(self, block: int, block_hash: int) -> None:
-        """Cache a full, computed block under its hash (first writer wins)."""
+        """Cache a full block whose tokens are scheduled under its hash (the first one scheduled wins)."""
         if self.block_hash[block] is None and block_hash not in self.cached:
             self.block_hash[block] = block_hash
             self.cached[block_hash] = block

@@ -6,6 +6,11 @@ connector's lookup) -> ``build_connector_meta`` -> the worker executes the metad
 computes the scheduled tokens (writing each block's content) -> ``update_connector_output`` ->
 sampling (one token per decode step, EOS or max tokens finish) -> invariant check.
 
+As in vLLM, a full block enters the GPU prefix cache when its tokens are scheduled, not when the
+forward pass has written it: a request admitted behind another in the same step can hit blocks that
+only this step's forward pass writes, after the worker ran the step's stores. Blocks an async load
+fills enter the cache only once the load completed (vLLM's ``delay_cache_blocks``).
+
 Speculative decoding (``spec_tokens`` K > 0): a decoding request is scheduled with its last token
 plus K draft tokens; the model writes the drafts' KV, then verification accepts each draft with
 ``spec_acceptance`` until the first rejection and samples one more token, as vLLM does. Rejected
@@ -74,6 +79,8 @@ class EngineStats:
     # Tokens whose KV was needed at each admission (a preempted request is admitted again).
     admitted_tokens: int = 0
     gpu_hit_tokens: int = 0
+    # Admissions whose GPU prefix hit includes blocks that the same step's forward pass writes.
+    same_step_gpu_hits: int = 0
     offload_hit_tokens: int = 0
     computed_tokens: int = 0
     load_failures: int = 0
@@ -122,6 +129,8 @@ class Engine:
         self.on_finished: list[Callable[[SimRequest, bool], None]] = []
         self._next_id = 0
         self._fence_breaches: list[str] = []
+        # Blocks cached this step whose tokens the forward pass has not written yet.
+        self._unwritten: set[int] = set()
         # Speculative decoding: its own random stream, so runs without drafts are unchanged.
         self._spec_rng = random.Random(config.seed + 3)
         self._drafts: dict[str, list[int]] = {}
@@ -248,6 +257,7 @@ class Engine:
                 request.block_ids.extend(blocks)
                 new_blocks[request.request_id] = blocks
             scheduled[request.request_id] = n
+            self._cache_scheduled(request, n)
             if drafts:
                 self._drafts[request.request_id] = [self._spec_rng.randrange(VOCAB) for _ in range(drafts)]
             budget -= n
@@ -305,6 +315,9 @@ class Engine:
         request.external_tokens = external
         request.num_computed_tokens = computed
         self.stats.gpu_hit_tokens += computed
+        if not self._unwritten.isdisjoint(local):
+            self.stats.same_step_gpu_hits += 1
+        self._cache_scheduled(request, n)
         if external:
             request.status = "loading"
             self.loading[request.request_id] = request
@@ -312,6 +325,16 @@ class Engine:
             request.status = "running"
             self.running.append(request)
         return n
+
+    def _cache_scheduled(self, request: SimRequest, n: int) -> None:
+        """Cache the blocks that ``n`` tokens scheduled after the computed ones fill, as vLLM does at
+        scheduling time; drafts are not cached (only tokens up to ``request.num_tokens``)."""
+        size = self.config.gpu_block_size
+        end = min(request.num_computed_tokens + n, request.num_tokens)
+        for index in range(request.num_computed_tokens // size, end // size):
+            block = request.block_ids[index]
+            self.pool.register(block, request.block_hashes[index])
+            self._unwritten.add(block)
 
     def _preempt(self, request: SimRequest) -> None:
         self.running.remove(request)
@@ -341,7 +364,6 @@ class Engine:
                 if (index + 1) * size <= min(end, request.num_tokens):
                     block_hash = request.block_hashes[index]
                     self.backend.write_block(block, block_hash)
-                    self.pool.register(block, block_hash)
                     parent = block_hash
                 elif (index + 1) * size <= end:
                     # Full, but with drafts' KV: the content of the tokens computed, not the key's.
@@ -354,6 +376,7 @@ class Engine:
                     self.backend.write_block(block, None)
             request.num_computed_tokens = end
             self.stats.computed_tokens += n
+        self._unwritten.clear()
 
     def _apply(self, update: ConnectorUpdate) -> None:
         size = self.config.gpu_block_size

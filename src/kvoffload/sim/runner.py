@@ -44,6 +44,10 @@ class SimulationOptions:
     users: int = 24
     turns: int = 4
     seed: int = 0
+    # Steps over which the users' first turns arrive (0: all in the first step), and how many
+    # system prompts the users share in turn (see WorkloadConfig).
+    arrival_spread: int = 60
+    system_prompts: int = 1
     # The size names of OffloadConfig and EngineConfig; the command-line flags are shorter.
     num_gpu_blocks: int = 96
     num_cpu_blocks: int = 512
@@ -64,12 +68,14 @@ class SimulationOptions:
 
     def __post_init__(self) -> None:
         for name in ("users", "turns", "num_gpu_blocks", "num_cpu_blocks", "gpu_block_size", "blocks_per_chunk",
-                     "max_steps"):
+                     "max_steps", "system_prompts"):
             if getattr(self, name) < 1:
                 flag = FLAGS.get(name, "--" + name.replace("_", "-"))
                 raise ValueError(f"{flag} must be >= 1, got {getattr(self, name)}")
         if self.delay < 0:
             raise ValueError(f"--delay must be >= 0, got {self.delay}")
+        if self.arrival_spread < 0:
+            raise ValueError(f"--arrival-spread must be >= 0, got {self.arrival_spread}")
         if not 0.0 <= self.faults <= 1.0:
             raise ValueError(f"--faults must be in [0, 1], got {self.faults}")
         if self.spec_tokens < 0:
@@ -120,6 +126,13 @@ class SimulationOptions:
                 f"the {limit / 2**30:.1f} GiB allowed (half of this machine's memory)"
             )
 
+    def workload_config(self) -> WorkloadConfig:
+        """The multi-turn workload these options describe."""
+        return WorkloadConfig(
+            users=self.users, turns=self.turns, arrival_spread_steps=self.arrival_spread,
+            system_prompts=self.system_prompts, seed=self.seed,
+        )
+
     def engine_config(self) -> EngineConfig:
         return EngineConfig(
             num_gpu_blocks=self.num_gpu_blocks,
@@ -166,7 +179,7 @@ def simulate(options: SimulationOptions, progress: bool = False) -> dict[str, An
     writer = TraceWriter.open(trace) if trace is not None else None
     try:
         engine = build_engine(options)
-        workload = MultiTurnWorkload(WorkloadConfig(users=options.users, turns=options.turns, seed=options.seed))
+        workload = MultiTurnWorkload(options.workload_config())
         workload.attach(engine)
         if writer is not None:
             engine.scheduler.attach_trace(writer)
@@ -237,6 +250,7 @@ def summarise(engine: Engine, workload: MultiTurnWorkload | None = None) -> dict
         "loaded_chunks": scheduler.loaded_chunks,
         "offload_hit_tokens": stats.offload_hit_tokens,
         "gpu_hit_tokens": stats.gpu_hit_tokens,
+        "same_step_gpu_hits": stats.same_step_gpu_hits,
         "prompt_tokens": stats.prompt_tokens,
         "admitted_tokens": stats.admitted_tokens,
         "computed_tokens": stats.computed_tokens,

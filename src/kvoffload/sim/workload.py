@@ -2,7 +2,9 @@
 
 That is the traffic offloading exists for: by the time a user's next turn arrives, the GPU prefix
 cache has usually evicted the conversation, and the CPU tier serves it instead of recomputing.
-All users share a system prompt, so concurrent requests also share a prefix.
+The users share a system prompt (or one of ``system_prompts``, in turn), so concurrent requests also
+share a prefix; with ``arrival_spread_steps=0`` every first turn arrives in the same step, so requests
+admitted together hit the shared prefix blocks that the first of them computes in that very step.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ class WorkloadConfig:
     output_tokens: tuple[int, int] = (8, 48)
     think_steps: tuple[int, int] = (5, 40)
     arrival_spread_steps: int = 60
+    # User i shares system prompt i % system_prompts with the others: with several, one group's
+    # prefix can be evicted from the GPU while another group runs, and is then loaded from CPU.
+    system_prompts: int = 1
     seed: int = 0
 
 
@@ -40,10 +45,14 @@ class MultiTurnWorkload:
     def __init__(self, config: WorkloadConfig) -> None:
         self.config = config
         self.rng = random.Random(config.seed)
-        system = [self.rng.randrange(1, 32000) for _ in range(config.system_prompt_tokens)]
+        systems = [
+            [self.rng.randrange(1, 32000) for _ in range(config.system_prompt_tokens)]
+            for _ in range(config.system_prompts)
+        ]
+        spread = config.arrival_spread_steps
         self.users = [
-            _User(list(system), config.turns, self.rng.randrange(config.arrival_spread_steps + 1))
-            for _ in range(config.users)
+            _User(list(systems[i % config.system_prompts]), config.turns, self.rng.randrange(spread + 1))
+            for i in range(config.users)
         ]
         self._by_request: dict[str, _User] = {}
         self._step = 0

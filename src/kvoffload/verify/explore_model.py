@@ -3,8 +3,15 @@
 Every choice the engine and the worker can make is an action of the explorer
 (:mod:`kvoffload.statemachine.explore`):
 
-- ``admit(r, load|no load)``: lookup, allocate every GPU block of the prompt, and
-  ``update_state_after_alloc`` with the offered external tokens (a load) or none;
+- ``admit(r, load|no load)``: the GPU prefix-cache lookup, the connector's lookup, allocate the GPU
+  blocks of the prompt past the GPU hit, and ``update_state_after_alloc`` with the offered external
+  tokens (a load) or none. As in vLLM, a block is cached as soon as its chunk is scheduled: the hit
+  covers the shared chunks another request holds computed, or is scheduled to compute in the next
+  step (a running request's next chunk), so an admission can hit a block that only the next step's
+  forward pass writes. A loading request's blocks are cached only once loaded (delay_cache_blocks).
+  The engine computes what it scheduled: a request whose next chunk another request hit is neither
+  preempted nor finished before that step. ``gpu_prefix_cache=False`` is vLLM without prefix caching:
+  no GPU hits, so a request loads (or recomputes) shared chunks another request holds;
 - ``step``, ``step(preempt r)``, ``step(job j completes|FAILS)``: one engine step in the engine's
   call order: preemption frees the GPU blocks, ``build_connector_meta(SchedulerOutput)``, the
   worker runs the metadata (flushes complete now, stores and loads are submitted), every running
@@ -116,6 +123,7 @@ class EngineRequest:
     computed: int = 0  # chunks whose KV is in GPU memory
     load_chunks: int = 0  # chunks the pending load brings
     rejected: int = 0  # rejected draft tokens of the last step, for the next SchedulerOutput
+    gpu_hit: int = 0  # chunks the GPU prefix cache served at admission (blocks shared with others)
 
     def copy(self) -> EngineRequest:
         copy = _new_engine_request(EngineRequest)
@@ -124,6 +132,7 @@ class EngineRequest:
         copy.computed = self.computed
         copy.load_chunks = self.load_chunks
         copy.rejected = self.rejected
+        copy.gpu_hit = self.gpu_hit
         return copy
 
 
@@ -213,6 +222,7 @@ class OffloadExploreModel:
         symmetry: bool = True,
         drain_steps: int | None = None,
         spec_decoding: bool = False,
+        gpu_prefix_cache: bool = True,
     ) -> None:
         if num_requests < 1 or chunks < 2:
             raise ValueError(f"need at least 1 request of at least 2 chunks (got {num_requests} x {chunks})")
@@ -237,6 +247,7 @@ class OffloadExploreModel:
         self.worker_report = worker_report
         self.symmetry = symmetry
         self.spec_decoding = spec_decoding
+        self.gpu_prefix_cache = gpu_prefix_cache
         self.drain_steps = drain_steps if drain_steps is not None else 2 * chunks + 6
         self.config = OffloadConfig(gpu_block_size=1, blocks_per_chunk=1, num_cpu_blocks=self.cpu_blocks, policy=policy)
         self.request_ids = [f"r{i + 1}" for i in range(num_requests)]
@@ -314,16 +325,30 @@ class OffloadExploreModel:
             out.append(("step", None, job_id, True))
             if self.allow_failures:
                 out.append(("step", None, job_id, False))
+        writers = self._hit_writers(w)
         if w.preemptions < self.max_preemptions:
             for rid, er in w.requests.items():
-                if er.status == RUNNING:
+                if er.status == RUNNING and rid not in writers:
                     out.append(("step", rid, None, True))
         for rid, er in w.requests.items():
+            if rid in writers:
+                continue
             if er.status in (NEW, LOADING, RUNNING) or (er.status == WAITING and sched.is_tracked(rid)):
                 out.append(("finish", rid))
         if w.resets < self.max_resets:
             out.append(("reset",))
         return out
+
+    def _hit_writers(self, w: World) -> set[str]:
+        """Running requests whose next chunk's block another request holds as a GPU hit: the engine
+        scheduled that chunk (the hit was possible only so), so the next step computes it."""
+        writers = set()
+        for rid, er in w.requests.items():
+            if er.status == RUNNING and er.computed < self.chunks:
+                block = er.blocks[er.computed]
+                if any(block in other.blocks for other in w.requests.values() if other is not er):
+                    writers.add(rid)
+        return writers
 
     def touches(self, w: World, action: tuple[Any, ...]) -> frozenset[str] | None:
         """The requests ``action`` reads or writes in ``w``; None for an action on shared state
@@ -444,7 +469,7 @@ class OffloadExploreModel:
         elif kind == "finish":
             if w.requests[action[1]].status == NEW:
                 # Aborted after the connector's lookup, before the engine could allocate blocks.
-                self._lookup(w, action[1])
+                self._lookup(w, action[1], len(self._gpu_hit(w, action[1])))
             self._finish(w, action[1])
         elif kind == "reset":
             self._reset(w)
@@ -536,22 +561,42 @@ class OffloadExploreModel:
         )
 
     # ------------------------------------------------------------------ engine actions
-    def _lookup(self, w: World, rid: str) -> int | None:
+    def _gpu_hit(self, w: World, rid: str) -> list[int]:
+        """The GPU blocks of ``rid``'s longest cached prefix: shared chunks that another request holds
+        computed, or as its next chunk, which it is scheduled to compute in the next step (vLLM
+        caches a block when it schedules it). The last chunk is left for the engine to compute."""
+        hit: list[int] = []
+        for chunk in range(self.shared_chunks if self.gpu_prefix_cache else 0):
+            for other_id, other in w.requests.items():
+                if other_id == rid or chunk >= len(other.blocks):
+                    continue
+                computed = other.status in (RUNNING, FINISHED) and chunk < other.computed
+                if computed or (other.status == RUNNING and chunk == other.computed):
+                    hit.append(other.blocks[chunk])
+                    break
+            else:
+                break
+        return hit
+
+    def _lookup(self, w: World, rid: str, hit_chunks: int) -> int | None:
         er = w.requests[rid]
-        matched, _ = w.scheduler.get_num_new_matched_tokens(self.engine_requests[rid], 0)
+        tokens = hit_chunks * self.config.chunk_tokens
+        matched, _ = w.scheduler.get_num_new_matched_tokens(self.engine_requests[rid], tokens)
         er.status = WAITING
         return matched
 
     def _admit(self, w: World, rid: str, load: bool) -> None:
-        matched = self._lookup(w, rid)
+        hit = self._gpu_hit(w, rid)
+        matched = self._lookup(w, rid, len(hit))
         if matched is None:
             return  # deferred by the connector: the engine retries next step
         er = w.requests[rid]
-        blocks = [w.gpu_free.pop(0) for _ in range(self.chunks)]
+        blocks = hit + [w.gpu_free.pop(0) for _ in range(self.chunks - len(hit))]
         er.blocks = blocks
         external = matched if load else 0
         w.scheduler.update_state_after_alloc(self.engine_requests[rid], blocks, external)
-        er.computed = 0
+        er.gpu_hit = len(hit)
+        er.computed = len(hit)
         if external:
             er.status = LOADING
             er.load_chunks = external // self.config.chunk_tokens
@@ -559,9 +604,12 @@ class OffloadExploreModel:
             er.status = RUNNING
 
     def _free_blocks(self, w: World, er: EngineRequest) -> None:
-        w.gpu_free.extend(er.blocks)
+        """Drop ``er``'s hold on its blocks; a block another request shares (a GPU hit) stays."""
+        shared = {block for other in w.requests.values() if other is not er for block in other.blocks}
+        w.gpu_free.extend(block for block in er.blocks if block not in shared)
         w.gpu_free.sort()
         er.blocks = []
+        er.gpu_hit = 0
 
     def _finish(self, w: World, rid: str) -> None:
         er = w.requests[rid]
@@ -581,7 +629,7 @@ class OffloadExploreModel:
             if er.status == LOADING:
                 # The load is cancelled: the engine recomputes those tokens.
                 er.status = RUNNING
-                er.computed = 0
+                er.computed = er.gpu_hit
 
     def _copy(self, w: World, job: TransferJob, ok: bool) -> None:
         """The copy itself: content moves when the job completes (or is flushed)."""
@@ -697,12 +745,12 @@ class OffloadExploreModel:
             er = w.requests[rid]
             if er.status == LOADING:
                 er.status = RUNNING
-                er.computed = er.load_chunks
+                er.computed = er.gpu_hit + er.load_chunks
         for rid in update.load_failed:
             er = w.requests[rid]
             if er.status == LOADING:
                 er.status = RUNNING
-                er.computed = 0
+                er.computed = er.gpu_hit
         for rid in update.released:
             er = w.requests[rid]
             self._free_blocks(w, er)
@@ -725,13 +773,16 @@ class OffloadExploreModel:
 
     def _integrity(self, w: World) -> list[tuple[str, str]]:
         problems = []
+        running = [er for er in w.requests.values() if er.status == RUNNING]
+        # A GPU hit on a block scheduled for the next step's forward pass: not written yet.
+        scheduled = {er.blocks[er.computed] for er in running if er.computed < self.chunks}
         for rid, er in w.requests.items():
             if er.status != RUNNING:
                 continue
             hashes = self.engine_requests[rid].block_hashes
             for chunk in range(er.computed):
                 block = er.blocks[chunk]
-                if w.gpu_content[block] != hashes[chunk]:
+                if w.gpu_content[block] != hashes[chunk] and block not in scheduled:
                     problems.append(
                         ("DataIntegrity", f"{rid} chunk {chunk} in GPU block {block} holds "
                          f"{self.key_name(w.gpu_content[block])}, expected {self.key_name(hashes[chunk])}")
@@ -820,9 +871,11 @@ class OffloadExploreModel:
             tracker = (
                 t.state, t.num_computed_tokens, tuple(t.gpu_block_ids), t.stored_chunks, load, stores,
                 t.lookup_start_chunk, t.lookup_hit_chunks, t.local_computed_tokens, t.holds_gpu_blocks, t.signals,
-                t.draft_tokens,
+                t.draft_tokens, t.gpu_hit_unwritten,
             )
-        return (rids[rid], er.status, tuple(er.blocks), er.computed, er.load_chunks, er.rejected, tracker)
+        return (
+            rids[rid], er.status, tuple(er.blocks), er.computed, er.load_chunks, er.rejected, er.gpu_hit, tracker
+        )
 
     def _build_namings(self) -> None:
         """The renamings the fingerprint uses, indexed: 0 is the identity order, then one

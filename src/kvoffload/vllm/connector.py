@@ -7,7 +7,9 @@ Turn it on with::
      "kv_connector_extra_config": {"num_cpu_blocks": 4096, "blocks_per_chunk": 1,
                                    "eviction_policy": "doorkeeper"}}
 
-(``"check_invariants": true`` also checks kvoffload's invariants after every step, for tests.)
+(``"check_invariants": true`` also checks kvoffload's invariants after every step, for tests;
+``"verify_loads": true`` checks every loaded block's bytes against the digest of what was stored
+for its key, raising :class:`~kvoffload.offload.integrity.DataIntegrity` on a wrong one.)
 
 Unlike :class:`~kvoffload.vllm.spec.KVOffloadSpec` (kvoffload's manager and mover under vLLM's
 scheduler logic), here kvoffload's scheduler makes every decision: the declared lifecycle, the
@@ -42,10 +44,12 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 )
 
 from kvoffload.offload.manager import CPUOffloadingManager
+from kvoffload.offload.mover import BlockMover
 from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload.offload.types import DEFAULT_POLICY, ConnectorMetadata, JobId, OffloadConfig, RequestId
 from kvoffload.vllm.connector_scheduler import SchedulerSide
 from kvoffload.vllm.connector_worker import WorkerSide, block_tensors, make_worker
+from kvoffload.vllm.settings import flag
 
 
 @dataclass
@@ -94,12 +98,13 @@ class KVOffloadConnector(KVConnectorBase_V1):
                 f"KVOffloadConnector supports one KV cache group; this model has {len(kv_cache_config.kv_cache_groups)}"
             )
         self.config = _offload_config(vllm_config)
+        extra = vllm_config.kv_transfer_config.kv_connector_extra_config or {}
+        self.verify_loads = flag(extra, "verify_loads")
+        check = flag(extra, "check_invariants")
         self.kvoffload_scheduler: SchedulerSide | None = None
         self.kvoffload_worker: WorkerSide | None = None
         if role == KVConnectorRole.SCHEDULER:
             manager = CPUOffloadingManager(self.config.num_cpu_blocks, self.config.policy, enable_events=False)
-            extra = vllm_config.kv_transfer_config.kv_connector_extra_config or {}
-            check = bool(extra.get("check_invariants", False))
             self.kvoffload_scheduler = SchedulerSide(OffloadingScheduler(self.config, manager), check)
 
     @property
@@ -123,7 +128,13 @@ class KVOffloadConnector(KVConnectorBase_V1):
         layers = block_tensors(
             kv_caches, list(group.layer_names), self._kv_cache_config.num_blocks, group.kv_cache_spec.page_size_bytes
         )
-        self.kvoffload_worker = make_worker(layers, self.config.num_cpu_blocks, self.config.blocks_per_chunk)
+        mover = self.make_mover(layers, self.config.num_cpu_blocks * self.config.blocks_per_chunk)
+        self.kvoffload_worker = make_worker(mover, self.config.blocks_per_chunk, self.verify_loads)
+
+    def make_mover(self, layers: list[torch.Tensor], num_cpu_blocks: int) -> BlockMover:
+        """The mover on the engine's per-layer block tensors (pinned CPU memory when they are on
+        CUDA); a hook for tests and subclasses."""
+        return BlockMover(layers, num_cpu_blocks)
 
     def _run_bound_metadata(self) -> None:
         metadata = self._get_connector_metadata()

@@ -16,9 +16,10 @@ from collections.abc import Mapping
 
 import torch
 
+from kvoffload.offload.integrity import LoadVerifier
 from kvoffload.offload.mover import BlockMover
-from kvoffload.offload.types import ConnectorMetadata, JobId, RequestId
-from kvoffload.offload.worker import OffloadingWorker
+from kvoffload.offload.types import ConnectorMetadata, JobId, RequestId, TransferJob
+from kvoffload.offload.worker import OffloadingWorker, chunk_blocks
 
 
 def block_tensors(
@@ -45,10 +46,14 @@ def block_tensors(
 
 
 class WorkerSide:
-    """Runs the scheduler side's metadata and collects what vLLM and the scheduler must hear."""
+    """Runs the scheduler side's metadata and collects what vLLM and the scheduler must hear;
+    with a ``verifier``, checks every completed load against what was stored for its keys."""
 
-    def __init__(self, worker: OffloadingWorker) -> None:
+    def __init__(self, worker: OffloadingWorker, verifier: LoadVerifier | None = None) -> None:
         self.worker = worker
+        self.verifier = verifier
+        # Jobs whose completion the verifier must see (only with a verifier).
+        self._verified_jobs: dict[JobId, TransferJob] = {}
         self._completed: dict[JobId, bool] = {}
         self._loads: dict[JobId, tuple[RequestId, tuple[int, ...]]] = {}
         self._sent: set[RequestId] = set()
@@ -62,11 +67,31 @@ class WorkerSide:
         self._executed_step = metadata.step
         for job in metadata.loads:
             self._loads[job.job_id] = (job.request_id, job.gpu_block_ids)
+        if self.verifier is not None:
+            for job in (*metadata.stores, *metadata.loads):
+                self._verified_jobs[job.job_id] = job
         self._record(self.worker.execute(metadata).completed)
         self._sent.update(released)
 
     def _record(self, completed: Mapping[JobId, bool]) -> None:
+        if self.verifier is not None:
+            for job_id, ok in completed.items():
+                job = self._verified_jobs.pop(job_id, None)
+                if job is not None:
+                    self._verify(self.verifier, job, ok)
         self._completed.update(completed)
+
+    def _verify(self, verifier: LoadVerifier, job: TransferJob, ok: bool) -> None:
+        bpc = self.worker.blocks_per_chunk
+        cpu_blocks = chunk_blocks(job.cpu_block_ids, bpc)
+        keys = [key for key in job.keys for _ in range(bpc)]
+        if job.kind == "store":
+            if ok:
+                verifier.stored(cpu_blocks, keys)
+            else:
+                verifier.store_failed(cpu_blocks)
+        elif ok:
+            verifier.loaded(f"load job {job.job_id}", job.request_id, cpu_blocks, job.gpu_block_ids, keys)
 
     def finished(self) -> tuple[set[RequestId], set[RequestId]]:
         """(finished_sending, finished_recving) since the last call."""
@@ -95,7 +120,8 @@ class WorkerSide:
         self.worker.mover.close()
 
 
-def make_worker(layers: list[torch.Tensor], num_cpu_chunks: int, blocks_per_chunk: int) -> WorkerSide:
-    """A worker side on the engine's block tensors (pinned CPU memory when they are on CUDA)."""
-    mover = BlockMover(layers, num_cpu_chunks * blocks_per_chunk)
-    return WorkerSide(OffloadingWorker(mover, blocks_per_chunk))
+def make_worker(mover: BlockMover, blocks_per_chunk: int, verify_loads: bool = False) -> WorkerSide:
+    """A worker side on ``mover`` (whose GPU layers are the engine's block tensors);
+    ``verify_loads``: check every load against the digests of what was stored."""
+    verifier = LoadVerifier(mover.gpu_layers, mover.cpu_layers) if verify_loads else None
+    return WorkerSide(OffloadingWorker(mover, blocks_per_chunk), verifier)

@@ -62,13 +62,16 @@ def spec_transfer_config(
     chunk_tokens: int | None = None,
     spec_module: str = "kvoffload.vllm.spec",
     spec_name: str = "KVOffloadSpec",
+    verify_loads: bool = False,
 ) -> dict[str, Any]:
-    """``kv_transfer_config`` for vLLM's OffloadingConnector with :class:`KVOffloadSpec`."""
+    """``kv_transfer_config`` for vLLM's OffloadingConnector with :class:`KVOffloadSpec`
+    (``verify_loads``: the worker checks every loaded block against what was stored for its key)."""
     extra: dict[str, Any] = {
         "spec_module_path": spec_module,
         "spec_name": spec_name,
         "num_cpu_blocks": num_cpu_blocks,
         "eviction_policy": policy,
+        "verify_loads": verify_loads,
     }
     if chunk_tokens is not None:
         extra["block_size"] = chunk_tokens
@@ -82,8 +85,10 @@ def connector_transfer_config(
     check_invariants: bool = True,
     connector_module: str = "kvoffload.vllm.connector",
     connector_name: str = "KVOffloadConnector",
+    verify_loads: bool = False,
 ) -> dict[str, Any]:
-    """``kv_transfer_config`` for kvoffload's own connector (checking invariants every step)."""
+    """``kv_transfer_config`` for kvoffload's own connector (checking invariants every step;
+    ``verify_loads``: the worker checks every loaded block against what was stored for its key)."""
     return {
         "kv_connector": connector_name,
         "kv_connector_module_path": connector_module,
@@ -93,6 +98,7 @@ def connector_transfer_config(
             "eviction_policy": policy,
             "blocks_per_chunk": blocks_per_chunk,
             "check_invariants": check_invariants,
+            "verify_loads": verify_loads,
         },
     }
 
@@ -128,6 +134,7 @@ class Engine:
         block_size: int = 32,
         num_gpu_blocks: int = 64,
         max_model_len: int | None = None,
+        max_num_seqs: int | None = None,
         dtype: str = "float32",
     ) -> None:
         from vllm import LLM
@@ -147,6 +154,7 @@ class Engine:
             kv_transfer_config=transfer,
             disable_log_stats=False,
             seed=0,
+            **({"max_num_seqs": max_num_seqs} if max_num_seqs else {}),
         )
         self.core = self.llm.llm_engine.engine_core.engine_core
         self._baseline = self._metrics()

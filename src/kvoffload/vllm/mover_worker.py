@@ -8,6 +8,10 @@ blocks ``c * blocks_per_chunk ...``. A load may start inside its first chunk (th
 cache already holds the chunk's first blocks); vLLM says so through the GPU spec's
 ``block_indices``, and the worker skips those sub-blocks.
 
+With a :class:`~kvoffload.offload.integrity.LoadVerifier` (``verify_loads``) every completed load
+is checked against the digests of what the stores wrote; vLLM hands this worker no keys, so the
+check is by bytes alone.
+
 vLLM's OffloadingConnector does not support failed transfers (it asserts success), so a failed
 copy raises :class:`TransferFailed` naming the job, instead of letting vLLM serve its KV.
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 from vllm.v1.kv_offload.base import GPULoadStoreSpec, LoadStoreSpec, OffloadingWorker, TransferResult
 from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec
 
+from kvoffload.offload.integrity import LoadVerifier
 from kvoffload.offload.mover import BlockMover
 from kvoffload.vllm.layout import mover_block_ids
 
@@ -28,9 +33,12 @@ class TransferFailed(RuntimeError):
 class MoverWorker(OffloadingWorker):
     """Runs vLLM's store and load jobs on a :class:`BlockMover`."""
 
-    def __init__(self, mover: BlockMover, blocks_per_chunk: int) -> None:
+    def __init__(self, mover: BlockMover, blocks_per_chunk: int, verifier: LoadVerifier | None = None) -> None:
         self.mover = mover
         self.blocks_per_chunk = blocks_per_chunk
+        self.verifier = verifier
+        # (direction, GPU blocks, CPU blocks) of the jobs whose completion the verifier must see.
+        self._verified_jobs: dict[int, tuple[str, list[int], list[int]]] = {}
 
     def _pairs(self, gpu: GPULoadStoreSpec, cpu: LoadStoreSpec, job_id: int) -> tuple[list[int], list[int]]:
         if not isinstance(cpu, CPULoadStoreSpec):
@@ -47,11 +55,15 @@ class MoverWorker(OffloadingWorker):
     def submit_store(self, job_id: int, src_spec: GPULoadStoreSpec, dst_spec: LoadStoreSpec) -> bool:
         gpu_ids, cpu_ids = self._pairs(src_spec, dst_spec, job_id)
         self.mover.store(job_id, gpu_ids, cpu_ids)
+        if self.verifier is not None:
+            self._verified_jobs[job_id] = ("store", gpu_ids, cpu_ids)
         return True
 
     def submit_load(self, job_id: int, src_spec: LoadStoreSpec, dst_spec: GPULoadStoreSpec) -> bool:
         gpu_ids, cpu_ids = self._pairs(dst_spec, src_spec, job_id)
         self.mover.load(job_id, cpu_ids, gpu_ids)
+        if self.verifier is not None:
+            self._verified_jobs[job_id] = ("load", gpu_ids, cpu_ids)
         return True
 
     def get_finished(self) -> list[TransferResult]:
@@ -59,8 +71,18 @@ class MoverWorker(OffloadingWorker):
         for result in self.mover.poll():
             if not result.ok:
                 raise TransferFailed(f"{result.direction} job {result.job_id} failed: {result.error}")
+            if self.verifier is not None:
+                self._verify(self.verifier, result.job_id)
             results.append(TransferResult(result.job_id, True, result.bytes, result.seconds))
         return results
+
+    def _verify(self, verifier: LoadVerifier, job_id: int) -> None:
+        # vLLM's worker sees block ids only, never keys: the check is by bytes alone.
+        kind, gpu_ids, cpu_ids = self._verified_jobs.pop(job_id)
+        if kind == "store":
+            verifier.stored(cpu_ids, [None] * len(cpu_ids))
+        else:
+            verifier.loaded(f"load job {job_id}", None, cpu_ids, gpu_ids, [None] * len(cpu_ids))
 
     def wait(self, job_ids: set[int]) -> None:
         # vLLM may name jobs whose results were already returned: only in-flight ones can be awaited.

@@ -10,8 +10,9 @@ Turn it on with (``vllm serve ... --kv-transfer-config '<json>'``, or ``LLM(kv_t
 
 ``kv_connector_extra_config`` keys read here: ``num_cpu_blocks`` (CPU chunks) or
 ``cpu_bytes_to_use`` (bytes, turned into chunks), ``eviction_policy`` (a kvoffload policy name,
-default ``doorkeeper``); vLLM itself reads ``block_size`` (tokens per offloaded chunk, a multiple
-of the engine's block size).
+default ``doorkeeper``), ``verify_loads`` (true: the worker checks every loaded block's bytes
+against the digest of what was stored, :mod:`kvoffload.offload.integrity`); vLLM itself reads
+``block_size`` (tokens per offloaded chunk, a multiple of the engine's block size).
 
 The scheduler side gets :class:`~kvoffload.vllm.manager_adapter.StrictManagerAdapter`; the worker
 side :class:`~kvoffload.vllm.mover_worker.MoverWorker` on the engine's KV tensors.
@@ -26,16 +27,14 @@ import torch
 from vllm.v1.kv_offload.base import CanonicalKVCaches, OffloadingManager, OffloadingSpec, OffloadingWorker
 from vllm.v1.kv_offload.config import OffloadingConfig
 
+from kvoffload.offload.integrity import LoadVerifier
 from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.mover import BlockMover
 from kvoffload.offload.policies import POLICIES
 from kvoffload.offload.types import DEFAULT_POLICY
 from kvoffload.vllm.manager_adapter import StrictManagerAdapter
 from kvoffload.vllm.mover_worker import MoverWorker
-
-
-class ConfigError(ValueError):
-    """``kv_connector_extra_config`` cannot be used: the message names the key and the value."""
+from kvoffload.vllm.settings import ConfigError, flag
 
 
 def _positive_int(extra: dict[str, Any], key: str) -> int | None:
@@ -70,6 +69,7 @@ class KVOffloadSpec(OffloadingSpec):
             )
         self.num_cpu_blocks = self._num_chunks(extra, config.worker_kv_bytes_per_block)
         self.chunk_tokens = config.groups[0].tokens_per_block * self.blocks_per_chunk
+        self.verify_loads = flag(extra, "verify_loads")
         self._manager: StrictManagerAdapter | None = None
         self._worker: MoverWorker | None = None
 
@@ -109,5 +109,6 @@ class KVOffloadSpec(OffloadingSpec):
                         "KVOffloadSpec needs each block's page contiguous (no packed layouts)"
                     )
             mover = self.make_mover(layers, self.num_cpu_blocks * self.blocks_per_chunk)
-            self._worker = MoverWorker(mover, self.blocks_per_chunk)
+            verifier = LoadVerifier(layers, mover.cpu_layers) if self.verify_loads else None
+            self._worker = MoverWorker(mover, self.blocks_per_chunk, verifier)
         return self._worker

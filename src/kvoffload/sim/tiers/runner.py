@@ -28,7 +28,7 @@ from kvoffload.sim.engine import Engine, EngineConfig, StepReport
 from kvoffload.sim.request import SimRequest
 from kvoffload.sim.runner import SimulationOptions, summarise
 from kvoffload.sim.tiers.bytes_worker import ByteModelWorker
-from kvoffload.sim.workload import MultiTurnWorkload, WorkloadConfig
+from kvoffload.sim.workload import MultiTurnWorkload
 from kvoffload.tiers.driver import TierBackend, TierDriver, TierFaults
 from kvoffload.tiers.index import LocalTierIndex, SharedTierIndex, TierIndex
 from kvoffload.tiers.invariants import check_tier_invariants
@@ -184,7 +184,7 @@ def simulate_tiered(options: TierSimOptions) -> dict[str, Any]:
         _close(engines, server, None if options.tier_dir else directory)
         raise
     router = EngineRouter(engines)
-    workload = MultiTurnWorkload(WorkloadConfig(users=base.users, turns=base.turns, seed=base.seed))
+    workload = MultiTurnWorkload(base.workload_config())
     workload.attach(router)  # type: ignore[arg-type]
     rng = random.Random(base.seed + 13)
     restarts = 0

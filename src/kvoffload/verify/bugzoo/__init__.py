@@ -24,6 +24,7 @@ from kvoffload.verify.bugzoo.scheduler_bugs import (
     PreemptWithoutFlushScheduler,
     ReadmitWhileFlushingScheduler,
     ResetLeavesStaleJobsScheduler,
+    StoreGpuHitEarlyScheduler,
 )
 from kvoffload.verify.bugzoo.spec_decode_bugs import StoreDraftsScheduler
 from kvoffload.verify.bugzoo.worker_bugs import report_failure_as_done
@@ -34,6 +35,7 @@ _ALL = (
         "on_request_finished is called in request_finished, before the final store is prepared",
         scheduler_class=EagerFinishSignalScheduler,
         simulate_options=("--users", "5", "--turns", "2", "--gpu-blocks", "40", "--seed", "2"),
+        trace_visible=True,
     ),
     Mutant(
         "drop_state_on_finish", "vLLM #46027", "CleanOnlyWhenDrained",
@@ -65,6 +67,7 @@ _ALL = (
             "--users", "6", "--turns", "2", "--gpu-blocks", "24", "--cpu-blocks", "16",
             "--faults", "0.3", "--delay", "2",
         ),
+        trace_visible=True,
     ),
     Mutant(
         "preempt_without_flush", "vLLM #29870", "GpuBlockFence",
@@ -77,13 +80,28 @@ _ALL = (
         scheduler_class=FenceSkippedWithoutExternalTokensScheduler,
     ),
     Mutant(
+        "store_gpu_hit_early", "kvoffload KVOffloadConnector (split GPU/CPU prefix)", "DataIntegrity",
+        "a GPU prefix-cache hit is stored in its admission step, before the forward pass writes the blocks",
+        scheduler_class=StoreGpuHitEarlyScheduler,
+        # The store is still in flight when the forward pass writes the hit blocks.
+        also_caught_by=("GpuBlockFence",),
+        # A burst of first turns over two system prompts: one prompt's blocks are hit in the step
+        # that computes them, and later evicted from the GPU and loaded back from CPU. With no
+        # transfer delay the store copies before the forward pass, as the worker does.
+        simulate_options=(
+            "--users", "6", "--turns", "3", "--gpu-blocks", "24", "--delay", "0", "--arrival-spread", "0",
+            "--system-prompts", "2",
+        ),
+    ),
+    Mutant(
         "evict_while_loading", "LMCache #3381, SGLang #35769", "NoEvictWhileInUse",
         "a CPU block being loaded from is evicted and reused",
         manager_class=EvictWhileLoadingManager,
         # The load's completion finds its key evicted: the KeyError of the real connectors.
         also_caught_by=("Crash",),
-        # With one CPU block, the next store must evict the block being loaded from.
-        explore_options=(("cpu_blocks", 1),),
+        # With one CPU block, the next store must evict the block being loaded from. Without GPU
+        # prefix caching, the second request loads the shared chunk the first still holds and stores.
+        explore_options=(("cpu_blocks", 1), ("gpu_prefix_cache", False)),
     ),
     Mutant(
         "failed_store_leak", "offloading connectors' store error paths", "NoLeak",

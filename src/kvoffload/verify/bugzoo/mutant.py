@@ -20,9 +20,10 @@ class Mutant:
     ``EventuallyCleaned``, ``NoLeak``, ``Crash``) expected to catch it; ``also_caught_by`` lists
     names a checker with a different schedule may legitimately report first (``DeclaredLifecycle``:
     the declared machine itself refused the move, with ``IllegalTransition`` or ``GuardRejected``).
-    ``simulate_options``: ``kvoffload simulate`` settings under which the bug shows in a trace
-    (empty: no trace shows it: it corrupts data, GPU blocks or the manager's pool, which a trace
-    does not record, or the simulator cannot reach its interleaving).
+    ``simulate_options``: ``kvoffload simulate --mutant`` settings under which the simulator reports
+    the bug (empty: not tried, or the simulator cannot reach its interleaving); ``trace_visible``:
+    the bug also shows in that run's trace (not when it corrupts data, GPU blocks or the manager's
+    pool, which a trace does not record).
     ``worker_report`` is a worker-side bug (``worker_bugs``): the scheduler and manager are ours,
     the worker lies about what it did.
     """
@@ -38,6 +39,7 @@ class Mutant:
     # Model sizes the explorer needs to reach the bug (e.g. a one-block CPU pool), as defaults.
     explore_options: tuple[tuple[str, Any], ...] = ()
     simulate_options: tuple[str, ...] = ()
+    trace_visible: bool = False
 
     def make_manager(self, num_blocks: int, policy: str | EvictionPolicy = "lru") -> CPUOffloadingManager:
         """A manager with this mutant's bug (ours when the bug is elsewhere)."""

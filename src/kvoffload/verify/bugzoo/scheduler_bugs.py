@@ -158,3 +158,23 @@ class FenceSkippedWithoutExternalTokensScheduler(OffloadingScheduler):
     def _fence_check(self, block_ids: Iterable[int]) -> None:
         if not self._skip_fence:
             super()._fence_check(block_ids)
+
+
+class StoreGpuHitEarlyScheduler(OffloadingScheduler):
+    """kvoffload's KVOffloadConnector (split GPU/CPU prefix): a GPU prefix-cache hit is stored in the
+    step that admits it, although the engine caches a block as soon as it schedules the block's
+    tokens, and the worker runs the step's stores before its forward pass.
+
+    Interleaving: request A is admitted and scheduled to compute the shared prefix; request B is
+    admitted behind it in the same step and hits those blocks in the GPU prefix cache; that step's
+    ``build_connector_meta`` stores B's hit chunks, reading GPU blocks that only the step's forward
+    pass writes. The manager deduplicates keys, so A's own store of them is skipped and the CPU tier
+    serves the unwritten bytes under the right keys (``DataIntegrity``).
+
+    Ignores ``RequestTracker.gpu_hit_unwritten`` (the pre-fix scheduler)."""
+
+    def update_state_after_alloc(
+        self, request: EngineRequest, block_ids: Sequence[int], num_external_tokens: int
+    ) -> None:
+        super().update_state_after_alloc(request, block_ids, num_external_tokens)
+        self._trackers[request.request_id].gpu_hit_unwritten = False  # the bug: a hit counts as written

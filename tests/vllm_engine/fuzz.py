@@ -1,0 +1,498 @@
+"""Differential fuzzing in a real vLLM engine: random workloads through the engine without
+offloading and through each kvoffload integration; any differing greedy token is a failure.
+
+A workload (:func:`generate`, seeded) is a sequence of batches of greedy requests over a tiny
+random Llama: conversations whose turns share prefixes of random length (block-aligned or not)
+and continue earlier turns (prompt + output + new tokens), floods of unrelated prompts of random
+size, aborts after a random number of engine steps, and ``reset_prefix_cache(reset_connector=True)``
+between batches. Its engine sizes are random too: GPU blocks from "just fits the longest request"
+(preemption, evictions under a load) up, CPU tiers from a few chunks up, ``blocks_per_chunk`` 1 to 3.
+
+The baseline run fixes the prompts (a continuation includes the baseline's output) into a
+:class:`Plan` of plain token lists; every integration then runs the same plan. A request that
+finishes must give exactly the baseline's tokens; an aborted one stops at a timing-dependent
+point, so its tokens and the baseline's must agree up to the shorter of the two. On a failure the
+plan is shrunk (whole batches, then requests, then aborts and resets, each kept out only if the
+failure stays) and printed with the seed, the first differing request and position, and the
+command that replays it.
+
+Run as a script for the long profile (``make fuzz-vllm-engine``)::
+
+    python tests/vllm_engine/fuzz.py --workloads 40 --json
+    python tests/vllm_engine/fuzz.py --replay plan.json --integration connector
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import random
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvoffload.offload.policies import POLICIES
+from kvoffload.vllm.harness import Engine, build_tiny_model, connector_transfer_config, spec_transfer_config
+
+VOCAB = 1000
+# vLLM's CPU attention takes block sizes that are multiples of 32.
+BLOCK_SIZES = (32, 32, 64)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The engine sizes of one workload."""
+
+    block_size: int
+    num_gpu_blocks: int
+    num_cpu_chunks: int
+    blocks_per_chunk: int
+    max_num_seqs: int
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A request of a generated workload: ``prefix`` (a shared prefix's index, or None), then the
+    prompt and output of an earlier turn (``continues``: batch and index), then ``own`` tokens."""
+
+    own: tuple[int, ...]
+    max_tokens: int
+    prefix: int | None = None
+    continues: tuple[int, int] | None = None
+    # Abort once this many engine steps of its batch have run (None: never).
+    abort_after: int | None = None
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A seeded random workload: sizes, shared prefixes and batches of turns."""
+
+    seed: int
+    sizes: Sizes
+    prefixes: tuple[tuple[int, ...], ...]
+    batches: tuple[tuple[Turn, ...], ...]
+    resets: tuple[bool, ...]  # resets[i]: reset the prefix cache (and the connector) before batch i
+
+
+@dataclass(frozen=True)
+class Request:
+    """A request of a plan: its whole prompt."""
+
+    prompt: tuple[int, ...]
+    max_tokens: int
+    abort_after: int | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A workload with every prompt fixed: what each integration runs."""
+
+    seed: int
+    sizes: Sizes
+    batches: tuple[tuple[Request, ...], ...]
+    resets: tuple[bool, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Plan:
+        batches = tuple(
+            tuple(Request(tuple(r["prompt"]), r["max_tokens"], r["abort_after"]) for r in batch)
+            for batch in data["batches"]
+        )
+        return cls(data["seed"], Sizes(**data["sizes"]), batches, tuple(data["resets"]))
+
+    def describe(self) -> str:
+        lines = [f"seed {self.seed}, {self.sizes}"]
+        for index, batch in enumerate(self.batches):
+            reset = " (reset_prefix_cache before it)" if self.resets[index] else ""
+            lines.append(f"  batch {index}{reset}:")
+            for number, request in enumerate(batch):
+                abort = f", aborted after {request.abort_after} steps" if request.abort_after is not None else ""
+                lines.append(
+                    f"    request {number}: {len(request.prompt)} prompt tokens {_head(request.prompt)}, "
+                    f"max_tokens {request.max_tokens}{abort}"
+                )
+        return "\n".join(lines)
+
+
+def _head(tokens: Sequence[int]) -> str:
+    return f"[{', '.join(map(str, tokens[:4]))}, ...]" if len(tokens) > 4 else str(list(tokens))
+
+
+def generate(seed: int) -> Workload:
+    """A random workload; the same seed gives the same workload."""
+    rng = random.Random(seed)
+
+    def tokens(n: int) -> tuple[int, ...]:
+        return tuple(rng.randrange(VOCAB) for _ in range(n))
+
+    block_size = rng.choice(BLOCK_SIZES)
+    blocks_per_chunk = rng.choice((1, 1, 2, 3))
+    prefixes = tuple(
+        tokens(rng.choice((rng.randint(1, 8) * block_size, rng.randint(block_size, 8 * block_size))))
+        for _ in range(rng.randint(1, 2))
+    )
+    batches: list[tuple[Turn, ...]] = []
+    longest = 0
+    # Prompt length (before max_tokens) of each turn, to size continuations and the engine.
+    lengths: dict[tuple[int, int], int] = {}
+    for batch_index in range(rng.randint(3, 7)):
+        turns: list[Turn] = []
+        # Continuations always continue an earlier turn; conversations open new ones on a prefix.
+        kinds = ("conversations", "continuations", "continuations", "flood")
+        kind = rng.choice(kinds) if batch_index else "conversations"
+        for turn_index in range(rng.randint(1, 14) if kind == "flood" else rng.randint(2, 10)):
+            max_tokens = rng.randint(1, 16)
+            abort_after = rng.randint(1, 12) if rng.random() < 0.15 else None
+            if kind == "flood":
+                turn = Turn(tokens(rng.randint(1, 12 * block_size)), max_tokens, abort_after=abort_after)
+                length = len(turn.own)
+            else:
+                earlier = [key for key, n in lengths.items() if key[0] < batch_index and n < 14 * block_size]
+                own = tokens(rng.randint(1, 4 * block_size))
+                if earlier and (kind == "continuations" or rng.random() < 0.3):
+                    parent = rng.choice(earlier)
+                    turn = Turn(own, max_tokens, continues=parent, abort_after=abort_after)
+                    parent_turn = batches[parent[0]][parent[1]]
+                    length = lengths[parent] + parent_turn.max_tokens + len(own)
+                else:
+                    prefix = rng.randrange(len(prefixes)) if rng.random() < 0.9 else None
+                    turn = Turn(own, max_tokens, prefix=prefix, abort_after=abort_after)
+                    length = (len(prefixes[prefix]) if prefix is not None else 0) + len(own)
+            lengths[(batch_index, turn_index)] = length
+            longest = max(longest, length + max_tokens)
+            turns.append(turn)
+        batches.append(tuple(turns))
+    # vLLM keeps one block as its null block; the longest request must fit the rest.
+    fits = -(-longest // block_size) + 1
+    sizes = Sizes(
+        block_size=block_size,
+        num_gpu_blocks=rng.choice((fits, fits + rng.randint(1, 8), fits + rng.randint(8, 40))),
+        num_cpu_chunks=rng.choice((rng.randint(2, 12), rng.randint(12, 64), rng.randint(64, 400))),
+        blocks_per_chunk=blocks_per_chunk,
+        max_num_seqs=rng.choice((2, 4, 8, 16)),
+    )
+    resets = tuple(index > 0 and rng.random() < 0.2 for index in range(len(batches)))
+    return Workload(seed, sizes, prefixes, tuple(batches), resets)
+
+
+@dataclass
+class RunResult:
+    """One run of a plan: per batch, per request, the tokens it produced and its cached tokens."""
+
+    outputs: list[list[list[int]]] = field(default_factory=list)
+    cached: list[list[int]] = field(default_factory=list)
+    aborted: list[list[bool]] = field(default_factory=list)
+    external_hit_tokens: int = 0
+    kvoffload: dict[str, Any] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+    leaks: list[str] = field(default_factory=list)
+
+
+Integration = tuple[str, Callable[[Sizes], dict[str, Any] | None]]
+
+
+def integrations(
+    spec_policies: Sequence[str] = tuple(POLICIES), connector_policies: Sequence[str] = tuple(POLICIES)
+) -> list[Integration]:
+    """kvoffload's integrations: ``spec:POLICY`` (KVOffloadSpec in vLLM's OffloadingConnector) and
+    ``connector:POLICY`` (KVOffloadConnector, checking its invariants every step), each checking
+    its own loads (``verify_loads``)."""
+
+    def spec(policy: str) -> Callable[[Sizes], dict[str, Any]]:
+        def config(sizes: Sizes) -> dict[str, Any]:
+            chunk = sizes.block_size * sizes.blocks_per_chunk if sizes.blocks_per_chunk > 1 else None
+            return spec_transfer_config(sizes.num_cpu_chunks, policy, chunk, verify_loads=True)
+
+        return config
+
+    def connector(policy: str) -> Callable[[Sizes], dict[str, Any]]:
+        def config(sizes: Sizes) -> dict[str, Any]:
+            return connector_transfer_config(
+                sizes.num_cpu_chunks, policy, blocks_per_chunk=sizes.blocks_per_chunk, verify_loads=True
+            )
+
+        return config
+
+    found: list[Integration] = [(f"spec:{policy}", spec(policy)) for policy in spec_policies]
+    found += [(f"connector:{policy}", connector(policy)) for policy in connector_policies]
+    return found
+
+
+def _run_batch(engine: Engine, batch: Sequence[Request], prefix: str) -> tuple[list[list[int]], list[int], list[bool]]:
+    """Submit the batch, step the engine, abort requests on schedule; outputs in submission order."""
+    from vllm import SamplingParams
+
+    llm_engine = engine.llm.llm_engine
+    ids = [f"{prefix}-{number}" for number in range(len(batch))]
+    for request_id, request in zip(ids, batch, strict=True):
+        params = SamplingParams(max_tokens=request.max_tokens, temperature=0.0, ignore_eos=True)
+        llm_engine.add_request(request_id, {"prompt_token_ids": list(request.prompt)}, params)
+    tokens: dict[str, list[int]] = {request_id: [] for request_id in ids}
+    cached = dict.fromkeys(ids, 0)
+    finished: set[str] = set()
+    aborted: set[str] = set()
+    steps = 0
+    while llm_engine.has_unfinished_requests():
+        for output in llm_engine.step():
+            tokens[output.request_id] = list(output.outputs[0].token_ids)
+            cached[output.request_id] = int(output.num_cached_tokens or 0)
+            if output.finished:
+                finished.add(output.request_id)
+        steps += 1
+        due = [
+            request_id for request_id, request in zip(ids, batch, strict=True)
+            if request.abort_after is not None and steps >= request.abort_after
+            and request_id not in finished and request_id not in aborted
+        ]
+        if due:
+            llm_engine.abort_request(due)
+            aborted.update(due)
+    return [tokens[i] for i in ids], [cached[i] for i in ids], [i in aborted for i in ids]
+
+
+def run_plan(model_dir: Path, plan: Plan, config: dict[str, Any] | None, dtype: str = "float32") -> RunResult:
+    """Run ``plan`` in a fresh engine with ``config`` as its kv_transfer_config (None: no offloading)."""
+    from kvoffload.vllm.harness import kvoffload_state
+
+    sizes = plan.sizes
+    engine = Engine(
+        model_dir, config, block_size=sizes.block_size, num_gpu_blocks=sizes.num_gpu_blocks,
+        max_num_seqs=sizes.max_num_seqs, dtype=dtype,
+    )
+    result = RunResult()
+    try:
+        for index, batch in enumerate(plan.batches):
+            if plan.resets[index]:
+                engine.llm.reset_prefix_cache(reset_connector=True)
+            outputs, cached, aborted = _run_batch(engine, batch, f"b{index}")
+            result.outputs.append(outputs)
+            result.cached.append(cached)
+            result.aborted.append(aborted)
+        engine.drain()
+        result.external_hit_tokens = engine.counters()[1]
+        result.violations, result.leaks, result.kvoffload = kvoffload_state(engine.scheduler_connector)
+    finally:
+        engine.shutdown()
+    return result
+
+
+def materialise(model_dir: Path, workload: Workload, dtype: str = "float32") -> tuple[Plan, RunResult]:
+    """Run the workload without offloading, batch by batch, fixing each continuation's prompt from
+    the baseline's output; returns the plan and the baseline run."""
+    sizes = workload.sizes
+    engine = Engine(
+        model_dir, None, block_size=sizes.block_size, num_gpu_blocks=sizes.num_gpu_blocks,
+        max_num_seqs=sizes.max_num_seqs, dtype=dtype,
+    )
+    baseline = RunResult()
+    batches: list[tuple[Request, ...]] = []
+    try:
+        for index, turns in enumerate(workload.batches):
+            requests = []
+            for turn in turns:
+                prompt: tuple[int, ...] = ()
+                if turn.prefix is not None:
+                    prompt = workload.prefixes[turn.prefix]
+                if turn.continues is not None:
+                    batch, number = turn.continues
+                    prompt = batches[batch][number].prompt + tuple(baseline.outputs[batch][number])
+                requests.append(Request(prompt + turn.own, turn.max_tokens, turn.abort_after))
+            batches.append(tuple(requests))
+            if workload.resets[index]:
+                engine.llm.reset_prefix_cache(reset_connector=True)
+            outputs, cached, aborted = _run_batch(engine, requests, f"b{index}")
+            baseline.outputs.append(outputs)
+            baseline.cached.append(cached)
+            baseline.aborted.append(aborted)
+    finally:
+        engine.shutdown()
+    return Plan(workload.seed, sizes, tuple(batches), workload.resets), baseline
+
+
+def first_difference(plan: Plan, baseline: RunResult, run: RunResult) -> str | None:
+    """The first request whose tokens differ from the baseline's, with the position, or None.
+    Also reports lifecycle violations and leaks the integration recorded."""
+    for index, batch in enumerate(plan.batches):
+        for number in range(len(batch)):
+            expected, got = baseline.outputs[index][number], run.outputs[index][number]
+            if baseline.aborted[index][number] or run.aborted[index][number]:
+                length = min(len(expected), len(got))
+                expected, got = expected[:length], got[:length]
+            if expected != got:
+                pairs = enumerate(zip(expected, got, strict=False))
+                position = next((p for p, (a, b) in pairs if a != b), min(len(expected), len(got)))
+                return (
+                    f"batch {index} request {number}: output token {position} is "
+                    f"{got[position] if position < len(got) else 'missing'}, without offloading "
+                    f"{expected[position] if position < len(expected) else 'missing'} "
+                    f"(tokens {got} against {expected})"
+                )
+    if run.violations:
+        return f"lifecycle violations: {run.violations[:3]}"
+    if run.leaks:
+        return f"state left after drain: {run.leaks[:3]}"
+    return None
+
+
+def _without(items: tuple[Any, ...], index: int) -> tuple[Any, ...]:
+    return (*items[:index], *items[index + 1 :])
+
+
+def _replaced(items: tuple[Any, ...], index: int, item: Any) -> tuple[Any, ...]:
+    return (*items[:index], item, *items[index + 1 :])
+
+
+def _candidates(plan: Plan) -> list[Plan]:
+    """Smaller plans, largest cuts first: drop a batch, a request, an abort, a reset."""
+    found = []
+    if len(plan.batches) > 1:
+        for index in range(len(plan.batches)):
+            found.append(Plan(plan.seed, plan.sizes, _without(plan.batches, index), _without(plan.resets, index)))
+    for index, batch in enumerate(plan.batches):
+        for number, request in enumerate(batch):
+            if len(batch) > 1:
+                found.append(dataclasses.replace(plan, batches=_replaced(plan.batches, index, _without(batch, number))))
+            if request.abort_after is not None:
+                kept = _replaced(batch, number, dataclasses.replace(request, abort_after=None))
+                found.append(dataclasses.replace(plan, batches=_replaced(plan.batches, index, kept)))
+    for index, reset in enumerate(plan.resets):
+        if reset:
+            found.append(dataclasses.replace(plan, resets=_replaced(plan.resets, index, False)))
+    return found
+
+
+def shrink(
+    model_dir: Path, plan: Plan, config: dict[str, Any] | None, budget_s: float, dtype: str = "float32"
+) -> tuple[Plan, str]:
+    """Greedily cut ``plan`` while the integration still differs from the baseline, for at most
+    ``budget_s`` seconds; returns the smallest failing plan and its difference."""
+    deadline = time.monotonic() + budget_s
+    difference = _difference(model_dir, plan, config, dtype) or "the failure did not repeat"
+    progress = True
+    while progress and time.monotonic() < deadline:
+        progress = False
+        for candidate in _candidates(plan):
+            if time.monotonic() >= deadline:
+                break
+            found = _difference(model_dir, candidate, config, dtype)
+            if found is not None:
+                plan, difference, progress = candidate, found, True
+                break
+    return plan, difference
+
+
+def _difference(model_dir: Path, plan: Plan, config: dict[str, Any] | None, dtype: str) -> str | None:
+    try:
+        baseline = run_plan(model_dir, plan, None, dtype)
+        run = run_plan(model_dir, plan, config, dtype)
+    except Exception as error:  # a crash of the offloading engine is a finding
+        return f"{type(error).__name__}: {error}"
+    return first_difference(plan, baseline, run)
+
+
+@dataclass
+class Finding:
+    """A failing workload: the integration, the shrunk plan and what differed."""
+
+    seed: int
+    integration: str
+    difference: str
+    plan: Plan
+    plan_file: Path | None = None
+
+    def report(self) -> str:
+        replay = (
+            f"\nreplay: python tests/vllm_engine/fuzz.py --replay {self.plan_file} --integration {self.integration}"
+            if self.plan_file else ""
+        )
+        return f"{self.integration} differs on seed {self.seed}: {self.difference}\n{self.plan.describe()}{replay}"
+
+
+def fuzz_seed(
+    model_dir: Path,
+    seed: int,
+    chosen: Sequence[Integration],
+    shrink_budget_s: float = 120.0,
+    out_dir: Path | None = None,
+) -> tuple[list[Finding], dict[str, Any]]:
+    """Run one seed's workload through the baseline and every integration in ``chosen``."""
+    plan, baseline = materialise(model_dir, generate(seed))
+    findings: list[Finding] = []
+    coverage = {
+        "requests": sum(len(b) for b in plan.batches),
+        "aborted": sum(sum(a) for a in baseline.aborted),
+        "resets": sum(plan.resets),
+        "external_hit_tokens": {},
+    }
+    for name, make_config in chosen:
+        config = make_config(plan.sizes)
+        try:
+            run = run_plan(model_dir, plan, config)
+            difference = first_difference(plan, baseline, run)
+            coverage["external_hit_tokens"][name] = run.external_hit_tokens
+        except Exception as error:  # a crash of the offloading engine is a finding
+            difference = f"{type(error).__name__}: {error}"
+        if difference is None:
+            continue
+        small, difference = shrink(model_dir, plan, config, shrink_budget_s)
+        finding = Finding(seed, name, difference, small)
+        if out_dir is not None:
+            finding.plan_file = out_dir / f"fuzz-seed{seed}-{name.replace(':', '-')}.json"
+            finding.plan_file.write_text(json.dumps(small.to_json()))
+        findings.append(finding)
+    return findings, coverage
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workloads", type=int, default=40, help="how many seeds to run")
+    parser.add_argument("--first-seed", type=int, default=1000)
+    parser.add_argument("--replay", type=Path, help="a plan file a failure wrote")
+    parser.add_argument("--integration", help="only this integration (spec:POLICY or connector:POLICY)")
+    parser.add_argument("--out", type=Path, default=Path(".fuzz"), help="where failing plans are written")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    args = parser.parse_args(argv)
+    chosen = integrations()
+    if args.integration:
+        chosen = [i for i in chosen if i[0] == args.integration]
+        if not chosen:
+            names = ", ".join(name for name, _ in integrations())
+            print(f"fuzz: unknown --integration {args.integration!r}; known: {names}", file=sys.stderr)
+            return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    model_dir = build_tiny_model(args.out / "tiny-llama")
+    if args.replay:
+        plan = Plan.from_json(json.loads(args.replay.read_text()))
+        differences = [(name, _difference(model_dir, plan, make(plan.sizes), "float32")) for name, make in chosen]
+        failures = [f"{name}: {difference}" for name, difference in differences if difference]
+        print("\n".join(failures) or "no difference")
+        return 1 if failures else 0
+    started = time.monotonic()
+    findings: list[Finding] = []
+    runs = 0
+    for seed in range(args.first_seed, args.first_seed + args.workloads):
+        found, _ = fuzz_seed(model_dir, seed, chosen, out_dir=args.out)
+        runs += len(chosen)
+        findings += found
+        for finding in found:
+            print(finding.report(), file=sys.stderr)
+    summary = {
+        "workloads": args.workloads,
+        "integration_runs": runs,
+        "integrations": [name for name, _ in chosen],
+        "findings": [{"seed": f.seed, "integration": f.integration, "difference": f.difference} for f in findings],
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    print(json.dumps(summary) if args.json else f"{args.workloads} workloads, {runs} runs, {len(findings)} findings")
+    return 1 if findings else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

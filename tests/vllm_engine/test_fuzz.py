@@ -1,0 +1,54 @@
+"""Differential fuzzing in the real engine, short profile (``make check-vllm-engine``): random
+workloads (tests/vllm_engine/fuzz.py) through the engine without offloading and through every
+kvoffload integration, token for token. The long profile is ``make fuzz-vllm-engine``."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm-engine` installs it in .venv-vllm")
+
+import fuzz
+from vllm_mutant_connector import mutant_transfer_config
+
+from kvoffload.offload.policies import POLICIES
+from kvoffload.vllm.harness import build_tiny_model
+
+SEEDS = range(1, 1 + int(os.environ.get("KVOFFLOAD_FUZZ_SEEDS", "4")))
+# The bug-zoo mutant of the split-prefix bug, and a seed whose workload shows it.
+MUTANT = "store_gpu_hit_early"
+MUTANT_SEED = 1
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_random_workload_gives_the_tokens_of_the_run_without_offloading(
+    model_dir: Path, seed: int, tmp_path: Path
+) -> None:
+    # Every policy behind KVOffloadSpec; the connector with the default and one policy per seed.
+    policies = sorted(POLICIES)
+    chosen = fuzz.integrations(policies, ["doorkeeper", policies[seed % len(policies)]])
+    findings, coverage = fuzz.fuzz_seed(model_dir, seed, chosen, shrink_budget_s=60, out_dir=tmp_path)
+    assert not findings, "\n\n".join(finding.report() for finding in findings)
+    assert coverage["requests"] > 0
+
+
+def test_fuzzing_catches_the_split_prefix_mutant_and_shrinks_it(model_dir: Path, tmp_path: Path) -> None:
+    chosen = [(MUTANT, lambda sizes: mutant_transfer_config(MUTANT, sizes.num_cpu_chunks, sizes.blocks_per_chunk))]
+    findings, _ = fuzz.fuzz_seed(model_dir, MUTANT_SEED, chosen, shrink_budget_s=45, out_dir=tmp_path)
+    assert len(findings) == 1, "the fuzzer did not catch the mutant"
+    finding = findings[0]
+    original = fuzz.generate(MUTANT_SEED)
+    assert sum(map(len, finding.plan.batches)) < sum(map(len, original.batches)), "the plan was not shrunk"
+    assert "output token" in finding.difference
+    # The shrunk plan was written where the report's replay command reads it.
+    assert finding.plan_file is not None
+    assert fuzz.Plan.from_json(json.loads(finding.plan_file.read_text())) == finding.plan
