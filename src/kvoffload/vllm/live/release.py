@@ -1,0 +1,108 @@
+"""``make check-vllm-live``: vLLM's own connector in live engines of two releases, asserted.
+
+``python -m kvoffload.vllm.live.release VERSION OUT_DIR [kvoffload vllm check options]`` runs
+``kvoffload vllm check --checker engine --json`` with this interpreter (the venv of that vLLM
+release) and asserts what it must show in that release:
+
+- 0.26.0, before the fix of #49635: LRU and ARC break ``NoManagerCallAfterSignal`` and tiering
+  crashes with ``KeyError`` in ``tiering/manager.py``, in process and with multiprocessing; every
+  such trace is rejected by the mirror, the embedded TLA+ checker and TLC at the call after the
+  signal;
+- 0.32.0: every invariant holds and every trace passes all three;
+- both: the double reset is shown (``AssertionError`` in the connector's ``reset_cache``).
+
+Exit 0 when the release gave what it must, 1 otherwise (each mismatch on its own line).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+# (manager, checker) -> (invariant, text its error must contain); every other pair must succeed.
+CAUGHT_0_26 = {
+    **{(m, c): ("NoManagerCallAfterSignal", "prepare_store") for m in ("lru", "arc") for c in ("engine", "engine-mp")},
+    **{("tiering", c): ("Crash", "tiering/manager.py") for c in ("engine", "engine-mp")},
+}
+DOUBLE_RESET = {(m, c): ("Crash", "AssertionError") for m in ("lru", "arc", "tiering")
+                for c in ("double-reset", "double-reset-mp")}
+EXPECTED: dict[str, dict[tuple[str, str], tuple[str, str]]] = {
+    "0.26.0": {**CAUGHT_0_26, **DOUBLE_RESET},
+    "0.32.0": dict(DOUBLE_RESET),
+}
+TRACE_ENGINES = ("mirror", "embedded", "tlc")
+
+
+def _trace_problems(version: str, run: dict[str, Any], caught: bool) -> list[str]:
+    where = f"vLLM {version} {run['manager']} {run['mode']} {run['workload']}-{run['seed']}"
+    verdicts = run["traces"]
+    engines = [v.split(":", 1)[0] for v in verdicts]
+    if engines != list(TRACE_ENGINES):
+        return [f"{where}: trace checked by {engines}, expected {list(TRACE_ENGINES)}"]
+    if not caught:
+        return [f"{where}: trace rejected: {v}" for v in verdicts if not v.endswith(": ok")]
+    if run["invariant"] == "NoManagerCallAfterSignal" or "KeyError" in (run["error"] or ""):
+        return [f"{where}: trace not rejected for the call after the signal: {v}" for v in verdicts
+                if "NoManagerCallAfterSignal" not in v]
+    return []
+
+
+def check(version: str, report: dict[str, Any]) -> list[str]:
+    """How ``report`` (``kvoffload vllm check --json``) differs from what ``version`` must give."""
+    expected = EXPECTED[version]
+    problems = []
+    for result in report["results"]:
+        key = (result["manager"], result["checker"])
+        invariant, text = expected.get(key, (None, ""))
+        shown = f"{result['result']} {result['invariant']}: {(result['error'] or '')[:160]}"
+        print(f"vLLM {version} {key[0]:>8} x {key[1]:<16} {result['seconds']:>6.1f} s  {shown}")
+        if invariant is None and result["result"] != "success":
+            problems.append(f"vLLM {version} {key}: expected success, got {shown}")
+        elif invariant is not None and (result["invariant"] != invariant or text not in (result["error"] or "")):
+            problems.append(f"vLLM {version} {key}: expected {invariant} ({text!r}), got {shown}")
+        for run in result.get("details", {}).get("runs", []):
+            problems += _trace_problems(version, run, version == "0.26.0")
+    missing = set(expected) - {(r["manager"], r["checker"]) for r in report["results"]}
+    problems += [f"vLLM {version} {key}: no result" for key in sorted(missing)]
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) < 2 or args[0] not in EXPECTED:
+        print(f"usage: python -m kvoffload.vllm.live.release {{{','.join(EXPECTED)}}} OUT_DIR [options]",
+              file=sys.stderr)
+        return 2
+    version, out = args[0], Path(args[1])
+    import vllm
+
+    if vllm.__version__ != version:
+        print(f"live release check: this interpreter has vLLM {vllm.__version__}, not {version}", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "kvoffload.cli", "vllm", "check", "--checker", "engine",
+                           "--json", "--out", str(out), *args[2:]], capture_output=True, text=True)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode not in (0, 1) or not lines:
+        print(f"FAIL: vLLM {version}: kvoffload vllm check exited {done.returncode}: {done.stderr.strip()[-600:]}")
+        return 1
+    report = json.loads(lines[-1])
+    problems = check(version, report)
+    engine = report["engine"]
+    from kvoffload.vllm.live.report import format_report
+
+    print(format_report(engine))
+    print(json.dumps({"vllm": version, "seconds": round(time.perf_counter() - started, 1),
+                      "seconds_per_mode": engine["seconds_per_mode"], "model_gaps": len(engine["model_gaps"])}))
+    for problem in problems:
+        print(f"FAIL: {problem}")
+    print(f"check-vllm-live {version}: " + ("gave what it must" if not problems else f"{len(problems)} mismatch(es)"))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
