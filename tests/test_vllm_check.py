@@ -164,6 +164,30 @@ def test_adapter_runs_vllm_connector_through_the_simulator() -> None:
         assert result.result == "success", result.error
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not _vllm_available(), reason="vLLM is not importable (install it or set KVOFFLOAD_VLLM_SRC)")
+def test_checkers_leave_no_shared_memory_file_in_dev_shm() -> None:
+    # vLLM's tiering manager keeps its CPU tier in /dev/shm/vllm_offload_{engine_id}.mmap until
+    # its shutdown; every checker builds many connectors.
+    install = locate_vllm()
+    from kvoffload.vllm.check.build import region_files
+    from kvoffload.vllm.check.explorer import run_explorer
+    from kvoffload.vllm.check.harness import Harness, HarnessConfig
+    from kvoffload.vllm.check.sim import run_sim
+    from kvoffload.vllm.check.stateful import run_hypothesis
+
+    reads = private_reads(install.version)
+    before = region_files(os.getpid())
+    harness = Harness("tiering", HarnessConfig(), reads)
+    assert len(region_files(os.getpid())) == len(before) + 1  # the files are where region_files looks
+    harness.close()
+    assert region_files(os.getpid()) == before and not harness.findings
+    results = [run_sim("tiering", reads, seeds=3), run_hypothesis("tiering", reads, examples=5),
+               run_explorer("tiering", reads)]
+    assert all(r.details for r in results)
+    assert region_files(os.getpid()) == before
+
+
 def test_json_shape_and_table_of_a_violation() -> None:
     from kvoffload.vllm.check.findings import CheckResult, requests_named
     from kvoffload.vllm.check.runner import format_table, to_json

@@ -24,7 +24,6 @@ from typing import Any
 
 from kvoffload.commands.errors import CommandError
 from kvoffload.tiers.driver import TierDriver
-from kvoffload.tiers.file_tier import FileTier
 from kvoffload.tiers.protocol import OK, TierJob
 
 KIB = 1024
@@ -106,6 +105,10 @@ def bench_file(directory: str, chunk_bytes: int, mib: int, batch: int, threads: 
     """Write every slot once (cold: the file was only fallocate'd), then overwrite and read back
     ``repeats`` times (steady state: slots are reused as the tier evicts); references run on
     the same, already written file. Medians of ``repeats`` runs."""
+    # Imported here: `kvoffload bench` imports this module to build every command's parser, and
+    # the file tier needs xxhash (the tiers extra), which `kvoffload[vllm]` alone does not install.
+    from kvoffload.tiers.file_tier import FileTier
+
     count = max(batch, mib * KIB * KIB // chunk_bytes)
     tier = FileTier(os.path.join(directory, f"bench-{chunk_bytes}.tier"), count, chunk_bytes)
     cpu = ArenaChunks(count, chunk_bytes)

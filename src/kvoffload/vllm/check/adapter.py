@@ -29,7 +29,7 @@ from kvoffload.offload.types import ConnectorUpdate, SchedulerOutput
 from kvoffload.sim.engine import Engine, EngineConfig, StepReport
 from kvoffload.sim.request import SimRequest
 from kvoffload.spec.invariants import SystemSnapshot
-from kvoffload.vllm.check.build import ConnectorShape, build_connector
+from kvoffload.vllm.check.build import ConnectorShape, build_connector, shutdown_connector
 from kvoffload.vllm.check.compat import PrivateReads
 from kvoffload.vllm.check.proxy import RecordingManager
 from kvoffload.vllm.check.worker import VLLM_BLOCK_OFFSET, PatternWorker, WorkerStep
@@ -316,6 +316,10 @@ class VllmConnector:
         if self.proxy.inner.has_pending_work():
             found.append("manager.has_pending_work() is still True")
         return found
+
+    def close(self) -> None:
+        """Shut vLLM's connector down, as the engine does when it stops (see ``shutdown_connector``)."""
+        shutdown_connector(self.connector, self.vllm_config)
 
     def _log(self, text: str) -> None:
         self.events.append((self.step, text))

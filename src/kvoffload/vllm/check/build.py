@@ -7,12 +7,18 @@ and a one-group full-attention ``KVCacheConfig``. The managers are vLLM's own, c
 connector's ``kv_connector_extra_config``: ``CPUOffloadingSpec`` with the ``lru`` or ``arc`` policy,
 or ``TieringOffloadingSpec`` with a CPU (LRU) primary tier and vLLM's in-memory ``example``
 secondary tier.
+
+vLLM's tiering manager keeps its CPU tier in a ``SharedOffloadRegion``, a file
+``/dev/shm/vllm_offload_{engine_id}.mmap`` that only its ``shutdown`` removes:
+:func:`shutdown_connector` ends every connector built here, and the engine ids carry the process
+id so that :func:`region_files` finds exactly the files one process's connectors left.
 """
 
 from __future__ import annotations
 
 import atexit
 import json
+import os
 import shutil
 import tempfile
 import uuid
@@ -38,6 +44,9 @@ _MODEL_CONFIG = {
     "torch_dtype": "float32",
 }
 LAYER = "model.layers.0.self_attn.attn"
+ENGINE_ID_PREFIX = "kvoffload-check-"
+# Where vLLM's SharedOffloadRegion puts its file (0.26.0 to 0.33.0): {SHM_DIR}/vllm_offload_{engine_id}.mmap.
+SHM_DIR = Path("/dev/shm")
 
 
 @dataclass(frozen=True)
@@ -112,7 +121,7 @@ def build_connector(manager: str, shape: ConnectorShape) -> tuple[Any, Any]:
     transfer = KVTransferConfig(
         kv_connector="OffloadingConnector",
         kv_role="kv_both",
-        engine_id=f"kvoffload-check-{uuid.uuid4().hex[:8]}",
+        engine_id=f"{ENGINE_ID_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}",
         kv_connector_extra_config=_extra_config(manager, shape, spec.page_size_bytes),
     )
     vllm_config = VllmConfig(
@@ -129,6 +138,26 @@ def build_connector(manager: str, shape: ConnectorShape) -> tuple[Any, Any]:
     )
     offloading_spec = OffloadingSpecFactory.create_spec(build_offloading_config(vllm_config, kv_cache_config))
     return OffloadingConnectorScheduler(offloading_spec, vllm_config, kv_cache_config), vllm_config
+
+
+def _region_file(engine_id: str) -> Path:
+    return SHM_DIR / f"vllm_offload_{engine_id}.mmap"
+
+
+def region_files(pid: int) -> list[Path]:
+    """The shared-memory files of connectors built by process ``pid`` that are still there."""
+    return sorted(SHM_DIR.glob(_region_file(f"{ENGINE_ID_PREFIX}{pid}-*").name))
+
+
+def shutdown_connector(connector: Any, vllm_config: Any) -> None:
+    """End a connector built by :func:`build_connector` as vLLM's ``OffloadingConnector.shutdown``
+    does when the engine stops (the tiering manager releases and unlinks its shared region).
+    Exceptions of vLLM's shutdown propagate; should it leave the region's file behind (it raised,
+    or a release does not unlink), this connector's own file is removed, never another."""
+    try:
+        connector.shutdown()
+    finally:
+        _region_file(vllm_config.kv_transfer_config.engine_id).unlink(missing_ok=True)
 
 
 def warm_up() -> None:

@@ -5,7 +5,9 @@ a whole :class:`Harness` (kvoffload's engine model, vLLM's connector scheduler w
 manager, the pattern worker), cloned with ``copy.deepcopy`` for every successor. Actions: add one
 of the requests (two chunks each, sharing the first; each produces one output token), step the
 engine, abort a live request, and one ``reset_cache``. The worker completes jobs one step after
-submission. Breadth-first order makes the first violation a shortest action sequence.
+submission. Breadth-first order makes the first violation a shortest action sequence. After the
+search the connectors of the initial states are shut down (every other state is a clone sharing
+their shared-memory region).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from kvoffload.spec.invariants import Violation
 from kvoffload.statemachine.explore import explore
 from kvoffload.vllm.check.build import ConnectorShape
 from kvoffload.vllm.check.compat import PrivateReads
@@ -62,10 +65,20 @@ class VllmExploreModel:
     def __init__(self, manager: str, reads: PrivateReads) -> None:
         self.manager = manager
         self.reads = reads
+        # Every harness initial() built (the explorer calls it again to replay a counterexample).
+        self.roots: list[Harness] = []
 
     def initial(self) -> tuple[Harness, int, int]:
         config = HarnessConfig(shape=SHAPE, delay_steps=1, eos_probability=0.0, max_batched_tokens=4, max_running=2)
-        return Harness(self.manager, config, self.reads), 0, 0
+        self.roots.append(Harness(self.manager, config, self.reads))
+        return self.roots[-1], 0, 0
+
+    def close(self) -> list[Violation]:
+        """Shut down the connectors initial() built; what their shutdown raised. Only those: every
+        other state is a deepcopy that shares their shared-memory region (``_cloneable``)."""
+        for harness in self.roots:
+            harness.close()
+        return [v for harness in self.roots for v in harness.findings]
 
     def actions(self, state: tuple[Harness, int, int]) -> list[tuple[str, str]]:
         harness, added, resets = state
@@ -143,7 +156,10 @@ def run_explorer(manager: str, reads: PrivateReads) -> CheckResult:
     """Explore within the bounds; the first violation found is a shortest one."""
     started = time.perf_counter()
     model = VllmExploreModel(manager, reads)
-    outcome = explore(model, max_depth=MAX_DEPTH, max_states=MAX_STATES, drain="final")
+    try:
+        outcome = explore(model, max_depth=MAX_DEPTH, max_states=MAX_STATES, drain="final")
+    finally:
+        shutdown = model.close()
     result = CheckResult(manager, "explore", details={
         "requests": REQUESTS, "chunks": CHUNKS, "max_depth": MAX_DEPTH, "states": outcome.states,
         "transitions": outcome.transitions, "depth": outcome.depth, "complete": outcome.complete,
@@ -154,5 +170,10 @@ def run_explorer(manager: str, reads: PrivateReads) -> CheckResult:
         result.invariant = first.invariant
         result.error = first.message
         result.trace = [step.action + (f" -> raised {step.error}" if step.error else "") for step in first.trace]
+    elif shutdown:
+        result.result = "violation"
+        result.invariant = shutdown[0].invariant
+        result.error = shutdown[0].message
+        result.trace = ["shut the connector down"]
     result.seconds = time.perf_counter() - started
     return result

@@ -4,7 +4,8 @@ Shared by the three checkers. After each engine step: kvoffload's invariants on 
 snapshot (``GpuBlockFence``), the engine's byte comparison of every loaded block
 (``DataIntegrity``), and the violations the recording proxy saw. An exception raised inside vLLM is
 a ``Crash`` finding. :meth:`Harness.drain` finishes every job and checks ``NoLeak`` (vLLM's state,
-the proxy's pins, the worker) and the drain-time contract checks of the proxy.
+the proxy's pins, the worker) and the drain-time contract checks of the proxy. :meth:`Harness.close`
+shuts vLLM's connector down when the run is over (the tiering manager's shared-memory region).
 """
 
 from __future__ import annotations
@@ -116,6 +117,13 @@ class Harness:
         leaks = self.connector.leaks() + [f"worker still runs job {j}" for j in sorted(self.worker.in_flight())]
         self.findings += [Violation("NoLeak", leak) for leak in leaks]
         self.findings += self.connector.proxy.drain_violations()
+
+    def close(self) -> None:
+        """Shut vLLM's connector down; its run is over. An exception in vLLM's shutdown is a finding."""
+        try:
+            self.connector.close()
+        except Exception as error:
+            self.findings.append(Violation(CRASH, crash_message(error)))
 
     def _collect(self, invariant_violations: list[Violation]) -> None:
         self.findings += invariant_violations

@@ -3,7 +3,8 @@
 ``python -m kvoffload.vllm.check.release CACHE_DIR`` downloads each release wheel with pip (no
 dependencies), unpacks only its ``.py`` files and ``METADATA`` into ``CACHE_DIR/src/VERSION``, runs
 ``kvoffload vllm check --json`` against it in a fresh process (one vLLM per process), and asserts the
-expected verdicts below. Exit status 0 when every release gave what it must, 1 otherwise.
+expected verdicts below, and that neither the check nor the reproduction left a shared-memory file
+of vLLM's tiering manager in /dev/shm. Exit status 0 when every release gave what it must, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import sys
 import zipfile
 from pathlib import Path
 from typing import Any
+
+from kvoffload.vllm.check.build import region_files
 
 # vLLM release -> {(manager, checker): (result, invariant, text the error must contain)}; pairs not
 # listed must succeed. 0.26.0 is the release before the fix of #49635.
@@ -55,18 +58,29 @@ def fetch(version: str, cache: Path) -> Path:
     return target
 
 
+def _run(what: str, args: list[str], problems: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run ``args`` (output captured); a shared-memory file its connectors left is one of ``problems``."""
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        stdout, stderr = process.communicate()
+    # The check's engine ids carry the process id, so only this run's files are counted.
+    left = region_files(process.pid)
+    if left:
+        problems.append(f"{what} left {len(left)} file(s) in /dev/shm, e.g. {left[0]}")
+    return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
+
+
 def check_release(version: str, cache: Path) -> list[str]:
     """Run the check on ``version``; the list of ways its result differs from EXPECTED."""
     source = fetch(version, cache)
-    run = subprocess.run([sys.executable, "-m", "kvoffload.cli", "vllm", "check", "--json", "--vllm-src", str(source)],
-                         capture_output=True, text=True)
+    problems: list[str] = []
+    run = _run(f"vLLM {version}: kvoffload vllm check",
+               [sys.executable, "-m", "kvoffload.cli", "vllm", "check", "--json", "--vllm-src", str(source)], problems)
     lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
     if run.returncode not in (0, 1) or not lines:
-        return [f"vLLM {version}: kvoffload vllm check exited {run.returncode}: {run.stderr.strip()[-400:]}"]
+        return [*problems, f"vLLM {version}: kvoffload vllm check exited {run.returncode}: {run.stderr.strip()[-400:]}"]
     report: dict[str, Any] = json.loads(lines[-1])
-    problems = []
-    repro = subprocess.run([sys.executable, "-m", "kvoffload.vllm.check.repro_double_reset", "--vllm-src", str(source)],
-                           capture_output=True, text=True)
+    repro = _run(f"vLLM {version}: repro_double_reset",
+                 [sys.executable, "-m", "kvoffload.vllm.check.repro_double_reset", "--vllm-src", str(source)], problems)
     print(repro.stdout.strip())
     crashed = repro.returncode == 1 and "AssertionError" in repro.stdout
     if crashed != (version in DOUBLE_RESET_CRASHES):

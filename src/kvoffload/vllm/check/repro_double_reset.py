@@ -21,6 +21,17 @@ from typing import Any
 
 def reproduce() -> str | None:
     """The crash as ``Type at file:line`` (None when the second reset passes)."""
+    from kvoffload.vllm.check.build import ConnectorShape, build_connector, shutdown_connector
+
+    connector, vllm_config = build_connector("lru", ConnectorShape(block_size=4, gpu_blocks=8, cpu_chunks=4))
+    try:
+        return _double_reset(connector)
+    finally:
+        shutdown_connector(connector, vllm_config)
+
+
+def _double_reset(connector: Any) -> str | None:
+    """One request's store in flight (the worker reported nothing), then two resets."""
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import OffloadingWorkerMetadata
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
@@ -31,9 +42,7 @@ def reproduce() -> str | None:
     from vllm.v1.request import Request, RequestStatus
 
     from kvoffload.vllm.check.adapter import scheduler_output_fields
-    from kvoffload.vllm.check.build import ConnectorShape, build_connector
 
-    connector, _ = build_connector("lru", ConnectorShape(block_size=4, gpu_blocks=8, cpu_chunks=4))
     init_none_hash(sha256)
     request = Request(request_id="r1", prompt_token_ids=[1] * 9, sampling_params=SamplingParams(max_tokens=1),
                       pooling_params=None, block_hasher=get_request_block_hasher(4, sha256))

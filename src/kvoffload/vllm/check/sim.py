@@ -2,7 +2,8 @@
 
 Several seeded runs with preemptions (a small GPU pool), aborts, ``reset_cache`` (between steps,
 when vLLM allows it) and worker delays of 0-2 steps, half of them with async scheduling; no
-transfer failures (vLLM's worker has no failure path). Each run drains at the end.
+transfer failures (vLLM's worker has no failure path). Each run drains at the end, then shuts
+vLLM's connector down.
 """
 
 from __future__ import annotations
@@ -38,20 +39,23 @@ def run_sim(manager: str, reads: PrivateReads, seeds: int = SEEDS) -> CheckResul
     for seed in range(seeds):
         config = replace(base, seed=seed, delay_steps=seed % 3, async_scheduling=bool(seed % 2))
         harness = Harness(manager, config, reads)
-        workload = MultiTurnWorkload(workload_config(seed))
-        workload.attach(harness.engine)
-        rng = random.Random(seed + 1000)
-        for _ in range(MAX_STEPS):
-            workload.tick(harness.engine)
-            if workload.done and harness.engine.idle:
-                break
-            if rng.random() < RESET_PROBABILITY:
-                harness.reset_cache()
-            harness.step()
-            if harness.failed:
-                break
-        if not harness.failed:
-            harness.drain()
+        try:
+            workload = MultiTurnWorkload(workload_config(seed))
+            workload.attach(harness.engine)
+            rng = random.Random(seed + 1000)
+            for _ in range(MAX_STEPS):
+                workload.tick(harness.engine)
+                if workload.done and harness.engine.idle:
+                    break
+                if rng.random() < RESET_PROBABILITY:
+                    harness.reset_cache()
+                harness.step()
+                if harness.failed:
+                    break
+            if not harness.failed:
+                harness.drain()
+        finally:
+            harness.close()
         steps += harness.engine.stats.steps
         requests += harness.engine.stats.admitted
         if harness.failed:
