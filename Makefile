@@ -90,7 +90,8 @@ $(VLLM026_STAMP): pyproject.toml
 check-vllm-live: $(VLLM_STAMP) $(VLLM026_STAMP)
 	@test -n "$(TLC_JAR)" || { echo "check-vllm-live: TLC not found: set TLA2TOOLS_JAR to tla2tools.jar"; exit 2; }
 	rm -rf $(LIVE_OUT)
-	$(VLLM026_VENV)/bin/python -m kvoffload.vllm.live.release 0.26.0 $(LIVE_OUT)/0.26.0 --tlc-jar $(TLC_JAR)
+	$(VLLM026_VENV)/bin/python -m kvoffload.vllm.live.release 0.26.0 $(LIVE_OUT)/0.26.0 --tlc-jar $(TLC_JAR) \
+	  --workloads final_store,tiny_cpu,multi_turn,double_reset
 	$(VLLM_VENV)/bin/python -m kvoffload.vllm.live.release 0.32.0 $(LIVE_OUT)/0.32.0 --tlc-jar $(TLC_JAR)
 
 # The long profile of the differential fuzzing (tests/vllm_engine/fuzz.py): FUZZ_WORKLOADS seeded

@@ -38,6 +38,8 @@ def add_parser(subparsers: Any) -> None:
     live = check.add_argument_group("--checker engine")
     live.add_argument("--mode", default="both",
                       help="inproc (engine core in this process), mp (multiprocessing, as vllm serve), both (default)")
+    live.add_argument("--workloads", default=None, metavar="KIND,...",
+                      help="workload kinds (default: all of kvoffload.vllm.live.workloads, and double_reset)")
     live.add_argument("--seeds", type=int, default=1, metavar="N", help="workload seeds 0..N-1 (default 1)")
     live.add_argument("--tlc-jar", default=os.environ.get("TLA2TOOLS_JAR"), metavar="JAR",
                       help="tla2tools.jar: every live trace is also checked by TLC (default $TLA2TOOLS_JAR)")
@@ -48,7 +50,8 @@ def add_parser(subparsers: Any) -> None:
 def _choice(value: str, choices: tuple[str, ...], flag: str) -> list[str]:
     if value not in choices:
         raise CommandError(f"{flag} {value!r} is unknown; choose one of {', '.join(choices)}")
-    return list(choices[:-1]) if value == "all" else [value]
+    # The last choice ("all", "both") stands for every other one.
+    return list(choices[:-1]) if value == choices[-1] else [value]
 
 
 def _runs_an_engine() -> bool:
@@ -114,11 +117,17 @@ def _engine(
     from pathlib import Path
 
     from kvoffload.vllm.live.checker import run_engine_checks
+    from kvoffload.vllm.live.workloads import DOUBLE_RESET, KINDS
 
+    known = (*KINDS, DOUBLE_RESET)
+    kinds = tuple(args.workloads.split(",")) if args.workloads else known
+    unknown = [kind for kind in kinds if kind not in known]
+    if unknown:
+        raise CommandError(f"--workloads {','.join(unknown)}: unknown; choose from {', '.join(known)}")
     if args.tlc_jar is not None and not Path(args.tlc_jar).is_file():
         raise CommandError(f"--tlc-jar {args.tlc_jar}: no such file")
     try:
-        live, report = run_engine_checks(managers, range(args.seeds), modes, tlc_jar=args.tlc_jar,
+        live, report = run_engine_checks(managers, range(args.seeds), modes, kinds, tlc_jar=args.tlc_jar,
                                          out=Path(args.out) if args.out else None)
     except RuntimeError as error:
         raise CommandError(f"--checker engine: {error}") from None
