@@ -75,6 +75,9 @@ VLLM026_VENV := .venv-vllm026
 VLLM026_STAMP := $(VLLM026_VENV)/.installed
 TLC_JAR ?= $(firstword $(wildcard $(TLA2TOOLS_JAR) ../shared/tlc/tla2tools.jar))
 LIVE_OUT := .live
+# Each multiprocess engine costs two more processes' start-up: the workloads that exercise what
+# multiprocessing changes (finishes, resets, aborts across the process boundary).
+LIVE_MP_WORKLOADS ?= final_store,reset,abort,double_reset
 
 $(VLLM026_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VLLM026_VENV)
@@ -91,8 +94,9 @@ check-vllm-live: $(VLLM_STAMP) $(VLLM026_STAMP)
 	@test -n "$(TLC_JAR)" || { echo "check-vllm-live: TLC not found: set TLA2TOOLS_JAR to tla2tools.jar"; exit 2; }
 	rm -rf $(LIVE_OUT)
 	$(VLLM026_VENV)/bin/python -m kvoffload.vllm.live.release 0.26.0 $(LIVE_OUT)/0.26.0 --tlc-jar $(TLC_JAR) \
-	  --workloads final_store,tiny_cpu,multi_turn,double_reset
-	$(VLLM_VENV)/bin/python -m kvoffload.vllm.live.release 0.32.0 $(LIVE_OUT)/0.32.0 --tlc-jar $(TLC_JAR)
+	  --workloads final_store,tiny_cpu,multi_turn,double_reset --mp-workloads final_store,double_reset
+	$(VLLM_VENV)/bin/python -m kvoffload.vllm.live.release 0.32.0 $(LIVE_OUT)/0.32.0 --tlc-jar $(TLC_JAR) \
+	  --mp-workloads $(LIVE_MP_WORKLOADS)
 
 # The long profile of the differential fuzzing (tests/vllm_engine/fuzz.py): FUZZ_WORKLOADS seeded
 # workloads through every integration and policy; prints a JSON summary, failing plans go to .fuzz/.

@@ -11,7 +11,7 @@ import pytest
 
 from kvoffload.vllm.live.checker import judge
 from kvoffload.vllm.live.conformance import check_conformance
-from kvoffload.vllm.live.logs import DRAIN_DONE, FINDINGS_FILE, TRACE_FILE, FindingLog, TraceLog
+from kvoffload.vllm.live.logs import DRAIN_FILE, FINDINGS_FILE, TRACE_FILE, FindingLog, TraceLog, write_drain
 from kvoffload.vllm.live.release import check as check_release
 from kvoffload.vllm.live.workloads import DOUBLE_RESET, KINDS, Workload, build
 
@@ -50,14 +50,29 @@ def test_a_trace_the_model_can_produce_has_no_gap_and_counts_what_it_reached() -
     assert result.reached["gpu_prefix_hit"] == 1
 
 
+def test_what_the_model_learned_from_live_traces_is_no_gap() -> None:
+    """vLLM 0.32.0 re-allocates a request after its load without a lookup, drops an empty step's
+    empty worker output and resets the connector while requests run; the model does all three."""
+    lines = [*_admit("a"), _s("build_connector_meta", scheduled=[], finished=[], preempted=[]),
+             _m("complete_load", "a", 1), _s("update_state_after_alloc", "a", external_tokens=0),
+             *_step(["a"]), _s("reset_cache"), *_step(["a"])]
+    result = check_conformance(lines)
+    assert result.gaps == []
+    assert (result.reached["empty_step_unreported"], result.reached["realloc_after_load"],
+            result.reached["reset_while_running"]) == (1, 1, 1)
+
+
 @pytest.mark.parametrize(("rule", "lines"), [
     ("M1", [_s("get_num_new_matched_tokens", "a", local_tokens=0)]),
     ("M2", [_s("on_new_request", "a"), _s("update_state_after_alloc", "a", external_tokens=0)]),
     ("M3", [*_admit("a"), *_step(["a"]), _s("request_finished", "a", status="FINISHED_ABORTED"), *_step([])]),
     ("M4", [*_admit("a"), _s("build_connector_meta", scheduled=["a"], finished=[], preempted=[]), *_step(["a"])]),
+    ("M4", [_s("build_connector_meta", scheduled=[], finished=[], preempted=[]),
+            _s("update_connector_output", reported=0)]),
     ("M5", [_s("on_new_request", "a"), *_step(["a"])]),
     ("M6", [*_admit("a"), *_step([], preempted=["a"])]),
-    ("M7", [*_admit("a"), *_step(["a"]), _s("reset_cache")]),
+    ("M7", [*_admit("a"), _s("build_connector_meta", scheduled=["a"], finished=[], preempted=[]),
+            _s("reset_cache")]),
     ("M8", [_s("reset_cache"), _s("reset_cache")]),
 ])
 def test_each_rule_of_the_model_is_checked(rule: str, lines: list[dict[str, Any]]) -> None:
@@ -74,17 +89,19 @@ def test_workloads_are_seeded_and_survive_json() -> None:
         build("fifo", 0)
 
 
-def _run_folder(tmp_path: Path, findings: list[tuple[str, str, str]], drained: bool = True) -> Path:
+def _run_folder(tmp_path: Path, findings: list[tuple[str, str]], drained: int | None = 2,
+                leaks: tuple[str, ...] = ()) -> Path:
+    """A run's files: a two-line trace, ``findings``, and a drain report at line ``drained``."""
     tmp_path.mkdir(parents=True)
     trace = TraceLog(tmp_path / TRACE_FILE)
     trace.call(0, "scheduler", "on_new_request", "r0-0123abcd")
     trace.call(0, "manager", "on_new_request", "r0-0123abcd")
     trace.close()
     log = FindingLog(tmp_path / FINDINGS_FILE)
-    for invariant, message, phase in findings:
-        log.add(invariant, message, phase)
-    if drained:
-        log.add(DRAIN_DONE, "after step 3", "drain")
+    for invariant, message in findings:
+        log.add(invariant, message)
+    if drained is not None:
+        write_drain(tmp_path / DRAIN_FILE, drained, 3, "idle", [{"invariant": "NoLeak", "message": m} for m in leaks])
     return tmp_path
 
 
@@ -102,13 +119,19 @@ def test_a_run_is_judged_by_its_findings_tokens_and_drain(tmp_path: Path) -> Non
     assert wrong.invariant == "SameTokens" and "token 1: 9 with offloading, 2 without" in wrong.error
     aborted = _outcome(_run_folder(tmp_path / "c", []), {"r0": [1, 2]}, aborted=["r0"])
     assert judge(aborted, baseline, workload, None).invariant is None
-    found = [("NoManagerCallAfterSignal", "step 3: manager.prepare_store for request 'r0-0123abcd' after ...", "run")]
+    found = [("NoManagerCallAfterSignal", "step 3: manager.prepare_store for request 'r0-0123abcd' after ...")]
     broken = judge(_outcome(_run_folder(tmp_path / "d", found), {"r0": [1, 2, 3]}), baseline, workload, None)
     assert broken.invariant == "NoManagerCallAfterSignal"
     assert any("r0-0123abcd" in line for line in broken.trace)
-    undrained = _outcome(_run_folder(tmp_path / "e", [], drained=False), {"r0": [1, 2, 3]})
-    assert judge(undrained, baseline, workload, None).invariant == "NoLeak"
-    died = _outcome(_run_folder(tmp_path / "f", [], drained=False), {}, error="EngineDeadError: gone")
+    never_idle = _outcome(_run_folder(tmp_path / "e", [], drained=None), {"r0": [1, 2, 3]})
+    assert "(never)" in judge(never_idle, baseline, workload, None).error
+    busy_at_end = judge(_outcome(_run_folder(tmp_path / "g", [], drained=1), {"r0": [1, 2, 3]}), baseline,
+                        workload, None)
+    assert busy_at_end.invariant == "NoLeak" and "last at trace line 1 of 2" in busy_at_end.error
+    leaked = judge(_outcome(_run_folder(tmp_path / "h", [], leaks=("connector still has job 4",)), {"r0": [1, 2, 3]}),
+                   baseline, workload, None)
+    assert (leaked.invariant, leaked.error) == ("NoLeak", "connector still has job 4")
+    died = _outcome(_run_folder(tmp_path / "f", [], drained=None), {}, error="EngineDeadError: gone")
     assert judge(died, baseline, workload, None).invariant == "Crash"
 
 
@@ -155,12 +178,15 @@ def test_the_release_assertions_want_0_26_caught_with_its_traces_rejected() -> N
 
 
 @pytest.mark.parametrize("path", sorted(DATA.glob("*.ndjson")), ids=lambda p: p.stem)
-def test_model_gaps_found_in_live_vllm_traces_stay_reported(path: Path) -> None:
-    """Traces of vLLM 0.32.0 engines the engine model cannot produce (docs/vllm-live-check.md); the
-    file name lists the rules they break. When the model learns a behaviour, this test says so."""
-    rules = set(path.stem.split("-", 1)[0].split("+"))
+def test_live_traces_that_exposed_model_gaps_now_conform(path: Path) -> None:
+    """Traces of vLLM 0.32.0 engines that the engine model could not produce until it learned what
+    they show (docs/vllm-live-check.md); the file name lists the rules they broke then."""
     lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    assert {gap.rule for gap in check_conformance(lines).gaps} == rules
+    result = check_conformance(lines)
+    assert result.gaps == []
+    learned = {"M2": "realloc_after_load", "M4": "empty_step_unreported", "M7": "reset_while_running"}
+    for rule in path.stem.split("-", 1)[0].split("+"):
+        assert result.reached[learned[rule]] > 0, rule
 
 
 @pytest.mark.parametrize(("argv", "named"), [

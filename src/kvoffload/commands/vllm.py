@@ -40,6 +40,8 @@ def add_parser(subparsers: Any) -> None:
                       help="inproc (engine core in this process), mp (multiprocessing, as vllm serve), both (default)")
     live.add_argument("--workloads", default=None, metavar="KIND,...",
                       help="workload kinds (default: all of kvoffload.vllm.live.workloads, and double_reset)")
+    live.add_argument("--mp-workloads", default=None, metavar="KIND,...",
+                      help="the workload kinds of the multiprocess runs (default: those of --workloads)")
     live.add_argument("--seeds", type=int, default=1, metavar="N", help="workload seeds 0..N-1 (default 1)")
     live.add_argument("--tlc-jar", default=os.environ.get("TLA2TOOLS_JAR"), metavar="JAR",
                       help="tla2tools.jar: every live trace is also checked by TLC (default $TLA2TOOLS_JAR)")
@@ -120,14 +122,20 @@ def _engine(
     from kvoffload.vllm.live.workloads import DOUBLE_RESET, KINDS
 
     known = (*KINDS, DOUBLE_RESET)
-    kinds = tuple(args.workloads.split(",")) if args.workloads else known
-    unknown = [kind for kind in kinds if kind not in known]
-    if unknown:
-        raise CommandError(f"--workloads {','.join(unknown)}: unknown; choose from {', '.join(known)}")
+
+    def kinds_of(value: str | None, flag: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        kinds = tuple(value.split(",")) if value else default
+        unknown = [kind for kind in kinds if kind not in known]
+        if unknown:
+            raise CommandError(f"{flag} {','.join(unknown)}: unknown; choose from {', '.join(known)}")
+        return kinds
+
+    kinds = kinds_of(args.workloads, "--workloads", known)
+    mp_kinds = kinds_of(args.mp_workloads, "--mp-workloads", kinds)
     if args.tlc_jar is not None and not Path(args.tlc_jar).is_file():
         raise CommandError(f"--tlc-jar {args.tlc_jar}: no such file")
     try:
-        live, report = run_engine_checks(managers, range(args.seeds), modes, kinds, tlc_jar=args.tlc_jar,
+        live, report = run_engine_checks(managers, range(args.seeds), modes, kinds, mp_kinds, tlc_jar=args.tlc_jar,
                                          out=Path(args.out) if args.out else None)
     except RuntimeError as error:
         raise CommandError(f"--checker engine: {error}") from None

@@ -162,10 +162,12 @@ class Engine:
         self.stats.aborted += 1
         self._finish(request, aborted=True)
 
-    def reset_cache(self) -> None:
-        """reset_prefix_cache + the connector's reset_cache, as between two steps."""
+    def reset_cache(self, prefix_cache: bool = True) -> None:
+        """reset_prefix_cache + the connector's reset_cache, as between two steps
+        (``prefix_cache=False``: the connector's alone)."""
         self.stats.resets += 1
-        self.pool.reset()
+        if prefix_cache:
+            self.pool.reset()
         for request_id in self.scheduler.reset_cache():
             request = self.loading.pop(request_id, None)
             if request is not None:

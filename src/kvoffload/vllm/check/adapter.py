@@ -16,7 +16,16 @@ and turns each call into what vLLM's core scheduler would pass at that point:
   GPU blocks are freed then (the connector returns False). With ``async_scheduling`` the scheduler
   processes a step's output only after it scheduled the next step, so a finish reaches vLLM (and
   frees the blocks) one step after the engine sampled it: the adapter holds the blocks that step;
-- the worker's results come back as a ``KVConnectorOutput`` with ``OffloadingWorkerMetadata``.
+- a request whose asynchronous load finished is re-allocated when it is scheduled again:
+  ``update_state_after_alloc`` with all its blocks and no external tokens, without a lookup (its
+  tokens are computed), as vLLM's scheduler does;
+- the worker's results come back as a ``KVConnectorOutput`` with ``OffloadingWorkerMetadata``,
+  except after a step that scheduled nothing and whose worker reported nothing (vLLM's engine
+  drops that empty output);
+- ``reset_cache`` resets the connector whatever runs and the GPU prefix cache only when no request
+  holds a block, as ``reset_prefix_cache(reset_connector=True)`` does.
+
+The last three were learned from live engines (:mod:`kvoffload.vllm.live.conformance`).
 """
 
 from __future__ import annotations
@@ -75,6 +84,7 @@ class VllmConnector:
         init_none_hash(sha256)
         self._hasher = get_request_block_hasher(shape.block_size, sha256)
         self.step = 0
+        self._scheduled_now = False
         self.tracked: dict[str, _Tracked] = {}
         self._finished: list[str] = []
         self._finished_later: list[str] = []
@@ -201,6 +211,9 @@ class VllmConnector:
         from vllm.v1.request import RequestStatus
 
         self.step += 1
+        self._scheduled_now = bool(output.num_scheduled_tokens)
+        for request_id in output.num_scheduled_tokens:
+            self._reallocate_after_load(self.tracked[request_id])
         for request_id in output.preempted:
             tracked = self.tracked[request_id]
             tracked.request.status = RequestStatus.PREEMPTED
@@ -249,6 +262,29 @@ class VllmConnector:
         self._log_jobs(metadata)
         return metadata
 
+    def _reallocate_after_load(self, tracked: _Tracked) -> None:
+        """A request whose load finished is scheduled again: vLLM's scheduler skips the lookup (its
+        tokens are computed) and calls ``update_state_after_alloc`` with all its blocks and no
+        external tokens, the loaded blocks now in its prefix cache."""
+        from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+        from vllm.v1.core.kv_cache_utils import KVCacheBlock, make_block_hash_with_group_id
+        from vllm.v1.request import RequestStatus
+
+        request = tracked.request
+        if request.status != RequestStatus.WAITING_FOR_REMOTE_KVS:
+            return
+        request.status = RequestStatus.WAITING
+        request = self._sync(tracked)
+        cached = min(tracked.sim.num_computed_tokens // self.shape.block_size, len(request.block_hashes))
+        blocks = []
+        for index, block_id in enumerate(tracked.sim.block_ids):
+            block = KVCacheBlock(block_id=block_id + VLLM_BLOCK_OFFSET)
+            if index < cached:
+                self.reads.mark_cached(block, make_block_hash_with_group_id(request.block_hashes[index], 0))
+            blocks.append(block)
+        self._log(f"re-allocate {tracked.sim.request_id} after its load: GPU blocks {list(tracked.sim.block_ids)}")
+        self.connector.update_state_after_alloc(request, KVCacheBlocks((blocks,)), 0)
+
     def _log_jobs(self, metadata: Any) -> None:
         for kind, jobs in (("store", metadata.store_jobs), ("load", metadata.load_jobs)):
             for job_id, job in jobs.items():
@@ -268,12 +304,20 @@ class VllmConnector:
         step.finish()
         if step.completed:
             self._log(f"worker reports jobs {sorted(step.completed)} done")
+        reported = bool(step.completed or step.finished_recving)
+        if not self._scheduled_now and not reported:
+            # vLLM's engine passes an empty step's worker output on only when it holds something.
+            return self._release_async_finishes()
         output = KVConnectorOutput(
             finished_sending=set(),
             finished_recving=set(step.finished_recving),
             kv_connector_worker_meta=OffloadingWorkerMetadata(completed_jobs=dict(step.completed)),
         )
         self.connector.update_connector_output(output)
+        update = self._release_async_finishes()
+        return ConnectorUpdate(loaded=tuple(sorted(step.finished_recving)), released=update.released)
+
+    def _release_async_finishes(self) -> ConnectorUpdate:
         # Async scheduling: the finishes the engine sampled last step reach vLLM now.
         released = []
         for request_id in self._finished_later:
@@ -281,7 +325,7 @@ class VllmConnector:
             if not self._tell_finished(self.tracked[request_id]):
                 released.append(request_id)
         self._finished_later = []
-        return ConnectorUpdate(loaded=tuple(sorted(step.finished_recving)), released=tuple(released))
+        return ConnectorUpdate(loaded=(), released=tuple(released))
 
     def reset_cache(self) -> tuple[str, ...]:
         self._log("reset_cache")
@@ -338,6 +382,12 @@ class VllmEngine(Engine):
         request = super().add_request(prompt, max_tokens, request_id)
         self.connector.on_new_request(request)
         return request
+
+    def reset_cache(self, prefix_cache: bool = True) -> None:
+        # vLLM's reset_prefix_cache(reset_connector=True) resets the connector whatever runs, and
+        # its GPU prefix cache only when no request holds a block (it fails otherwise).
+        holding = bool(self.running or self.loading or self.held)
+        super().reset_cache(prefix_cache=prefix_cache and not holding)
 
     def step(self) -> StepReport:
         # vLLM's scheduler recomputes the last token of a request whose whole prompt was loaded

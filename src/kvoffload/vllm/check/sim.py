@@ -1,7 +1,7 @@
 """The simulator's checker: kvoffload's seeded multi-turn workload through vLLM's connector.
 
 Several seeded runs with preemptions (a small GPU pool), aborts, ``reset_cache`` (between steps,
-when vLLM allows it) and worker delays of 0-2 steps, half of them with async scheduling; no
+whatever runs) and worker delays of 0-2 steps, half of them with async scheduling; no
 transfer failures (vLLM's worker has no failure path). Each run drains at the end, then shuts
 vLLM's connector down.
 """

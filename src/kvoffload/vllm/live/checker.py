@@ -36,7 +36,7 @@ from typing import Any
 from kvoffload.vllm.check.findings import CRASH, CheckResult, relevant_events, requests_named
 from kvoffload.vllm.live.conformance import BEHAVIOURS, EXPLAINED, check_conformance
 from kvoffload.vllm.live.driver import BASELINE
-from kvoffload.vllm.live.logs import DRAIN_DONE, FINDINGS_FILE, TRACE_FILE, read_ndjson
+from kvoffload.vllm.live.logs import DRAIN_FILE, FINDINGS_FILE, TRACE_FILE, read_drain, read_ndjson
 from kvoffload.vllm.live.tracecheck import check_live_trace
 from kvoffload.vllm.live.workloads import DOUBLE_RESET, KINDS, Workload, build
 
@@ -132,16 +132,20 @@ def judge(outcome: dict[str, Any], baseline: dict[str, Any], workload: Workload,
     verdict = RunVerdict(workload.name, workload.seed, outcome["manager"], outcome["mode"],
                          resets=outcome["resets"], seconds=outcome["seconds"], folder=str(folder))
     trace_lines = read_ndjson(folder / TRACE_FILE)
-    findings = read_ndjson(folder / FINDINGS_FILE)
-    problems = [f for f in findings if f["invariant"] != DRAIN_DONE]
+    problems = read_ndjson(folder / FINDINGS_FILE)
+    drain = read_drain(folder / DRAIN_FILE)
     crash = next((f for f in problems if f["invariant"] == CRASH), None)
     first = crash or (problems[0] if problems else None)
+    last_seq = trace_lines[-1]["seq"] if trace_lines else 0
     if first is not None:
         verdict.invariant, verdict.error = first["invariant"], first["message"]
     elif outcome["error"]:
         verdict.invariant, verdict.error = CRASH, f"the engine died: {outcome['error']}"
-    elif not any(f["invariant"] == DRAIN_DONE for f in findings):
-        verdict.invariant, verdict.error = "NoLeak", "the connector never shut down (no drain report)"
+    elif drain is None or (drain["when"] == "idle" and drain["seq"] < last_seq):
+        seen = "never" if drain is None else f"last at trace line {drain['seq']} of {last_seq}"
+        verdict.invariant, verdict.error = "NoLeak", f"the connector was not idle at the end of the run ({seen})"
+    elif drain["findings"]:
+        verdict.invariant, verdict.error = drain["findings"][0]["invariant"], drain["findings"][0]["message"]
     else:
         difference = _token_difference(outcome, baseline)
         if difference is not None:
@@ -169,53 +173,50 @@ def run_engine_checks(
     seeds: Sequence[int],
     modes: Sequence[str] = MODES,
     kinds: Sequence[str] = (*KINDS, DOUBLE_RESET),
+    mp_kinds: Sequence[str] | None = None,
     tlc_jar: str | None = None,
     out: Path | None = None,
     python: str = sys.executable,
     timeout: float = 3000,
 ) -> tuple[list[CheckResult], dict[str, Any]]:
-    """Every manager x mode over the workloads of ``seeds``; the results and a coverage report."""
+    """Every manager x mode over the workloads of ``seeds`` (``kinds``; ``mp_kinds`` with
+    multiprocessing, default the same); the results and a coverage report."""
     from kvoffload.vllm.harness import build_tiny_model
 
     root = out or Path(tempfile.mkdtemp(prefix="kvoffload-live-"))
     root.mkdir(parents=True, exist_ok=True)
     model_dir = build_tiny_model(root / "model")
-    loads = [build(kind, seed) for seed in seeds for kind in kinds]
-    outcomes: dict[str, list[dict[str, Any]]] = {}
+    chosen = {"inproc": tuple(kinds), "mp": tuple(kinds if mp_kinds is None else mp_kinds)}
+    loads = {mode: [build(kind, seed) for seed in seeds for kind in chosen[mode]] for mode in modes}
+    # The baseline (no offloading) runs in process, once per workload of either mode.
+    baseline_loads = list({(w.name, w.seed): w for mode in modes for w in loads[mode]}.values())
     seconds: dict[str, float] = {}
-    for mode in modes:
-        runs = [(w, m) for w in loads for m in managers]
-        if mode == "inproc":
-            runs = [(w, BASELINE) for w in loads] + runs
-        started = time.perf_counter()
-        outcomes[mode] = _drive(python, _plan(mode, model_dir, root / "runs", runs), root, timeout)
-        seconds[mode] = time.perf_counter() - started
-    baseline_of = {}
-    if "inproc" in outcomes:
-        for workload, outcome in zip(loads, outcomes["inproc"][: len(loads)], strict=True):
-            baseline_of[(workload.name, workload.seed)] = outcome
     verdicts: list[RunVerdict] = []
-    for mode in modes:
-        managed = outcomes[mode][len(loads):] if mode == "inproc" else outcomes[mode]
-        for index, outcome in enumerate(managed):
-            workload = loads[index // len(managers)]
-            baseline = baseline_of.get((workload.name, workload.seed)) or _no_baseline(outcome)
-            verdicts.append(judge(outcome, baseline, workload, tlc_jar))
-    return _results(verdicts, managers, modes, kinds), _report(verdicts, seconds, root)
-
-
-def _no_baseline(outcome: dict[str, Any]) -> dict[str, Any]:
-    # Without the in-process baseline (a multiprocess-only run) tokens are compared with themselves.
-    return {"tokens": outcome["tokens"]}
+    baseline_of: dict[tuple[str, int], dict[str, Any]] = {}
+    for mode in ("inproc", "mp"):
+        if mode not in modes:
+            continue
+        runs = [(w, m) for w in loads[mode] for m in managers]
+        if mode == "inproc" or "inproc" not in modes:
+            runs = [(w, BASELINE) for w in baseline_loads] + runs
+        started = time.perf_counter()
+        outcomes = _drive(python, _plan(mode, model_dir, root / "runs", runs), root, timeout)
+        seconds[mode] = time.perf_counter() - started
+        for (workload, manager), outcome in zip(runs, outcomes, strict=True):
+            if manager == BASELINE:
+                baseline_of[(workload.name, workload.seed)] = outcome
+                continue
+            verdicts.append(judge(outcome, baseline_of[(workload.name, workload.seed)], workload, tlc_jar))
+    return _results(verdicts, managers, modes, chosen), _report(verdicts, seconds, root)
 
 
 def _results(verdicts: list[RunVerdict], managers: Sequence[str], modes: Sequence[str],
-             kinds: Sequence[str]) -> list[CheckResult]:
+             kinds: dict[str, tuple[str, ...]]) -> list[CheckResult]:
     results = []
     for manager in managers:
         for mode in modes:
             for double in (False, True):
-                wanted = DOUBLE_RESET in kinds if double else bool(set(kinds) - {DOUBLE_RESET})
+                wanted = DOUBLE_RESET in kinds[mode] if double else bool(set(kinds[mode]) - {DOUBLE_RESET})
                 if not wanted:
                     continue
                 name = checker_name(DOUBLE_RESET if double else "", mode)

@@ -11,15 +11,23 @@ Rules (``M1`` ... ``M8``), over the connector calls of one trace:
 
 - ``M1`` a request is announced (``on_new_request``) before any other call names it;
 - ``M2`` an admission is ``get_num_new_matched_tokens`` then ``update_state_after_alloc`` for the
-  same request, with nothing but that request's manager calls between them;
+  same request, with nothing but that request's manager calls between them; a request whose load
+  completed is re-allocated with ``update_state_after_alloc`` alone (its tokens are computed, so
+  vLLM skips the lookup);
 - ``M3`` ``request_finished`` comes before the step that lists the request in ``finished_req_ids``,
   and that is the very next step (synchronous scheduling, which vLLM's CPU platform forces);
-- ``M4`` every step's ``build_connector_meta`` is followed by one ``update_connector_output``
-  before the next step;
+- ``M4`` a step that schedules tokens is followed by one ``update_connector_output`` before the
+  next step; a step that schedules none has one only when the worker reports something (vLLM's
+  engine drops an empty step's empty worker output);
 - ``M5`` a scheduled request was admitted since it last arrived or was preempted;
 - ``M6`` a preempted request was running (scheduled and not finished);
-- ``M7`` ``reset_cache`` only when no admitted request holds GPU blocks (all finished or preempted);
+- ``M7`` ``reset_cache`` between steps, whatever runs (``reset_prefix_cache(reset_connector=True)``
+  resets the connector even when the GPU prefix cache cannot be reset), but never inside a step;
 - ``M8`` at most one ``reset_cache`` between two steps.
+
+The first live traces broke M2, M4 and M7 as the model then stood (it had no re-allocation after a
+load, reported every empty step, and reset only with no request holding blocks); the model learned
+all three, and those traces are kept in ``tests/data/live`` as regression tests.
 """
 
 from __future__ import annotations
@@ -31,12 +39,12 @@ from typing import Any
 
 RULES: dict[str, str] = {
     "M1": "a request is announced before any other call names it",
-    "M2": "an admission is get_num_new_matched_tokens then update_state_after_alloc",
+    "M2": "an admission is get_num_new_matched_tokens then update_state_after_alloc (alone after a load)",
     "M3": "request_finished, then the next step lists the request in finished_req_ids",
-    "M4": "one update_connector_output per step",
+    "M4": "one update_connector_output per step that schedules tokens, none for an empty report",
     "M5": "a scheduled request was admitted since it arrived or was preempted",
     "M6": "a preempted request was running",
-    "M7": "reset_cache only when no admitted request holds GPU blocks",
+    "M7": "reset_cache between steps, not inside one",
     "M8": "at most one reset_cache between two steps",
 }
 # What the model does that a live run should reach too (coverage, not correctness).
@@ -49,6 +57,9 @@ BEHAVIOURS: dict[str, str] = {
     "finish_store_in_flight": "a request finishes while one of its stores is in flight",
     "reset_store_in_flight": "reset_cache while a store is in flight",
     "reset_idle": "reset_cache with no job in flight",
+    "reset_while_running": "reset_cache while a request holds GPU blocks",
+    "realloc_after_load": "a request re-allocated after its load",
+    "empty_step_unreported": "a step that schedules nothing and gets no worker output",
 }
 # Gaps with a known cause: (rule, workload kind) -> why.
 EXPLAINED: dict[tuple[str, str], str] = {
@@ -90,6 +101,9 @@ class _State:
     finish_due: dict[str, int] = field(default_factory=dict)  # request -> line of request_finished
     pending_match: str | None = None
     outputs_due: int = 0
+    step_scheduled: bool = False
+    loaded: set[str] = field(default_factory=set)  # complete_load since the last admission
+    inside_step: bool = False
     resets_since_step: int = 0
     stores_in_flight: Counter[str] = field(default_factory=Counter)
 
@@ -116,6 +130,8 @@ def _manager_line(state: _State, line: dict[str, Any], result: Conformance) -> N
         state.stores_in_flight[request] -= keys
     elif call == "prepare_load":
         result.reached["load"] += 1
+    elif call == "complete_load" and request is not None:
+        state.loaded.add(request)
     elif call == "reset_cache":
         state.stores_in_flight.clear()
     if state.pending_match is not None and request != state.pending_match:
@@ -135,7 +151,11 @@ def _scheduler_line(state: _State, line: dict[str, Any], result: Conformance) ->
             result.reached["gpu_prefix_hit"] += 1
     elif call == "update_state_after_alloc":
         if state.pending_match != request:
-            yield "M2", f"update_state_after_alloc({request}) without its get_num_new_matched_tokens just before"
+            if request in state.loaded:
+                result.reached["realloc_after_load"] += 1
+            else:
+                yield "M2", f"update_state_after_alloc({request}) without its get_num_new_matched_tokens just before"
+        state.loaded.discard(request)
         state.pending_match = None
         state.admitted.add(request)
     elif call == "request_finished":
@@ -151,22 +171,30 @@ def _scheduler_line(state: _State, line: dict[str, Any], result: Conformance) ->
     elif call == "update_connector_output":
         if state.outputs_due != 1:
             yield "M4", "update_connector_output without a step before it"
+        elif not state.step_scheduled and line.get("reported") == 0:
+            yield "M4", "update_connector_output with an empty worker report after a step that scheduled nothing"
         state.outputs_due = 0
+        state.inside_step = False
     elif call == "reset_cache":
         state.resets_since_step += 1
         if state.resets_since_step > 1:
             yield "M8", f"reset_cache number {state.resets_since_step} since the last step"
-        holding = sorted(state.running)
-        if holding:
-            yield "M7", f"reset_cache while {', '.join(holding)} hold GPU blocks"
+        if state.inside_step and state.step_scheduled:
+            yield "M7", "reset_cache between build_connector_meta and update_connector_output of a step"
+        if state.running:
+            result.reached["reset_while_running"] += 1
         in_flight = any(count > 0 for count in state.stores_in_flight.values())
         result.reached["reset_store_in_flight" if in_flight else "reset_idle"] += 1
 
 
 def _step(state: _State, line: dict[str, Any], result: Conformance) -> Iterable[tuple[str, str]]:
-    if state.outputs_due:
-        yield "M4", "a step without update_connector_output after the previous one"
+    if state.outputs_due and state.step_scheduled:
+        yield "M4", "a step that scheduled tokens without update_connector_output after it"
+    elif state.outputs_due:
+        result.reached["empty_step_unreported"] += 1
     state.outputs_due = 1
+    state.step_scheduled = bool(line.get("scheduled"))
+    state.inside_step = True
     state.resets_since_step = 0
     finished = set(line.get("finished", ()))
     for request in sorted(set(state.finish_due) - finished):

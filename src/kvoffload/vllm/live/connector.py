@@ -8,9 +8,9 @@ the CPU platform). Every method is vLLM's; on the scheduler side each call is fi
 is put behind :class:`~kvoffload.vllm.check.proxy.RecordingManager`, whose calls go to the same
 trace (``object: "manager"``) and whose contract violations go to ``findings.ndjson`` as they
 happen. An exception raised inside vLLM's connector is a ``Crash`` finding with vLLM's file and
-line, then raised on as before. At shutdown the drain-time checks run (``NoLeak``,
-``SignalExactlyOnce``, ``SignalAfterFinalStore``) and their result is written with
-``phase: "drain"``.
+line, then raised on as before. The drain-time checks (``NoLeak``, ``SignalExactlyOnce``,
+``SignalAfterFinalStore``) run each time the connector is idle (no request tracked, no job, the
+manager without pending work) and at shutdown; ``drain.json`` holds the last result.
 
 The engine step of a line is the number of ``build_connector_meta`` calls so far.
 """
@@ -27,7 +27,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import Of
 from kvoffload.vllm.check.compat import private_reads
 from kvoffload.vllm.check.findings import CRASH, crash_message
 from kvoffload.vllm.check.proxy import RecordingManager
-from kvoffload.vllm.live.logs import DRAIN_DONE, FINDINGS_FILE, TRACE_FILE, FindingLog, TraceLog
+from kvoffload.vllm.live.logs import DRAIN_FILE, FINDINGS_FILE, TRACE_FILE, FindingLog, TraceLog, write_drain
 
 
 def _recorded(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -59,6 +59,7 @@ class _SchedulerRecorder:
         self.connector = connector
         self.reads = private_reads(vllm.__version__)
         self.trace = TraceLog(folder / TRACE_FILE)
+        self.drain_path = folder / DRAIN_FILE
         self.findings = FindingLog(folder / FINDINGS_FILE)
         self.step = 0
         self.blocks_per_chunk = int(extra.get("blocks_per_chunk", 1))
@@ -89,7 +90,13 @@ class _SchedulerRecorder:
                             finished=sorted(output.finished_req_ids or ()),
                             preempted=sorted(getattr(output, "preempted_req_ids", None) or ()))
             return
-        if name in ("update_connector_output", "reset_cache"):
+        if name == "update_connector_output":
+            output = args[0]
+            meta = getattr(output, "kv_connector_worker_meta", None)
+            reported = len(getattr(meta, "completed_jobs", None) or ()) + len(output.finished_recving or ())
+            self.trace.call(self.step, "scheduler", name, reported=reported)
+            return
+        if name == "reset_cache":
             self.trace.call(self.step, "scheduler", name)
             return
         request = args[0]
@@ -115,6 +122,8 @@ class _SchedulerRecorder:
         for violation in violations[self._seen:]:
             self.findings.add(violation.invariant, violation.message)
         self._seen = len(violations)
+        if not self._leaks():
+            self.drain_report("idle")
 
     # ------------------------------------------------------------------ owed chunks
     def _computed_keys(self, request: Any) -> list[bytes]:
@@ -133,19 +142,20 @@ class _SchedulerRecorder:
         return self._held.pop(request_id, [])
 
     # ------------------------------------------------------------------ drain
-    def drain_report(self) -> None:
+    def _leaks(self) -> list[str]:
         scheduler = self.connector.connector_scheduler
         leaks = [f"connector still tracks request {rid!r}" for rid in self.reads.tracked_requests(scheduler)]
         leaks += [f"connector still has job {job}" for job in self.reads.jobs_in_flight(scheduler)]
         leaks += [f"cache reset still waits for job {job}" for job in self.reads.reset_jobs_pending(scheduler)]
         if self.proxy.inner.has_pending_work():
             leaks.append("manager.has_pending_work() is still True")
-        for leak in leaks:
-            self.findings.add("NoLeak", leak, phase="drain")
-        for violation in self.proxy.drain_violations():
-            self.findings.add(violation.invariant, violation.message, phase="drain")
-        self.findings.add(DRAIN_DONE, f"after step {self.step}", phase="drain")
-        self.trace.close()
+        return leaks
+
+    def drain_report(self, when: str) -> None:
+        """The drain-time checks now, to ``drain.json`` (``when``: "idle" or "shutdown")."""
+        found = [{"invariant": "NoLeak", "message": leak} for leak in self._leaks()]
+        found += [{"invariant": v.invariant, "message": v.message} for v in self.proxy.drain_violations()]
+        write_drain(self.drain_path, self.trace.seq, self.step, when, found)
 
 
 class LiveCheckConnector(OffloadingConnector):
@@ -169,5 +179,6 @@ class LiveCheckConnector(OffloadingConnector):
 
     def shutdown(self) -> None:
         if self._live is not None:
-            self._live.drain_report()
+            self._live.drain_report("shutdown")
+            self._live.trace.close()
         super().shutdown()

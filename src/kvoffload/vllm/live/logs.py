@@ -3,7 +3,9 @@
 Both are ndjson and appended line by line (flushed), so what was written before a crash of the
 engine survives it. The trace is written by the scheduler side alone (one process); findings come
 from the scheduler and the worker side, which may be two processes, so each line is one
-``O_APPEND`` write.
+``O_APPEND`` write. The drain report (``drain.json``) is rewritten, whole and atomically, each time
+the connector is idle and at shutdown: with multiprocessing the engine core may be stopped before
+its shutdown hooks run, and then the last idle moment is what is known.
 """
 
 from __future__ import annotations
@@ -15,8 +17,7 @@ from typing import Any
 
 TRACE_FILE = "trace.ndjson"
 FINDINGS_FILE = "findings.ndjson"
-# The last finding of a drain report: the connector shut down and ran its drain-time checks.
-DRAIN_DONE = "DrainChecked"
+DRAIN_FILE = "drain.json"
 
 
 class TraceLog:
@@ -25,6 +26,11 @@ class TraceLog:
     def __init__(self, path: Path) -> None:
         self._file = path.open("a", encoding="utf-8")
         self._seq = 0
+
+    @property
+    def seq(self) -> int:
+        """The number of the last line written."""
+        return self._seq
 
     def call(self, step: int, obj: str, call: str, request_id: str | None = None, **fields: Any) -> None:
         self._seq += 1
@@ -40,13 +46,13 @@ class TraceLog:
 
 
 class FindingLog:
-    """Violations found inside the engine: ``{"invariant", "message", "phase"}`` per line."""
+    """Violations found inside the engine: ``{"invariant", "message"}`` per line."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def add(self, invariant: str, message: str, phase: str = "run") -> None:
-        line = json.dumps({"invariant": invariant, "message": message, "phase": phase}) + "\n"
+    def add(self, invariant: str, message: str) -> None:
+        line = json.dumps({"invariant": invariant, "message": message}) + "\n"
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             os.write(fd, line.encode())
@@ -59,3 +65,15 @@ def read_ndjson(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def write_drain(path: Path, seq: int, step: int, when: str, findings: list[dict[str, str]]) -> None:
+    """The drain-time checks at trace line ``seq`` (``when``: "idle" or "shutdown")."""
+    partial = path.with_suffix(".tmp")
+    partial.write_text(json.dumps({"seq": seq, "step": step, "when": when, "findings": findings}))
+    partial.replace(path)
+
+
+def read_drain(path: Path) -> dict[str, Any] | None:
+    """The last drain report (None when the connector was never idle nor shut down)."""
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
