@@ -13,6 +13,7 @@ own worker does. Whoever runs the engine removes the file afterwards (``shm_path
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 from pathlib import Path
@@ -28,7 +29,7 @@ from kvoffload.vllm.live.worker import LiveWorker
 
 TIER_TYPE = "ByteKeepingTier"
 # By name, as vLLM's own tiers are: 0.26 knows no per-tier module_path.
-if TIER_TYPE not in SecondaryTierFactory._registry:
+with contextlib.suppress(ValueError):  # already registered: this module was imported before
     SecondaryTierFactory.register_tier(TIER_TYPE, "kvoffload.vllm.live.tier", "ByteKeepingTier")
 
 
