@@ -9,7 +9,8 @@ release) and asserts what it must show in that release:
   such trace is rejected by the mirror, the embedded TLA+ checker and TLC at the call after the
   signal;
 - 0.32.0: every invariant holds and every trace passes all three;
-- both: the double reset is shown (``AssertionError`` in the connector's ``reset_cache``).
+- both: the double reset is shown (``AssertionError`` in the connector's ``reset_cache``), and
+  no engine leaves its offload region in /dev/shm.
 
 Exit 0 when the release gave what it must, 1 otherwise (each mismatch on its own line).
 """
@@ -71,6 +72,11 @@ def check(version: str, report: dict[str, Any]) -> list[str]:
     return problems
 
 
+def _shm_files() -> set[str]:
+    """The offload regions of the live check's engines in /dev/shm (tiering maps one per engine)."""
+    return {path.name for path in Path("/dev/shm").glob("vllm_offload_kvoffload-live-*")}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) < 2 or args[0] not in EXPECTED:
@@ -84,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"live release check: this interpreter has vLLM {vllm.__version__}, not {version}", file=sys.stderr)
         return 2
     started = time.perf_counter()
+    shm_before = _shm_files()
     done = subprocess.run([sys.executable, "-m", "kvoffload.cli", "vllm", "check", "--checker", "engine",
                            "--json", "--out", str(out), *args[2:]], capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
@@ -92,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     report = json.loads(lines[-1])
     problems = check(version, report)
+    left = sorted(_shm_files() - shm_before)
+    if left:
+        problems.append(f"vLLM {version}: {len(left)} file(s) left in /dev/shm: {', '.join(left[:5])}")
     engine = report["engine"]
     from kvoffload.vllm.live.report import format_report
 
