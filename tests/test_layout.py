@@ -125,6 +125,7 @@ PRIVATE_READS_ALLOWED = {
     # those reads in one place per version range").
     ("kvoffload.vllm.check.compat", "_req_status"),
     ("kvoffload.vllm.check.compat", "_jobs"),
+    ("kvoffload.vllm.check.compat", "_current_batch_jobs_to_flush"),
     # Cloning vLLM's connector for the explorer: deepcopy must re-create its locks and share its
     # shared-memory region, and the copy module's dispatch table is the only hook for types it
     # cannot copy.

@@ -7,5 +7,7 @@ manager contract on every call; :mod:`.adapter` puts the connector behind kvoffl
 vLLM's worker would; :mod:`.harness` steps it with every check; :mod:`.sim`, :mod:`.stateful` and
 :mod:`.explorer` are the three checkers, :mod:`.runner` runs managers x checkers, :mod:`.compat`
 holds every private read per vLLM version range, :mod:`.release` is ``make check-vllm`` and
-:mod:`.repro_double_reset` reproduces the crash found in 0.26.0-0.33.0 with vLLM's classes alone.
+:mod:`.repro_double_reset` reproduces the failing assertion found in 0.26.0-0.33.0 with vLLM's
+classes alone (:mod:`.repro_double_reset_engine`: through a real engine), and :mod:`.fresh_venv`
+checks ``kvoffload[vllm]`` alone in a fresh virtual environment.
 """

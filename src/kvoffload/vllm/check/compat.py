@@ -24,6 +24,10 @@ class PrivateReads:
     def reset_jobs_pending(self, connector: Any) -> list[int]:
         return []
 
+    def jobs_to_flush(self, connector: Any) -> list[int]:
+        """Jobs a cache reset handed to the next step's metadata (a second reset asserts there are none)."""
+        return sorted(connector._current_batch_jobs_to_flush)
+
     def mark_cached(self, block: Any, block_hash_with_group: bytes) -> None:
         block._block_hash = block_hash_with_group
 

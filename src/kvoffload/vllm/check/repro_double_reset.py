@@ -1,14 +1,15 @@
-"""Reproduce, with vLLM's classes alone, the crash the checkers found in 0.26.0 to 0.33.0.
+"""Reproduce, with vLLM's classes alone, the failing assertion the checkers found in 0.26.0 to 0.33.0.
 
 Two ``reset_cache`` calls between two engine steps while a transfer job is in flight: the first
-moves the in-flight jobs to ``_current_batch_jobs_to_flush`` (handed to the worker in the next
-step), the second asserts that this set is empty ("reset_cache cannot be called in the middle of a
-schedule step") and raises ``AssertionError``, which kills EngineCore. vLLM's EngineCore handles
-every queued client request before the next step (``_process_input_queue``), so two
-``reset_prefix_cache(reset_connector=True)`` calls that arrive together reach the connector this way.
+moves the in-flight jobs to ``_current_batch_jobs_to_flush`` (handed to the worker and emptied by
+the next step's ``build_connector_meta``), the second asserts that this set is empty and raises
+``AssertionError``. In an engine that is ``reset_prefix_cache(reset_connector=True)`` twice with no
+step in between: the call fails and the engine survives (EngineCore in its own process catches it,
+the caller gets "Call to reset_prefix_cache method failed: "). :mod:`.repro_double_reset_engine`
+shows it in a real engine, docs/vllm-double-reset.md reports it.
 
 ``python -m kvoffload.vllm.check.repro_double_reset [--vllm-src DIR]`` prints the outcome; exit 1
-when the crash reproduces, 0 when the connector takes the second reset.
+when the assertion fails, 0 when the connector takes the second reset.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 
 def reproduce() -> str | None:
-    """The crash as ``Type at file:line`` (None when the second reset passes)."""
+    """The failure as ``Type at file:line`` (None when the second reset passes)."""
     from kvoffload.vllm.check.build import ConnectorShape, build_connector, shutdown_connector
 
     connector, vllm_config = build_connector("lru", ConnectorShape(block_size=4, gpu_blocks=8, cpu_chunks=4))
