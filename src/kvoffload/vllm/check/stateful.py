@@ -2,10 +2,11 @@
 
 Rules add requests (fresh prompts, or extensions of an earlier prompt so prefixes are shared and
 the CPU tier is hit), step the engine, abort a live request, and reset the cache (as
-``reset_prefix_cache(reset_connector=True)`` does, whatever runs); the GPU pool is small, so the engine preempts, and the worker delay and async scheduling are
-drawn per program. After every rule every check of the harness must hold; at the end the engine
-drains, nothing may leak, and vLLM's connector is shut down. Hypothesis shrinks a failing program to
-a short one, printed as the step list.
+``reset_prefix_cache(reset_connector=True)`` does, whatever runs); the GPU pool is small, so the
+engine preempts, and the worker delay and async scheduling are drawn per program. After every rule
+every check of the harness must hold; at the end the engine drains, nothing may leak, and vLLM's
+connector is shut down. Hypothesis shrinks a failing program to a short one, printed as the step
+list.
 """
 
 from __future__ import annotations
