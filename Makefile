@@ -77,7 +77,7 @@ TLC_JAR ?= $(firstword $(wildcard $(TLA2TOOLS_JAR) ../shared/tlc/tla2tools.jar))
 LIVE_OUT := .live
 # Each multiprocess engine costs two more processes' start-up: the workloads that exercise what
 # multiprocessing changes (finishes, resets, aborts across the process boundary).
-LIVE_MP_WORKLOADS ?= final_store,reset,abort,double_reset
+LIVE_MP_WORKLOADS ?= reset,abort,double_reset
 
 $(VLLM026_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VLLM026_VENV)

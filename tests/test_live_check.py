@@ -55,11 +55,13 @@ def test_what_the_model_learned_from_live_traces_is_no_gap() -> None:
     empty worker output and resets the connector while requests run; the model does all three."""
     lines = [*_admit("a"), _s("build_connector_meta", scheduled=[], finished=[], preempted=[]),
              _m("complete_load", "a", 1), _s("update_state_after_alloc", "a", external_tokens=0),
-             *_step(["a"]), _s("reset_cache"), *_step(["a"])]
+             *_step(["a"]), _s("reset_cache"), *_step(["a"]),
+             _s("build_connector_meta", scheduled=[], finished=[], preempted=[]),
+             _s("update_connector_output", reported=0)]
     result = check_conformance(lines)
     assert result.gaps == []
     assert (result.reached["empty_step_unreported"], result.reached["realloc_after_load"],
-            result.reached["reset_while_running"]) == (1, 1, 1)
+            result.reached["reset_while_running"], result.reached["empty_step_reported"]) == (1, 1, 1, 1)
 
 
 @pytest.mark.parametrize(("rule", "lines"), [
@@ -68,7 +70,7 @@ def test_what_the_model_learned_from_live_traces_is_no_gap() -> None:
     ("M3", [*_admit("a"), *_step(["a"]), _s("request_finished", "a", status="FINISHED_ABORTED"), *_step([])]),
     ("M4", [*_admit("a"), _s("build_connector_meta", scheduled=["a"], finished=[], preempted=[]), *_step(["a"])]),
     ("M4", [_s("build_connector_meta", scheduled=[], finished=[], preempted=[]),
-            _s("update_connector_output", reported=0)]),
+            _s("update_connector_output", reported=0), _s("update_connector_output", reported=0)]),
     ("M5", [_s("on_new_request", "a"), *_step(["a"])]),
     ("M6", [*_admit("a"), *_step([], preempted=["a"])]),
     ("M7", [*_admit("a"), _s("build_connector_meta", scheduled=["a"], finished=[], preempted=[]),
@@ -160,6 +162,11 @@ def test_the_release_assertions_accept_0_32_clean_and_name_every_mismatch() -> N
     rejected = _clean_0_32(**{"lru engine-mp": _result("lru", "engine-mp", traces=(
         "mirror: ok", "embedded: line 9: TLA+ invariant X is violated", "tlc: ok"))})
     assert any("trace rejected: embedded: line 9" in p for p in check_release("0.32.0", rejected))
+    quiet_mp = _clean_0_32()
+    for result in quiet_mp["results"]:
+        if result["checker"] == "double-reset-mp":
+            result.update(_result(result["manager"], "double-reset-mp"))
+    assert check_release("0.32.0", quiet_mp) == ["vLLM 0.32.0: no multiprocess run showed the double reset"]
 
 
 def test_the_release_assertions_want_0_26_caught_with_its_traces_rejected() -> None:

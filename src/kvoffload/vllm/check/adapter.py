@@ -20,8 +20,9 @@ and turns each call into what vLLM's core scheduler would pass at that point:
   ``update_state_after_alloc`` with all its blocks and no external tokens, without a lookup (its
   tokens are computed), as vLLM's scheduler does;
 - the worker's results come back as a ``KVConnectorOutput`` with ``OffloadingWorkerMetadata``,
-  except after a step that scheduled nothing and whose worker reported nothing (vLLM's engine
-  drops that empty output);
+  except after a step that scheduled nothing and whose worker reported nothing: vLLM's engine in
+  process drops that empty output, its multiprocess executor passes it on
+  (``empty_step_reports``);
 - ``reset_cache`` resets the connector whatever runs and the GPU prefix cache only when no request
   holds a block, as ``reset_prefix_cache(reset_connector=True)`` does.
 
@@ -69,7 +70,12 @@ class VllmConnector:
     """vLLM's ``OffloadingConnectorScheduler`` (``connector``) with a recording manager proxy."""
 
     def __init__(
-        self, manager: str, shape: ConnectorShape, reads: PrivateReads, async_scheduling: bool = False
+        self,
+        manager: str,
+        shape: ConnectorShape,
+        reads: PrivateReads,
+        async_scheduling: bool = False,
+        empty_step_reports: bool = False,
     ) -> None:
         from vllm.utils.hashing import sha256
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
@@ -78,6 +84,7 @@ class VllmConnector:
         self.shape = shape
         self.reads = reads
         self.async_scheduling = async_scheduling
+        self.empty_step_reports = empty_step_reports
         self.connector, self.vllm_config = build_connector(manager, shape)
         self.proxy = RecordingManager(self.connector.manager, lambda: self.step, self._owed_keys, self._log)
         self.connector.manager = self.proxy
@@ -305,8 +312,9 @@ class VllmConnector:
         if step.completed:
             self._log(f"worker reports jobs {sorted(step.completed)} done")
         reported = bool(step.completed or step.finished_recving)
-        if not self._scheduled_now and not reported:
-            # vLLM's engine passes an empty step's worker output on only when it holds something.
+        if not self._scheduled_now and not reported and not self.empty_step_reports:
+            # In process, vLLM's engine passes an empty step's worker output on only when it holds
+            # something; its multiprocess executor passes it on all the same.
             return self._release_async_finishes()
         output = KVConnectorOutput(
             finished_sending=set(),

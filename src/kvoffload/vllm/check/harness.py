@@ -30,6 +30,9 @@ class HarnessConfig:
     shape: ConnectorShape = field(default_factory=ConnectorShape)
     delay_steps: int = 1
     async_scheduling: bool = False
+    # A step that scheduled nothing still passes its worker's empty output to the connector, as
+    # vLLM's multiprocess executor does (in process, vLLM's engine drops it).
+    empty_step_reports: bool = False
     abort_probability: float = 0.0
     eos_probability: float = 0.05
     max_batched_tokens: int = 16
@@ -43,7 +46,7 @@ class Harness:
     def __init__(self, manager: str, config: HarnessConfig, reads: PrivateReads) -> None:
         shape = config.shape
         self.config = config
-        self.connector = VllmConnector(manager, shape, reads, config.async_scheduling)
+        self.connector = VllmConnector(manager, shape, reads, config.async_scheduling, config.empty_step_reports)
         self.worker = PatternWorker(shape.gpu_blocks, shape.cpu_chunks, config.delay_steps)
         if manager == "tiering":
             self.worker.key_of_block = self.connector.proxy.key_of

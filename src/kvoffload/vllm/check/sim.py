@@ -37,7 +37,8 @@ def run_sim(manager: str, reads: PrivateReads, seeds: int = SEEDS) -> CheckResul
     steps = requests = 0
     base = HarnessConfig(shape=ConnectorShape(gpu_blocks=20, cpu_chunks=12), abort_probability=0.01)
     for seed in range(seeds):
-        config = replace(base, seed=seed, delay_steps=seed % 3, async_scheduling=bool(seed % 2))
+        config = replace(base, seed=seed, delay_steps=seed % 3, async_scheduling=bool(seed % 2),
+                         empty_step_reports=bool(seed // 2 % 2))
         harness = Harness(manager, config, reads)
         try:
             workload = MultiTurnWorkload(workload_config(seed))
@@ -65,7 +66,8 @@ def run_sim(manager: str, reads: PrivateReads, seeds: int = SEEDS) -> CheckResul
             result.error = first.message
             named = requests_named(first.message)
             result.trace = [
-                f"seed {seed}, worker delay {config.delay_steps}, async scheduling {config.async_scheduling}",
+                f"seed {seed}, worker delay {config.delay_steps}, async scheduling {config.async_scheduling}, "
+                f"empty-step reports {config.empty_step_reports}",
                 *relevant_events(harness.connector.events, named),
             ]
             break

@@ -49,9 +49,10 @@ def machine_for(manager: str, reads: PrivateReads) -> type[RuleBasedStateMachine
             self.harness: Harness | None = None
             self.prompts: list[list[int]] = []
 
-        @initialize(delay=st.integers(0, 2), async_scheduling=st.booleans())
-        def build(self, delay: int, async_scheduling: bool) -> None:
+        @initialize(delay=st.integers(0, 2), async_scheduling=st.booleans(), empty_step_reports=st.booleans())
+        def build(self, delay: int, async_scheduling: bool, empty_step_reports: bool) -> None:
             config = HarnessConfig(shape=SHAPE, delay_steps=delay, async_scheduling=async_scheduling,
+                                   empty_step_reports=empty_step_reports,
                                    eos_probability=0.0, max_batched_tokens=8, max_running=3)
             self.harness = Harness(manager, config, reads)
 

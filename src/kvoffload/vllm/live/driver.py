@@ -151,6 +151,9 @@ def run_workload(model_dir: Path, workload: Workload, manager: str, mode: str, r
                     engine.abort_request([request_id])
                     outcome.aborted.append(request_id)
                     finished.add(request_id)
+            # One after the other: LLMEngine's multiprocess client is not thread-safe, so with
+            # multiprocessing the engine core may step between the two (the finding is then
+            # timing-dependent there, as with concurrent clients of vllm serve).
             for _ in range(workload.resets.get(step, 0)):
                 _reset(engine, outcome, step)
             busy = engine.has_unfinished_requests()

@@ -116,8 +116,10 @@ def build(kind: str, seed: int) -> Workload:
         requests = [RequestPlan(f"r{i}", _tokens(rng, 64), 32) for i in range(4)]
         return Workload(kind, seed, tuple(requests), prompt_only=False)
     if kind == DOUBLE_RESET:
-        requests = [RequestPlan("r0", _tokens(rng, 72), 1)]
-        return Workload(kind, seed, tuple(requests), resets={1: 2}, prompt_only=True)
+        # Three tries: with multiprocessing the engine core may collect the store in flight
+        # between the two resets.
+        requests = [RequestPlan(f"r{i}", _tokens(rng, 72), 1, arrive_step=4 * i) for i in range(3)]
+        return Workload(kind, seed, tuple(requests), resets={4 * i + 1: 2 for i in range(3)}, prompt_only=True)
     raise ValueError(f"unknown workload kind {kind!r}; known: {', '.join((*KINDS, DOUBLE_RESET))}")
 
 
