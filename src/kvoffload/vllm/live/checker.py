@@ -233,11 +233,11 @@ def _results(verdicts: list[RunVerdict], managers: Sequence[str], modes: Sequenc
     return results
 
 
-def _grouped_gaps(verdicts: list[RunVerdict]) -> list[str]:
+def _grouped_gaps(verdicts: list[RunVerdict], explained: bool = False) -> list[str]:
     """One line per broken rule: how often, in how many runs, and the first occurrence."""
     by_rule: dict[str, list[tuple[RunVerdict, str]]] = {}
     for verdict in verdicts:
-        for gap in verdict.gaps:
+        for gap in verdict.explained if explained else verdict.gaps:
             by_rule.setdefault(gap.split(" ", 1)[0], []).append((verdict, gap))
     lines = []
     for _rule, found in sorted(by_rule.items()):
@@ -256,7 +256,7 @@ def _report(verdicts: list[RunVerdict], seconds: dict[str, float], root: Path) -
         "out": str(root),
         "seconds_per_mode": {mode: round(s, 1) for mode, s in seconds.items()},
         "model_gaps": _grouped_gaps(verdicts),
-        "explained_gaps": sorted({gap for v in verdicts for gap in v.explained}),
+        "explained_gaps": _grouped_gaps(verdicts, explained=True),
         "coverage": {name: reached.get(name, 0) for name in BEHAVIOURS},
         "not_reached": [f"{name}: {BEHAVIOURS[name]}" for name in BEHAVIOURS if not reached.get(name)],
     }
