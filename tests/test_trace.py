@@ -360,7 +360,7 @@ def test_trace_tla_module_checks_with_the_embedded_engine(tmp_path: Path, capsys
     assert result.result == "success", result.message
     # One state per line consumed, plus the initial state: the whole trace was explained.
     assert result.distinct_states == lines + 1
-    # The same module through the command the README shows.
+    # The same module through the command docs/checkers.md shows.
     assert main(["tla", "check", str(out / "TraceRequestJob.tla"), "--engine", "embedded"]) == 0
     assert "No error has been found" in capsys.readouterr().out
     # One lifecycle alone: a module named after it.

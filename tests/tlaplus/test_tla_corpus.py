@@ -3,7 +3,7 @@
 
 ``make test`` runs the models that finish in seconds here; ``make tla-corpus`` (TLA_CORPUS_ALL=1)
 runs every model. Models the checker cannot support are listed in UNSUPPORTED (and in the
-README) with the construct: for those the test asserts the located error naming it.
+docs/checkers.md) with the construct: for those the test asserts the located error naming it.
 """
 
 from __future__ import annotations

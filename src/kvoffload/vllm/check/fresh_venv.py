@@ -4,7 +4,7 @@
 creates ``CACHE_DIR/venv-vllm-extra`` anew and installs into it the torch requirement (default
 ``torch==2.13.0``, the CPU build: a bare ``torch`` would pull a CUDA build of several GB), then the
 project with only its ``[vllm]`` extra, not editable (as a user installs it), then xgrammar without
-its dependencies (as the README says). From an empty folder it then runs what a vLLM user runs:
+its dependencies (as docs/vllm-check.md says). From an empty folder it then runs what a vLLM user runs:
 ``kvoffload --help``, ``kvoffload vllm check --help``, a ``--vllm-src`` that holds no vLLM (exit 2,
 one line), one real check against the newest release in ``CACHE_DIR`` (fetched by :mod:`.release`
 when missing), and an import of the vLLM integrations (``kvoffload.vllm.spec``,

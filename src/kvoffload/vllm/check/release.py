@@ -35,7 +35,7 @@ EXPECTED: dict[str, dict[tuple[str, str], tuple[str, str, str]]] = {
     "0.33.0": {},
 }
 # Found by the checkers in every release here: two reset_cache calls between two steps while a job
-# is in flight raise AssertionError (README, "Found in 0.33.0"). The checkers reset at most once
+# is in flight raise AssertionError (docs/vllm-check.md, "Found in 0.33.0"). The checkers reset at most once
 # between steps so they keep looking for other bugs; this reproduction must keep raising until a
 # release fixes it (then move the release out of this set).
 DOUBLE_RESET_CRASHES = frozenset({"0.26.0", "0.33.0"})
