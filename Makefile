@@ -105,7 +105,8 @@ FUZZ_FIRST_SEED ?= 1000
 fuzz-vllm-engine: $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/python tests/vllm_engine/fuzz.py --workloads $(FUZZ_WORKLOADS) --first-seed $(FUZZ_FIRST_SEED) --json --out .fuzz
 
-# vLLM's own offloading connector through kvoffload's checkers (README, "For vLLM developers"):
+# vLLM's own offloading connectors through kvoffload's checkers (README, "For vLLM developers"):
+# OffloadingConnector on 0.26.0 and 0.33.0, SimpleCPUOffloadConnector on 0.27.0, 0.30.0, 0.33.0;
 # pinned release wheels (only their .py files) in an ignored cache; xgrammar without its
 # dependencies (it would pull ~1 GB of triton the check never uses). Then `kvoffload[vllm]` with no
 # other extra, as a vLLM user installs it, in a venv made anew in the cache (~4 min).
@@ -114,6 +115,7 @@ check-vllm: $(STAMP)
 	$(PY) -m pip install -q -e '.[vllm]'
 	$(PY) -m pip install -q --no-deps 'xgrammar<1' apache-tvm-ffi
 	$(PY) -m kvoffload.vllm.check.release $(VLLM_CACHE)
+	$(PY) -m kvoffload.vllm.simple.release $(VLLM_CACHE)
 	$(PY) -m kvoffload.vllm.check.fresh_venv $(VLLM_CACHE) --torch '$(TORCH_PIN)'
 
 clean:

@@ -20,7 +20,9 @@ from typing import Any
 
 from kvoffload.commands.errors import CommandError
 
+CONNECTOR_CHOICES = ("offloading", "simple")
 MANAGER_CHOICES = ("lru", "arc", "tiering", "all")
+OFFLOAD_MODE_CHOICES = ("eager", "lazy", "all")
 CHECKER_CHOICES = ("sim", "hypothesis", "explore", "engine", "all")
 MODE_CHOICES = ("inproc", "mp", "both")
 
@@ -30,7 +32,13 @@ def add_parser(subparsers: Any) -> None:
     actions = parser.add_subparsers(dest="vllm_command", required=True, metavar="ACTION")
     check = actions.add_parser("check", help="vLLM's connector scheduler + managers through kvoffload's checkers",
                                description=__doc__)
-    check.add_argument("--manager", default="all", help=f"one of {', '.join(MANAGER_CHOICES)} (default all)")
+    check.add_argument("--connector", default="offloading",
+                       help="offloading (vLLM's OffloadingConnector, default) or simple (SimpleCPUOffloadConnector)")
+    check.add_argument("--manager", default=None,
+                       help=f"--connector offloading: one of {', '.join(MANAGER_CHOICES)} (default all)")
+    check.add_argument("--offload-mode", default=None,
+                       help=f"--connector simple: one of {', '.join(OFFLOAD_MODE_CHOICES)} "
+                            "(its lazy_offload; default all)")
     check.add_argument("--checker", default="all", help=f"one of {', '.join(CHECKER_CHOICES)} (default all)")
     check.add_argument("--vllm-src", default=None, metavar="DIR",
                        help="vLLM sources (unpacked wheel or git checkout); default $KVOFFLOAD_VLLM_SRC or installed")
@@ -66,7 +74,16 @@ def _runs_an_engine() -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    managers = _choice(args.manager, MANAGER_CHOICES, "--manager")
+    if args.connector not in CONNECTOR_CHOICES:
+        raise CommandError(f"--connector {args.connector!r} is unknown; choose one of {', '.join(CONNECTOR_CHOICES)}")
+    simple = args.connector == "simple"
+    if simple and args.manager is not None:
+        raise CommandError("--manager names a manager of --connector offloading; "
+                           "--connector simple takes --offload-mode eager|lazy|all")
+    if not simple and args.offload_mode is not None:
+        raise CommandError("--offload-mode is for --connector simple; --connector offloading takes --manager")
+    managers = (_choice(args.offload_mode or "all", OFFLOAD_MODE_CHOICES, "--offload-mode") if simple
+                else _choice(args.manager or "all", MANAGER_CHOICES, "--manager"))
     checkers = _choice(args.checker, CHECKER_CHOICES, "--checker")
     modes = _choice(args.mode, MODE_CHOICES, "--mode")
     if args.seeds < 1:
@@ -78,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     from kvoffload.vllm.locate import VllmNotFound, locate_vllm
 
     try:
-        install = locate_vllm(args.vllm_src)
+        install = locate_vllm(args.vllm_src, simple=simple)
     except VllmNotFound as error:
         raise CommandError(str(error)) from None
     engine = "engine" in checkers
@@ -89,28 +106,40 @@ def run(args: argparse.Namespace) -> int:
         checkers.remove("engine")
         engine = False
     checkers = [c for c in checkers if c != "engine"]
-    from kvoffload.vllm.check.compat import private_reads
-    from kvoffload.vllm.check.runner import format_table, run_checks, to_json
+    from kvoffload.vllm.check.runner import format_table, to_json
 
     if checkers:
         from kvoffload.vllm.check.build import warm_up
 
         warm_up()
     setup = time.perf_counter() - started
-    results = run_checks(managers, checkers, private_reads(install.version))
+    results = _run_checkers(install.version, simple, managers, checkers)
     report: dict[str, Any] | None = None
     if engine:
         results, report = _engine(args, managers, modes, results)
     if args.json:
-        print(json.dumps({**to_json(install.version, results, setup), **({"engine": report} if report else {})}))
+        print(json.dumps({**to_json(install.version, results, setup, args.connector),
+                          **({"engine": report} if report else {})}))
     else:
         print(f"{install.describe()}; set-up {setup:.1f} s")
-        print(format_table(install.version, results))
+        print(format_table(install.version, results, args.connector))
         if report is not None:
             from kvoffload.vllm.live.report import format_report
 
             print(format_report(report))
-    return 1 if any(r.result == "violation" for r in results) else 0
+    return 1 if any(r.result != "success" for r in results) else 0
+
+
+def _run_checkers(version: str, simple: bool, managers: list[str], checkers: list[str]) -> list[Any]:
+    if simple:
+        from kvoffload.vllm.simple.compat import simple_reads
+        from kvoffload.vllm.simple.runner import run_simple_checks
+
+        return run_simple_checks(managers, checkers, simple_reads(version))
+    from kvoffload.vllm.check.compat import private_reads
+    from kvoffload.vllm.check.runner import run_checks
+
+    return run_checks(managers, checkers, private_reads(version))
 
 
 def _engine(

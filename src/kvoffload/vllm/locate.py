@@ -31,6 +31,13 @@ REQUIRED_MODULES: tuple[str, ...] = (
     "vllm.v1.core.kv_cache_utils",
     "vllm.v1.request",
 )
+# What ``--connector simple`` imports besides: vLLM's scheduler and its second connector (0.27.0 on).
+SIMPLE_MODULES: tuple[str, ...] = (
+    "vllm.v1.core.sched.scheduler",
+    "vllm.v1.simple_kv_offload.manager",
+    "vllm.v1.simple_kv_offload.worker",
+    "vllm.distributed.kv_transfer.kv_connector.v1.simple_cpu_offload_connector",
+)
 
 
 class VllmNotFound(Exception):
@@ -65,8 +72,9 @@ def _version_from_folder(root: Path) -> str | None:
     return None
 
 
-def locate_vllm(src: str | None = None) -> VllmInstall:
-    """Import vLLM from ``src`` (or ``$KVOFFLOAD_VLLM_SRC``, or the installed package).
+def locate_vllm(src: str | None = None, simple: bool = False) -> VllmInstall:
+    """Import vLLM from ``src`` (or ``$KVOFFLOAD_VLLM_SRC``, or the installed package), and the
+    modules of ``SimpleCPUOffloadConnector`` too when ``simple``.
 
     Raises :class:`VllmNotFound` with one line saying what was looked for and where.
     """
@@ -95,10 +103,16 @@ def locate_vllm(src: str | None = None) -> VllmInstall:
     except ImportError as error:
         raise VllmNotFound(f"cannot import vllm from {where}: {error}") from None
     package_dir = Path(vllm.__file__ or ".").resolve().parent
+    version = folder_version or getattr(vllm, "__version__", None) or "unknown"
     for name in REQUIRED_MODULES:
         try:
             importlib.import_module(name)
         except ImportError as error:
             raise VllmNotFound(f"vLLM at {package_dir}: cannot import {name} ({error})") from None
-    version = folder_version or getattr(vllm, "__version__", None) or "unknown"
+    for name in SIMPLE_MODULES if simple else ():
+        try:
+            importlib.import_module(name)
+        except ImportError as error:
+            raise VllmNotFound(f"vLLM {version} at {package_dir}: cannot import {name} ({error}); "
+                               "SimpleCPUOffloadConnector ships from vLLM 0.27.0 on") from None
     return VllmInstall(str(version), package_dir, source)

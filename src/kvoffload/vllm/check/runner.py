@@ -8,7 +8,7 @@ from typing import Any
 
 from kvoffload.vllm.check.build import MANAGERS
 from kvoffload.vllm.check.compat import PrivateReads
-from kvoffload.vllm.check.findings import CheckResult
+from kvoffload.vllm.check.findings import MAX_TRACE_LINES, CheckResult
 
 CHECKERS: tuple[str, ...] = ("sim", "hypothesis", "explore")
 
@@ -40,34 +40,56 @@ def run_checks(managers: Sequence[str], checkers: Sequence[str], reads: PrivateR
     return results
 
 
-def to_json(version: str, results: Sequence[CheckResult], setup_seconds: float) -> dict[str, Any]:
+def to_json(version: str, results: Sequence[CheckResult], setup_seconds: float,
+            connector: str = "offloading") -> dict[str, Any]:
     return {
         "vllm_version": version,
+        "connector": connector,
         "setup_seconds": round(setup_seconds, 2),
         "results": [r.to_json() for r in results],
     }
 
 
-def format_table(version: str, results: Sequence[CheckResult]) -> str:
-    """manager x checker -> verdict, then each violation with its invariant and step list."""
+def _verdict(result: CheckResult) -> str:
+    if result.result == "success":
+        return "ok"
+    text = f"{'LOSS' if result.result == 'loss' else 'VIOLATION'} {result.invariant}"
+    return text + (" + LOSS" if "loss" in result.details else "")
+
+
+def _steps(trace: Sequence[str]) -> list[str]:
+    """The step list, numbered; a long one keeps its first line (the setting) and its last steps."""
+    numbered = [f"  {n}. {step}" for n, step in enumerate(trace, 1)]
+    if len(numbered) <= MAX_TRACE_LINES:
+        return numbered
+    left_out = f"  ... {len(numbered) - MAX_TRACE_LINES} line(s) left out ..."
+    return [numbered[0], left_out, *numbered[-(MAX_TRACE_LINES - 1):]]
+
+
+def format_table(version: str, results: Sequence[CheckResult], connector: str = "offloading") -> str:
+    """manager (or offload mode) x checker -> verdict, then each finding with its invariant and step
+    list: safety violations, and losses (blocks a connector dropped, safe but missed later)."""
     checkers = list(dict.fromkeys(r.checker for r in results))
     managers = list(dict.fromkeys(r.manager for r in results))
     cell = {(r.manager, r.checker): r for r in results}
-    width = max(len(c) for c in checkers) + 24
-    lines = [f"kvoffload vllm check: vLLM {version}", ""]
-    lines.append("manager   " + "".join(f"{c:<{width}}" for c in checkers))
+    width = max(len(c) for c in checkers) + 32
+    title = "SimpleCPUOffloadConnector" if connector == "simple" else "OffloadingConnector"
+    lines = [f"kvoffload vllm check: vLLM {version}, {title}", ""]
+    label = "offload" if connector == "simple" else "manager"
+    lines.append(f"{label:<10}" + "".join(f"{c:<{width}}" for c in checkers))
     for manager in managers:
         row = f"{manager:<10}"
         for checker in checkers:
             r = cell.get((manager, checker))
-            text = "-" if r is None else ("ok" if r.result == "success" else f"VIOLATION {r.invariant}")
-            if r is not None:
-                text += f" ({r.seconds:.1f} s)"
+            text = "-" if r is None else f"{_verdict(r)} ({r.seconds:.1f} s)"
             row += f"{text:<{width}}"
         lines.append(row)
     for r in results:
-        if r.result != "violation":
-            continue
-        lines += ["", f"{r.manager} x {r.checker}: {r.invariant} violated: {r.error}"]
-        lines += [f"  {n}. {step}" for n, step in enumerate(r.trace, 1)]
+        if r.result == "violation":
+            lines += ["", f"{r.manager} x {r.checker}: {r.invariant} violated: {r.error}", *_steps(r.trace)]
+        loss = r.details.get("loss") if r.result == "violation" else (
+            {"invariant": r.invariant, "error": r.error, "trace": r.trace} if r.result == "loss" else None)
+        if loss:
+            lines += ["", f"{r.manager} x {r.checker}: loss ({loss['invariant']}): {loss['error']}",
+                      *_steps(loss["trace"])]
     return "\n".join(lines)

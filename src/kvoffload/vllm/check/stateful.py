@@ -107,23 +107,17 @@ def machine_for(manager: str, reads: PrivateReads) -> type[RuleBasedStateMachine
     return VllmConnectorMachine
 
 
-def run_hypothesis(manager: str, reads: PrivateReads, examples: int = EXAMPLES) -> CheckResult:
-    """Run the machine; a failure is reported with hypothesis' shrunk program as the step list."""
-    started = time.perf_counter()
-    result = CheckResult(manager, "hypothesis", details={"examples": examples, "steps_per_example": STEPS})
-    machine = machine_for(manager, reads)
+def search(machine: type[RuleBasedStateMachine], examples: int, steps: int) -> tuple[Finding, list[str]] | None:
+    """Run ``machine`` (derandomized, no database); the first :class:`Finding` it raises with
+    hypothesis' shrunk program as lines you can paste, or None when every example passed."""
     out = io.StringIO()
-    budget = settings(max_examples=examples, stateful_step_count=STEPS, deadline=None, derandomize=True,
+    budget = settings(max_examples=examples, stateful_step_count=steps, deadline=None, derandomize=True,
                       database=None, suppress_health_check=list(HealthCheck), print_blob=False,
                       report_multiple_bugs=False)
     try:
         with with_reporter(lambda text: out.write(f"{text}\n")):
             run_state_machine_as_test(machine, settings=budget)
     except Finding as finding:
-        invariant_name, _, message = str(finding).partition(": ")
-        result.result = "violation"
-        result.invariant = invariant_name
-        result.error = message
         printed = out.getvalue().splitlines() + [
             line for note in getattr(finding, "__notes__", []) for line in str(note).splitlines()
         ]
@@ -133,6 +127,21 @@ def run_hypothesis(manager: str, reads: PrivateReads, examples: int = EXAMPLES) 
                 break
             if line.strip() and "checks_hold()" not in line and not line.startswith(("Falsifying", "Failing")):
                 program.append(line)
+        return finding, program
+    return None
+
+
+def run_hypothesis(manager: str, reads: PrivateReads, examples: int = EXAMPLES) -> CheckResult:
+    """Run the machine; a failure is reported with hypothesis' shrunk program as the step list."""
+    started = time.perf_counter()
+    result = CheckResult(manager, "hypothesis", details={"examples": examples, "steps_per_example": STEPS})
+    found = search(machine_for(manager, reads), examples, STEPS)
+    if found is not None:
+        finding, program = found
+        invariant_name, _, message = str(finding).partition(": ")
+        result.result = "violation"
+        result.invariant = invariant_name
+        result.error = message
         result.trace = program
     result.seconds = time.perf_counter() - started
     return result
