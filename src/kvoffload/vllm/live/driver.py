@@ -7,6 +7,10 @@ core in this process; ``mp``: in its own process, with the worker in another, as
 runs it), runs each workload step by step through ``LLMEngine`` and writes what each run did:
 the tokens of every request, the resets and what they returned or raised, whether the engine
 died, and the seconds. What the connector saw is in each run's folder (:mod:`.logs`).
+
+A run's manager ``simple-eager`` or ``simple-lazy`` is vLLM's ``SimpleCPUOffloadConnector``
+instead (:mod:`.simple`); its drain in process stops after :data:`SIMPLE_DRAIN_STEPS` steps, and
+the outcome says how many steps it took and whether the engine still had work.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from kvoffload.vllm.live.workloads import BLOCK_SIZE, Workload
 MANAGERS: tuple[str, ...] = ("lru", "arc", "tiering")
 BASELINE = "none"
 MAX_STEPS = 2_000
+SIMPLE_PREFIX = "simple-"
+SIMPLE_DRAIN_STEPS = 300
 IDLE_STEP_S = 0.02
 # Bytes of one block's KV in the tiny model (2 layers x K and V x 32 tokens x 2 heads x 32 x fp32).
 BLOCK_BYTES = 2 * 2 * BLOCK_SIZE * 2 * 32 * 4
@@ -43,6 +49,8 @@ class RunOutcome:
     resets: list[str] = field(default_factory=list)
     error: str | None = None
     steps: int = 0
+    drain_steps: int = 0
+    drain_busy: bool = False
     seconds: float = 0.0
 
 
@@ -50,6 +58,10 @@ def transfer_config(manager: str, workload: Workload, folder: Path, engine_id: s
     """``kv_transfer_config`` for vLLM's connector with ``manager`` (None: no offloading)."""
     if manager == BASELINE:
         return None
+    if manager.startswith(SIMPLE_PREFIX):
+        from kvoffload.vllm.live.simple_engine import simple_transfer_config
+
+        return simple_transfer_config(manager.removeprefix(SIMPLE_PREFIX), workload, folder, engine_id)
     if manager not in MANAGERS:
         raise ValueError(f"unknown manager {manager!r}; known: {', '.join(MANAGERS)}")
     extra: dict[str, Any] = {
@@ -76,6 +88,8 @@ def _build_llm(model_dir: Path, workload: Workload, transfer: dict[str, Any] | N
     from vllm import LLM
     from vllm.config import KVTransferConfig
 
+    budget = workload.max_num_batched_tokens
+    extra = {} if budget is None else {"max_num_batched_tokens": budget}
     return LLM(
         model=str(model_dir),
         skip_tokenizer_init=True,
@@ -88,6 +102,7 @@ def _build_llm(model_dir: Path, workload: Workload, transfer: dict[str, Any] | N
         max_num_seqs=workload.max_num_seqs,
         kv_transfer_config=KVTransferConfig(**transfer) if transfer else None,
         seed=0,
+        **extra,
     )
 
 
@@ -99,16 +114,19 @@ def _reset(engine: Any, outcome: RunOutcome, step: int) -> None:
         outcome.resets.append(f"before step {step}: raised {type(error).__name__}: {str(error)[:200]}")
 
 
-def _drain(engine: Any, mode: str) -> None:
+def _drain(engine: Any, mode: str, max_steps: int = MAX_STEPS) -> tuple[int, bool]:
+    """Step an idle engine while it has work, at most ``max_steps`` times: the steps, and whether
+    it still had work (in process; with multiprocessing the engine core steps on its own)."""
     if mode == "inproc":
         core = engine.engine_core.engine_core
-        for _ in range(MAX_STEPS):
+        for steps in range(max_steps):
             if not core.scheduler.has_requests():
-                return
+                return steps, False
             core.step()
-        return
+        return max_steps, bool(core.scheduler.has_requests())
     # With multiprocessing the engine core steps on its own while its connector has work left.
     time.sleep(1.0)
+    return 0, False
 
 
 def _remove_region(engine_id: str) -> None:
@@ -171,7 +189,8 @@ def run_workload(model_dir: Path, workload: Workload, manager: str, mode: str, r
                     finished.add(output.request_id)
             step += 1
         outcome.steps = step
-        _drain(engine, mode)
+        limit = SIMPLE_DRAIN_STEPS if manager.startswith(SIMPLE_PREFIX) else MAX_STEPS
+        outcome.drain_steps, outcome.drain_busy = _drain(engine, mode, limit)
     except Exception as error:  # the engine died: the connector's findings say why
         outcome.error = f"{type(error).__name__}: {str(error)[:300]}"
     finally:

@@ -84,9 +84,29 @@ def check(version: str, report: dict[str, Any]) -> list[str]:
     return problems
 
 
-def _shm_files() -> set[str]:
+def shm_files() -> set[str]:
     """The offload regions of the live check's engines in /dev/shm (tiering maps one per engine)."""
     return {path.name for path in Path("/dev/shm").glob("vllm_offload_kvoffload-live-*")}
+
+
+def engine_report(version: str, options: list[str]) -> tuple[dict[str, Any] | None, list[str]]:
+    """Run ``kvoffload vllm check --checker engine --json OPTIONS`` with this interpreter, whose vLLM
+    must be ``version``: its report (None when there is none; then the problem, or nothing when the
+    interpreter has another vLLM, said on stderr) and the files it left in /dev/shm."""
+    import vllm
+
+    if vllm.__version__ != version:
+        print(f"live release check: this interpreter has vLLM {vllm.__version__}, not {version}", file=sys.stderr)
+        return None, []
+    shm_before = shm_files()
+    done = subprocess.run([sys.executable, "-m", "kvoffload.cli", "vllm", "check", "--checker", "engine", "--json",
+                           *options], capture_output=True, text=True)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode not in (0, 1) or not lines:
+        return None, [f"vLLM {version}: kvoffload vllm check exited {done.returncode}: {done.stderr.strip()[-600:]}"]
+    left = sorted(shm_files() - shm_before)
+    problems = [f"vLLM {version}: {len(left)} file(s) left in /dev/shm: {', '.join(left[:5])}"] if left else []
+    return json.loads(lines[-1]), problems
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,24 +116,13 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     version, out = args[0], Path(args[1])
-    import vllm
-
-    if vllm.__version__ != version:
-        print(f"live release check: this interpreter has vLLM {vllm.__version__}, not {version}", file=sys.stderr)
-        return 2
     started = time.perf_counter()
-    shm_before = _shm_files()
-    done = subprocess.run([sys.executable, "-m", "kvoffload.cli", "vllm", "check", "--checker", "engine",
-                           "--json", "--out", str(out), *args[2:]], capture_output=True, text=True)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode not in (0, 1) or not lines:
-        print(f"FAIL: vLLM {version}: kvoffload vllm check exited {done.returncode}: {done.stderr.strip()[-600:]}")
-        return 1
-    report = json.loads(lines[-1])
-    problems = check(version, report)
-    left = sorted(_shm_files() - shm_before)
-    if left:
-        problems.append(f"vLLM {version}: {len(left)} file(s) left in /dev/shm: {', '.join(left[:5])}")
+    report, problems = engine_report(version, ["--out", str(out), *args[2:]])
+    if report is None:
+        for problem in problems:
+            print(f"FAIL: {problem}")
+        return 1 if problems else 2
+    problems = check(version, report) + problems
     engine = report["engine"]
     from kvoffload.vllm.live.report import format_report
 

@@ -11,7 +11,11 @@ before given steps; and the engine's sizes. :func:`workloads` builds one of each
 - ``reset``: resets between steps, some while finished requests' stores are still in flight;
 - ``tiny_cpu``: a CPU tier of two chunks, so ``prepare_store`` must give up and retry;
 - ``final_store``: whole outputs offloaded (``offload_prompt_only`` false), the shape of #49635;
-- ``double_reset``: two resets back to back, the finding reported in docs/vllm-double-reset.md.
+- ``double_reset``: two resets back to back, the finding reported in docs/vllm-double-reset.md;
+- ``reload`` (not in :data:`KINDS`): a 16-block GPU cache; prompts, then fillers that evict them
+  from it, then the prompts again, extended, so their prefixes come back from the CPU tier;
+- ``lazy_idle`` (not in :data:`KINDS`): about 26 computed blocks in a 24-block GPU cache, a CPU
+  tier of 6 and a token budget of 8 blocks (lazy mode's target: 16 free-or-offloaded blocks).
 
 ``offload_prompt_only`` alternates between workloads (vLLM's default is true).
 """
@@ -27,6 +31,9 @@ BLOCK_SIZE = 32
 KINDS: tuple[str, ...] = ("multi_turn", "preempt", "abort", "reset", "tiny_cpu", "final_store")
 # Expected to fail in every release that has the double-reset assertion; run on its own.
 DOUBLE_RESET = "double_reset"
+# Kinds written for SimpleCPUOffloadConnector (kvoffload.vllm.live.simple); any connector runs them.
+RELOAD = "reload"
+LAZY_IDLE = "lazy_idle"
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,7 @@ class Workload:
     cpu_chunks: int = 32
     gpu_blocks: int = 48
     max_num_seqs: int = 8
+    max_num_batched_tokens: int | None = None  # None: vLLM's default
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -120,7 +128,20 @@ def build(kind: str, seed: int) -> Workload:
         # between the two resets.
         requests = [RequestPlan(f"r{i}", _tokens(rng, 72), 1, arrive_step=4 * i) for i in range(3)]
         return Workload(kind, seed, tuple(requests), resets={4 * i + 1: 2 for i in range(3)}, prompt_only=True)
-    raise ValueError(f"unknown workload kind {kind!r}; known: {', '.join((*KINDS, DOUBLE_RESET))}")
+    if kind == RELOAD:
+        first = [RequestPlan(f"p{i}", _tokens(rng, rng.randrange(96, 128)), 8, arrive_step=i) for i in range(4)]
+        fillers = [RequestPlan(f"f{i}", _tokens(rng, rng.randrange(120, 160)), 8, arrive_step=14 + 2 * i)
+                   for i in range(3)]
+        again = [RequestPlan(f"{r.request_id}b", r.prompt + _tokens(rng, rng.randrange(8, 40)), 8,
+                             arrive_step=34 + 2 * i) for i, r in enumerate(first)]
+        return Workload(kind, seed, tuple(first + fillers + again), prompt_only=prompt_only, cpu_chunks=64,
+                        gpu_blocks=16)
+    if kind == LAZY_IDLE:
+        requests = [RequestPlan(f"r{i}", _tokens(rng, rng.randrange(130, 160)), 4, arrive_step=i) for i in range(6)]
+        return Workload(kind, seed, tuple(requests), prompt_only=prompt_only, cpu_chunks=6, gpu_blocks=24,
+                        max_num_batched_tokens=8 * BLOCK_SIZE)
+    known = (*KINDS, DOUBLE_RESET, RELOAD, LAZY_IDLE)
+    raise ValueError(f"unknown workload kind {kind!r}; known: {', '.join(known)}")
 
 
 def workloads(seed: int, kinds: tuple[str, ...] = KINDS) -> list[Workload]:
