@@ -126,6 +126,11 @@ PRIVATE_READS_ALLOWED = {
     ("kvoffload.vllm.check.compat", "_req_status"),
     ("kvoffload.vllm.check.compat", "_jobs"),
     ("kvoffload.vllm.check.compat", "_current_batch_jobs_to_flush"),
+    # SimpleCPUOffloadConnector's manager has no public view of the GPU pool it was bound to, of its
+    # mode or of lazy mode's cursor; the simple connector's checks read them in this one module.
+    ("kvoffload.vllm.simple.compat", "_gpu_block_pool"),
+    ("kvoffload.vllm.simple.compat", "_lazy_mode"),
+    ("kvoffload.vllm.simple.compat", "_cursor"),
     # Cloning vLLM's connector for the explorer: deepcopy must re-create its locks and share its
     # shared-memory region, and the copy module's dispatch table is the only hook for types it
     # cannot copy.

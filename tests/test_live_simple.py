@@ -353,3 +353,13 @@ def test_the_0_32_release_must_show_the_lazy_engine_that_never_idles_and_nothing
     assert any("eager inproc reset-0: expected every check" in p
                for p in check("0.32.0", _release_report(eager_error="held")))
     assert any("tokens differ" in p for p in check("0.32.0", _release_report(tokens="r0 differs at 3")))
+
+
+def test_an_engine_that_kept_stepping_with_no_request_is_a_leak_in_either_run_mode() -> None:
+    drain = {"when": "idle", "seq": 9, "held": ["GPU blocks [4] (ref_cnt > 0)"], "idle_steps": 622,
+             "idle_store_events": 622, "idle_store_blocks": 1555, "idle_distinct_gpu_blocks": 20,
+             "cpu_blocks": 6, "lazy_target_free": 16}
+    leak = simple._leak({"drain_busy": False}, drain, 9)
+    assert leak is not None and leak.startswith("the engine still steps with every request finished: 622")
+    quiet = {**drain, "held": [], "idle_steps": 2, "idle_store_events": 0}
+    assert simple._leak({"drain_busy": False}, quiet, 9) is None

@@ -15,7 +15,8 @@ both run modes, and a JSON-able report (:func:`format_simple_report` prints it).
 What the engine records is :mod:`.simple_engine`'s.
 
 A run's verdict, the first that fails: ``Crash`` (or the engine died), the worker's findings,
-``NoLeak`` (the engine still stepping after the driver's drain, the connector not idle at the end,
+``NoLeak`` (the engine still stepping after the driver's drain, or having stepped
+:data:`NEVER_IDLE_STEPS` times with no live request, the connector not idle at the end,
 or holding something when idle), ``SameTokens`` (greedy tokens against the baseline, an aborted
 request's up to the shorter; compared in every run, its outcome kept as the verdict's ``tokens``
 whatever the verdict). Losses make a mode's result ``loss`` when no run violated anything.
@@ -40,6 +41,9 @@ from kvoffload.vllm.live.workloads import KINDS, LAZY_IDLE, RELOAD, Workload, bu
 RUN_MODES: tuple[str, ...] = ("inproc", "mp")
 SIMPLE_KINDS: tuple[str, ...] = (*KINDS, RELOAD, LAZY_IDLE)
 PREFIX = "simple-"  # the driver's manager name of a run: "simple-eager", "simple-lazy"
+# Steps an engine with no live request took, past which it is one that never stops (a drain takes
+# a few steps: the copies in flight complete within three polls).
+NEVER_IDLE_STEPS = 100
 
 
 @dataclass
@@ -87,6 +91,10 @@ def _leak(outcome: dict[str, Any], drain: dict[str, Any] | None, last_seq: int) 
     if outcome.get("drain_busy"):
         return (f"the engine still steps after {outcome.get('drain_steps', 0)} drain steps with every request "
                 f"finished: {_idle_numbers(drain)}; held: " + "; ".join(drain["held"]))
+    if int(drain.get("idle_steps", 0)) >= NEVER_IDLE_STEPS:
+        # With multiprocessing the engine core steps on its own: what it did after the last finish says.
+        return (f"the engine still steps with every request finished: {_idle_numbers(drain)}; held: "
+                + "; ".join(drain["held"]))
     if drain["when"] == "idle" and drain["seq"] < last_seq:
         return (f"the connector was not idle at the end of the run (last idle at trace line {drain['seq']} "
                 f"of {last_seq})")

@@ -42,6 +42,7 @@ from kvoffload.vllm.check.findings import CRASH, crash_message
 from kvoffload.vllm.live.driver import BLOCK_BYTES
 from kvoffload.vllm.live.logs import DRAIN_FILE, FINDINGS_FILE, TRACE_FILE, FindingLog, TraceLog
 from kvoffload.vllm.live.workloads import Workload
+from kvoffload.vllm.simple.compat import SimpleReads
 
 MODES: tuple[str, ...] = ("eager", "lazy")
 LOSS = "FinalBlockStored"
@@ -95,10 +96,8 @@ def read_json(path: Path) -> dict[str, Any] | None:
 def held_by(manager: Any) -> list[str]:
     """What vLLM's ``SimpleCPUOffloadScheduler`` holds: blocks with references in the GPU pool it was
     bound to and in its CPU pool, and its non-empty request and transfer state."""
-    from kvoffload.vllm.simple.compat import SimpleReads
-
     engine = SimpleNamespace(connector=SimpleNamespace(scheduler_manager=manager),
-                             kv_cache_manager=SimpleNamespace(block_pool=manager._gpu_block_pool))
+                             kv_cache_manager=SimpleNamespace(block_pool=SimpleReads().gpu_pool(manager)))
     return SimpleReads().held(engine, None)
 
 
@@ -114,6 +113,7 @@ class _SchedulerRecorder:
 
     def __init__(self, manager: Any, folder: Path) -> None:
         self.manager = manager
+        self.reads = SimpleReads()
         self.trace = TraceLog(folder / TRACE_FILE)
         self.findings = FindingLog(folder / FINDINGS_FILE)
         self.losses = FindingLog(folder / LOSSES_FILE)
@@ -181,8 +181,8 @@ class _SchedulerRecorder:
                 if block in self.cpu_ids:
                     self.allocated_twice += 1
                 self.cpu_ids.add(block)
-        if self.manager._lazy_mode:
-            cursor = self.manager._cursor
+        if self.reads.lazy(self.manager):
+            cursor = self.reads.lazy_cursor(self.manager)
             fields["cursor"] = None if cursor is None else cursor.block_id
             fields["unstored_free"] = self.unstored_free()
         if result.load_gpu_blocks:
@@ -217,7 +217,7 @@ class _SchedulerRecorder:
 
     def unstored_free(self) -> list[int]:
         """Free GPU blocks with a hash the CPU tier does not cache: what lazy mode may still store."""
-        gpu, cpu = self.manager._gpu_block_pool, self.manager.cpu_block_pool
+        gpu, cpu = self.reads.gpu_pool(self.manager), self.manager.cpu_block_pool
         cached = cpu.cached_block_hash_to_block
         return [block.block_id for block in gpu.free_block_queue.iter_blocks_after(None)
                 if block.block_hash is not None and cached.get_one_block(block.block_hash) is None]
@@ -225,7 +225,7 @@ class _SchedulerRecorder:
     # ------------------------------------------------------------------ losses and drain
     def _countable(self) -> bool:
         manager = self.manager
-        if manager._lazy_mode:
+        if self.reads.lazy(manager):
             return False  # lazy mode stores only blocks near eviction: a block not stored may be kept
         # Block 0 of the CPU pool is vLLM's null block: the others are the tier.
         return self.resets == 0 and self.cpu_allocated < manager.num_cpu_blocks - 1
@@ -234,7 +234,7 @@ class _SchedulerRecorder:
         # Lazy mode stores what a finish freed (blocks shared with the request too) at the next step.
         if not self._finished or self.last_finish >= self.step or self.manager.has_pending_stores():
             return
-        pool, gpu = self.manager.cpu_block_pool, self.manager._gpu_block_pool
+        pool, gpu = self.manager.cpu_block_pool, self.reads.gpu_pool(self.manager)
         for rid, done in list(self._finished.items()):
             del self._finished[rid]
             if not self._countable():

@@ -76,6 +76,18 @@ class SimpleReads:
                 held.append(f"SimpleCPUOffloadScheduler.{name} = {shown}")
         return held
 
+    def gpu_pool(self, manager: Any) -> Any:
+        """The GPU ``BlockPool`` the connector was bound to (``bind_gpu_block_pool``)."""
+        return manager._gpu_block_pool
+
+    def lazy(self, manager: Any) -> bool:
+        """Whether the manager offloads lazily (``lazy_offload``)."""
+        return bool(manager._lazy_mode)
+
+    def lazy_cursor(self, manager: Any) -> Any:
+        """The GPU block lazy mode's walk of the free queue stopped at (None: from the head)."""
+        return manager._cursor
+
     def blocks_not_in_cpu(self, manager: Any, block_hashes: list[Any]) -> list[int]:
         """The indexes of ``block_hashes`` (group 0) the CPU block pool does not cache."""
         pool = manager.cpu_block_pool
@@ -98,8 +110,7 @@ class SimpleReads:
             _pool_state(scheduler.kv_cache_manager.block_pool), _pool_state(manager.cpu_block_pool),
             tuple((name, repr(sorted(value)) if isinstance(value, (dict, set)) else repr(value))
                   for name in _MANAGER_STATE if (value := getattr(manager, name, None))),
-            tuple(sorted(worker._pending_load_event_indices)), tuple(sorted(worker._pending_store_event_indices)),
-            tuple((i, e.done) for i, e in [*worker._load_events, *worker._store_events]),
+            worker.pending(),
             harness.model.kv.numpy().tobytes(),
             b"".join(t.numpy().tobytes() for t in worker.cpu_kv_caches.values()),
         )

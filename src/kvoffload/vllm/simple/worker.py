@@ -121,6 +121,12 @@ def _worker_class() -> type:
             """Transfers launched and not yet reported complete."""
             return len(self._load_events) + len(self._store_events)
 
+        def pending(self) -> tuple[Any, ...]:
+            """The worker's transfer state: pending load and store events, and each launched copy's
+            event index and whether it completed."""
+            return (tuple(sorted(self._pending_load_event_indices)), tuple(sorted(self._pending_store_event_indices)),
+                    tuple((index, event.done) for index, event in [*self._load_events, *self._store_events]))
+
         def finish_copies(self) -> None:
             """Every copy in flight completes, as DMA does while no step polls it (the completion
             is still reported only by the next poll)."""
