@@ -132,3 +132,21 @@ def test_bad_connector_arguments_are_one_line_and_exit_2(argv: list[str], says: 
     assert main(["vllm", "check", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0]
+
+
+def test_block_regions_follow_a_layer_placement_and_an_old_config_without_one() -> None:
+    from types import SimpleNamespace
+
+    from kvoffload.vllm.simple.worker import block_regions
+
+    cache = torch.arange(2 * 5 * 6, dtype=torch.float32).reshape(2, 5, 6)  # (K/V, blocks, slots)
+    placed = SimpleNamespace(num_blocks=5, kv_cache_tensors=[SimpleNamespace(
+        layers=["l"], offset=0, layer_stride=2 * 5 * 6 * 4, block_stride=6 * 4)])
+    old = SimpleNamespace(num_blocks=5, kv_cache_tensors=[SimpleNamespace(shared_by=["l"], size=2 * 5 * 6 * 4)])
+    for config in (placed, old):
+        regions = block_regions({"l": cache}, config)
+        assert sorted(r.shape for r in regions.values()) == [torch.Size([5, 24])] * 2
+        v_half = regions[sorted(regions)[1]]
+        v_half[3] = 0  # a row is one block of the V half: writing it writes that block only
+        assert not cache[1, 3].any() and cache[1, 2].all() and cache[0, 3].all()
+        cache = torch.arange(1, 2 * 5 * 6 + 1, dtype=torch.float32).reshape(2, 5, 6)

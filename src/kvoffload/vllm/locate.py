@@ -31,7 +31,7 @@ REQUIRED_MODULES: tuple[str, ...] = (
     "vllm.v1.core.kv_cache_utils",
     "vllm.v1.request",
 )
-# What ``--connector simple`` imports besides: vLLM's scheduler and its second connector (0.27.0 on).
+# What ``--connector simple`` imports besides: vLLM's scheduler and its second connector (0.26.0 on).
 SIMPLE_MODULES: tuple[str, ...] = (
     "vllm.v1.core.sched.scheduler",
     "vllm.v1.simple_kv_offload.manager",
@@ -114,5 +114,5 @@ def locate_vllm(src: str | None = None, simple: bool = False) -> VllmInstall:
             importlib.import_module(name)
         except ImportError as error:
             raise VllmNotFound(f"vLLM {version} at {package_dir}: cannot import {name} ({error}); "
-                               "SimpleCPUOffloadConnector ships from vLLM 0.27.0 on") from None
+                               "this vLLM has no SimpleCPUOffloadConnector") from None
     return VllmInstall(str(version), package_dir, source)

@@ -1,6 +1,6 @@
 """Every use of vLLM's private state or version-dependent API by the simple connector's checkers.
 
-The rest of :mod:`kvoffload.vllm.simple` uses only what 0.27.0 to 0.33.0 share.
+The rest of :mod:`kvoffload.vllm.simple` uses only what 0.26.0 to 0.33.0 share.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def _held_blocks(pool: Any) -> list[int]:
 
 
 class SimpleReads:
-    """vLLM 0.27.0 and later."""
+    """vLLM 0.26.0 and later."""
 
     def block_hasher(self, block_size: int) -> Any:
         from vllm.utils.hashing import sha256

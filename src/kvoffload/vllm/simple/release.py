@@ -6,7 +6,7 @@ give in each release that ships it.
 --json`` and :mod:`kvoffload.vllm.simple.repro` against it, each in a fresh process, prints one
 line per finding and a Markdown row per release (the historical table of docs/vllm-check.md), and
 exits 1 when a release gave other than :func:`expected` says. ``make check-vllm`` runs
-:data:`CHECKED` (the releases around each change); ``--all`` runs every release from 0.27.0.
+:data:`CHECKED` (the releases around each change); ``--all`` runs every release from 0.26.0.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 from packaging.version import Version
 
 CHECKED: tuple[str, ...] = ("0.27.0", "0.30.0", "0.33.0")
-ALL: tuple[str, ...] = ("0.27.0", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
+ALL: tuple[str, ...] = ("0.26.0", "0.27.0", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
 CHECKERS = ("sim", "hypothesis", "explore")
 # Before 0.30.0 the connector's pending stores never keep the engine stepping (``idle_store``) and
 # a request's final full block is dropped (#41704); from 0.30.0 lazy mode can keep an idle engine

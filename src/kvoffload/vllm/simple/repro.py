@@ -7,13 +7,13 @@ step as a worker would, reporting each store complete through vLLM's own
 ``SimpleCPUOffloadWorkerMetadata`` when the scenario says its copy finished.
 
 - ``final_block`` (vLLM #41704): a request whose last full block is computed in the step it
-  finishes in; afterwards that block is not in the CPU tier. Lost in 0.27.0-0.29.0.
+  finishes in; afterwards that block is not in the CPU tier. Lost in 0.26.0-0.29.0.
 - ``idle_store``: a request finishes while its last store is still copying (the copy outlasts one
   empty step); ``Scheduler.has_requests()`` turns false, so the engine stops stepping, while the
   connector still waits for that store: its GPU and CPU blocks stay pinned and the stored blocks
   stay out of the CPU cache until a new request wakes the engine. The connector's
   ``has_pending_transfers()`` says so, but the scheduler asks ``has_pending_push_work()``.
-  0.27.0-0.29.0.
+  0.26.0-0.29.0.
 - ``lazy_never_idle``: lazy offload, a CPU tier that holds fewer blocks than the cached GPU blocks
   its walk covers (the first twice-the-token-budget blocks of the GPU free queue), and copies that
   take longer than one step: an engine with no request left never stops stepping. The walk's cursor

@@ -12,6 +12,7 @@ reports completed stores.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -32,6 +33,10 @@ def block_regions(kv_caches: dict[str, torch.Tensor], kv_cache_config: Any) -> d
     num_blocks = kv_cache_config.num_blocks
     regions: dict[str, torch.Tensor] = {}
     for placement in kv_cache_config.kv_cache_tensors:
+        if not hasattr(placement, "layers"):  # 0.26.0: no layer placement, only the layers' names
+            for name in [n for n in placement.shared_by if n in kv_caches]:
+                regions.update(_block_rows(name, kv_caches[name], num_blocks))
+            continue
         names = [n for n in placement.layers if n in kv_caches]
         if not names:
             continue
@@ -74,6 +79,18 @@ class CpuTorch:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(torch, name)
+
+
+def _block_rows(name: str, cache: torch.Tensor, num_blocks: int) -> dict[str, torch.Tensor]:
+    """A contiguous layer tensor as ``(num_blocks, bytes)`` int8 rows: one region per index of the
+    dimensions before its block dimension (the first of ``num_blocks`` entries; K and V on vLLM's
+    CPU attention, whose layout is ``(2, num_blocks, ...)``)."""
+    if not cache.is_contiguous() or num_blocks not in cache.shape:
+        raise ValueError(f"KV cache {name!r} of shape {tuple(cache.shape)}: no contiguous block dimension "
+                         f"of {num_blocks}")
+    outer = cache.shape[: list(cache.shape).index(num_blocks)]
+    rows = cache.reshape(math.prod(outer), num_blocks, -1)
+    return {f"{name}.{part}": run.view(torch.int8) for part, run in enumerate(rows)}
 
 
 def make_worker(vllm_config: Any, kv_cache_config: Any, cpu_capacity_bytes: int, delay: int) -> Any:
