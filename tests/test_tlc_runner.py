@@ -317,14 +317,18 @@ def test_run_tlc_without_jar(no_tlc: Path) -> None:
 
 # --- real TLC ---------------------------------------------------------------------------------
 
-requires_tlc = pytest.mark.skipif(not tlc.tlc_available(), reason="tla2tools.jar not found: set TLA2TOOLS_JAR")
+# The jar TLA2TOOLS_JAR names, else the one this project's CI machines share beside the checkout.
+SHARED_TLC = Path(__file__).resolve().parents[1].parent / "shared" / "tlc"
+REAL_JAR = os.environ.get(tlc.JAR_ENV) or str(SHARED_TLC / "tla2tools.jar")
+requires_tlc = pytest.mark.skipif(not tlc.tlc_available(REAL_JAR),
+                                  reason="tla2tools.jar not found: set TLA2TOOLS_JAR")
 
 
 @requires_tlc
 def test_real_tlc_deadlock(tmp_path: Path) -> None:
     for name in ("Counter.tla", "Counter.cfg"):
         (tmp_path / name).write_text(fixture(name))
-    result = tlc.run_tlc(tmp_path / "Counter.tla", timeout=300)
+    result = tlc.run_tlc(tmp_path / "Counter.tla", jar=REAL_JAR, timeout=300)
     assert result.result == "deadlock failure", result.message
     assert result.exit_code == EXIT_VIOLATION_DEADLOCK
     assert [step.state.get("x") for step in result.trace] == ["0", "1", "2"]
@@ -336,12 +340,57 @@ def test_real_tlc_deadlock(tmp_path: Path) -> None:
 @requires_tlc
 @pytest.mark.slow
 def test_real_tlc_project_models() -> None:
-    fixed = tlc.run_tlc(TLA_DIR / "KVOffload.tla", TLA_DIR / "KVOffload.cfg", timeout=600)
+    fixed = tlc.run_tlc(TLA_DIR / "KVOffload.tla", TLA_DIR / "KVOffload.cfg", jar=REAL_JAR, timeout=600)
     assert fixed.result == "success", fixed.message
-    eager = tlc.run_tlc(TLA_DIR / "KVOffload.tla", TLA_DIR / "KVOffload_EagerSignal.cfg", timeout=600)
+    eager = tlc.run_tlc(TLA_DIR / "KVOffload.tla", TLA_DIR / "KVOffload_EagerSignal.cfg", jar=REAL_JAR, timeout=600)
     assert eager.result == "safety failure"
     assert eager.violated == "NoManagerCallAfterSignal"
     assert [step.action for step in eager.trace][-2:] == ["Finish", "BuildMeta"]
+
+
+@requires_tlc
+def test_real_tlc_finds_proof_and_community_modules_in_the_folders_and_jars_given(tmp_path: Path) -> None:
+    (tmp_path / "Proved.tla").write_text(
+        "---- MODULE Proved ----\nEXTENDS Naturals, TLAPS, Functions\nVARIABLE x\n"
+        "Init == x = 0\nNext == x < 2 /\\ x' = x + 1\nInv == x \\in Range([i \\in 0..2 |-> i])\n====\n")
+    (tmp_path / "Proved.cfg").write_text("INIT Init\nNEXT Next\nINVARIANT Inv\n")
+    bare = tlc.run_tlc(tmp_path / "Proved.tla", jar=REAL_JAR, check_deadlock=False, timeout=300,
+                       options=tlc.TlcOptions())
+    assert bare.result == "error" and "TLAPS" in bare.message
+    options = tlc.TlcOptions(library_paths=(SHARED_TLC / "tlapm-library", SHARED_TLC / "community-modules"),
+                             class_path=(SHARED_TLC / "CommunityModules.jar",))
+    found = tlc.run_tlc(tmp_path / "Proved.tla", jar=REAL_JAR, check_deadlock=False, timeout=300, options=options)
+    assert found.result == "success", found.message
+    assert found.distinct_states == 3
+
+
+def test_tlc_options_go_before_the_class_and_come_from_the_environment_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(tlc.JVM_OPTIONS_ENV, "-Dtlc2.tool.impl.Tool.cdot=true")
+    monkeypatch.setenv(tlc.LIBRARY_ENV, os.pathsep.join([str(tmp_path / "a"), str(tmp_path / "b")]))
+    monkeypatch.delenv(tlc.CLASS_PATH_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    options = tlc.TlcOptions.from_env(["-Xss4m"], [], ["extra.jar"])
+    assert options.jvm_options == ("-Dtlc2.tool.impl.Tool.cdot=true", "-Xss4m")
+    assert options.library_paths == (tmp_path / "a", tmp_path / "b")
+    assert options.class_path == (tmp_path / "extra.jar",)  # made absolute: TLC runs elsewhere
+    command = tlc.build_command("java", tmp_path / "t.jar", tmp_path / "Spec.tla", tmp_path / "a.cfg",
+                                tmp_path / "trace.json", options=options)
+    cls = command.index("tlc2.TLC")
+    assert command[cls - 1] == os.pathsep.join([str(tmp_path / "t.jar"), str(tmp_path / "extra.jar")])
+    assert "-Dtlc2.tool.impl.Tool.cdot=true" in command[:cls] and "-Xss4m" in command[:cls]
+    assert f"-DTLA-Library={tmp_path / 'a'}{os.pathsep}{tmp_path / 'b'}" in command[:cls]
+    assert not any(arg.startswith("-DTLA-Library") for arg in tlc.build_command(
+        "java", tmp_path / "t.jar", tmp_path / "Spec.tla", tmp_path / "a.cfg", tmp_path / "trace.json"))
+
+
+def test_an_action_printed_with_its_arguments_is_named_without_them() -> None:
+    text = ("State 1: <Initial predicate>\nx = 0\n\n"
+            "State 2: <Admit(r1) line 155, col 5 to line 168, col 55 of module KVOffload>\nx = 1\n\n"
+            "State 3: <Step line 3, col 1 to line 4, col 2 of module KVOffload>\nx = 2\n")
+    steps, _, _ = tlc.parse_text_trace(text)
+    assert [step.action for step in steps] == ["Initial predicate", "Admit", "Step"]
 
 
 def test_run_tlc_through_a_real_subprocess(tmp_path: Path, fake_jar: Path) -> None:

@@ -63,6 +63,15 @@ def add_parser(subparsers: Any) -> None:
             help="auto: TLC if a jar and java are found, else embedded (default: auto)",
         )
         sub.add_argument("--jar", type=Path, help="path to tla2tools.jar (else $TLA2TOOLS_JAR, else cache)")
+        sub.add_argument("--tlc-library", action="append", default=[], metavar="DIR",
+                         help="TLC: a folder of modules (proof or community modules: -DTLA-Library; repeatable; "
+                              "also $KVOFFLOAD_TLA_LIBRARY)")
+        sub.add_argument("--tlc-classpath", action="append", default=[], metavar="JAR",
+                         help="TLC: a jar for its class path, such as CommunityModules.jar (repeatable; also "
+                              "$KVOFFLOAD_TLC_CLASSPATH)")
+        sub.add_argument("--tlc-jvm-option", action="append", default=[], metavar="OPT",
+                         help="TLC: a JVM option, such as -Dtlc2.tool.impl.Tool.cdot=true (repeatable; also "
+                              "$KVOFFLOAD_TLC_JVM_OPTIONS)")
         sub.add_argument("--json", action="store_true", help="print the result as JSON")
         sub.add_argument("--max-states", type=_positive, default=None,
                          help="embedded engine: stop after N distinct states (exit 152)")
@@ -120,6 +129,7 @@ def run_engine(
     max_memory_mb: int | None = DEFAULT_MAX_MEMORY_MB,
     progress: bool = False,
     workers: int = 1,
+    tlc_options: Any = None,
 ) -> CheckResult:
     """Check ``spec`` with ``config`` on a resolved engine (``tlc`` or ``embedded``).
 
@@ -130,7 +140,7 @@ def run_engine(
         from kvoffload.tla import tlc
 
         try:
-            result = tlc.run_tlc(spec, config, jar=jar)
+            result = tlc.run_tlc(spec, config, jar=jar, options=tlc_options)
         except tlc.TlcNotFound as error:
             raise CommandError(str(error)) from error
         return _reject_input_errors(result, spec, config)
@@ -211,7 +221,8 @@ def run_check(args: argparse.Namespace) -> int:
     if note:
         print(f"kvoffload tla: {note}", file=sys.stderr)
     result = run_engine(engine, spec, config, jar=args.jar, max_states=args.max_states,
-                        max_memory_mb=args.max_memory, progress=not args.quiet, workers=args.workers)
+                        max_memory_mb=args.max_memory, progress=not args.quiet, workers=args.workers,
+                        tlc_options=_tlc_options(args))
     result.spec = result.spec or str(spec)
     result.config = result.config or str(config)
     if args.json:
@@ -360,7 +371,14 @@ class ModelOutcome:
         }
 
 
-def check_one_model(config: Path, engine: str, jar: Path | None, max_states: int | None) -> ModelOutcome:
+def _tlc_options(args: argparse.Namespace) -> Any:
+    from kvoffload.tla.tlc import TlcOptions
+
+    return TlcOptions.from_env(args.tlc_jvm_option, args.tlc_library, args.tlc_classpath)
+
+
+def check_one_model(config: Path, engine: str, jar: Path | None, max_states: int | None,
+                    tlc_options: Any = None) -> ModelOutcome:
     """Check one ``.cfg`` and compare with its expectation; input errors become ``got: error``."""
     started = time.perf_counter()
     spec_name = "?"
@@ -372,7 +390,7 @@ def check_one_model(config: Path, engine: str, jar: Path | None, max_states: int
         expected = str(expectation)
         spec = spec_for_config(config)
         spec_name = spec.name
-        result = run_engine(engine, spec, config, jar=jar, max_states=max_states)
+        result = run_engine(engine, spec, config, jar=jar, max_states=max_states, tlc_options=tlc_options)
     except (CommandError, ValueError) as error:
         # A model expected to be rejected (e.g. a deliberately broken cfg) may say "expect: error".
         return ModelOutcome(
@@ -413,7 +431,7 @@ def run_check_all(args: argparse.Namespace) -> int:
     outcomes: list[ModelOutcome] = []
     width = max(len(config.name) for config in configs)
     for config in configs:
-        outcome = check_one_model(config, engine, args.jar, args.max_states)
+        outcome = check_one_model(config, engine, args.jar, args.max_states, _tlc_options(args))
         outcomes.append(outcome)
         if not args.json:
             verdict = "ok" if outcome.ok else "UNEXPECTED"

@@ -2,8 +2,10 @@
 
 TLC is found from, in this order: an explicit jar path, the ``TLA2TOOLS_JAR`` environment variable,
 then ``~/.cache/kvoffload/tla2tools.jar``; ``java`` from ``PATH`` (or ``$JAVA_HOME/bin``). The run
-is ``java -cp JAR tlc2.TLC -config MODEL.cfg -dumpTrace json TRACE -workers 1 ... SPEC.tla`` in the
-spec's directory, so modules named by ``EXTENDS``/``INSTANCE`` are found beside it.
+is ``java [JVM OPTIONS] [-DTLA-Library=DIRS] -cp JAR[:JARS] tlc2.TLC -config MODEL.cfg -dumpTrace json
+TRACE -workers 1 ... SPEC.tla`` in the spec's directory, so modules named by ``EXTENDS``/``INSTANCE``
+are found beside it, and in the library folders (:class:`TlcOptions`: the proof modules a spec that
+``EXTENDS TLAPS`` needs, the community modules) and jars (``CommunityModules.jar``) given.
 
 The outcome comes from TLC's exit code (see :mod:`kvoffload.statemachine.checkresult`); counts,
 depth, the violated invariant and the counterexample come from TLC's standard output, and the
@@ -21,6 +23,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +57,36 @@ HOW_TO_GET_JAR = (
     "(https://github.com/tlaplus/tlaplus/releases) and put it at ~/.cache/kvoffload/tla2tools.jar "
     f"or set {JAR_ENV}=/path/to/tla2tools.jar (or use --engine embedded)"
 )
+
+
+LIBRARY_ENV = "KVOFFLOAD_TLA_LIBRARY"
+CLASS_PATH_ENV = "KVOFFLOAD_TLC_CLASSPATH"
+JVM_OPTIONS_ENV = "KVOFFLOAD_TLC_JVM_OPTIONS"
+
+
+@dataclass(frozen=True)
+class TlcOptions:
+    """What TLC's JVM gets besides the jar: options (``-Dtlc2.tool.impl.Tool.cdot=true``, as the TLA+
+    examples' manifests record them per model), folders of modules (``-DTLA-Library``) and jars
+    added to the class path."""
+
+    jvm_options: tuple[str, ...] = ()
+    library_paths: tuple[Path, ...] = ()
+    class_path: tuple[Path, ...] = ()
+
+    @classmethod
+    def from_env(cls, jvm_options: Sequence[str] = (), library_paths: Sequence[str | os.PathLike[str]] = (),
+                 class_path: Sequence[str | os.PathLike[str]] = ()) -> TlcOptions:
+        """These, after those of ``$KVOFFLOAD_TLC_JVM_OPTIONS`` (split on spaces),
+        ``$KVOFFLOAD_TLA_LIBRARY`` and ``$KVOFFLOAD_TLC_CLASSPATH`` (both split on ``os.pathsep``).
+        Paths are made absolute: TLC runs in the spec's directory."""
+
+        def paths(env: str, given: Sequence[str | os.PathLike[str]]) -> tuple[Path, ...]:
+            listed = [p for p in os.environ.get(env, "").split(os.pathsep) if p]
+            return tuple(Path(p).expanduser().resolve() for p in [*listed, *given])
+
+        return cls(tuple(os.environ.get(JVM_OPTIONS_ENV, "").split()) + tuple(jvm_options),
+                   paths(LIBRARY_ENV, library_paths), paths(CLASS_PATH_ENV, class_path))
 
 
 class TlcNotFound(RuntimeError):
@@ -129,14 +162,19 @@ def build_command(
     workers: int = 1,
     check_deadlock: bool = True,
     extra_args: Sequence[str] = (),
+    options: TlcOptions = TlcOptions(),
 ) -> list[str]:
     """The TLC command line. ``spec`` is passed by file name: TLC runs in the spec's directory."""
+    folders = os.pathsep.join(str(p) for p in options.library_paths)
+    library = [f"-DTLA-Library={folders}"] if folders else []
     command = [
         java,
         # TLC's documentation asks for the throughput collector; it is much faster with it.
         "-XX:+UseParallelGC",
+        *options.jvm_options,
+        *library,
         "-cp",
-        str(jar),
+        os.pathsep.join([str(jar), *(str(p) for p in options.class_path)]),
         "tlc2.TLC",
         "-config",
         str(config),
@@ -169,8 +207,10 @@ def run_tlc(
     check_deadlock: bool = True,
     timeout: float | None = None,
     extra_args: Sequence[str] = (),
+    options: TlcOptions | None = None,
 ) -> CheckResult:
-    """Model-check ``spec`` with ``config`` (default: the ``.cfg`` beside the spec) using TLC.
+    """Model-check ``spec`` with ``config`` (default: the ``.cfg`` beside the spec) using TLC;
+    ``options`` default to :meth:`TlcOptions.from_env`.
 
     Raises :class:`TlcNotFound` when TLC cannot run, :class:`FileNotFoundError` for a missing
     spec or config. Every outcome of TLC itself (including parse errors) is a :class:`CheckResult`.
@@ -194,6 +234,7 @@ def run_tlc(
             workers=workers,
             check_deadlock=check_deadlock,
             extra_args=extra_args,
+            options=TlcOptions.from_env() if options is None else options,
         )
         started = time.perf_counter()
         try:
@@ -253,6 +294,7 @@ _STATE_RE = re.compile(r"^State (\d+):\s*(?:<(.*)>|(Stuttering))\s*$")
 _BACK_TO_RE = re.compile(r"^Back to state (\d+)(?::\s*<(.*)>)?\s*$")
 _FATAL_PARSE_RE = re.compile(r"Fatal errors while parsing TLA\+ spec in file (\S+)")
 _ACTION_NAME_RE = re.compile(r"^(.*?)\s+line \d+, col(?:umn)? \d+")
+_ACTION_ARGUMENTS_RE = re.compile(r"^([A-Za-z_][\w!]*)\(.*\)$")
 # Tool-mode message markers, in case extra_args asked for -tool.
 _TOOL_MARKER_RE = re.compile(r"^@!@!@(?:STARTMSG|ENDMSG) \d+(?::\d+)? @!@!@$")
 
@@ -335,6 +377,12 @@ def _sany_message(lines: list[str]) -> str:
             # SANY prints the location line, a blank line, then the message.
             if len(detail) >= 2 and detail[0].startswith("line "):
                 return f"semantic error at {detail[0]}: {detail[1]}"
+            # "In module M" and then what is wrong in it ("Cannot find source file for module TLAPS").
+            if len(detail) >= 2 and detail[0].startswith("In module "):
+                missing = ""
+                if "Cannot find source" in detail[1]:
+                    missing = " (give the folder of that module: --tlc-library DIR)"
+                return f"semantic error in module {detail[0].removeprefix('In module ')}: {detail[1]}{missing}"
             return "semantic error: " + (detail[0] if detail else "")
     for line in lines:
         if "Could not parse module" in line or "Parsing or semantic analysis failed" in line:
@@ -396,12 +444,16 @@ def parse_text_trace(text: str) -> tuple[list[TraceStep], int | None, str | None
 
 
 def _action_name(label: str) -> str:
-    """``Admit line 120, col 5 to line 140, col 3 of module KVOffload`` -> ``Admit``."""
+    """``Admit line 120, col 5 to line 140, col 3 of module KVOffload`` -> ``Admit``; TLC from 2026 on
+    prints the action's arguments too (``Admit(r1) line ...``), which the embedded checker's traces
+    do not: the name is the part before them."""
     label = label.strip()
     if label == INITIAL_ACTION:
         return label
     match = _ACTION_NAME_RE.match(label)
-    return match.group(1) if match else label
+    name = match.group(1) if match else label
+    arguments = _ACTION_ARGUMENTS_RE.match(name)
+    return arguments.group(1) if arguments else name
 
 
 def tla_value_from_json(value: Any) -> str:
