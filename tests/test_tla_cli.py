@@ -458,3 +458,29 @@ def test_spec_mutants_are_caught(tmp_path: Path, old: str, new: str, result: str
     (tmp_path / "KVOffload.cfg").write_text((TLA_DIR / "KVOffload.cfg").read_text())
     outcome = check_model(tmp_path / "KVOffload.tla", tmp_path / "KVOffload.cfg")
     assert (outcome.result, outcome.violated) == (result, violated), outcome.message
+
+
+def test_check_all_both_fails_when_the_engines_disagree(
+    tmp_path: Path, fake_tlc: FakeTlc, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = _model_dir(tmp_path)
+
+    def fake(engine: str, spec: Path, config: Path, **kwargs: Any) -> CheckResult:
+        if config.name == "M.cfg":  # the embedded checker finds two states fewer
+            return CheckResult(engine=engine, result="success", distinct_states=12 if engine == "tlc" else 10)
+        return CheckResult(engine=engine, result="safety failure", violated="Inv", exit_code=12, distinct_states=3)
+
+    monkeypatch.setattr(tla_command, "run_engine", fake)
+    code, out, _ = run_cli(["tla", "check-all", str(directory), "--both"], capsys)
+    assert code == 1
+    assert re.search(r"^M\.cfg +ENGINES DISAGREE: distinct states: TLC 12 / embedded 10$", out, re.MULTILINE)
+    assert not re.search(r"^M_Bug\.cfg +ENGINES DISAGREE", out, re.MULTILINE)
+    assert "the engines agree on 1/2" in out
+
+
+def test_check_all_both_without_tlc_is_one_line(
+    tmp_path: Path, no_tlc: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run_cli(["tla", "check-all", str(_model_dir(tmp_path)), "--both"], capsys)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "tla2tools.jar" in err

@@ -27,6 +27,8 @@ from kvoffload.statemachine.checkresult import (
 from kvoffload.tla.monitor import DEFAULT_MAX_MEMORY_MB
 
 ENGINES = ("auto", "tlc", "embedded")
+# check-all only: every model under TLC and under the embedded checker, which must agree.
+BOTH = "both"
 _EXPECT_RE = re.compile(r"^\s*\\\*\s*expect:\s*(.+?)\s*$", re.MULTILINE)
 _SPEC_RE = re.compile(r"^\s*\\\*\s*spec:\s*(\S+)\s*$", re.MULTILINE)
 # Binary or non-UTF-8 .tla/.cfg: TLC has no exit code for it; the CLI's usage error status.
@@ -92,6 +94,9 @@ def add_parser(subparsers: Any) -> None:
     check_all = actions.add_parser("check-all", help="check every .cfg of a directory against its expectation")
     check_all.add_argument("directory", type=Path, help="directory with .tla modules and .cfg models")
     common(check_all)
+    check_all.add_argument("--both", dest="engine", action="store_const", const=BOTH,
+                           help="every model under TLC and under the embedded checker: they must agree on the "
+                                "verdict, distinct states, depth, the violated property and the trace's length")
     check_all.set_defaults(func=run_check_all)
 
 
@@ -416,6 +421,32 @@ def check_one_model(config: Path, engine: str, jar: Path | None, max_states: int
     )
 
 
+def disagreements(tlc_outcome: ModelOutcome, embedded_outcome: ModelOutcome) -> list[str]:
+    """What TLC and the embedded checker answered differently for one model (empty: they agree)."""
+    a, b = tlc_outcome.result, embedded_outcome.result
+    if a is None or b is None:
+        both_errors = tlc_outcome.got.startswith("error") == embedded_outcome.got.startswith("error")
+        same = (a is None) == (b is None) and both_errors
+        return [] if same else [f"verdict: TLC {tlc_outcome.got} / embedded {embedded_outcome.got}"]
+    fields = {
+        "verdict": (a.result, b.result),
+        "distinct states": (a.distinct_states, b.distinct_states),
+        "depth": (a.depth, b.depth),
+        "violated": (a.violated, b.violated),
+        "trace length": (len(a.trace), len(b.trace)),
+    }
+    return [f"{name}: TLC {x} / embedded {y}" for name, (x, y) in fields.items() if x != y]
+
+
+def _print_outcome(outcome: ModelOutcome, width: int, label: str = "") -> None:
+    verdict = "ok" if outcome.ok else "UNEXPECTED"
+    print(
+        f"{outcome.model:<{width}}  {label}expected: {outcome.expected:<45} got: {outcome.got:<45} "
+        f"{outcome.distinct_states:>8} states {outcome.seconds:8.2f}s  {verdict}",
+        flush=True,
+    )
+
+
 def run_check_all(args: argparse.Namespace) -> int:
     """``kvoffload tla check-all``: one line per model; exit 0 only if every model met its
     expectation."""
@@ -425,6 +456,8 @@ def run_check_all(args: argparse.Namespace) -> int:
     configs = sorted(directory.glob("*.cfg"))
     if not configs:
         raise CommandError(f"{directory}: no .cfg models")
+    if args.engine == BOTH:
+        return _check_all_both(args, configs)
     engine, note = choose_engine(args.engine, args.jar)
     if note:
         print(f"kvoffload tla: {note}", file=sys.stderr)
@@ -434,16 +467,41 @@ def run_check_all(args: argparse.Namespace) -> int:
         outcome = check_one_model(config, engine, args.jar, args.max_states, _tlc_options(args))
         outcomes.append(outcome)
         if not args.json:
-            verdict = "ok" if outcome.ok else "UNEXPECTED"
-            print(
-                f"{outcome.model:<{width}}  expected: {outcome.expected:<45} got: {outcome.got:<45} "
-                f"{outcome.distinct_states:>8} states {outcome.seconds:8.2f}s  {verdict}",
-                flush=True,
-            )
+            _print_outcome(outcome, width)
     all_ok = all(outcome.ok for outcome in outcomes)
     if args.json:
         print(json.dumps({"engine": engine, "ok": all_ok, "models": [o.to_json() for o in outcomes]}, indent=2))
     else:
         met = sum(outcome.ok for outcome in outcomes)
         print(f"{met}/{len(outcomes)} models met their expectation (engine: {engine}).")
+    return EXIT_SUCCESS if all_ok else 1
+
+
+def _check_all_both(args: argparse.Namespace, configs: list[Path]) -> int:
+    """``check-all --both``: each model under TLC, then the embedded checker; exit 0 only if every
+    model met its expectation under both and they agree on it."""
+    choose_engine("tlc", args.jar)  # one line saying how to get TLC when there is none
+    options = _tlc_options(args)
+    width = max(len(config.name) for config in configs)
+    rows = []
+    for config in configs:
+        pair = {engine: check_one_model(config, engine, args.jar, args.max_states, options)
+                for engine in ("tlc", "embedded")}
+        differ = disagreements(pair["tlc"], pair["embedded"])
+        rows.append((pair, differ))
+        if not args.json:
+            for engine, outcome in pair.items():
+                _print_outcome(outcome, width, f"{engine:<8} ")
+            if differ:
+                print(f"{config.name:<{width}}  ENGINES DISAGREE: " + "; ".join(differ), flush=True)
+    all_ok = all(o.ok for pair, _ in rows for o in pair.values()) and not any(d for _, d in rows)
+    if args.json:
+        print(json.dumps({"engine": BOTH, "ok": all_ok, "models": [
+            {**{e: o.to_json() for e, o in pair.items()}, "disagreements": differ} for pair, differ in rows]},
+            indent=2))
+    else:
+        agreed = sum(not differ for _, differ in rows)
+        met = sum(all(o.ok for o in pair.values()) for pair, _ in rows)
+        print(f"{met}/{len(rows)} models met their expectation under TLC and the embedded checker; "
+              f"the engines agree on {agreed}/{len(rows)}.")
     return EXIT_SUCCESS if all_ok else 1
