@@ -77,8 +77,9 @@ VLLM026_STAMP := $(VLLM026_VENV)/.installed
 TLC_JAR ?= $(firstword $(wildcard $(TLA2TOOLS_JAR) ../shared/tlc/tla2tools.jar))
 LIVE_OUT := .live
 # Each multiprocess engine costs two more processes' start-up: the workloads that exercise what
-# multiprocessing changes (finishes, resets, aborts across the process boundary).
-LIVE_MP_WORKLOADS ?= reset,abort,double_reset
+# multiprocessing changes (finishes and resets across the process boundary; aborts run in process),
+# so that the whole target stays under 15 minutes here.
+LIVE_MP_WORKLOADS ?= reset,double_reset
 # SimpleCPUOffloadConnector (eager and lazy) in 0.32.0: its workloads in process, and with
 # multiprocessing the one whose idle engine never stops stepping.
 LIVE_SIMPLE_WORKLOADS ?= preempt,abort,reset,final_store,reload,lazy_idle
