@@ -28,3 +28,32 @@ def test_bad_input_is_one_clear_line(args: list[str], message: str) -> None:
     assert completed.stderr.startswith(message), completed.stderr
     assert "Traceback" not in completed.stderr
     assert len(completed.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("module", "extra"), [("xxhash", "tiers"), ("redis.connection", "tiers"),
+                                                ("matplotlib", "plot")])
+def test_a_missing_extra_is_one_line_naming_it_and_exit_2(
+    module: str, extra: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kvoffload import cli
+    from kvoffload.commands import simulate
+
+    def needs_it(args: object) -> int:
+        raise ModuleNotFoundError(f"No module named {module!r}", name=module)
+
+    monkeypatch.setattr(simulate, "run", needs_it)
+    assert cli.main(["simulate", "--tiers", "cpu,file"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"pip install 'kvoffload[{extra}]'" in err[0] and repr(module) in err[0]
+
+
+def test_a_missing_module_of_no_extra_still_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvoffload import cli
+    from kvoffload.commands import simulate
+
+    def broken(args: object) -> int:
+        raise ModuleNotFoundError("No module named 'kvoffload.gone'", name="kvoffload.gone")
+
+    monkeypatch.setattr(simulate, "run", broken)
+    with pytest.raises(ModuleNotFoundError):
+        cli.main(["simulate"])

@@ -16,6 +16,9 @@ from kvoffload.commands.errors import CommandError
 
 __all__ = ["COMMAND_MODULES", "CommandError", "build_parser", "main"]
 
+# The optional extras' modules a command may need (numba is not one: the mover falls back without it).
+EXTRA_OF_MODULE = {"xxhash": "tiers", "redis": "tiers", "hiredis": "tiers", "matplotlib": "plot"}
+
 COMMAND_MODULES: tuple[str, ...] = (
     "simulate",
     "bench",
@@ -50,6 +53,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CommandError as error:
         print(f"kvoffload {args.command}: error: {error}", file=sys.stderr)
         return error.status
+    except ModuleNotFoundError as error:
+        extra = EXTRA_OF_MODULE.get((error.name or "").partition(".")[0])
+        if extra is None:
+            raise
+        print(f"kvoffload {args.command}: error: this needs the module {error.name!r} of the {extra!r} extra, "
+              f"which is not installed: pip install 'kvoffload[{extra}]'", file=sys.stderr)
+        return 2
     except BrokenPipeError:
         return 0
 
