@@ -126,6 +126,18 @@ def _token_difference(outcome: dict[str, Any], baseline: dict[str, Any]) -> str 
     return None
 
 
+def first_failure(problems: list[dict[str, Any]], outcome: dict[str, Any]) -> tuple[str, str] | None:
+    """A run's first failure from inside the engine: a crash before any other finding, then the
+    first finding, then the engine's death as the driver saw it (``(invariant, message)``)."""
+    crash = next((f for f in problems if f["invariant"] == CRASH), None)
+    first = crash or (problems[0] if problems else None)
+    if first is not None:
+        return first["invariant"], first["message"]
+    if outcome["error"]:
+        return CRASH, f"the engine died: {outcome['error']}"
+    return None
+
+
 def judge(outcome: dict[str, Any], baseline: dict[str, Any], workload: Workload, tlc_jar: str | None) -> RunVerdict:
     """The verdict of one run (see the module docstring for the order)."""
     folder = Path(outcome["folder"])
@@ -134,13 +146,9 @@ def judge(outcome: dict[str, Any], baseline: dict[str, Any], workload: Workload,
     trace_lines = read_ndjson(folder / TRACE_FILE)
     problems = read_ndjson(folder / FINDINGS_FILE)
     drain = read_drain(folder / DRAIN_FILE)
-    crash = next((f for f in problems if f["invariant"] == CRASH), None)
-    first = crash or (problems[0] if problems else None)
     last_seq = trace_lines[-1]["seq"] if trace_lines else 0
-    if first is not None:
-        verdict.invariant, verdict.error = first["invariant"], first["message"]
-    elif outcome["error"]:
-        verdict.invariant, verdict.error = CRASH, f"the engine died: {outcome['error']}"
+    if (failure := first_failure(problems, outcome)) is not None:
+        verdict.invariant, verdict.error = failure
     elif drain is None or (drain["when"] == "idle" and drain["seq"] < last_seq):
         seen = "never" if drain is None else f"last at trace line {drain['seq']} of {last_seq}"
         verdict.invariant, verdict.error = "NoLeak", f"the connector was not idle at the end of the run ({seen})"

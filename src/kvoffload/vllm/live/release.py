@@ -109,19 +109,31 @@ def engine_report(version: str, options: list[str]) -> tuple[dict[str, Any] | No
     return json.loads(lines[-1]), problems
 
 
-def main(argv: list[str] | None = None) -> int:
+def start(
+    argv: list[str] | None, releases: Any, prog: str, options: list[str]
+) -> tuple[str, dict[str, Any], list[str]] | int:
+    """A release module's command line (``VERSION OUT_DIR [kvoffload vllm check options]``) run to
+    the engine check's report: ``(version, report, problems)``, or the exit status when there is no
+    report (2: usage or another vLLM, said on stderr; 1: the check failed, said as FAIL lines)."""
     args = sys.argv[1:] if argv is None else argv
-    if len(args) < 2 or args[0] not in EXPECTED:
-        print(f"usage: python -m kvoffload.vllm.live.release {{{','.join(EXPECTED)}}} OUT_DIR [options]",
-              file=sys.stderr)
+    if len(args) < 2 or args[0] not in releases:
+        print(f"usage: python -m {prog} {{{','.join(releases)}}} OUT_DIR [options]", file=sys.stderr)
         return 2
-    version, out = args[0], Path(args[1])
-    started = time.perf_counter()
-    report, problems = engine_report(version, ["--out", str(out), *args[2:]])
+    version = args[0]
+    report, problems = engine_report(version, [*options, "--out", args[1], *args[2:]])
     if report is None:
         for problem in problems:
             print(f"FAIL: {problem}")
         return 1 if problems else 2
+    return version, report, problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = time.perf_counter()
+    began = start(argv, EXPECTED, "kvoffload.vllm.live.release", [])
+    if isinstance(began, int):
+        return began
+    version, report, problems = began
     problems = check(version, report) + problems
     engine = report["engine"]
     from kvoffload.vllm.live.report import format_report

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvoffload.vllm.check.findings import CRASH, CheckResult, relevant_events, requests_named
+from kvoffload.vllm.check.findings import CheckResult, relevant_events, requests_named
 from kvoffload.vllm.live.driver import BASELINE
 from kvoffload.vllm.live.logs import DRAIN_FILE, FINDINGS_FILE, TRACE_FILE, read_ndjson
 from kvoffload.vllm.live.simple_engine import LOSS, LOSSES_FILE, MODES, WORKER_FILE, read_json
@@ -106,7 +106,7 @@ def _leak(outcome: dict[str, Any], drain: dict[str, Any] | None, last_seq: int) 
 
 def judge_simple(outcome: dict[str, Any], baseline: dict[str, Any], workload: Workload) -> SimpleVerdict:
     """One simple-connector run's verdict (the order is in the module docstring)."""
-    from kvoffload.vllm.live.checker import _token_difference
+    from kvoffload.vllm.live.checker import _token_difference, first_failure
 
     folder = Path(outcome["folder"])
     verdict = SimpleVerdict(workload.name, workload.seed, outcome["manager"].removeprefix(PREFIX), outcome["mode"],
@@ -119,13 +119,9 @@ def judge_simple(outcome: dict[str, Any], baseline: dict[str, Any], workload: Wo
     if drain is not None:
         verdict.stats = {k: v for k, v in drain.items() if k not in ("held", "live", "seq")}
     verdict.stats["drain_steps"] = outcome.get("drain_steps", 0)
-    crash = next((f for f in problems if f["invariant"] == CRASH), None)
-    first = crash or (problems[0] if problems else None)
     last_seq = trace_lines[-1]["seq"] if trace_lines else 0
-    if first is not None:
-        verdict.invariant, verdict.error = first["invariant"], first["message"]
-    elif outcome["error"]:
-        verdict.invariant, verdict.error = CRASH, f"the engine died: {outcome['error']}"
+    if (failure := first_failure(problems, outcome)) is not None:
+        verdict.invariant, verdict.error = failure
     elif (leak := _leak(outcome, drain, last_seq)) is not None:
         verdict.invariant, verdict.error = "NoLeak", leak
     difference = _token_difference(outcome, baseline)

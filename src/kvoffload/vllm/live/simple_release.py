@@ -15,10 +15,9 @@ from __future__ import annotations
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-from kvoffload.vllm.live.release import engine_report
+from kvoffload.vllm.live.release import start
 from kvoffload.vllm.live.workloads import LAZY_IDLE
 
 RELEASES = ("0.32.0",)
@@ -51,18 +50,11 @@ def check(version: str, report: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) < 2 or args[0] not in RELEASES:
-        print(f"usage: python -m kvoffload.vllm.live.simple_release {{{','.join(RELEASES)}}} OUT_DIR [options]",
-              file=sys.stderr)
-        return 2
-    version, out = args[0], Path(args[1])
     started = time.perf_counter()
-    report, problems = engine_report(version, ["--connector", "simple", "--out", str(out), *args[2:]])
-    if report is None:
-        for problem in problems:
-            print(f"FAIL: {problem}")
-        return 1 if problems else 2
+    began = start(argv, RELEASES, "kvoffload.vllm.live.simple_release", ["--connector", "simple"])
+    if isinstance(began, int):
+        return began
+    version, report, problems = began
     problems = check(version, report) + problems
     from kvoffload.vllm.live.simple import format_simple_report
 
