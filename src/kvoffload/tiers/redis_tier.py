@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from redis.connection import parse_url
@@ -95,6 +95,11 @@ class RedisTierConfig:
         except TierConfigError as error:
             raise TierConfigError(f"RedisTierConfig: {error}") from None
 
+    def __repr__(self) -> str:
+        # Never the password, neither the config's nor the URL's.
+        return (f"RedisTierConfig(url={self.display_url!r}, model={self.model!r}, layout={self.layout!r}, "
+                f"rank={self.rank}, ttl_s={self.ttl_s}, socket_timeout_s={self.socket_timeout_s})")
+
     @property
     def namespace(self) -> Namespace:
         return Namespace(self.model, self.layout, self.rank)
@@ -109,7 +114,7 @@ class RedisTierConfig:
             netloc = parts.netloc.rpartition("@")[2]
         except ValueError:
             return "<unparsable url>"
-        return parts._replace(netloc=netloc).geturl()
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 class RedisTier:
