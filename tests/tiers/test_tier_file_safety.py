@@ -81,6 +81,27 @@ def test_after_a_restart_the_tier_starts_empty_and_old_records_never_verify(tmp_
         again.close(remove=True)
 
 
+def test_a_path_that_cannot_be_opened_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "missing" / "x.tier"
+    with pytest.raises(TierConfigError, match=f"^file tier {path}: cannot open it \\(No such file or directory\\)$"):
+        FileTier(str(path), 2, CHUNK)
+
+
+def test_an_io_error_is_one_outage_per_job_and_the_recovery_is_seen(tmp_path: Path) -> None:
+    tier = FileTier(str(tmp_path / "io.tier"), 2, CHUNK)
+    fd = tier.fd
+    tier.fd = os.open(os.devnull, os.O_RDONLY)  # every write now fails with EBADF
+    try:
+        assert tier.write(job((1, 2), (0, 1)), [payload(1), payload(2)], [False, False]) == (FAULT, FAULT)
+        assert tier.stats() == {"available": 0, "outages": 1, "faulted_jobs": 1}
+    finally:
+        os.close(tier.fd)
+        tier.fd = fd
+    assert tier.write(job((1,), (0,)), [payload(1)], [False]) == (OK,)
+    assert tier.stats() == {"available": 1, "outages": 1, "faulted_jobs": 1}
+    tier.close(remove=True)
+
+
 def test_a_deleted_tier_file_keeps_serving_from_its_open_inode(tmp_path: Path) -> None:
     path = str(tmp_path / "gone.tier")
     tier = FileTier(path, 2, CHUNK)

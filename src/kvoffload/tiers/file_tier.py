@@ -95,20 +95,20 @@ class FileTier:
             raise
 
     def _open(self, direct: bool) -> tuple[int, bool]:
-        flags = os.O_RDWR | (os.O_DIRECT if direct and hasattr(os, "O_DIRECT") else 0)
-        for extra in (flags, flags & ~getattr(os, "O_DIRECT", 0)):
-            try:
-                return os.open(self.path, extra | os.O_CREAT | os.O_EXCL, 0o600), True
-            except FileExistsError:
+        """The file's descriptor (O_DIRECT if asked and the file system takes it) and whether
+        this call created the file."""
+        existed = os.path.lexists(self.path)
+        flags = os.O_RDWR | os.O_CREAT
+        try:
+            if direct and hasattr(os, "O_DIRECT"):
                 try:
-                    return os.open(self.path, extra), False
-                except OSError as error:
+                    return os.open(self.path, flags | os.O_DIRECT, 0o600), not existed
+                except OSError as error:  # EINVAL: the file system refuses O_DIRECT
                     if error.errno != errno.EINVAL:
                         raise
-            except OSError as error:  # EINVAL: the file system refuses O_DIRECT at open
-                if error.errno != errno.EINVAL:
-                    raise
-        raise TierConfigError(f"file tier {self.path}: cannot be opened")
+            return os.open(self.path, flags, 0o600), not existed
+        except OSError as error:
+            raise TierConfigError(f"file tier {self.path}: cannot open it ({error.strerror})") from None
 
     def _claim(self) -> None:
         """Lock the file, check what it holds, reserve its size and write a new header."""
@@ -221,6 +221,7 @@ class FileTier:
         slot_buffer, trailer = self._buffers()
         scope = self._scope(job.salt)
         results = []
+        error: OSError | None = None
         for key, slot, payload, flip in zip(job.keys, job.slots, payloads, corrupt, strict=True):
             if not self._fits(key, slot, payload):
                 results.append(FAULT)
@@ -237,12 +238,12 @@ class FileTier:
                 else:
                     trailer[: len(header)] = header
                     written = os.pwritev(self.fd, [payload, trailer], offset)
-            except OSError as error:
-                self.health.failed(f"{error.strerror or error}")
+            except OSError as failure:
+                error = failure
                 results.append(FAULT)
                 continue
-            self.health.succeeded()
             results.append(OK if written == self.slot_bytes else FAULT)
+        self._report(error)
         return tuple(results)
 
     def read(self, job: TierJob, outs: Sequence[memoryview]) -> tuple[tuple[str, ...], int]:
@@ -251,6 +252,7 @@ class FileTier:
         slot_buffer, trailer = self._buffers()
         scope = self._scope(job.salt)
         results = []
+        error: OSError | None = None
         for key, slot, out in zip(job.keys, job.slots, outs, strict=True):
             if not self._fits(key, slot, out):
                 results.append(FAULT)
@@ -264,13 +266,20 @@ class FileTier:
                     read = os.preadv(self.fd, [slot_buffer], offset)
                     out[:] = slot_buffer[: len(out)]
                     header = slot_buffer[self.payload_bytes :]
-            except OSError as error:
-                self.health.failed(f"{error.strerror or error}")
+            except OSError as failure:
+                error = failure
                 results.append(FAULT)
                 continue
-            self.health.succeeded()
             results.append(verify_header(header, scope, key, out)[0] if read == self.slot_bytes else CORRUPT)
+        self._report(error)
         return tuple(results), 0
+
+    def _report(self, error: OSError | None) -> None:
+        """One availability report per job: its first I/O error, or success."""
+        if error is not None:
+            self.health.failed(f"{type(error).__name__}: {error.strerror or error}")
+        else:
+            self.health.succeeded()
 
     def close(self, remove: bool = False) -> None:
         """Close the file (releasing its lock); ``remove`` deletes it too."""
