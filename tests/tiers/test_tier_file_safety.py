@@ -68,17 +68,28 @@ def test_a_file_that_is_not_a_tier_file_is_never_overwritten(tmp_path: Path) -> 
     assert path.read_text() == "precious"
 
 
+def test_a_tier_file_with_a_damaged_header_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "damaged.tier"
+    FileTier(str(path), 2, CHUNK).close()
+    with open(path, "r+b") as raw:
+        raw.seek(8)
+        raw.write(b"[1, 2]\n")
+    with pytest.raises(TierConfigError, match="its header is damaged; remove the file"):
+        FileTier(str(path), 2, CHUNK)
+
+
 def test_after_a_restart_the_tier_starts_empty_and_old_records_never_verify(tmp_path: Path) -> None:
     path = str(tmp_path / "restart.tier")
     first = FileTier(path, 2, CHUNK)
     assert first.write(job((5,), (1,)), [payload(5)], [False]) == (OK,)
     first.close()
     again = FileTier(path, 4, CHUNK)  # same model, layout, chunk: reused, resized, header rewritten
-    try:
-        assert os.path.getsize(path) == again.slot_offset(4)
-        assert again.read(job((5,), (1,)), [memoryview(bytearray(CHUNK))]) == ((CORRUPT,), 0)
-    finally:
-        again.close(remove=True)
+    assert os.path.getsize(path) == again.slot_offset(4)
+    assert again.read(job((5,), (1,)), [memoryview(bytearray(CHUNK))]) == ((CORRUPT,), 0)
+    again.close()
+    smaller = FileTier(path, 1, CHUNK)
+    assert os.path.getsize(path) == smaller.slot_offset(1)  # fewer slots: the file shrinks
+    smaller.close(remove=True)
 
 
 def test_a_path_that_cannot_be_opened_is_one_line(tmp_path: Path) -> None:

@@ -86,7 +86,10 @@ class FileTier:
         self.fd, created = self._open(direct)
         self.direct = bool(fcntl.fcntl(self.fd, fcntl.F_GETFL) & getattr(os, "O_DIRECT", 0))
         try:
-            self._claim()
+            try:
+                self._claim()
+            except OSError as error:
+                raise TierConfigError(f"file tier {path}: {error.strerror or error}") from None
         except BaseException:
             os.close(self.fd)
             self.fd = -1
@@ -156,7 +159,9 @@ class FileTier:
         try:
             found = json.loads(bytes(page[len(FILE_MAGIC) :]).split(b"\n", 1)[0])
         except ValueError:
-            raise TierConfigError(f"file tier {self.path}: its header is damaged; remove the file") from None
+            found = None
+        if not isinstance(found, dict):
+            raise TierConfigError(f"file tier {self.path}: its header is damaged; remove the file")
         wanted = {"model": self.namespace.model, "layout": self.namespace.layout, "rank": self.namespace.rank,
                   "chunk_bytes": self.chunk_bytes}
         mismatches = [f"{name} {found.get(name)!r} (this tier: {wanted[name]!r})" for name in IDENTITY_FIELDS
@@ -174,8 +179,6 @@ class FileTier:
                 f"file tier {self.path}: {self.file_bytes} bytes ({self.num_slots} slots) do not fit in the "
                 f"{available} bytes free on its file system"
             )
-        if status.st_size > self.file_bytes:
-            os.ftruncate(self.fd, self.file_bytes)
         try:
             os.posix_fallocate(self.fd, 0, self.file_bytes)
         except OSError as error:
@@ -186,6 +189,8 @@ class FileTier:
             if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
                 raise
             os.ftruncate(self.fd, self.file_bytes)  # no fallocate here: the statvfs check stands in
+        if status.st_size > self.file_bytes:  # fewer slots than last time
+            os.ftruncate(self.fd, self.file_bytes)
 
     def slot_offset(self, slot: int) -> int:
         """Where slot ``slot`` starts in the file."""
