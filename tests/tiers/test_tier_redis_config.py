@@ -55,6 +55,8 @@ def password_server(redis_server: RedisServer) -> Iterator[RedisServer]:
         ("socket_timeout_s", "2", "socket_timeout_s='2': must be"),
         ("url", "http://127.0.0.1:6379/0", "url='http://127.0.0.1:6379/0': expected redis://"),
         ("url", "redis://127.0.0.1:6379/zero", "the database .* must be an integer"),
+        ("url", "redis://127.0.0.1:99999/0", "the port must be a number in 0-65535"),
+        ("url", 6379, "url=6379: expected redis://"),
         ("rank", -1, "rank must be an integer >= 0, got -1"),
         ("model", "", "model must be a non-empty string"),
     ],

@@ -71,16 +71,20 @@ class RedisTierConfig:
     rank: int = 0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.url, str) or urlsplit(self.url).scheme not in ("redis", "rediss"):
-            raise _setting_error("url", self.display_url, "expected redis://host:port/db or rediss://...")
+        shown = self.display_url if isinstance(self.url, str) else self.url
         try:
-            parts = urlsplit(self.url)
+            parts = urlsplit(self.url) if isinstance(self.url, str) else None
+        except ValueError:  # e.g. an unclosed [IPv6 address
+            parts = None
+        if parts is None or parts.scheme not in ("redis", "rediss"):
+            raise _setting_error("url", shown, "expected redis://host:port/db or rediss://...")
+        try:
             parts.port  # noqa: B018 (parsing the port is the check)
         except ValueError:
-            raise _setting_error("url", self.display_url, "the port is not a number in 0-65535") from None
+            raise _setting_error("url", shown, "the port must be a number in 0-65535") from None
         db = parts.path.strip("/")
         if db and not db.isdigit():
-            raise _setting_error("url", self.display_url, "the database (after the last /) must be an integer >= 0")
+            raise _setting_error("url", shown, "the database (after the last /) must be an integer >= 0")
         if self.password is not None and not isinstance(self.password, str):
             raise TierConfigError("RedisTierConfig.password: must be a string or None")
         timeout = self.socket_timeout_s
@@ -133,11 +137,16 @@ class RedisTier:
         if config.password is not None:
             options["password"] = config.password  # the config's password wins over the URL's
         self.client = redis.Redis(connection_pool=redis.ConnectionPool(**options))
+        self.namespace = config.namespace
         self.health = Availability(f"redis tier {config.display_url}")
 
     def key_name(self, key: OffloadKey, salt: str) -> str:
         """The Redis key of ``key`` under ``salt``: the scope, then the full key in hex."""
-        return self.config.namespace.scope(salt).decode() + key_bytes(key).hex()
+        return self._key_names((key,), self.namespace.scope(salt))[0].decode()
+
+    @staticmethod
+    def _key_names(keys: Sequence[OffloadKey], scope: bytes) -> list[bytes]:
+        return [scope + key_bytes(key).hex().encode() for key in keys]
 
     def stats(self) -> dict[str, int]:
         """Availability counters (see kvoffload.tiers.health.Availability.stats)."""
@@ -145,15 +154,15 @@ class RedisTier:
 
     def write(self, job: TierJob, payloads: Sequence[memoryview], corrupt: Sequence[bool]) -> tuple[str, ...]:
         """SET every chunk in one pipeline; every key is a ``fault`` if the server is unavailable."""
-        scope = self.config.namespace.scope(job.salt)
+        scope = self.namespace.scope(job.salt)
         buffers: list[bytes | memoryview] = []
-        for key, payload, flip in zip(job.keys, payloads, corrupt, strict=True):
+        for key, name, payload, flip in zip(job.keys, self._key_names(job.keys, scope), payloads, corrupt, strict=True):
             header = pack_header(scope, key, payload, self.writer)
             if flip:
                 flipped = bytearray(payload)
                 flipped[0] ^= 0xFF
                 payload = memoryview(flipped)
-            buffers += set_command(self.key_name(key, job.salt).encode(), header, payload, self.config.ttl_s)
+            buffers += set_command(name, header, payload, self.config.ttl_s)
         results: list[str] = []
 
         def exchange(reader: ReplyReader) -> None:
@@ -172,13 +181,13 @@ class RedisTier:
     def read(self, job: TierJob, outs: Sequence[memoryview]) -> tuple[tuple[str, ...], int]:
         """GET every chunk in one pipeline, each reply received straight into its CPU block, then
         verified. Returns the per-key results and how many verified chunks another writer stored."""
-        scope = self.config.namespace.scope(job.salt)
+        scope = self.namespace.scope(job.salt)
         results: list[str] = []
         foreign = 0
 
         def exchange(reader: ReplyReader) -> None:
             nonlocal foreign
-            send_all(reader.sock, [get_command(self.key_name(key, job.salt).encode()) for key in job.keys])
+            send_all(reader.sock, [get_command(name) for name in self._key_names(job.keys, scope)])
             crlf = memoryview(bytearray(2))
             for key, out in zip(job.keys, outs, strict=True):
                 try:
@@ -209,9 +218,10 @@ class RedisTier:
         """EXISTS for every key in one pipeline: ``ok`` (held) or ``miss`` per key, all ``fault``
         if the server is unavailable. A key may still vanish before the promotion reads it."""
         results: list[str] = []
+        names = self._key_names(job.keys, self.namespace.scope(job.salt))
 
         def exchange(reader: ReplyReader) -> None:
-            send_all(reader.sock, [exists_command(self.key_name(key, job.salt).encode()) for key in job.keys])
+            send_all(reader.sock, [exists_command(name) for name in names])
             results.extend(OK if reader.integer() else MISS for _ in job.keys)
 
         if not self._exchange(exchange):
