@@ -46,7 +46,7 @@ def test_the_command_prints_tier_figures(redis_server: RedisServer, capsys: pyte
         (["--tiers", "file,cpu"], "--tiers must start with cpu"),
         (["--tiers", "cpu,disk"], "each of file, redis may follow cpu once"),
         (["--tiers", "cpu,file", "--engines", "2"], "needs the shared redis tier"),
-        (["--tiers", "cpu,file", "--tier-dir", "/nonexistent/kvoffload"], "cannot use the file tier"),
+        (["--tiers", "cpu,file", "--tier-dir", "/nonexistent/kvoffload"], "engine0.tier: cannot open it"),
         (["--tiers", "cpu,redis", "--redis-url", "foo://x"], "url='foo://x': expected redis://"),
     ],
 )
