@@ -488,8 +488,9 @@ class BlockMover:
             :mod:`kvoffload.offload.copy_calibration`), from ``copy_table`` or else from a
             start-up calibration of at most about ``calibration_s`` seconds on scratch buffers.
             Ignored on CPU. :attr:`cuda_copy` holds the path used per direction (``None`` on
-            CPU), :attr:`cuda_copy_reasons` why, :attr:`cuda_copy_unavailable` the paths that
-            cannot run here and why.
+            CPU), :attr:`cuda_copy_reasons` why, :attr:`cuda_copy_details` how each runs here
+            (driver backend, kernel), :attr:`cuda_copy_unavailable` the paths that cannot run
+            here and why.
         copy_table: for ``cuda_copy="auto"``: a JSON table written by
             ``kvoffload bench mover --device cuda --table PATH``, or a list of
             :class:`~kvoffload.offload.copy_calibration.Measurement`.
@@ -570,6 +571,7 @@ class BlockMover:
         self._closed = False
         self.cuda_copy: dict[Direction, str] | None = None
         self.cuda_copy_reasons: dict[Direction, str] = {}
+        self.cuda_copy_details: dict[Direction, str] = {}
         self.cuda_copy_unavailable: dict[str, str] = {}
         self._paths: dict[Direction, CopyPath] = {}
         if self._is_cuda:
@@ -582,6 +584,7 @@ class BlockMover:
             self._paths = selection.paths
             self.cuda_copy = {d: p.name for d, p in selection.paths.items()}
             self.cuda_copy_reasons = selection.reasons
+            self.cuda_copy_details = {d: p.detail for d, p in selection.paths.items()}
             self.cuda_copy_unavailable = selection.unavailable
 
     # ------------------------------------------------------------------ construction helpers
