@@ -79,9 +79,10 @@ def test_dma_paths_submit_one_range_per_block_per_run_or_per_job() -> None:
         backend = HostMemmove()
         run(make_path(name, rows, backend), True, gpu_ids, cpu_ids)
         counts[name] = backend.calls
-    assert counts["naive"] == [("async", 1)] * (6 * layers)
-    assert counts["merged"] == [("async", 1)] * (3 * layers)
-    assert counts["batched"] == [("batch", 3 * layers)]
+    # Every job first binds the backend to the submitting thread.
+    assert counts["naive"] == [("bind", 0)] + [("async", 1)] * (6 * layers)
+    assert counts["merged"] == [("bind", 0)] + [("async", 1)] * (3 * layers)
+    assert counts["batched"] == [("bind", 0), ("batch", 3 * layers)]
 
 
 def test_batched_path_keeps_its_descriptor_arrays_alive() -> None:
@@ -134,3 +135,29 @@ def test_vector_path_without_triton_says_which_fallback_it_runs() -> None:
     path = make_path("vector", rows, None)
     assert path.detail.startswith("torch complex128 index ops (device cpu is not CUDA)")
     assert copy_vector_triton.unavailable(torch.device("cpu")) == "device cpu is not CUDA"
+
+
+def test_batched_copy_attributes_match_the_driver_struct_layout() -> None:
+    """CUmemcpyAttributes (cuda.h, 12.8+): int order, two {int type, int id} locations, uint flags."""
+    import ctypes
+
+    from kvoffload.offload import copy_backends
+
+    store = copy_backends._attributes(True, 3)
+    assert ctypes.sizeof(store) == 24
+    assert (store.srcAccessOrder, store.flags) == (1, 1)  # ..._ORDER_STREAM, PREFER_OVERLAP_WITH_COMPUTE
+    assert (store.srcLocHint.type, store.srcLocHint.id, store.dstLocHint.type) == (1, 3, 2)  # device 3 -> host
+    load = copy_backends._attributes(False, 3)
+    assert (load.srcLocHint.type, load.dstLocHint.type, load.dstLocHint.id) == (2, 1, 3)
+
+
+def test_without_a_cuda_driver_no_backend_loads_and_each_says_why() -> None:
+    import ctypes.util
+
+    from kvoffload.offload.copy_backends import driver_backends
+
+    if ctypes.util.find_library("cuda") is not None:
+        pytest.skip("a CUDA driver is installed here; this checks a machine without one")
+    loaded, reasons = driver_backends(0)
+    assert loaded == []
+    assert [r.split(":")[0] for r in reasons] == ["cuda.bindings", "ctypes-libcuda"]

@@ -43,6 +43,11 @@ class CopyBackend(Protocol):
 
     name: str
 
+    def bind(self) -> None:
+        """Make the device's context current on this thread (once per job, before its copies):
+        a job may be submitted from a thread where torch never made it current."""
+        ...
+
     def copy_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
         """Copy ``nbytes`` from address ``src`` to ``dst`` after the stream's earlier work."""
         ...
@@ -59,6 +64,9 @@ class HostMemmove:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, int]] = []  # ("async" | "batch", ranges), for the tests
+
+    def bind(self) -> None:
+        self.calls.append(("bind", 0))
 
     def copy_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
         self.calls.append(("async", 1))
@@ -102,6 +110,10 @@ class DriverCtypes:
         self._check(lib.cuDriverGetVersion(ctypes.byref(version)), "cuDriverGetVersion")
         self.driver_version = version.value
         self._lib = lib
+        # torch runs on the device's primary context; retained here, made current per job.
+        self._context = ctypes.c_void_p()
+        self._check(lib.cuDevicePrimaryCtxRetain(ctypes.byref(self._context), device), "cuDevicePrimaryCtxRetain")
+        lib.cuCtxSetCurrent.argtypes = [ctypes.c_void_p]
         self._memcpy = lib.cuMemcpyAsync
         self._memcpy.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p]
         self._batch: Any = None
@@ -124,6 +136,9 @@ class DriverCtypes:
         if lib is None or lib.cuGetErrorName(code, ctypes.byref(name)) != 0 or name.value is None:
             return "unknown"
         return name.value.decode()
+
+    def bind(self) -> None:
+        self._check(self._lib.cuCtxSetCurrent(self._context), "cuCtxSetCurrent")
 
     def copy_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
         self._check(self._memcpy(dst, src, nbytes, stream), "cuMemcpyAsync")
@@ -166,9 +181,12 @@ class DriverBindings:
     def __init__(self, device: int = 0) -> None:
         self._driver = importlib.import_module("cuda.bindings.driver")
         self._device = device
-        (err,) = self._driver.cuInit(0)[:1]
-        if int(err) != 0:
-            raise RuntimeError(f"cuInit failed: {err}")
+        self._check(self._driver.cuInit(0), "cuInit")
+        err, self._context = self._driver.cuDevicePrimaryCtxRetain(device)
+        self._check((err,), "cuDevicePrimaryCtxRetain")
+
+    def bind(self) -> None:
+        self._check(self._driver.cuCtxSetCurrent(self._context), "cuCtxSetCurrent")
 
     def _check(self, result: Any, call: str) -> None:
         err = result[0] if isinstance(result, tuple) else result
@@ -221,6 +239,7 @@ def probe_batch(backend: CopyBackend, device: torch.device) -> str | None:
         dev = torch.empty(4096, dtype=torch.uint8, device=device)
         stream = torch.cuda.Stream(device=device)
         one = torch.tensor([4096], dtype=torch.int64)
+        backend.bind()
         for store, src, dst in ((False, host, dev), (True, dev, back)):
             batch = Descriptors(torch.tensor([src.data_ptr()]), torch.tensor([dst.data_ptr()]), one)
             backend.copy_batch(batch, stream.cuda_stream, store)

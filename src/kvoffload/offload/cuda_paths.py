@@ -85,7 +85,8 @@ class _DmaPath(CopyPath):
         self, store: bool, gpu_ids: torch.Tensor, cpu_ids: torch.Tensor
     ) -> tuple[CopyPlan, list[int], list[int]]:
         """The plan in block units (offsets and sizes in blocks), and each layer's source and
-        destination base address."""
+        destination base address; binds the backend to this thread first."""
+        self.backend.bind()
         gpu = [t.data_ptr() for t in self.rows.gpu]
         cpu = [t.data_ptr() for t in self.rows.cpu]
         if store:
