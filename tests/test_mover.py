@@ -388,16 +388,17 @@ def test_copy_raising_inside_torch_is_reported_failed(
     if primitive == "copy_":
         gpu_ids, cpu_ids = list(range(10)), list(range(10))  # one run -> slice copy_
         monkeypatch.setattr(torch.Tensor, "copy_", boom)
-        # ... except on CUDA: the SM paths copy by index_copy_ (or Triton), the DMA paths by the driver.
+    else:
+        gpu_ids, cpu_ids = [9, 3, 14], [0, 5, 2]  # scattered -> gather
+        monkeypatch.setattr(torch, "index_select", boom)
+        monkeypatch.setattr(torch.Tensor, "index_select", boom)
+    if isinstance(device, CudaPath):
+        # On CUDA the SM paths copy by index_copy_ (or Triton), the DMA paths through the driver.
         monkeypatch.setattr(torch.Tensor, "index_copy_", boom)
         monkeypatch.setattr(cuda_paths.copy_vector_triton, "copy_rows", boom)
         for backend in (copy_backends.DriverCtypes, copy_backends.DriverBindings):
             monkeypatch.setattr(backend, "copy_async", boom)
             monkeypatch.setattr(backend, "copy_batch", boom)
-    else:
-        gpu_ids, cpu_ids = [9, 3, 14], [0, 5, 2]  # scattered -> gather
-        monkeypatch.setattr(torch, "index_select", boom)
-        monkeypatch.setattr(torch.Tensor, "index_select", boom)
     threads = torch.get_num_threads()
     m.store(1, gpu_ids, cpu_ids)
     monkeypatch.undo()

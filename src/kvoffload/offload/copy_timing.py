@@ -98,14 +98,13 @@ def copy_rate(submit: Callable[[], None], drain: Callable[[], None], nbytes: int
 def interference(
     submit: Callable[[], None], drain: Callable[[], None], nbytes: int, loop: ComputeLoop, max_jobs: int = 100_000
 ) -> Interference:
-    """The loop alone, then beside copies submitted without pause from just before it starts until
-    it ends (so they run at the rate the path sustains, submit cost included)."""
+    """The loop alone, then beside copies submitted without pause from one job before it starts
+    until it ends (so they run at the rate the path sustains, submit cost included)."""
     alone = loop.alone_seconds()
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     submit()
-    submit()
-    jobs = 2
+    jobs = 1
     start, end = loop.enqueue()
     while not end.query() and jobs < max_jobs:
         submit()

@@ -131,7 +131,13 @@ def select(cuda_copy: str, rows: LayerRows, table: CopyTable | None, calibration
         return Selection(
             {"store": paths[cuda_copy], "load": paths[cuda_copy]}, {"store": reason, "load": reason}, unavailable
         )
-    measurements = _measurements(table) if table is not None else calibrate_paths(rows, list(paths), calibration_s)
+    if table is not None:
+        measurements = _measurements(table)
+    else:
+        try:
+            measurements = calibrate_paths(rows, list(paths), calibration_s)
+        except RuntimeError:  # no room for scratch buffers, no pinned memory: choose without data
+            measurements = []
     block_bytes = sum(rows.row_bytes())
     choices: dict[Direction, Choice] = {
         d: copy_calibration.choose(measurements, d, block_bytes, list(paths)) for d in ("store", "load")

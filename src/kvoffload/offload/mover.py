@@ -122,6 +122,8 @@ class _Plan:
     ``scatter_src``/``scatter_dst``: the rest, scattered on both sides, sorted by destination.
     ``kernel``: the job was not planned: every pair is in ``scatter_src``/``scatter_dst`` (sorted
     by destination) and is copied by the numba kernel, a single pass whatever the layout.
+    On CUDA a job is not planned either: its pairs, in the given order, are in
+    ``scatter_src``/``scatter_dst`` for the direction's copy path.
     """
 
     runs: list[tuple[int, int, int]] = field(default_factory=list)
@@ -290,7 +292,7 @@ def _list_ids(job_id: int, name: str, ids: Sequence[int]) -> bytearray:
 def _check_unique(job_id: int, name: str, ids: list[int] | torch.Tensor) -> None:
     """ValueError naming the smallest id that ``ids`` holds twice, the id the sorting planners name.
 
-    O(n + largest id) with no sort: the CUDA kernel path needs no plan, so this is all the host
+    O(n + largest id) with no sort: CUDA jobs skip the torch planner, so this is all the host
     does per block besides converting the ids."""
     if isinstance(ids, list):
         seen: set[int] = set()
