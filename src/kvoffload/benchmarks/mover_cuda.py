@@ -131,9 +131,9 @@ def _path_figures(
     out: dict[str, Any] = {}
     for direction, ref in (("store", "d2h"), ("load", "h2d")):
         submit, drain = _submitter(m, direction, w)  # type: ignore[arg-type]
-        rate = copy_rate(submit, drain, w.nbytes, repeats)
-        beside = interference(submit, drain, w.nbytes, loop)
         s = seconds[f"{path}_{direction}"]
+        rate = copy_rate(submit, drain, w.nbytes, repeats)
+        beside = interference(submit, drain, w.nbytes, loop, s)
         out[direction] = {
             "gbps": gbps(w.nbytes, s),
             "ratio": round(seconds[ref] / s, 3),

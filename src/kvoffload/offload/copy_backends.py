@@ -111,8 +111,10 @@ class DriverCtypes:
         self.driver_version = version.value
         self._lib = lib
         # torch runs on the device's primary context; retained here, made current per job.
+        handle = ctypes.c_int()
+        self._check(lib.cuDeviceGet(ctypes.byref(handle), device), "cuDeviceGet")
         self._context = ctypes.c_void_p()
-        self._check(lib.cuDevicePrimaryCtxRetain(ctypes.byref(self._context), device), "cuDevicePrimaryCtxRetain")
+        self._check(lib.cuDevicePrimaryCtxRetain(ctypes.byref(self._context), handle), "cuDevicePrimaryCtxRetain")
         lib.cuCtxSetCurrent.argtypes = [ctypes.c_void_p]
         self._memcpy = lib.cuMemcpyAsync
         self._memcpy.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p]
@@ -182,7 +184,9 @@ class DriverBindings:
         self._driver = importlib.import_module("cuda.bindings.driver")
         self._device = device
         self._check(self._driver.cuInit(0), "cuInit")
-        err, self._context = self._driver.cuDevicePrimaryCtxRetain(device)
+        err, handle = self._driver.cuDeviceGet(device)
+        self._check((err,), "cuDeviceGet")
+        err, self._context = self._driver.cuDevicePrimaryCtxRetain(handle)
         self._check((err,), "cuDevicePrimaryCtxRetain")
 
     def bind(self) -> None:

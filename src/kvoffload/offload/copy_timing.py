@@ -10,6 +10,7 @@ so the copies do not wait for it.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -96,11 +97,16 @@ def copy_rate(submit: Callable[[], None], drain: Callable[[], None], nbytes: int
 
 
 def interference(
-    submit: Callable[[], None], drain: Callable[[], None], nbytes: int, loop: ComputeLoop, max_jobs: int = 100_000
+    submit: Callable[[], None], drain: Callable[[], None], nbytes: int, loop: ComputeLoop, job_seconds: float
 ) -> Interference:
     """The loop alone, then beside copies submitted without pause from one job before it starts
-    until it ends (so they run at the rate the path sustains, submit cost included)."""
+    until it ends (so they run at the rate the path sustains, submit cost included).
+
+    ``job_seconds`` (one job's time alone) caps the jobs at what covers 1.5x the loop's time:
+    a path that submits faster than it copies would otherwise queue far more work than the loop
+    lasts, and the drain would wait for all of it."""
     alone = loop.alone_seconds()
+    max_jobs = math.ceil(1.5 * alone / max(job_seconds, 1e-9)) + 1
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     submit()

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from kvoffload.offload import copy_calibration, cuda_host
-from kvoffload.offload.copy_backends import CopyBackend, driver_backends, probe_batch
+from kvoffload.offload.copy_backends import CopyBackend, DriverCtypes, driver_backends, probe_batch
 from kvoffload.offload.copy_calibration import Choice, Direction, Measurement
 from kvoffload.offload.copy_timing import ComputeLoop, copy_rate, interference
 from kvoffload.offload.cuda_paths import PATHS, CopyPath, LayerRows, make_path
@@ -45,7 +45,11 @@ class Selection:
 
 
 def _backends(device: torch.device) -> tuple[CopyBackend | None, CopyBackend | None, list[str]]:
-    """(backend for single copies, backend whose batched copy passed the probe, reasons)."""
+    """(backend for single copies, backend whose batched copy passed the probe, reasons).
+
+    Single copies go through ctypes when it loads: one call per block makes the binding's own
+    per-call cost count, and ctypes adds the least. The batched call takes the first backend that
+    passes the probe, cuda.bindings first."""
     loaded, reasons = driver_backends(device.index or 0)
     batch = None
     for backend in loaded:
@@ -54,7 +58,8 @@ def _backends(device: torch.device) -> tuple[CopyBackend | None, CopyBackend | N
             batch = backend
             break
         reasons.append(why)
-    return (loaded[0] if loaded else None), batch, reasons
+    single = next((b for b in loaded if isinstance(b, DriverCtypes)), loaded[0] if loaded else None)
+    return single, batch, reasons
 
 
 def available_paths(rows: LayerRows) -> tuple[dict[str, CopyPath], dict[str, str]]:
@@ -107,7 +112,7 @@ def calibrate_paths(rows: LayerRows, names: Sequence[str], budget_s: float) -> l
             keep.clear()
 
         rate = copy_rate(submit, drain, blocks * block_bytes, 2)
-        beside = interference(submit, drain, blocks * block_bytes, loop)
+        beside = interference(submit, drain, blocks * block_bytes, loop, blocks * block_bytes / (rate.gbps * 1e9))
         return Measurement(name, direction, block_bytes, round(rate.gbps, 3), round(beside.slowdown, 4))
 
     usable = [n for n in names if n in scratch_paths]
