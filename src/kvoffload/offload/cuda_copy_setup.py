@@ -10,6 +10,7 @@ are never written), bounded by a time budget.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,12 +45,14 @@ class Selection:
     measurements: list[Measurement] = field(default_factory=list)
 
 
+@functools.cache
 def _backends(device: torch.device) -> tuple[CopyBackend | None, CopyBackend | None, list[str]]:
     """(backend for single copies, backend whose batched copy passed the probe, reasons).
 
     Single copies go through ctypes when it loads: one call per block makes the binding's own
     per-call cost count, and ctypes adds the least. The batched call takes the first backend that
-    passes the probe, cuda.bindings first."""
+    passes the probe, cuda.bindings first. Made once per device and process: every mover (and
+    every calibration's scratch paths) shares them."""
     loaded, reasons = driver_backends(device.index or 0)
     batch = None
     for backend in loaded:
