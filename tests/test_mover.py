@@ -15,7 +15,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvoffload.offload import cuda_host, mover_cpu_kernel
+from kvoffload.offload import copy_backends, cuda_copy_setup, cuda_paths, mover_cpu_kernel
 from kvoffload.offload import mover as mover_mod
 from kvoffload.offload.mover import BlockMover, TransferResult
 
@@ -23,14 +23,20 @@ CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 
 
-class DmaCuda(str):
-    """The device "cuda", with the mover's copy-engine path instead of the host-view kernel."""
+class CudaPath(str):
+    """The device "cuda", with every mover of the test using one CUDA copy path (``path``)."""
+
+    path: str
+
+    def __new__(cls, path: str) -> CudaPath:
+        self = super().__new__(cls, "cuda")
+        self.path = path
+        return self
 
 
 DEVICES = [
     "cpu",
-    pytest.param("cuda", marks=[needs_cuda, pytest.mark.cuda], id="cuda-kernel"),
-    pytest.param(DmaCuda("cuda"), marks=[needs_cuda, pytest.mark.cuda], id="cuda-dma"),
+    *(pytest.param(CudaPath(p), marks=[needs_cuda, pytest.mark.cuda], id=f"cuda-{p}") for p in cuda_paths.PATHS),
 ]
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.uint8]
@@ -53,10 +59,14 @@ CPU_PATHS = [pytest.param("kernel", marks=needs_numba), "torch"]
 
 @pytest.fixture(autouse=True)
 def cuda_copy_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A ``cuda-dma`` test runs with no CUDA view of the CPU tier, so "auto" picks DMA."""
+    """A ``cuda-<path>`` test runs every mover it makes with ``cuda_copy=<path>``."""
     callspec = getattr(request.node, "callspec", None)
-    if callspec is not None and isinstance(callspec.params.get("device"), DmaCuda):
-        monkeypatch.setattr(cuda_host, "device_view", lambda host, device: None)
+    device = None if callspec is None else callspec.params.get("device")
+    if isinstance(device, CudaPath):
+        real = cuda_copy_setup.select
+        monkeypatch.setattr(
+            cuda_copy_setup, "select", lambda _copy, rows, table, budget: real(device.path, rows, table, budget)
+        )
 
 
 @pytest.fixture
@@ -378,12 +388,17 @@ def test_copy_raising_inside_torch_is_reported_failed(
     if primitive == "copy_":
         gpu_ids, cpu_ids = list(range(10)), list(range(10))  # one run -> slice copy_
         monkeypatch.setattr(torch.Tensor, "copy_", boom)
-        # ... except on CUDA with the host-view kernel, which copies every job by index_copy_.
-        monkeypatch.setattr(torch.Tensor, "index_copy_", boom)
     else:
         gpu_ids, cpu_ids = [9, 3, 14], [0, 5, 2]  # scattered -> gather
         monkeypatch.setattr(torch, "index_select", boom)
         monkeypatch.setattr(torch.Tensor, "index_select", boom)
+    if isinstance(device, CudaPath):
+        # On CUDA the SM paths copy by index_copy_ (or Triton), the DMA paths through the driver.
+        monkeypatch.setattr(torch.Tensor, "index_copy_", boom)
+        monkeypatch.setattr(cuda_paths.copy_vector_triton, "copy_rows", boom)
+        for backend in (copy_backends.DriverCtypes, copy_backends.DriverBindings):
+            monkeypatch.setattr(backend, "copy_async", boom)
+            monkeypatch.setattr(backend, "copy_batch", boom)
     threads = torch.get_num_threads()
     m.store(1, gpu_ids, cpu_ids)
     monkeypatch.undo()
@@ -546,7 +561,7 @@ def test_cuda_pinned_and_store_waits_for_compute_stream() -> None:
     m = BlockMover([layer], NUM_CPU)
     assert m.cpu_layers[0].is_pinned()
     assert m.device.type == "cuda"
-    assert m.cuda_copy == "kernel"
+    assert m.cuda_copy is not None and set(m.cuda_copy.values()) <= set(cuda_paths.PATHS)
     torch.cuda.synchronize()
     # The compute stream is busy, then writes the block: the store must see the write.
     torch.cuda._sleep(50_000_000)
@@ -898,25 +913,29 @@ def test_big_list_ids_land_where_they_must(cpu_path: str) -> None:
 def test_cuda_copy_is_none_on_cpu_and_an_unknown_mode_is_refused() -> None:
     layers = [torch.zeros(NUM_GPU, 8, dtype=torch.float16)]
     assert BlockMover(layers, NUM_CPU).cuda_copy is None
-    with pytest.raises(ValueError, match="cuda_copy must be 'auto', 'kernel' or 'dma', got 'fast'"):
+    with pytest.raises(
+        ValueError, match="cuda_copy must be 'auto' or one of naive, merged, batched, gather, vector, got 'fast'"
+    ):
         BlockMover(layers, NUM_CPU, cuda_copy="fast")  # type: ignore[arg-type]
 
 
 @needs_cuda
 @pytest.mark.cuda
-def test_cuda_copy_modes_and_kernel_needs_pinned_cpu_layers() -> None:
+def test_cuda_copy_modes_and_sm_paths_need_pinned_cpu_layers() -> None:
     layer = rand_layer(NUM_GPU, (64,), torch.float16, "cuda", 5)
-    assert BlockMover([layer], NUM_CPU, cuda_copy="dma").cuda_copy == "dma"
-    assert BlockMover([layer], NUM_CPU, cuda_copy="kernel").cuda_copy == "kernel"
+    for path in cuda_paths.PATHS:
+        assert BlockMover([layer], NUM_CPU, cuda_copy=path).cuda_copy == {"store": path, "load": path}  # type: ignore[arg-type]
     pageable = [torch.zeros(NUM_CPU, 64, dtype=torch.float16)]
-    assert BlockMover([layer], cpu_layers=pageable).cuda_copy == "dma"
-    with pytest.raises(ValueError, match="CPU layer 0 cannot be addressed from cuda:0 \\(pinned: False\\)"):
-        BlockMover([layer], cpu_layers=pageable, cuda_copy="kernel")
+    auto = BlockMover([layer], cpu_layers=pageable)
+    assert auto.cuda_copy is not None and set(auto.cuda_copy.values()) <= set(cuda_paths.DMA_PATHS)
+    assert set(auto.cuda_copy_unavailable) >= {"gather", "vector"}
+    with pytest.raises(ValueError, match="cuda_copy='gather' cannot run here: the gather path needs CUDA views"):
+        BlockMover([layer], cpu_layers=pageable, cuda_copy="gather")
 
 
 @needs_cuda
 @pytest.mark.cuda
-@pytest.mark.parametrize("cuda_copy", ["kernel", "dma"])
+@pytest.mark.parametrize("cuda_copy", cuda_paths.PATHS)
 def test_cuda_scattered_round_trip_of_many_small_blocks(cuda_copy: str) -> None:
     """Thousands of scattered 4 KiB-and-smaller rows each way, checked byte for byte."""
     n_gpu, n_cpu = 4096, 6000

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import pytest
 
@@ -24,7 +25,7 @@ def test_runs_are_interleaved_rounds_after_a_warm_up(settle: bool, monkeypatch: 
     settles: list[int] = []
     monkeypatch.setattr(bench, "_settle", lambda: settles.append(len(calls)))
     variants = {name: (lambda name=name: calls.append(name)) for name in "abcd"}
-    timings = bench._median_seconds(variants, 5, lambda: None, settle)
+    timings = bench.median_seconds(variants, 5, lambda: None, settle)
     assert calls[:4] == list("abcd")
     rounds = [calls[4 + 4 * r : 8 + 4 * r] for r in range(5)]
     assert len(calls) == 4 + 5 * 4 and all(sorted(r) == list("abcd") for r in rounds)
@@ -109,3 +110,78 @@ def test_array_ids_without_numpy_is_one_line(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "numpy" else real(name, *a))
     with pytest.raises(CommandError, match=r"^--ids array needs numpy, which is not installed"):
         bench.run(parse("--device", "cpu", "--ids", "array"))
+
+
+def test_the_cpu_kernel_is_a_mover_argument_not_a_module_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bench hands each mover ``cpu_kernel``; the module flag the whole process reads stays put."""
+    from kvoffload.offload import mover_cpu_kernel
+    from kvoffload.offload.mover import BlockMover
+
+    kernels: list[bool] = []
+    real = BlockMover.__init__
+
+    def recording(self: BlockMover, *args: object, **kwargs: object) -> None:
+        kernels.append(bool(kwargs.get("cpu_kernel", True)))
+        real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(BlockMover, "__init__", recording)
+    before = mover_cpu_kernel.AVAILABLE
+    out = bench.run(parse("--device", "cpu", "--total-mib", "1", "--repeats", "1", "--block-sizes", "4096"))
+    assert mover_cpu_kernel.AVAILABLE is before
+    assert kernels == ([True, False] if out["cpu_kernel"] == "numba" else [False])
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the CPU-only answer to --device cuda")
+def test_device_cuda_without_a_gpu_is_one_line_and_status_2(capsys: pytest.CaptureFixture[str]) -> None:
+    from kvoffload.cli import main
+
+    assert main(["bench", "mover", "--device", "cuda", "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and "--device cuda, but torch" in lines[0] and "sees no CUDA device" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("block_bytes", "goal"), [(4096, 0.6), (8192, 0.6), (16384, 0.8), (32768, 0.8), (65536, 0.9), (1 << 20, 0.9)]
+)
+def test_goal_ratio_follows_the_issue(block_bytes: int, goal: float) -> None:
+    from kvoffload.benchmarks import mover_cuda
+
+    assert mover_cuda.goal_ratio(block_bytes) == goal
+
+
+def test_goals_judge_the_chosen_path_of_each_direction() -> None:
+    from kvoffload.benchmarks import mover_cuda
+
+    paths = {
+        "batched": {"store": {"ratio": 0.95, "slowdown": 0.01}, "load": {"ratio": 0.7, "slowdown": 0.0}},
+        "gather": {"store": {"ratio": 0.99, "slowdown": 0.2}, "load": {"ratio": 0.85, "slowdown": None}},
+    }
+    chosen = {"store": {"path": "batched"}, "load": {"path": "gather"}}
+    got = {g["direction"]: g for g in mover_cuda.goals(16384, chosen, paths)}
+    assert got["store"]["ratio_met"] and got["store"]["slowdown_met"] and got["store"]["ratio_goal"] == 0.8
+    assert got["load"]["path"] == "gather" and got["load"]["ratio_met"]
+    assert not got["load"]["slowdown_met"]  # unknown slowdown is not a met goal
+
+
+def test_table_option_writes_what_the_mover_reads(tmp_path: Path) -> None:
+    from kvoffload.offload.copy_calibration import Measurement, read_table
+
+    results = [
+        {"measurements": [{"path": "merged", "direction": "store", "block_bytes": 4096, "gbps": 3.5, "slowdown": 0.0}]},
+        {
+            "measurements": [
+                {"path": "gather", "direction": "load", "block_bytes": 65536, "gbps": 40.0, "slowdown": None}
+            ]
+        },
+    ]
+    bench._write_table(tmp_path / "t.json", results, "cuda:0 test")
+    assert read_table(tmp_path / "t.json") == [
+        Measurement("merged", "store", 4096, 3.5, 0.0),
+        Measurement("gather", "load", 65536, 40.0, None),
+    ]
+    from kvoffload.commands.errors import CommandError
+
+    with pytest.raises(CommandError, match=r"^--table .*missing/t.json: No such file or directory$"):
+        bench._write_table(tmp_path / "missing" / "t.json", results, "cuda:0 test")

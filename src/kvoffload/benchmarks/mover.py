@@ -17,9 +17,12 @@ On CPU, when the numba kernel is in use (extra ``fast-cpu``; see
 with the kernel switched off, in the same interleaved rounds, so the kernel's gain is a ratio
 measured under the same load; ``--no-kernel`` switches it off for every figure.
 
-On CUDA, host memory is pinned (for the reference too), every timing ends with a synchronize,
-``contiguous_gbps`` is the device->host copy and ``contiguous_h2d_gbps`` the host->device copy;
-``load_ratio`` is taken against the latter.
+On CUDA (``--device cuda``) every copy path of :mod:`kvoffload.offload.cuda_paths` is measured
+against one contiguous DMA of the same bytes each way, with an interference run against a matmul
+loop, and the path ``cuda_copy="auto"`` picks (see :mod:`kvoffload.benchmarks.mover_cuda`);
+``--table PATH`` also writes those measurements as a copy table for ``BlockMover(copy_table=)``.
+``--device cuda`` on a machine where torch sees no CUDA device prints one line saying so and
+exits with status 2, like any other bad input.
 """
 
 from __future__ import annotations
@@ -29,14 +32,18 @@ import importlib.util
 import random
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvoffload.commands.errors import CommandError
 
 if TYPE_CHECKING:
     import torch
+
+    from kvoffload.offload.copy_timing import ComputeLoop
+    from kvoffload.offload.mover import BlockMover
 
 # torch is imported inside the functions: this module is imported to build `kvoffload --help`,
 # which must stay fast.
@@ -46,7 +53,12 @@ DEFAULT_BLOCK_SIZES = (4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``kvoffload bench mover``."""
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="where the 'GPU' side lives")
+    parser.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="where the 'GPU' side lives (cuda without a CUDA device: one line, exit status 2)",
+    )
     parser.add_argument(
         "--total-mib",
         type=int,
@@ -80,6 +92,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "not on transparent huge pages",
     )
     parser.add_argument(
+        "--compute-ms",
+        type=float,
+        default=20.0,
+        help="CUDA: length of the compute loop the interference run times, alone (milliseconds)",
+    )
+    parser.add_argument(
+        "--compute-tokens", type=int, default=256, help="CUDA: rows of the compute loop's matmul (tokens per step)"
+    )
+    parser.add_argument("--compute-dim", type=int, default=8192, help="CUDA: width of the compute loop's matmul")
+    parser.add_argument(
+        "--table",
+        type=Path,
+        default=None,
+        help="CUDA: also write the measurements as a copy table for BlockMover(copy_table=PATH)",
+    )
+    parser.add_argument(
         "--no-kernel",
         action="store_true",
         help="CPU: copy with torch only, not the numba kernel (extra fast-cpu) even if installed",
@@ -88,7 +116,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _device(name: str) -> torch.device:
     import torch
-
 
     if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
@@ -119,16 +146,16 @@ def _settle(window_s: float = 0.005, idle_s: float = 0.0005, limit_s: float = 0.
 
 
 @dataclass(frozen=True)
-class _Timing:
+class Timing:
     """Median wall seconds and median process CPU seconds (all threads) of one variant."""
 
     seconds: float
     cpu_seconds: float
 
 
-def _median_seconds(
+def median_seconds(
     variants: dict[str, Callable[[], object]], repeats: int, sync: Callable[[], None], settle: bool = True
-) -> dict[str, _Timing]:
+) -> dict[str, Timing]:
     """Median timings of each variant. Repeats are interleaved (every variant once per round, in a
     seeded shuffled order), so a change of machine load during the run shifts all variants alike
     and the ratios stay fair. With ``settle`` each timed run starts once the previous one's
@@ -151,7 +178,7 @@ def _median_seconds(
             sync()
             times[name].append(time.perf_counter() - t0)
             cpu[name].append(time.process_time() - c0)
-    return {name: _Timing(statistics.median(times[name]), statistics.median(cpu[name])) for name in variants}
+    return {name: Timing(statistics.median(times[name]), statistics.median(cpu[name])) for name in variants}
 
 
 def _filled(rows: int, elems: int, device: torch.device, huge_pages: bool) -> torch.Tensor:
@@ -165,38 +192,52 @@ def _filled(rows: int, elems: int, device: torch.device, huge_pages: bool) -> to
     return values if device.type == "cuda" else host_memory.empty(values.shape, values.dtype, huge_pages).copy_(values)
 
 
-def _gbps(nbytes: int, seconds: float) -> float:
+def gbps(nbytes: int, seconds: float) -> float:
     return round(nbytes / seconds / 1e9, 3)
 
 
-def _measure(
-    device: torch.device,
-    block_bytes: int,
-    total: int,
-    layers: int,
-    repeats: int,
-    seed: int,
-    kernel: bool,
-    settle: bool = True,
-    huge_pages: bool = True,
-    id_arrays: bool = False,
-) -> dict[str, Any]:
+@dataclass
+class Workload:
+    """One block size's buffers and scattered block ids, shared by every variant."""
+
+    device: torch.device
+    block_bytes: int
+    blocks: int
+    gpu: list[torch.Tensor]
+    cpu: list[torch.Tensor] | None
+    gpu_ids: Any
+    cpu_ids: Any
+    run_ids: Any
+    naive_pairs: list[tuple[int, int]]
+    host: torch.Tensor
+    other: torch.Tensor
+
+    @property
+    def nbytes(self) -> int:
+        return self.blocks * self.block_bytes
+
+    @property
+    def pool(self) -> int:
+        return int(self.gpu[0].shape[0])
+
+
+def _workload(
+    device: torch.device, block_bytes: int, total: int, layers: int, seed: int, huge_pages: bool, id_arrays: bool
+) -> Workload:
+    """Random engine-side layers, scattered ids on both sides, and the contiguous reference's two
+    buffers of the same bytes (pinned on CUDA, allocated like the mover's on CPU)."""
     import torch
 
-    from kvoffload.offload import host_memory, mover_cpu_kernel
-    from kvoffload.offload.mover import BlockMover
+    from kvoffload.offload import host_memory
 
-    cuda = device.type == "cuda"
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
     if block_bytes % (2 * layers):
         raise CommandError(f"block size {block_bytes} is not a multiple of 2 x {layers} layers (float16 rows)")
+    cuda = device.type == "cuda"
     blocks = max(1, total // block_bytes)
     pool = 2 * blocks  # ids are drawn from a pool twice as large, so they are truly scattered
-    nbytes = blocks * block_bytes
     elems = block_bytes // layers // 2
     gpu = [_filled(pool, elems, device, huge_pages) for _ in range(layers)]
     cpu = None if cuda else [host_memory.empty((pool, elems), torch.float16, huge_pages) for _ in range(layers)]
-    mover = BlockMover(gpu, pool, cpu_layers=cpu)
     gen = torch.Generator().manual_seed(seed)
     gpu_ids = torch.randperm(pool, generator=gen)[:blocks].tolist()
     cpu_ids = torch.randperm(pool, generator=gen)[:blocks].tolist()
@@ -206,102 +247,124 @@ def _measure(
         import numpy as np
 
         gpu_ids, cpu_ids, run_ids = (np.array(ids, dtype=np.int64) for ids in (gpu_ids, cpu_ids, run_ids))
-    next_id = iter(range(1 << 62))
-
-    # On CUDA the same buffers through the copy engines too (the default mover uses the kernel on
-    # a CUDA view of the pinned tier where it can: see BlockMover's cuda_copy).
-    dma_mover = BlockMover(gpu, cpu_layers=mover.cpu_layers, cuda_copy="dma") if cuda else None
-
-    def job(
-        kind: str, src: list[int], dst: list[int], use_kernel: bool = kernel, by: BlockMover = mover
-    ) -> Callable[[], None]:
-        def go() -> None:
-            jid = next(next_id)
-            # The mover reads the flag at submit; restored at once so other variants are unaffected.
-            saved, mover_cpu_kernel.AVAILABLE = mover_cpu_kernel.AVAILABLE, use_kernel
-            try:
-                (by.store if kind == "store" else by.load)(jid, src, dst)
-            finally:
-                mover_cpu_kernel.AVAILABLE = saved
-            by.wait([jid])
-            (result,) = by.poll()
-            if not result.ok:
-                raise RuntimeError(f"mover {kind} failed: {result.error}")
-
-        return go
-
     # Written before it is read: a never-written CPU tensor reads the kernel's shared zero page,
     # which is cache-resident and made the reference up to ~10x too fast (measured 43-51 GB/s).
-    random_bytes = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=gen)
+    random_bytes = torch.randint(0, 256, (blocks * block_bytes,), dtype=torch.uint8, generator=gen)
     if cuda:
-        host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+        host = torch.empty(random_bytes.numel(), dtype=torch.uint8, pin_memory=True)
         other = random_bytes.to(device)
-    else:  # allocated like the mover's buffers (huge pages or not): the ratio compares copies
-        host = host_memory.empty((nbytes,), torch.uint8, huge_pages)
-        other = host_memory.empty((nbytes,), torch.uint8, huge_pages).copy_(random_bytes)
-    cpu_rows, gpu_rows = mover.cpu_layers, gpu
+    else:
+        host = host_memory.empty(random_bytes.shape, torch.uint8, huge_pages)
+        other = host_memory.empty(random_bytes.shape, torch.uint8, huge_pages).copy_(random_bytes)
+    return Workload(device, block_bytes, blocks, gpu, cpu, gpu_ids, cpu_ids, run_ids, naive_pairs, host, other)
+
+
+def mover_job(mover: BlockMover, kind: str, src: Any, dst: Any, next_id: Iterator[int]) -> Callable[[], None]:
+    """One store or load job through ``mover``, waited for; RuntimeError when it failed."""
+
+    def go() -> None:
+        jid = next(next_id)
+        (mover.store if kind == "store" else mover.load)(jid, src, dst)
+        mover.wait([jid])
+        (result,) = mover.poll()
+        if not result.ok:
+            raise RuntimeError(f"mover {kind} failed: {result.error}")
+
+    return go
+
+
+def _cpu_variants(w: Workload, kernel: bool, movers: dict[bool, BlockMover]) -> dict[str, Callable[[], object]]:
+    """The timed runs on CPU: the mover (with the numba kernel when ``kernel``, and then without
+    it under ``torch_*``), the contiguous reference and the naive per-block loop."""
+    next_id = iter(range(1 << 62))
+    cpu_rows = movers[kernel].cpu_layers
 
     def naive() -> None:
-        for c, g in zip(cpu_rows, gpu_rows, strict=True):
-            for gi, ci in naive_pairs:
-                c[ci].copy_(g[gi], non_blocking=cuda)
+        for c, g in zip(cpu_rows, w.gpu, strict=True):
+            for gi, ci in w.naive_pairs:
+                c[ci].copy_(g[gi])
 
-    variants: dict[str, Callable[[], object]] = {
-        "store": job("store", gpu_ids, cpu_ids),
-        "load": job("load", cpu_ids, gpu_ids),
-        "gather_store": job("store", gpu_ids, run_ids),
-        "gather_load": job("load", run_ids, gpu_ids),
-        "d2h": lambda: host.copy_(other, non_blocking=cuda),
-        "naive": naive,
-    }
-    if dma_mover is not None:
-        variants["h2d"] = lambda: other.copy_(host, non_blocking=cuda)
-        variants["dma_store"] = job("store", gpu_ids, cpu_ids, by=dma_mover)
-        variants["dma_load"] = job("load", cpu_ids, gpu_ids, by=dma_mover)
-    if kernel:
-        variants["torch_store"] = job("store", gpu_ids, cpu_ids, False)
-        variants["torch_load"] = job("load", cpu_ids, gpu_ids, False)
-        variants["torch_gather_store"] = job("store", gpu_ids, run_ids, False)
-        variants["torch_gather_load"] = job("load", run_ids, gpu_ids, False)
-    timings = _median_seconds(variants, repeats, sync, settle)
+    variants: dict[str, Callable[[], object]] = {"d2h": lambda: w.host.copy_(w.other), "naive": naive}
+    for prefix, use_kernel in (("", kernel), ("torch_", False)) if kernel else (("", False),):
+        m = movers[use_kernel]
+        variants[f"{prefix}store"] = mover_job(m, "store", w.gpu_ids, w.cpu_ids, next_id)
+        variants[f"{prefix}load"] = mover_job(m, "load", w.cpu_ids, w.gpu_ids, next_id)
+        variants[f"{prefix}gather_store"] = mover_job(m, "store", w.gpu_ids, w.run_ids, next_id)
+        variants[f"{prefix}gather_load"] = mover_job(m, "load", w.run_ids, w.gpu_ids, next_id)
+    return variants
+
+
+def _cpu_figures(w: Workload, timings: dict[str, Timing], kernel: bool) -> dict[str, Any]:
     t = {name: timing.seconds for name, timing in timings.items()}
-    store_s, load_s, naive_s, d2h_s = t["store"], t["load"], t["naive"], t["d2h"]
-    gather_store_s, gather_load_s = t["gather_store"], t["gather_load"]
-    h2d_s = t.get("h2d", d2h_s)
-    mover.close()
-    if dma_mover is not None:
-        dma_mover.close()
+    ref = t["d2h"]
     out: dict[str, Any] = {
-        "block_bytes": block_bytes,
-        "blocks": blocks,
-        "store_gbps": _gbps(nbytes, store_s),
-        "load_gbps": _gbps(nbytes, load_s),
-        "contiguous_gbps": _gbps(nbytes, d2h_s),
-        "naive_gbps": _gbps(nbytes, naive_s),
-        "store_ratio": round(d2h_s / store_s, 3),
-        "load_ratio": round(h2d_s / load_s, 3),
-        "naive_ratio": round(d2h_s / naive_s, 3),
-        "gather_store_gbps": _gbps(nbytes, gather_store_s),
-        "gather_load_gbps": _gbps(nbytes, gather_load_s),
-        "gather_store_ratio": round(d2h_s / gather_store_s, 3),
-        "gather_load_ratio": round(h2d_s / gather_load_s, 3),
+        "block_bytes": w.block_bytes,
+        "blocks": w.blocks,
+        "store_gbps": gbps(w.nbytes, t["store"]),
+        "load_gbps": gbps(w.nbytes, t["load"]),
+        "contiguous_gbps": gbps(w.nbytes, ref),
+        "naive_gbps": gbps(w.nbytes, t["naive"]),
+        "store_ratio": round(ref / t["store"], 3),
+        "load_ratio": round(ref / t["load"], 3),
+        "naive_ratio": round(ref / t["naive"], 3),
+        "gather_store_gbps": gbps(w.nbytes, t["gather_store"]),
+        "gather_load_gbps": gbps(w.nbytes, t["gather_load"]),
+        "gather_store_ratio": round(ref / t["gather_store"], 3),
+        "gather_load_ratio": round(ref / t["gather_load"], 3),
         # Process CPU time (every thread): less sensitive to machine load than wall time.
         "store_cpu_ms": round(timings["store"].cpu_seconds * 1e3, 3),
         "load_cpu_ms": round(timings["load"].cpu_seconds * 1e3, 3),
         "contiguous_cpu_ms": round(timings["d2h"].cpu_seconds * 1e3, 3),
     }
-    if cuda:
-        out["contiguous_h2d_gbps"] = _gbps(nbytes, h2d_s)
-        out["cuda_copy"] = mover.cuda_copy
-        out["dma_store_gbps"] = _gbps(nbytes, t["dma_store"])
-        out["dma_load_gbps"] = _gbps(nbytes, t["dma_load"])
-        out["dma_store_ratio"] = round(d2h_s / t["dma_store"], 3)
-        out["dma_load_ratio"] = round(h2d_s / t["dma_load"], 3)
     if kernel:
         for name in ("store", "load", "gather_store", "gather_load"):
-            ref = d2h_s if name.endswith("store") else h2d_s
             out[f"torch_{name}_ratio"] = round(ref / t[f"torch_{name}"], 3)
     return out
+
+
+def _measure_cpu(w: Workload, repeats: int, kernel: bool, settle: bool) -> dict[str, Any]:
+    """Every CPU figure of one block size: the movers share one CPU tier, the kernel is a
+    constructor argument of each (``cpu_kernel``), never a module switch."""
+    from kvoffload.offload.mover import BlockMover
+
+    first = BlockMover(w.gpu, w.pool, cpu_layers=w.cpu, cpu_kernel=kernel)
+    movers = {kernel: first}
+    if kernel:
+        movers[False] = BlockMover(w.gpu, cpu_layers=first.cpu_layers, cpu_kernel=False)
+    try:
+        timings = median_seconds(_cpu_variants(w, kernel, movers), repeats, lambda: None, settle)
+    finally:
+        for m in movers.values():
+            m.close()
+    return _cpu_figures(w, timings, kernel)
+
+
+def _compute_loop(device: torch.device, args: argparse.Namespace) -> ComputeLoop:
+    """The interference run's matmul loop on its own stream, sized to ``--compute-ms``."""
+    import torch
+
+    from kvoffload.offload.copy_timing import ComputeLoop
+
+    for option, value in (
+        ("--compute-ms", args.compute_ms),
+        ("--compute-tokens", args.compute_tokens),
+        ("--compute-dim", args.compute_dim),
+    ):
+        if value <= 0:
+            raise CommandError(f"{option} must be > 0, got {value}")
+    loop = ComputeLoop(device, args.compute_tokens, args.compute_dim, torch.cuda.Stream(device=device))
+    loop.size_to(args.compute_ms / 1e3)
+    return loop
+
+
+def _write_table(path: Path, results: list[dict[str, Any]], device: str) -> None:
+    from kvoffload.offload.copy_calibration import Measurement, write_table
+
+    measurements = [Measurement(**m) for r in results for m in r["measurements"]]
+    try:
+        write_table(path, measurements, device)
+    except OSError as exc:
+        raise CommandError(f"--table {path}: {exc.strerror or exc}") from None
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -330,13 +393,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         kernel = mover_cpu_kernel.AVAILABLE and mover_cpu_kernel.ready()
     huge_pages = not cuda and not args.no_huge_pages and host_memory.huge_pages_available()
-    results = [
-        _measure(
-            device, bb, total, args.layers, args.repeats, args.seed + i, kernel, not args.no_settle, huge_pages,
-            args.ids == "array",
-        )
-        for i, bb in enumerate(args.block_sizes)
-    ]
+    loop = _compute_loop(device, args) if cuda else None
+    results = []
+    for i, bb in enumerate(args.block_sizes):
+        w = _workload(device, bb, total, args.layers, args.seed + i, huge_pages, args.ids == "array")
+        if loop is not None:
+            from kvoffload.benchmarks import mover_cuda
+
+            results.append(mover_cuda.measure(w, args.repeats, not args.no_settle, loop))
+        else:
+            results.append(_measure_cpu(w, args.repeats, kernel, not args.no_settle))
+    extra: dict[str, Any] = {}
+    if loop is not None:
+        extra = {
+            "cuda": torch.version.cuda,
+            "compute_loop": {"tokens": args.compute_tokens, "dim": args.compute_dim, "steps": loop.steps},
+        }
+        if args.table is not None:
+            _write_table(args.table, results, name)
+            extra["table"] = str(args.table)
     return {
         "device": name,
         "torch": torch.__version__,
@@ -350,4 +425,5 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "huge_pages": huge_pages,
         "thp_mode": host_memory.thp_mode(),
         "results": results,
+        **extra,
     }

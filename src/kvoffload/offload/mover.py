@@ -10,11 +10,11 @@ they run synchronously at submit (a helper thread was not worth it: the copy is 
 is split over the intra-op threads anyway). On CPU with numba installed (extra ``fast-cpu``, see
 :mod:`kvoffload.offload.mover_cpu_kernel`) a job is not planned: one compiled pass checks its ids
 and sorts the pairs by destination, and a single-pass kernel copies them, split in chunks over
-both cores, big jobs with prefetch and streaming stores. On CUDA with a pinned CPU tier a job is
-not planned either: one gather and one scatter kernel per layer move it, through a CUDA view of
-the tier (:mod:`kvoffload.offload.cuda_host`). Otherwise (no numba on CPU; ``cuda_copy="dma"``
-or an unpinned tier on CUDA) a job is planned into slice runs, one-sided gathers and a scattered
-rest, copied by torch (on CUDA, the CPU side by one DMA per run of consecutive blocks).
+both cores, big jobs with prefetch and streaming stores. Otherwise (no numba on CPU) a job is
+planned into slice runs, one-sided gathers and a scattered rest, copied by torch. On CUDA a job is
+handed to one of the copy paths of :mod:`kvoffload.offload.cuda_paths` per direction (copy
+engines one block at a time, merged runs, one batched call, or SM kernels through a CUDA view of
+the pinned tier), chosen by ``cuda_copy`` (see :mod:`kvoffload.offload.cuda_copy_setup`).
 
 Block ids may be given as a sequence of ints, a 1-D integer tensor or a 1-D integer numpy array
 (used without a copy when it is C-contiguous int64).
@@ -38,10 +38,11 @@ from typing import Any, Literal
 
 import torch
 
-from kvoffload.offload import cuda_host, host_memory, mover_cpu_kernel
+from kvoffload.offload import cuda_copy_setup, cuda_host, host_memory, mover_cpu_kernel
+from kvoffload.offload.cuda_paths import PATHS, CopyPath, LayerRows
 
 Direction = Literal["store", "load"]
-CudaCopy = Literal["auto", "kernel", "dma"]
+CudaCopy = Literal["auto", "naive", "merged", "batched", "gather", "vector"]
 FaultInjector = Callable[[int, str], bool]
 
 __all__ = ["BlockMover", "CudaCopy", "Direction", "FaultInjector", "TransferResult"]
@@ -121,6 +122,8 @@ class _Plan:
     ``scatter_src``/``scatter_dst``: the rest, scattered on both sides, sorted by destination.
     ``kernel``: the job was not planned: every pair is in ``scatter_src``/``scatter_dst`` (sorted
     by destination) and is copied by the numba kernel, a single pass whatever the layout.
+    On CUDA a job is not planned either: its pairs, in the given order, are in
+    ``scatter_src``/``scatter_dst`` for the direction's copy path.
     """
 
     runs: list[tuple[int, int, int]] = field(default_factory=list)
@@ -129,19 +132,6 @@ class _Plan:
     scatter_src: torch.Tensor | None = None
     scatter_dst: torch.Tensor | None = None
     kernel: bool = False
-
-    def gathered_pairs(self) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """All pairs not in ``runs``, as (src_ids, dst_ids); None when there are none."""
-        srcs = [sidx for _, sidx in self.dst_runs]
-        dsts = [torch.arange(d0, d0 + sidx.numel(), dtype=torch.int64) for d0, sidx in self.dst_runs]
-        srcs += [torch.arange(s0, s0 + didx.numel(), dtype=torch.int64) for s0, didx in self.src_runs]
-        dsts += [didx for _, didx in self.src_runs]
-        if self.scatter_src is not None and self.scatter_dst is not None:
-            srcs.append(self.scatter_src)
-            dsts.append(self.scatter_dst)
-        if len(srcs) == 1:
-            return srcs[0], dsts[0]
-        return (torch.cat(srcs), torch.cat(dsts)) if srcs else None
 
 
 def _long_segments(brk: torch.Tensor, n: int, min_len: int) -> tuple[list[tuple[int, int]], torch.Tensor]:
@@ -302,7 +292,7 @@ def _list_ids(job_id: int, name: str, ids: Sequence[int]) -> bytearray:
 def _check_unique(job_id: int, name: str, ids: list[int] | torch.Tensor) -> None:
     """ValueError naming the smallest id that ``ids`` holds twice, the id the sorting planners name.
 
-    O(n + largest id) with no sort: the CUDA kernel path needs no plan, so this is all the host
+    O(n + largest id) with no sort: CUDA jobs skip the torch planner, so this is all the host
     does per block besides converting the ids."""
     if isinstance(ids, list):
         seen: set[int] = set()
@@ -459,7 +449,7 @@ class _Job:
     cpu_idx: list[int] | torch.Tensor = field(default_factory=list)
     start: Any = None  # torch.cuda.Event
     end: Any = None  # torch.cuda.Event
-    keepalive: list[torch.Tensor] = field(default_factory=list)
+    keepalive: list[Any] = field(default_factory=list)
     _blocks: tuple[frozenset[int], frozenset[int]] | None = None
 
     def blocks(self) -> tuple[frozenset[int], frozenset[int]]:
@@ -493,12 +483,22 @@ class BlockMover:
             pinning fails the mover warns and falls back to pageable memory.
         fault_injector: ``(job_id, direction) -> bool``; True makes that job fail with
             ``error="injected fault"`` before any byte moves (its destination is untouched).
-        cuda_copy: how CUDA jobs move scattered blocks. ``"kernel"``: one gather/scatter kernel
-            per layer reads or writes the pinned CPU tier directly through a CUDA view of it
-            (:mod:`kvoffload.offload.cuda_host`); ``"dma"``: one copy-engine transfer per run of
-            consecutive CPU blocks and per layer; ``"auto"`` (default): the kernel where the CPU
-            tier is pinned and CUDA can address it, else DMA. Ignored on CPU. :attr:`cuda_copy`
-            holds what is used (``None`` on CPU).
+        cuda_copy: how CUDA jobs move blocks: one of the paths of
+            :mod:`kvoffload.offload.cuda_paths` (``"naive"``, ``"merged"``, ``"batched"``,
+            ``"gather"``, ``"vector"``) for both directions, or ``"auto"`` (default): per
+            direction, the highest bandwidth with a compute slowdown of at most 5% (see
+            :mod:`kvoffload.offload.copy_calibration`), from ``copy_table`` or else from a
+            start-up calibration of at most about ``calibration_s`` seconds on scratch buffers.
+            Ignored on CPU. :attr:`cuda_copy` holds the path used per direction (``None`` on
+            CPU), :attr:`cuda_copy_reasons` why, :attr:`cuda_copy_details` how each runs here
+            (driver backend, kernel), :attr:`cuda_copy_unavailable` the paths that cannot run
+            here and why.
+        copy_table: for ``cuda_copy="auto"``: a JSON table written by
+            ``kvoffload bench mover --device cuda --table PATH``, or a list of
+            :class:`~kvoffload.offload.copy_calibration.Measurement`.
+        calibration_s: time budget of the start-up calibration (``cuda_copy="auto"``, no table).
+        cpu_kernel: on CPU, copy scattered blocks with the numba kernel when it is installed
+            (default); False copies with torch only.
 
     Job ids stay known from submit until :meth:`poll` has returned their result: in that window
     they are "in flight", cannot be reused and can be waited on.
@@ -513,9 +513,12 @@ class BlockMover:
         pin_memory: bool | None = None,
         fault_injector: FaultInjector | None = None,
         cuda_copy: CudaCopy = "auto",
+        copy_table: cuda_copy_setup.CopyTable | None = None,
+        calibration_s: float = 0.25,
+        cpu_kernel: bool = True,
     ) -> None:
-        if cuda_copy not in ("auto", "kernel", "dma"):
-            raise ValueError(f"cuda_copy must be 'auto', 'kernel' or 'dma', got {cuda_copy!r}")
+        if cuda_copy != "auto" and cuda_copy not in PATHS:
+            raise ValueError(f"cuda_copy must be 'auto' or one of {', '.join(PATHS)}, got {cuda_copy!r}")
         layers = list(gpu_layers)
         if not layers:
             raise ValueError("BlockMover needs at least one GPU layer tensor, got an empty list")
@@ -565,32 +568,35 @@ class BlockMover:
         # The kernel copies row by row, so a destination row that is also a later source row
         # would be read after being overwritten; torch's gather-then-scatter reads every source
         # first. Only possible when caller-provided CPU tensors share memory with the layers.
-        self._kernel_safe = not self._is_cuda and not _overlapping(layers, cpu)
+        self._kernel_safe = cpu_kernel and not self._is_cuda and not _overlapping(layers, cpu)
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
-        self.cuda_copy: CudaCopy | None = None
-        self._cpu_views: list[torch.Tensor] | None = None
+        self.cuda_copy: dict[Direction, str] | None = None
+        self.cuda_copy_reasons: dict[Direction, str] = {}
+        self.cuda_copy_details: dict[Direction, str] = {}
+        self.cuda_copy_unavailable: dict[str, str] = {}
+        self._paths: dict[Direction, CopyPath] = {}
         if self._is_cuda:
             self._streams: dict[Direction, Any] = {
                 "store": torch.cuda.Stream(device=self._device),
                 "load": torch.cuda.Stream(device=self._device),
             }
-            self._cpu_views = None if cuda_copy == "dma" else self._device_views(cuda_copy == "kernel")
-            self.cuda_copy = "dma" if self._cpu_views is None else "kernel"
+            rows = LayerRows(self._gpu_rows, self._cpu_rows, self._device_views(), self._device)
+            selection = cuda_copy_setup.select(cuda_copy, rows, copy_table, calibration_s)
+            self._paths = selection.paths
+            self.cuda_copy = {d: p.name for d, p in selection.paths.items()}
+            self.cuda_copy_reasons = selection.reasons
+            self.cuda_copy_details = {d: p.detail for d, p in selection.paths.items()}
+            self.cuda_copy_unavailable = selection.unavailable
 
     # ------------------------------------------------------------------ construction helpers
 
-    def _device_views(self, required: bool) -> list[torch.Tensor] | None:
-        """CUDA views of every layer's CPU rows, or None when one cannot be made."""
+    def _device_views(self) -> list[torch.Tensor] | None:
+        """CUDA views of every layer's CPU rows (for the SM paths), or None when one cannot be
+        made (an unpinned tier): then only the copy-engine paths can run."""
         views = [cuda_host.device_view(rows, self._device) for rows in self._cpu_rows]
         if all(view is not None for view in views):
             return [view for view in views if view is not None]
-        if required:
-            bad = next(i for i, view in enumerate(views) if view is None)
-            raise ValueError(
-                f"cuda_copy='kernel': CPU layer {bad} cannot be addressed from {self._device} "
-                f"(pinned: {self.cpu_layers[bad].is_pinned()}); give pinned CPU layers or use cuda_copy='dma'"
-            )
         return None
 
     @staticmethod
@@ -760,10 +766,9 @@ class BlockMover:
                 raise ValueError(f"job {job_id}: {name} contains {exc.value}, outside [0, {limit})") from None
             src, dst = torch.from_numpy(src_a), torch.from_numpy(dst_a)
             plan = _Plan(scatter_src=src, scatter_dst=dst, kernel=True)
-        elif self._cpu_views is not None:
-            # No planning either: the CUDA kernels gather and scatter rows at the bus's speed in
-            # any order (measured on an H200: 2 KiB to 512 KiB rows all at 0.88-0.95 of one
-            # contiguous DMA), while planning 65,536 ids cost the host ~30 ms, 6x the copy.
+        elif self._is_cuda:
+            # No torch planning: each CUDA path plans (or not) for itself (see cuda_paths); the
+            # torch planner cost the host ~30 ms for 65,536 ids, 6x an SM kernel's copy.
             src = self._ids(job_id, src_name, src_ids, src_limit)
             dst = self._ids(job_id, dst_name, dst_ids, dst_limit)
             _check_lengths(job_id, src_name, len(src), dst_name, len(dst))
@@ -958,7 +963,7 @@ class BlockMover:
                 job.start = torch.cuda.Event(enable_timing=True)
                 job.end = torch.cuda.Event(enable_timing=True)
                 job.start.record(stream)
-                self._copy_cuda(plan, store, job.keepalive)
+                self._copy_cuda(plan, store, job.keepalive, stream)
                 job.end.record(stream)
         except Exception as exc:
             # The stream may hold part of this job's copies; wait for them so that the failed
@@ -968,66 +973,13 @@ class BlockMover:
             return
         self._pending[direction].append(job)
 
-    def _copy_cuda(self, plan: _Plan, store: bool, keep: list[torch.Tensor]) -> None:
-        dev = self._device
-        srcs, dsts = (self._gpu_rows, self._cpu_rows) if store else (self._cpu_rows, self._gpu_rows)
-
-        def to_dev(idx: torch.Tensor) -> torch.Tensor:
-            # Through pinned memory so the H2D index copy is truly asynchronous; both tensors
-            # stay referenced by the job until its end event completed.
-            try:
-                pinned = idx.pin_memory()
-            except RuntimeError:  # pinning unavailable: the copy is then synchronous, still correct
-                pinned = idx
-            keep.append(pinned)
-            out = pinned.to(dev, non_blocking=True)
-            keep.append(out)
-            return out
-
-        for s, d in zip(srcs, dsts, strict=True):
-            for s0, d0, n in plan.runs:
-                d[d0 : d0 + n].copy_(s[s0 : s0 + n], non_blocking=True)
-        pairs = plan.gathered_pairs()
-        if pairs is None:
+    def _copy_cuda(self, plan: _Plan, store: bool, keep: list[Any], stream: Any) -> None:
+        """Hand the job's pairs (unplanned: see _submit) to this direction's copy path."""
+        if plan.scatter_src is None or plan.scatter_dst is None:
             return
-        src, dst = pairs
-        if self._cpu_views is not None:
-            # Remaining pairs: one gather kernel and one scatter kernel per layer, one of them
-            # reading or writing the pinned CPU tier through its CUDA view, whatever the layout.
-            gidx, cidx = to_dev(src if store else dst), to_dev(dst if store else src)
-            for g, c in zip(self._gpu_rows, self._cpu_views, strict=True):
-                if store:
-                    staging = g.index_select(0, gidx)
-                    c.index_copy_(0, cidx, staging)
-                else:
-                    staging = c.index_select(0, cidx)
-                    g.index_copy_(0, gidx, staging)
-                keep.append(staging)
-            return
-        # DMA: the GPU side is gathered/scattered by one device kernel per layer through a device
-        # staging buffer; the CPU side is copied by contiguous CPU runs (one DMA per run per
-        # layer), which is one DMA per block when CPU ids are fully scattered.
-        cpu_ids = dst if store else src
-        cpu_ids, order = torch.sort(cpu_ids)
-        gpu_ids = (src if store else dst)[order]
-        n = int(cpu_ids.numel())
-        cpu_runs, _ = _long_segments((cpu_ids[1:] - cpu_ids[:-1]) != 1, n, 1)
-        cpu_l = cpu_ids.tolist()
-        gidx = to_dev(gpu_ids)
-        for s, d in zip(srcs, dsts, strict=True):
-            if store:
-                staging = s.index_select(0, gidx)  # GPU gather, ordered like cpu_ids
-                keep.append(staging)
-                for start, length in cpu_runs:
-                    c0 = cpu_l[start]
-                    d[c0 : c0 + length].copy_(staging[start : start + length], non_blocking=True)
-            else:
-                staging = torch.empty((n, d.shape[1]), dtype=d.dtype, device=dev)
-                keep.append(staging)
-                for start, length in cpu_runs:
-                    c0 = cpu_l[start]
-                    staging[start : start + length].copy_(s[c0 : c0 + length], non_blocking=True)
-                d.index_copy_(0, gidx, staging)  # GPU scatter
+        src, dst = plan.scatter_src, plan.scatter_dst
+        gpu_ids, cpu_ids = (src, dst) if store else (dst, src)
+        self._paths["store" if store else "load"].copy(store, gpu_ids, cpu_ids, stream.cuda_stream, keep)
 
     # ------------------------------------------------------------------ completion
 
