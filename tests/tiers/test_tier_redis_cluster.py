@@ -2,7 +2,8 @@
 by their own hash tag; a slot migrated (step by step, and by ``redis-cli --cluster reshard`` while
 cascades and promotions run), a slot with no master (CLUSTERDOWN), a frozen master and a SIGKILLed
 one give misses or faults of their chunks only, never an exception out of the driver and never
-wrong bytes (every read is compared with what was stored); hits resume once the topology settles."""
+wrong bytes (every read is compared with what was stored); hits resume once the topology settles.
+The tests on a real cluster are marked slow: together they take about 18 s."""
 
 from __future__ import annotations
 
@@ -25,9 +26,6 @@ from kvoffload.tiers.redis_tier import RedisTier, RedisTierConfig
 
 CHUNK = 4096
 SALT = "tenant-{a}"  # braces: a salt that would be a hash tag if it came first in the key name
-
-pytestmark = pytest.mark.slow
-
 
 def payload(key: int) -> bytes:
     return random.Random(key).randbytes(CHUNK)
@@ -161,6 +159,7 @@ def test_each_key_names_its_own_hash_slot_whatever_the_salt(salt: str) -> None:
     assert len(set(slots)) > 32
 
 
+@pytest.mark.slow
 def test_chunks_spread_over_every_master_and_come_back_exact(cluster: LocalRedisCluster) -> None:
     tier = tier_of(cluster)
     keys = vllm_like_keys(48, seed=1)
@@ -178,6 +177,7 @@ def test_chunks_spread_over_every_master_and_come_back_exact(cluster: LocalRedis
     assert (stats["available"], stats["masters"], stats["outages"]) == (1, 3, 0)
 
 
+@pytest.mark.slow
 def test_a_migrating_slot_misses_its_moved_keys_then_hits_after_the_move(cluster: LocalRedisCluster) -> None:
     tier = tier_of(cluster)
     slot, (first, second, late) = keys_in_one_slot(tier, 3)
@@ -204,6 +204,7 @@ def test_a_migrating_slot_misses_its_moved_keys_then_hits_after_the_move(cluster
     assert tier.stats()["available"] == 1
 
 
+@pytest.mark.slow
 def test_resharding_during_cascades_and_promotions_serves_exact_bytes_or_misses(cluster: LocalRedisCluster) -> None:
     tier = tier_of(cluster)
     keys = vllm_like_keys(240, seed=2)
@@ -253,6 +254,7 @@ def test_resharding_during_cascades_and_promotions_serves_exact_bytes_or_misses(
     assert tier.stats()["redirected"] > 0
 
 
+@pytest.mark.slow
 def test_a_slot_with_no_master_faults_its_chunks_only_and_is_logged_once(
     cluster: LocalRedisCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -276,6 +278,7 @@ def test_a_slot_with_no_master_faults_its_chunks_only_and_is_logged_once(
     assert any("CLUSTERDOWN" in warning or "no known master" in warning for warning in warnings)
 
 
+@pytest.mark.slow
 def test_a_master_frozen_or_killed_misses_its_chunks_while_the_others_hit(
     own_cluster: LocalRedisCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -343,6 +346,7 @@ def test_a_cluster_config_on_a_single_server_faults_and_says_why(
     assert "cluster support disabled" in warning
 
 
+@pytest.mark.slow
 def test_a_single_server_config_on_a_cluster_node_faults_and_says_why(
     cluster: LocalRedisCluster, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -56,9 +56,9 @@ class SingleServer:
     def __init__(self, options: dict[str, Any], display_url: str) -> None:
         self.seed = Node(options, f"redis tier {display_url}")
 
-    def assign(self, names: Sequence[bytes]) -> tuple[list[tuple[Node, list[int]]], list[int]]:
-        """The keys (by index into ``names``) each node serves, and those no node serves."""
-        return [(self.seed, list(range(len(names))))], []
+    def assign(self, names: Sequence[bytes]) -> list[tuple[Node, list[int]]]:
+        """The keys (by index into ``names``) each node serves: all of them, the one server."""
+        return [(self.seed, list(range(len(names))))]
 
     def redirected(self, reply: str) -> bool:
         """False: a single server that answers MOVED or ASK is a cluster node (misconfigured)."""
@@ -110,9 +110,9 @@ class ClusterRoutes:
             node = self._nodes[address] = Node(options, self._node_name(options))
         return node
 
-    def assign(self, names: Sequence[bytes]) -> tuple[list[tuple[Node, list[int]]], list[int]]:
-        """The keys (by index into ``names``) each master serves, and those whose slot has no
-        known master (the table is refreshed first when it is stale)."""
+    def assign(self, names: Sequence[bytes]) -> list[tuple[Node, list[int]]]:
+        """The keys (by index into ``names``) each master serves; a key whose slot has no known
+        master is in no group (the table is refreshed first when it is stale)."""
         self._refresh_if_stale()
         groups: dict[Address, tuple[Node, list[int]]] = {}
         unserved: list[int] = []
@@ -128,23 +128,23 @@ class ClusterRoutes:
             self.topology.failed(f"{len(unserved)} key(s) in hash slots with no known master ({self._refresh_error})")
         else:
             self.topology.succeeded()
-        return list(groups.values()), unserved
+        return list(groups.values())
 
     def redirected(self, reply: str) -> bool:
         """A node answered ``MOVED slot host:port`` (that slot's master is now there: the table
         learns it at once) or ``ASK slot host:port`` (the slot is migrating: its keys are served
         again once the migration ends and the old master answers MOVED)."""
-        self.redirections += 1
         kind, _, rest = reply.partition(" ")
         slot, _, address = rest.partition(" ")
-        parsed = parse_address(address)
-        if kind != "MOVED":
-            return True
-        if parsed is None or not slot.isdigit() or int(slot) >= REDIS_CLUSTER_HASH_SLOTS:
-            self._stale = True
-            return True
+        parsed = parse_address(address) if kind == "MOVED" else None
         with self._lock:
-            self._slots[int(slot)] = self._node(parsed)
+            self.redirections += 1
+            if kind != "MOVED":
+                return True
+            if parsed is None or not slot.isdigit() or int(slot) >= REDIS_CLUSTER_HASH_SLOTS:
+                self._stale = True
+            else:
+                self._slots[int(slot)] = self._node(parsed)
         return True
 
     def unreachable(self) -> None:

@@ -248,10 +248,9 @@ class RedisTier:
         ``redirected`` (MOVED, ASK), ``wrong_type`` (WRONGTYPE) or a ``fault`` (CLUSTERDOWN and the
         like also count as an outage of that server). A server that cannot be reached, or breaks
         off, makes all its keys ``fault``: nothing is raised."""
-        results = [FAULT] * len(names)
-        groups, _unserved = self.routes.assign(names)
+        results = [FAULT] * len(names)  # a key no server serves stays a fault
         sent = []
-        for node, indices in groups:
+        for node, indices in self.routes.assign(names):
             connection = self._send(node, [buffer for index in indices for buffer in command(index)])
             if connection is not None:
                 sent.append((node, indices, connection))
