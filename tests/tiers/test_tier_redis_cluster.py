@@ -21,6 +21,7 @@ from redis.crc import key_slot
 
 from kvoffload.tiers.driver import TierDriver
 from kvoffload.tiers.protocol import CORRUPT, FAULT, MISS, OK, TierConfigError, TierJob
+from kvoffload.tiers.redis_cluster import Node, parse_slots
 from kvoffload.tiers.redis_server import INSTALL_HINT, LocalRedisCluster, RedisServer, RedisServerMissing
 from kvoffload.tiers.redis_tier import RedisTier, RedisTierConfig
 
@@ -159,6 +160,15 @@ def test_each_key_names_its_own_hash_slot_whatever_the_salt(salt: str) -> None:
     assert len(set(slots)) > 32
 
 
+def test_a_slot_table_reply_is_read_or_refused_whole() -> None:
+    asked = Node({"host": "10.0.0.7", "port": 7001}, "node")
+    reply = [[0, 99, [b"", 7001, b"id-a"]], [100, 16383, [b"10.0.0.8", 7002, b"id-b", {}], [b"10.0.0.9", 7003]]]
+    assert parse_slots(reply, asked) == [(0, 99, ("10.0.0.7", 7001)), (100, 16383, ("10.0.0.8", 7002))]
+    for malformed in ([[0, 16384, [b"h", 1]]], [[5, 4, [b"h", 1]]], [[0, 1, [b"h", "port"]]], [[0, 1]]):
+        with pytest.raises((ValueError, TypeError)):
+            parse_slots(malformed, asked)
+
+
 @pytest.mark.slow
 def test_chunks_spread_over_every_master_and_come_back_exact(cluster: LocalRedisCluster) -> None:
     tier = tier_of(cluster)
@@ -215,7 +225,7 @@ def test_resharding_during_cascades_and_promotions_serves_exact_bytes_or_misses(
     on_source = [key for key, node in holders(cluster, tier, keys).items() if node is source]
     reshard = subprocess.Popen(
         [cluster.cli, "--cluster", "reshard", f"127.0.0.1:{source.port}", "--cluster-from", cluster.node_id(source),
-         "--cluster-to", cluster.node_id(target), "--cluster-slots", "2730", "--cluster-yes"],
+         "--cluster-to", cluster.node_id(target), "--cluster-slots", "1365", "--cluster-yes"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     counts = dict.fromkeys((OK, MISS, FAULT, CORRUPT), 0)

@@ -82,13 +82,28 @@ def parse_address(text: str) -> Address | None:
     return host, int(port)
 
 
+def parse_slots(reply: Any, asked: Node) -> list[tuple[int, int, Address]]:
+    """``(first slot, last slot, master address)`` of each range in a ``CLUSTER SLOTS`` reply; a
+    master without a host (``""``) is the node that answered. Raises ValueError on a malformed
+    reply."""
+    ranges = []
+    for start, end, master, *_replicas in reply:
+        host = master[0].decode() if isinstance(master[0], bytes) else str(master[0])
+        first, last = int(start), int(end)
+        if not 0 <= first <= last < REDIS_CLUSTER_HASH_SLOTS:
+            raise ValueError(f"slot range {first}-{last}")
+        ranges.append((first, last, (host or asked.address[0], int(master[1]))))
+    return ranges
+
+
 class ClusterRoutes:
     """The slot table of a Redis Cluster and a node per master, shared by the tier's I/O threads."""
 
     def __init__(self, options: dict[str, Any], display_url: str) -> None:
         self.options = options
         self.display_url = display_url
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the slot table, the nodes and the counters
+        self._refreshing = threading.Lock()  # one thread asks for the slot table at a time
         self.seed = Node(options, self._node_name(options))
         self._nodes: dict[Address, Node] = {self.seed.address: self.seed}
         self._slots: list[Node | None] = [None] * REDIS_CLUSTER_HASH_SLOTS
@@ -154,7 +169,7 @@ class ClusterRoutes:
     def _refresh_if_stale(self) -> None:
         if not self._due():
             return
-        with self._lock:
+        with self._refreshing:
             if self._due():  # not refreshed by the thread this one waited for
                 self._refresh()
                 self._refreshed_at = time.monotonic()
@@ -163,22 +178,29 @@ class ClusterRoutes:
         return self._stale and time.monotonic() - self._refreshed_at >= REFRESH_INTERVAL_S
 
     def _refresh(self) -> None:
-        """Ask the known nodes (reachable ones first) for ``CLUSTER SLOTS``; the first answer wins."""
+        """Ask the known nodes (reachable ones first) for ``CLUSTER SLOTS``; the first answer wins.
+        The table lock is held only to install the answer, so ``stats`` and MOVED replies never
+        wait for a node that does not answer."""
+        with self._lock:
+            candidates = sorted(self._nodes.values(), key=lambda node: not node.health.available)
         reasons = []
-        for node in sorted(self._nodes.values(), key=lambda node: not node.health.available):
+        for node in candidates:
+            asked = f"{node.address[0]}:{node.address[1]}"
             try:
-                reply = redis.Redis(connection_pool=node.pool).execute_command("CLUSTER SLOTS")
+                ranges = parse_slots(redis.Redis(connection_pool=node.pool).execute_command("CLUSTER SLOTS"), node)
             except UNAVAILABLE as error:
-                reasons.append(f"{node.address[0]}:{node.address[1]}: {type(error).__name__}: {error}")
+                reasons.append(f"{asked}: {type(error).__name__}: {error}")
                 continue
-            slots: list[Node | None] = [None] * REDIS_CLUSTER_HASH_SLOTS
-            for start, end, master, *_replicas in reply:
-                host = master[0].decode() if isinstance(master[0], bytes) else str(master[0])
-                master_node = self._node((host or node.address[0], int(master[1])))
-                slots[int(start) : int(end) + 1] = [master_node] * (int(end) - int(start) + 1)
-            self._slots = slots
-            self._stale = False
-            self.refreshes += 1
+            except (TypeError, ValueError, IndexError) as error:
+                reasons.append(f"{asked}: an unexpected CLUSTER SLOTS reply ({error})")
+                continue
+            with self._lock:
+                slots: list[Node | None] = [None] * REDIS_CLUSTER_HASH_SLOTS
+                for start, end, address in ranges:
+                    slots[start : end + 1] = [self._node(address)] * (end + 1 - start)
+                self._slots = slots
+                self._stale = False
+                self.refreshes += 1
             self._refresh_error = "not assigned in CLUSTER SLOTS"
             return
         self._refresh_error = "no node answered CLUSTER SLOTS: " + "; ".join(reasons)
