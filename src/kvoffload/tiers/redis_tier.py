@@ -196,11 +196,10 @@ class RedisTier:
         """GET every chunk, pipelined per server, each reply received straight into its CPU block,
         then verified. Returns the per-key results and how many verified chunks another writer stored."""
         scope = self.namespace.scope(job.salt)
-        foreign = 0
+        writers = [self.writer] * len(job.keys)
         crlf = memoryview(bytearray(2))
 
         def receive(reader: ReplyReader, index: int) -> str:
-            nonlocal foreign
             key, out = job.keys[index], outs[index]
             length = reader.bulk_length()
             if length < 0:
@@ -212,8 +211,7 @@ class RedisTier:
             reader.read_into(header)
             reader.read_into(out)
             reader.read_into(crlf)
-            result, writer = verify_header(header, scope, key, out)
-            foreign += result == OK and writer != self.writer
+            result, writers[index] = verify_header(header, scope, key, out)
             return result
 
         names = self._key_names(job.keys, scope)
@@ -221,6 +219,8 @@ class RedisTier:
         results = self._pipeline(
             names, lambda index: [get_command(names[index])], receive, redirected=MISS, wrong_type=CORRUPT
         )
+        # Counted at the end: a server that breaks off later makes its verified chunks faults too.
+        foreign = sum(result == OK and writer != self.writer for result, writer in zip(results, writers, strict=True))
         return tuple(results), foreign
 
     def probe(self, job: TierJob) -> tuple[str, ...]:
