@@ -19,15 +19,16 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/kvoffload simulate
 
-# The Redis tier's tests need a real redis-server: install Debian's package when we can (root and
-# apt-get); otherwise those tests are skipped with a reason saying how to install it.
+# The Redis tier's tests need a real redis-server, and redis-cli to create a Redis Cluster: install
+# Debian's packages when we can (root and apt-get); otherwise those tests are skipped with a reason
+# saying how to install them.
 redis-server:
-	@command -v redis-server >/dev/null 2>&1 || { \
+	@{ command -v redis-server && command -v redis-cli; } >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null) \
-	      || echo "make: could not install redis-server; the Redis tier tests will be skipped"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null) \
+	      || echo "make: could not install redis-server and redis-tools; the Redis tier tests will be skipped"; \
 	  else \
-	    echo "make: redis-server missing and not installable here (needs root + apt-get); the Redis tier tests will be skipped: apt-get install redis-server"; \
+	    echo "make: redis-server or redis-cli missing and not installable here (needs root + apt-get); the Redis tier tests will be skipped: apt-get install redis-server redis-tools"; \
 	  fi; }
 
 test: $(STAMP) redis-server

@@ -1,6 +1,7 @@
-"""A private ``redis-server`` on a free loopback port with a temporary directory.
+"""A private ``redis-server`` on a free loopback port with a temporary directory, and a private
+Redis Cluster of such servers.
 
-Used by the tests' fixture, ``kvoffload simulate --tiers ...,redis`` (when no ``--redis-url`` is
+Used by the tests' fixtures, ``kvoffload simulate --tiers ...,redis`` (when no ``--redis-url`` is
 given) and ``kvoffload bench tiers``. Nothing is persisted (no RDB, no AOF), so a restart loses
 every key: exactly the "server restarted" fault the redis tier must survive.
 """
@@ -14,13 +15,14 @@ import ssl
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-INSTALL_HINT = "install it with `apt-get install redis-server` (Debian/Ubuntu) or `make redis-server`"
+INSTALL_HINT = "install it with `apt-get install redis-server redis-tools` (Debian/Ubuntu) or `make redis-server`"
 
 
 class RedisServerMissing(RuntimeError):
-    """No ``redis-server`` executable on PATH."""
+    """No ``redis-server`` (or, for a cluster, ``redis-cli``) executable on PATH."""
 
 
 PORTS_VARIABLE = "KVOFFLOAD_REDIS_PORTS"
@@ -29,23 +31,38 @@ PORTS_VARIABLE = "KVOFFLOAD_REDIS_PORTS"
 def free_port() -> int:
     """A free loopback port: any, or the first free one of ``KVOFFLOAD_REDIS_PORTS`` (``LOW-HIGH``)
     when that is set, so that jobs sharing a machine keep to their own ports."""
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free loopback ports (see :func:`free_port`); each is held until all are
+    found, so none is handed out twice."""
     allowed = os.environ.get(PORTS_VARIABLE, "")
     if not allowed:
-        candidates = [0]
+        candidates = [0] * count
     else:
         low, _, high = allowed.partition("-")
         try:
             candidates = list(range(int(low), int(high or low) + 1))
         except ValueError:
             raise ValueError(f"{PORTS_VARIABLE}={allowed!r}: expected LOW-HIGH, e.g. 16400-16499") from None
-    for port in candidates:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    held: list[socket.socket] = []
+    try:
+        for port in candidates:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
+                sock.close()
                 continue
-            return int(sock.getsockname()[1])
-    raise RuntimeError(f"no free loopback port in {PORTS_VARIABLE}={allowed}")
+            held.append(sock)
+            if len(held) == count:
+                return [int(bound.getsockname()[1]) for bound in held]
+    finally:
+        for sock in held:
+            sock.close()
+    wanted = "port" if count == 1 else f"{count} ports"
+    raise RuntimeError(f"no free loopback {wanted} in {PORTS_VARIABLE}={allowed}")
 
 
 class RedisServer:
@@ -53,8 +70,16 @@ class RedisServer:
     every key; ``stop()`` kills the server and removes its directory."""
 
     def __init__(
-        self, maxmemory: str = "256mb", policy: str = "allkeys-lru", password: str | None = None, tls: bool = False
+        self,
+        maxmemory: str = "256mb",
+        policy: str = "allkeys-lru",
+        password: str | None = None,
+        tls: bool = False,
+        port: int = 0,
+        options: Sequence[str] = (),
     ) -> None:
+        """``port`` 0 takes a free one at the first start; ``options`` are more ``redis-server``
+        arguments (e.g. cluster mode's)."""
         executable = shutil.which("redis-server")
         if executable is None:
             raise RedisServerMissing(f"redis-server is not installed: {INSTALL_HINT}")
@@ -65,7 +90,9 @@ class RedisServer:
         self.policy = policy
         self.password = password
         self.tls = tls
-        self.port = 0
+        self.requested_port = port
+        self.port = port
+        self.options = tuple(options)
         self.directory: str | None = None
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -73,6 +100,11 @@ class RedisServer:
     def url(self) -> str:
         auth = f":{self.password}@" if self.password else ""
         return f"{'rediss' if self.tls else 'redis'}://{auth}127.0.0.1:{self.port}/0"
+
+    @property
+    def pid(self) -> int | None:
+        """The running server's process id (None while stopped)."""
+        return None if self._process is None else self._process.pid
 
     @property
     def ca_file(self) -> str:
@@ -90,14 +122,14 @@ class RedisServer:
     def start(self) -> RedisServer:
         if self.directory is None:
             self.directory = tempfile.mkdtemp(prefix="kvoffload-redis-")
-            self.port = free_port()
+            self.port = self.requested_port or free_port()
             if self.tls:
                 self._make_certificate()
         listen = ["--port", "0", "--tls-port", str(self.port)] if self.tls else ["--port", str(self.port)]
         args = [
             self.executable, *listen, "--bind", "127.0.0.1", "--dir", self.directory,
             "--save", "", "--appendonly", "no", "--maxmemory", self.maxmemory,
-            "--maxmemory-policy", self.policy, "--protected-mode", "yes", "--logfile", "redis.log",
+            "--maxmemory-policy", self.policy, "--protected-mode", "yes", "--logfile", "redis.log", *self.options,
         ]
         if self.password:
             args += ["--requirepass", self.password]
@@ -139,6 +171,14 @@ class RedisServer:
                 self._process.wait()
             self._process = None
 
+    def kill(self) -> None:
+        """SIGKILL the server (a crash: nothing is flushed or closed); ``start()`` brings it back on
+        the same port and directory."""
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait()
+            self._process = None
+
     def restart(self) -> None:
         """Stop and start again on the same port: every key is lost (nothing is persisted)."""
         self._kill()
@@ -151,6 +191,86 @@ class RedisServer:
             self.directory = None
 
     def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class LocalRedisCluster:
+    """A Redis Cluster of ``masters`` private servers on loopback ports (no replicas), created with
+    ``redis-cli --cluster create``; ``start()`` returns once every node reports ``cluster_state:ok``.
+    ``url`` is the first node's (any node serves as the seed); ``stop()`` stops every server.
+
+    Each node also needs a cluster bus port: both come from ``KVOFFLOAD_REDIS_PORTS`` when set. A
+    dead master's slots are not taken over (no replica), and ``cluster-require-full-coverage no``
+    lets the other masters keep serving theirs, as a cache cluster should.
+    """
+
+    def __init__(self, masters: int = 3, node_timeout_ms: int = 1000, maxmemory: str = "64mb") -> None:
+        cli = shutil.which("redis-cli")
+        if cli is None:
+            raise RedisServerMissing(f"redis-cli is not installed: {INSTALL_HINT}")
+        self.cli = cli
+        ports = free_ports(2 * masters)
+        self.nodes = [
+            RedisServer(
+                maxmemory=maxmemory,
+                port=port,
+                options=("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-port",
+                         str(bus), "--cluster-node-timeout", str(node_timeout_ms),
+                         "--cluster-require-full-coverage", "no"),
+            )
+            for port, bus in zip(ports[:masters], ports[masters:], strict=True)
+        ]
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    def start(self, timeout_s: float = 30.0) -> LocalRedisCluster:
+        try:
+            for node in self.nodes:
+                node.start()
+            addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
+            subprocess.run(
+                [self.cli, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+                check=True, capture_output=True, timeout=timeout_s,
+            )
+            self.wait_ok(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def command(self, node: RedisServer, *args: str) -> str:
+        """``redis-cli`` on ``node``: its reply as text (errors included)."""
+        done = subprocess.run(
+            [self.cli, "-h", "127.0.0.1", "-p", str(node.port), *args], capture_output=True, text=True, timeout=30
+        )
+        return done.stdout.strip()
+
+    def node_id(self, node: RedisServer) -> str:
+        return self.command(node, "CLUSTER", "MYID")
+
+    def wait_ok(self, timeout_s: float = 30.0, nodes: Sequence[RedisServer] | None = None) -> None:
+        """Until every given node (all by default) reports ``cluster_state:ok`` and all 16384 slots."""
+        deadline = time.monotonic() + timeout_s
+        waiting = list(self.nodes if nodes is None else nodes)
+        while waiting:
+            info = self.command(waiting[0], "CLUSTER", "INFO")
+            if "cluster_state:ok" in info and "cluster_slots_assigned:16384" in info:
+                waiting.pop(0)
+            elif time.monotonic() > deadline:
+                raise RuntimeError(f"redis cluster node {waiting[0].port} not ok within {timeout_s} s: {info!r}")
+            else:
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def __enter__(self) -> LocalRedisCluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -1,13 +1,15 @@
-"""``RedisTier``: a tier shared by engine instances on a Redis (or Valkey) server.
+"""``RedisTier``: a tier shared by engine instances on a Redis (or Valkey) server or a Redis Cluster.
 
-A chunk's key name is its scope (kvoffload.tiers.record.Namespace: model, KV layout,
-tensor-parallel rank and the request's cache salt, each length-prefixed) followed by the full
-key in hex: engines serving another model, layout or rank never see these chunks, requests with
-different cache salts (tenants) never share one, and no salt can spell another namespace. Values
-are records (kvoffload.tiers.record: the writer's id, the full key and an XXH3-128 checksum over
-scope, key and chunk, then the chunk), so a value copied under another key name is refused on
-read. The gets or sets of a job go in one pipeline on one pooled connection, with the chunks sent
-from and received into the CPU blocks themselves (kvoffload.tiers.resp).
+A chunk's key name is the full key in hex as a hash tag (``{00ab...}``), then its scope
+(kvoffload.tiers.record.Namespace: model, KV layout, tensor-parallel rank and the request's cache
+salt, each length-prefixed): engines serving another model, layout or rank never see these chunks,
+requests with different cache salts (tenants) never share one, and no salt can spell another
+namespace. In a Redis Cluster the tag alone picks the hash slot, so chunks spread over the masters
+whatever the salt holds. Values are records (kvoffload.tiers.record: the writer's id, the full key
+and an XXH3-128 checksum over scope, key and chunk, then the chunk), so a value copied under
+another key name is refused on read. The gets or sets of a job go in one pipeline per server on a
+pooled connection, with the chunks sent from and received into the CPU blocks themselves
+(kvoffload.tiers.resp).
 
 Eviction is the server's (``maxmemory-policy``, e.g. allkeys-lru). A key gone between lookup and
 read is a ``miss``; a value that does not verify, or of another type, is ``corrupt`` (only that
@@ -15,6 +17,8 @@ chunk: the pipeline stays in step) and stays on the server until a cascade overw
 that is down, restarted, refuses the password or lacks the database gives ``fault``s (logged once
 per outage, counted in ``stats``) and then misses: the request recomputes, nothing is raised, no
 wrong block is served. The URL may carry a password and use TLS (``rediss://:password@host:port/0``).
+In a cluster the same holds per master, and a key whose slot moved (MOVED, ASK) is a miss of that
+chunk until the slot table is refreshed (kvoffload.tiers.redis_cluster).
 """
 
 from __future__ import annotations
@@ -25,12 +29,12 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
-from redis.connection import parse_url
+from redis.connection import Connection, parse_url
 
 from kvoffload.offload.types import OffloadKey
-from kvoffload.tiers.health import Availability
 from kvoffload.tiers.protocol import CORRUPT, FAULT, MISS, OK, TierConfigError, TierJob
 from kvoffload.tiers.record import Namespace, header_bytes, key_bytes, pack_header, verify_header
+from kvoffload.tiers.redis_cluster import UNAVAILABLE, ClusterRoutes, Node, SingleServer
 from kvoffload.tiers.resp import (
     ErrorReply,
     ReplyReader,
@@ -41,9 +45,10 @@ from kvoffload.tiers.resp import (
     set_command,
 )
 
-# Errors that mean "the tier is unavailable right now" (unreachable, timed out, wrong password,
-# a database the server lacks: redis-py raises ResponseError for that), never "the program is wrong".
-UNAVAILABLE = (redis.exceptions.RedisError, OSError)
+# Error replies that send a key elsewhere (a Redis Cluster moving or migrating its slot).
+REDIRECTIONS = ("MOVED", "ASK")
+# Error replies of a server that cannot serve right now: an outage of that server.
+UNAVAILABLE_REPLIES = ("CLUSTERDOWN", "LOADING", "MASTERDOWN", "BUSY")
 
 
 def _setting_error(name: str, value: object, expected: str) -> TierConfigError:
@@ -58,7 +63,9 @@ class RedisTierConfig:
     shown by ``repr``) overrides the URL's; ``ssl_ca_certs`` for a private CA; ``model``,
     ``layout`` and ``rank`` (the tensor-parallel rank) name the namespace; ``socket_timeout_s``
     (> 0) bounds every connect and reply; ``ttl_s`` (a whole number of seconds > 0, or None for
-    no expiry) is set on every chunk written.
+    no expiry) is set on every chunk written. ``cluster=True``: the URL names any node of a Redis
+    Cluster (database 0, the only one a cluster has), and each chunk goes to its hash slot's
+    master (see kvoffload.tiers.redis_cluster).
     """
 
     url: str = "redis://127.0.0.1:6379/0"
@@ -69,6 +76,7 @@ class RedisTierConfig:
     socket_timeout_s: float = 2.0
     ttl_s: int | None = None
     rank: int = 0
+    cluster: bool = False
 
     def __post_init__(self) -> None:
         shown = self.display_url if isinstance(self.url, str) else self.url
@@ -94,6 +102,10 @@ class RedisTierConfig:
         ttl = self.ttl_s
         if ttl is not None and (not isinstance(ttl, int) or isinstance(ttl, bool) or ttl <= 0):
             raise _setting_error("ttl_s", ttl, "must be a whole number of seconds > 0, or None for no expiry")
+        if not isinstance(self.cluster, bool):
+            raise _setting_error("cluster", self.cluster, "must be True (a Redis Cluster) or False (one server)")
+        if self.cluster and db not in ("", "0"):
+            raise _setting_error("url", shown, "a Redis Cluster has only database 0 (end the URL with /0 or no path)")
         try:
             self.namespace  # noqa: B018 (building the namespace checks model, layout and rank)
         except TierConfigError as error:
@@ -102,7 +114,8 @@ class RedisTierConfig:
     def __repr__(self) -> str:
         # Never the password, neither the config's nor the URL's.
         return (f"RedisTierConfig(url={self.display_url!r}, model={self.model!r}, layout={self.layout!r}, "
-                f"rank={self.rank}, ttl_s={self.ttl_s}, socket_timeout_s={self.socket_timeout_s})")
+                f"rank={self.rank}, ttl_s={self.ttl_s}, socket_timeout_s={self.socket_timeout_s}, "
+                f"cluster={self.cluster})")
 
     @property
     def namespace(self) -> Namespace:
@@ -122,7 +135,8 @@ class RedisTierConfig:
 
 
 class RedisTier:
-    """The I/O side of one Redis tier (a redis-py client is thread-safe through its pool)."""
+    """The I/O side of one Redis tier, a single server or a Redis Cluster (``config.cluster``);
+    safe to share between the driver's I/O threads (connections come from per-server pools)."""
 
     def __init__(self, config: RedisTierConfig, writer: int = 0) -> None:
         self.config = config
@@ -136,117 +150,166 @@ class RedisTier:
         options.update(parse_url(config.url))
         if config.password is not None:
             options["password"] = config.password  # the config's password wins over the URL's
-        self.client = redis.Redis(connection_pool=redis.ConnectionPool(**options))
+        self.routes = (ClusterRoutes if config.cluster else SingleServer)(options, config.display_url)
+        # The URL's server (a cluster's seed node), for callers that want plain redis-py commands.
+        self.client = redis.Redis(connection_pool=self.routes.seed.pool)
         self.namespace = config.namespace
-        self.health = Availability(f"redis tier {config.display_url}")
 
     def key_name(self, key: OffloadKey, salt: str) -> str:
-        """The Redis key of ``key`` under ``salt``: the scope, then the full key in hex."""
+        """The Redis key of ``key`` under ``salt``: the full key in hex as the hash tag, then the scope."""
         return self._key_names((key,), self.namespace.scope(salt))[0].decode()
 
     @staticmethod
     def _key_names(keys: Sequence[OffloadKey], scope: bytes) -> list[bytes]:
-        return [scope + key_bytes(key).hex().encode() for key in keys]
+        # The name starts with its own hash tag, so a Redis Cluster places each chunk by its key
+        # alone (chunks spread over the masters) and no brace in a salt or model name can pick
+        # the slot: the first "{" is always this one, and hex has no "}".
+        return [b"{" + key_bytes(key).hex().encode() + b"}" + scope for key in keys]
 
     def stats(self) -> dict[str, int]:
-        """Availability counters (see kvoffload.tiers.health.Availability.stats)."""
-        return self.health.stats()
+        """Availability counters (see kvoffload.tiers.health.Availability.stats; a cluster adds
+        its own, see kvoffload.tiers.redis_cluster.ClusterRoutes.stats)."""
+        return self.routes.stats()
 
     def write(self, job: TierJob, payloads: Sequence[memoryview], corrupt: Sequence[bool]) -> tuple[str, ...]:
-        """SET every chunk in one pipeline; every key is a ``fault`` if the server is unavailable."""
+        """SET every chunk, pipelined per server; a chunk whose server is unavailable is a ``fault``."""
         scope = self.namespace.scope(job.salt)
-        buffers: list[bytes | memoryview] = []
-        for key, name, payload, flip in zip(job.keys, self._key_names(job.keys, scope), payloads, corrupt, strict=True):
-            header = pack_header(scope, key, payload, self.writer)
-            if flip:
+        names = self._key_names(job.keys, scope)
+
+        def command(index: int) -> list[bytes | memoryview]:
+            payload = payloads[index]
+            header = pack_header(scope, job.keys[index], payload, self.writer)
+            if corrupt[index]:
                 flipped = bytearray(payload)
                 flipped[0] ^= 0xFF
                 payload = memoryview(flipped)
-            buffers += set_command(name, header, payload, self.config.ttl_s)
-        results: list[str] = []
+            return set_command(names[index], header, payload, self.config.ttl_s)
 
-        def exchange(reader: ReplyReader) -> None:
-            send_all(reader.sock, buffers)
-            for _ in job.keys:
-                try:
-                    reader.simple()
-                    results.append(OK)
-                except ErrorReply:  # e.g. OOM with maxmemory-policy noeviction
-                    results.append(FAULT)
+        def receive(reader: ReplyReader, index: int) -> str:
+            reader.simple()
+            return OK
 
-        if not self._exchange(exchange):
-            return (FAULT,) * len(job.keys)
-        return tuple(results)
+        # A refused SET (e.g. OOM with maxmemory-policy noeviction) or a moved slot: not stored.
+        return tuple(self._pipeline(names, command, receive, redirected=FAULT))
 
     def read(self, job: TierJob, outs: Sequence[memoryview]) -> tuple[tuple[str, ...], int]:
-        """GET every chunk in one pipeline, each reply received straight into its CPU block, then
-        verified. Returns the per-key results and how many verified chunks another writer stored."""
+        """GET every chunk, pipelined per server, each reply received straight into its CPU block,
+        then verified. Returns the per-key results and how many verified chunks another writer stored."""
         scope = self.namespace.scope(job.salt)
-        results: list[str] = []
-        foreign = 0
+        writers = [self.writer] * len(job.keys)
+        crlf = memoryview(bytearray(2))
 
-        def exchange(reader: ReplyReader) -> None:
-            nonlocal foreign
-            send_all(reader.sock, [get_command(name) for name in self._key_names(job.keys, scope)])
-            crlf = memoryview(bytearray(2))
-            for key, out in zip(job.keys, outs, strict=True):
-                try:
-                    length = reader.bulk_length()
-                except ErrorReply:  # e.g. WRONGTYPE: a value of another type under this name
-                    results.append(CORRUPT)
-                    continue
-                if length < 0:
-                    results.append(MISS)
-                    continue
-                header = memoryview(bytearray(header_bytes(key)))
-                if length != len(header) + len(out):
-                    reader.skip(length + 2)
-                    results.append(CORRUPT)
-                    continue
-                reader.read_into(header)
-                reader.read_into(out)
-                reader.read_into(crlf)
-                result, writer = verify_header(header, scope, key, out)
-                foreign += result == OK and writer != self.writer
-                results.append(result)
+        def receive(reader: ReplyReader, index: int) -> str:
+            key, out = job.keys[index], outs[index]
+            length = reader.bulk_length()
+            if length < 0:
+                return MISS
+            header = memoryview(bytearray(header_bytes(key)))
+            if length != len(header) + len(out):
+                reader.skip(length + 2)
+                return CORRUPT
+            reader.read_into(header)
+            reader.read_into(out)
+            reader.read_into(crlf)
+            result, writers[index] = verify_header(header, scope, key, out)
+            return result
 
-        if not self._exchange(exchange):
-            return (FAULT,) * len(job.keys), 0
+        names = self._key_names(job.keys, scope)
+        # A value of another type (WRONGTYPE) is corrupt; a moved slot is not held here any more.
+        results = self._pipeline(
+            names, lambda index: [get_command(names[index])], receive, redirected=MISS, wrong_type=CORRUPT
+        )
+        # Counted at the end: a server that breaks off later makes its verified chunks faults too.
+        foreign = sum(result == OK and writer != self.writer for result, writer in zip(results, writers, strict=True))
         return tuple(results), foreign
 
     def probe(self, job: TierJob) -> tuple[str, ...]:
-        """EXISTS for every key in one pipeline: ``ok`` (held) or ``miss`` per key, all ``fault``
-        if the server is unavailable. A key may still vanish before the promotion reads it."""
-        results: list[str] = []
+        """EXISTS for every key, pipelined per server: ``ok`` (held) or ``miss`` per key, ``fault``
+        where the server is unavailable. A key may still vanish before the promotion reads it."""
         names = self._key_names(job.keys, self.namespace.scope(job.salt))
 
-        def exchange(reader: ReplyReader) -> None:
-            send_all(reader.sock, [exists_command(name) for name in names])
-            results.extend(OK if reader.integer() else MISS for _ in job.keys)
+        def receive(reader: ReplyReader, index: int) -> str:
+            return OK if reader.integer() else MISS
 
-        if not self._exchange(exchange):
-            return (FAULT,) * len(job.keys)
-        return tuple(results)
+        return tuple(self._pipeline(
+            names, lambda index: [exists_command(names[index])], receive, redirected=MISS
+        ))
 
-    def _exchange(self, exchange: Callable[[ReplyReader], None]) -> bool:
-        """Run ``exchange`` on a pooled connection; False if the server is unavailable (the
-        connection is then dropped: its stream is in an unknown state)."""
-        pool = self.client.connection_pool
+    def _pipeline(
+        self,
+        names: Sequence[bytes],
+        command: Callable[[int], Sequence[bytes | memoryview]],
+        receive: Callable[[ReplyReader, int], str],
+        redirected: str,
+        wrong_type: str = FAULT,
+    ) -> list[str]:
+        """Send every key's ``command`` to its server (all servers first, then every reply is read),
+        and ``receive`` each reply: the per-key results. An error reply makes that key
+        ``redirected`` (MOVED, ASK), ``wrong_type`` (WRONGTYPE) or a ``fault`` (CLUSTERDOWN and the
+        like also count as an outage of that server). A server that cannot be reached, or breaks
+        off, makes all its keys ``fault``: nothing is raised."""
+        results = [FAULT] * len(names)  # a key no server serves stays a fault
+        sent = []
+        for node, indices in self.routes.assign(names):
+            connection = self._send(node, [buffer for index in indices for buffer in command(index)])
+            if connection is not None:
+                sent.append((node, indices, connection))
+        for node, indices, connection in sent:
+            outage = None
+            try:
+                reader = ReplyReader(connection._sock)
+                for index in indices:
+                    try:
+                        results[index] = receive(reader, index)
+                    except ErrorReply as error:
+                        results[index], reason = self._refused(error, redirected, wrong_type)
+                        outage = outage or reason
+            except (*UNAVAILABLE, RespError, ValueError) as error:
+                connection.disconnect()  # its stream is in an unknown state
+                for index in indices:
+                    results[index] = FAULT
+                outage = f"{type(error).__name__}: {error}"
+                self.routes.unreachable()
+            finally:
+                node.pool.release(connection)
+            if outage is None:
+                node.health.succeeded()
+            else:
+                node.health.failed(outage)
+        return results
+
+    def _send(self, node: Node, buffers: list[bytes | memoryview]) -> Connection | None:
+        """A pooled connection of ``node`` with ``buffers`` sent on it, None if it is unavailable."""
         try:
-            connection = pool.get_connection()
+            connection = node.pool.get_connection()
         except UNAVAILABLE as error:
-            self.health.failed(f"{type(error).__name__}: {error}")
-            return False
+            node.health.failed(f"{type(error).__name__}: {error}")
+            self.routes.unreachable()
+            return None
         try:
-            exchange(ReplyReader(connection._sock))
-        except (*UNAVAILABLE, RespError, ValueError) as error:
+            send_all(connection._sock, buffers)
+        except (*UNAVAILABLE, ValueError) as error:
             connection.disconnect()
-            self.health.failed(f"{type(error).__name__}: {error}")
-            return False
-        finally:
-            pool.release(connection)
-        self.health.succeeded()
-        return True
+            node.pool.release(connection)
+            node.health.failed(f"{type(error).__name__}: {error}")
+            self.routes.unreachable()
+            return None
+        return connection
+
+    def _refused(self, error: ErrorReply, redirected: str, wrong_type: str) -> tuple[str, str | None]:
+        """A key's result for an error reply, and the outage it shows (None if it shows none)."""
+        reply = str(error)
+        kind = reply.partition(" ")[0]
+        if kind == "WRONGTYPE":
+            return wrong_type, None
+        if kind in REDIRECTIONS:
+            if self.routes.redirected(reply):
+                return redirected, None
+            return FAULT, f"the server answered {kind}: it is a Redis Cluster node (set RedisTierConfig.cluster=True)"
+        if kind in UNAVAILABLE_REPLIES:
+            self.routes.unreachable()
+            return FAULT, reply
+        return FAULT, None
 
     def close(self) -> None:
-        self.client.close()
+        self.routes.close()
