@@ -15,6 +15,7 @@ import pytest
         (["trace", "check", "missing.ndjson"], "kvoffload trace: error: missing.ndjson: no such file"),
         (["replay", "missing.jsonl"], "kvoffload replay: error: missing.jsonl: no such file"),
         (["explore", "--mutant", "nope"], "kvoffload explore: error: unknown mutant 'nope'"),
+        (["simulate", "--mutant", "nope"], "kvoffload simulate: error: --mutant 'nope' is unknown; known: abort_"),
         (["simulate", "--policy", "nope"], "kvoffload simulate: error: --policy 'nope' is unknown"),
         (["simulate", "--blocks-per-chunk", "0"], "kvoffload simulate: error: --blocks-per-chunk must be >= 1"),
         (["bench", "mover", "--block-sizes", "4095"], "kvoffload bench: error: --block-sizes 4095: a block must"),
