@@ -10,14 +10,11 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from kvoffload.commands.errors import CommandError
+from kvoffload.commands.errors import EXIT_INTERRUPTED, CommandError
 from kvoffload.offload.types import DEFAULT_POLICY
 
 if TYPE_CHECKING:
     from kvoffload.sim.runner import EngineFactory
-
-# The shell's status for a command stopped by SIGINT (128 + 2).
-INTERRUPTED = 130
 
 
 def add_parser(subparsers: Any) -> None:
@@ -94,13 +91,13 @@ def run(args: argparse.Namespace) -> int:
         figures = _figures(stop.summary)
         if stop.reason.startswith("interrupted"):
             print(f"kvoffload simulate: {stop.reason}: {figures}", file=sys.stderr)
-            return INTERRUPTED
+            return EXIT_INTERRUPTED
         raise CommandError(f"{stop.reason}: {figures}") from None
     except OSError as error:
         raise CommandError(f"--trace {args.trace}: cannot write: {error.strerror or error}") from None
     except KeyboardInterrupt:
         print("kvoffload simulate: interrupted before the first step", file=sys.stderr)
-        return INTERRUPTED
+        return EXIT_INTERRUPTED
     _report(result, started, args.json, lambda figures: _print_table(figures, options_dict=asdict(options)))
     return 0 if result["violations"] == 0 and result["leaks"] == 0 else 1
 
@@ -155,7 +152,7 @@ def _run_tiered(args: argparse.Namespace, options: Any, started: float) -> int:
         raise CommandError(str(error)) from None
     except KeyboardInterrupt:
         print("kvoffload simulate: interrupted; a tiered run keeps no partial figures", file=sys.stderr)
-        return INTERRUPTED
+        return EXIT_INTERRUPTED
     _report(result, started, args.json, print_summary)
     ok = result["violations"] == 0 and result["leaks"] == 0 and result["integrity_failures"] == 0
     return 0 if ok else 1
