@@ -47,7 +47,7 @@ import operator
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple, Self
 
 from kvoffload.offload.errors import LifecycleViolation
@@ -112,13 +112,10 @@ class RequestTracker:
     gpu_hit_unwritten: bool = False
 
     def copy(self) -> RequestTracker:
-        """An independent copy (the engine request, which the tracker never changes, is shared)."""
-        return RequestTracker(
-            self.request_id, self.request, self.state, self.num_computed_tokens, self.gpu_block_ids.copy(),
-            self.stored_chunks, self.load_job, self.store_jobs.copy(), self.lookup_start_chunk,
-            self.lookup_hit_chunks, self.local_computed_tokens, self.holds_gpu_blocks, self.signals,
-            self.draft_tokens, self.gpu_hit_unwritten,
-        )
+        """An independent copy (the engine request, which the tracker never changes, is shared).
+
+        Every field is carried over by ``dataclasses.replace``; the mutable ones are copied."""
+        return replace(self, gpu_block_ids=self.gpu_block_ids.copy(), store_jobs=self.store_jobs.copy())
 
 
 @dataclass(slots=True, eq=False)
@@ -135,7 +132,8 @@ class JobRecord:
     state: str = JOB_LIFECYCLE.initial
 
     def copy(self) -> JobRecord:
-        return JobRecord(self.job_id, self.request_id, self.kind, self.chunks, self.request_signals, self.state)
+        """An independent copy: every field is immutable, so ``dataclasses.replace`` carries each over."""
+        return replace(self)
 
 
 @dataclass
@@ -327,7 +325,7 @@ class OffloadingScheduler:
         tracker = self._trackers.get(request_id)
         if tracker is None:
             self.manager.on_new_request(request_id)
-            tracker = RequestTracker(request_id, request)
+            tracker = RequestTracker(request_id=request_id, request=request)
             self._trackers[request_id] = tracker
         elif tracker.state == PREEMPTED:
             if not self.lifecycle.can_fire(tracker, "resume"):
@@ -789,7 +787,9 @@ class OffloadingScheduler:
         job = TransferJob(self._next_job_id, tracker.request_id, kind, tuple(keys), gpu_block_ids, cpu_block_ids)  # type: ignore[arg-type]
         self._next_job_id += 1
         self._jobs[job.job_id] = job
-        record = JobRecord(job.job_id, tracker.request_id, kind, chunks, tracker.signals)
+        record = JobRecord(
+            job_id=job.job_id, request_id=tracker.request_id, kind=kind, chunks=chunks, request_signals=tracker.signals
+        )
         self._job_records[job.job_id] = record
         self.job_lifecycle.fire(record, "prepare")
         return job
