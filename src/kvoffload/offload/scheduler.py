@@ -561,7 +561,7 @@ class OffloadingScheduler:
         and the draft counts as ints. Raises having changed nothing: what it advanced is undone.
 
         Checking and advancing in one pass touches each tracker once: at 10^4 live requests a
-        second pass over them costs as much again in cache misses (docs/figures.md, "Connector and
+        second pass over them costs as much again in cache misses (docs/benchmarks.md, "Connector and
         lifecycle overhead"). It allocates nothing per request that only computes, so Python's
         full garbage collections stay rare."""
         scheduled = scheduler_output.num_scheduled_tokens
