@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test test-thorough lint tla tla-corpus bench clean redis-server check-vllm-engine check-vllm fuzz-vllm-engine check-vllm-live
+.PHONY: demo test test-fast test-thorough lint tla tla-corpus bench clean redis-server check-vllm-engine check-vllm fuzz-vllm-engine check-vllm-live
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ redis-server:
 test: $(STAMP) redis-server
 	$(VENV)/bin/ruff check src tests scripts
 	$(PY) -m pytest -q
+
+# The fast loop while editing: everything but the tests marked slow (make test and CI run them).
+test-fast: $(STAMP) redis-server
+	$(VENV)/bin/ruff check src tests scripts
+	$(PY) -m pytest -q -m "not slow"
 
 test-thorough: $(STAMP) redis-server
 	HYPOTHESIS_PROFILE=thorough $(PY) -m pytest -q

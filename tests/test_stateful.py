@@ -365,10 +365,12 @@ class SpecDecodingMachine(OffloadMachine):
     spec_tokens = 3
 
 
+@pytest.mark.slow
 def test_offload_machine_with_speculative_decoding() -> None:
     run_state_machine_as_test(SpecDecodingMachine)
 
 
+@pytest.mark.slow
 def test_offload_machine() -> None:
     """Random programs under the active hypothesis profile (ci or thorough) on the real code."""
     run_state_machine_as_test(OffloadMachine)
@@ -426,6 +428,7 @@ def hunt(machine: type[OffloadMachine]) -> BaseException | None:
     return None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_mutant_is_caught(name: str) -> None:
     mutant = MUTANTS[name]
@@ -443,6 +446,7 @@ def test_mutant_is_caught(name: str) -> None:
     assert any(invariant in found for invariant in expected), f"{name}: caught by {failure!r}, expected {expected}"
 
 
+@pytest.mark.slow
 def test_unmutated_code_passes_the_mutant_budget() -> None:
     """The mutant hunt's settings do not fail the real code: a caught mutant means a real bug."""
     failure = hunt(machine_for(None))
