@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test test-fast test-thorough lint tla tla-corpus bench clean redis-server check-vllm-engine check-vllm fuzz-vllm-engine check-vllm-live
+.PHONY: demo test test-fast test-thorough lint tla tla-corpus bench check-install clean redis-server check-vllm-engine check-vllm fuzz-vllm-engine check-vllm-live
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -130,6 +130,12 @@ check-vllm: $(STAMP)
 	$(PY) scripts/check_vllm_release.py $(VLLM_CACHE)
 	$(PY) scripts/check_vllm_simple_release.py $(VLLM_CACHE)
 	$(PY) scripts/check_vllm_fresh_venv.py $(VLLM_CACHE) --torch '$(TORCH_PIN)'
+
+# The built wheel, installed as a user installs it (torch first, then the wheel) in fresh venvs: the base
+# package and each extra alone; every command's --help, a small run of each, and the one-line
+# message naming a missing extra (scripts/check_install.py; venvs under .cache/check-install).
+check-install:
+	$(PYTHON) scripts/check_install.py --torch '$(TORCH_PIN)'
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) build dist src/*.egg-info .pytest_cache .ruff_cache .hypothesis
