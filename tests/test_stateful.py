@@ -128,16 +128,16 @@ class ChosenCompletions:
     def _check_store_sources(self, metadata: ConnectorMetadata) -> None:
         """A store is submitted for chunks computed in earlier steps, so each chunk's last GPU block
         already holds that chunk's key (the chained hash of the prefix it ends)."""
-        bpc = self.worker.blocks_per_chunk
+        blocks_per_chunk = self.worker.blocks_per_chunk
         for job in metadata.stores:
-            if len(job.gpu_block_ids) != len(job.keys) * bpc:
+            if len(job.gpu_block_ids) != len(job.keys) * blocks_per_chunk:
                 self.problems.append(
                     f"DataIntegrity: store job {job.job_id} of {job.request_id!r} reads {len(job.gpu_block_ids)} "
-                    f"GPU block(s) for {len(job.keys)} chunk(s) of {bpc} block(s)"
+                    f"GPU block(s) for {len(job.keys)} chunk(s) of {blocks_per_chunk} block(s)"
                 )
                 continue
             for index, key in enumerate(job.keys):
-                block = job.gpu_block_ids[(index + 1) * bpc - 1]
+                block = job.gpu_block_ids[(index + 1) * blocks_per_chunk - 1]
                 if self.worker.gpu.get(block) != key:
                     self.problems.append(
                         f"DataIntegrity: store job {job.job_id} of {job.request_id!r} stores key {key:#x} "
