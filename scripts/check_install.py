@@ -275,10 +275,11 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     seconds: dict[str, float] = {}
     wheel, problems = build_wheel(cache)
-    seconds["wheel"] = round(time.perf_counter() - started, 1)
+    built = time.perf_counter()
+    seconds["wheel"] = round(built - started, 1)
     base, failed = torch_venv(cache, args.torch)
     problems += failed
-    seconds["torch venv"] = round(time.perf_counter() - started - seconds["wheel"], 1)
+    seconds["torch venv"] = round(time.perf_counter() - built, 1)
     print(f"check-install: wheel in {seconds['wheel']} s, torch venv in {seconds['torch venv']} s", flush=True)
     if wheel is not None and not failed:
         for name in names:
