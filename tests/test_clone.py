@@ -3,7 +3,7 @@ original never affect each other (the CPU manager's and the tiering manager's al
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import dataclass, fields
 
 import pytest
 
@@ -44,6 +44,19 @@ def test_copy_keeps_every_field(cls: type) -> None:
         value = getattr(original, f.name)
         if isinstance(value, list | set | dict):
             assert getattr(copied, f.name) is not value, f"{cls.__name__}.copy() shares {f.name}"
+
+
+@pytest.mark.parametrize("cls", [RequestTracker, JobRecord])
+def test_a_field_added_with_a_default_is_copied_too(cls: type) -> None:
+    # A record grows fields over time: its copy() must carry a new one without being edited.
+    @dataclass(slots=True, eq=False)
+    class Grown(cls):  # type: ignore[misc, valid-type]
+        added: int = 0
+
+    original = Grown(**{f.name: getattr(_distinct(cls), f.name) for f in fields(cls)}, added=5)
+    copied = original.copy()
+    assert type(copied) is Grown
+    assert [getattr(copied, f.name) for f in fields(Grown)] == [getattr(original, f.name) for f in fields(Grown)]
 
 
 def _mid_run() -> Engine:

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from check_vllm_live_release import check as check_release
 from kvoffload.vllm.live.checker import judge
 from kvoffload.vllm.live.conformance import check_conformance
 from kvoffload.vllm.live.logs import DRAIN_FILE, FINDINGS_FILE, TRACE_FILE, FindingLog, TraceLog, write_drain
-from kvoffload.vllm.live.release import check as check_release
 from kvoffload.vllm.live.workloads import DOUBLE_RESET, KINDS, Workload, build
 
 DATA = Path(__file__).parent / "data" / "live"

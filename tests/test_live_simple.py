@@ -346,7 +346,7 @@ def _release_report(eager_error: str | None = None, lazy_error: str | None = "th
 
 
 def test_the_0_32_release_must_show_the_lazy_engine_that_never_idles_and_nothing_else() -> None:
-    from kvoffload.vllm.live.simple_release import check
+    from check_vllm_live_simple_release import check
 
     assert check("0.32.0", _release_report()) == []
     assert any("expected NoLeak" in p for p in check("0.32.0", _release_report(lazy_error=None)))

@@ -104,11 +104,11 @@ def test_jobs_get_the_id_type_asked_for(ids: str, monkeypatch: pytest.MonkeyPatc
 def test_array_ids_without_numpy_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
-    from kvoffload.commands.errors import CommandError
+    from kvoffload.benchmarks.errors import BenchmarkError
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "numpy" else real(name, *a))
-    with pytest.raises(CommandError, match=r"^--ids array needs numpy, which is not installed"):
+    with pytest.raises(BenchmarkError, match=r"^--ids array needs numpy, which is not installed"):
         bench.run(parse("--device", "cpu", "--ids", "array"))
 
 
@@ -181,7 +181,7 @@ def test_table_option_writes_what_the_mover_reads(tmp_path: Path) -> None:
         Measurement("merged", "store", 4096, 3.5, 0.0),
         Measurement("gather", "load", 65536, 40.0, None),
     ]
-    from kvoffload.commands.errors import CommandError
+    from kvoffload.benchmarks.errors import BenchmarkError
 
-    with pytest.raises(CommandError, match=r"^--table .*missing/t.json: No such file or directory$"):
+    with pytest.raises(BenchmarkError, match=r"^--table .*missing/t.json: No such file or directory$"):
         bench._write_table(tmp_path / "missing" / "t.json", results, "cuda:0 test")

@@ -144,6 +144,7 @@ def test_command_json_on_a_synthetic_trace(tmp_path: Path, capsys: pytest.Captur
     assert "hit_ratio" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_sweep_writes_a_png_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "t.jsonl"
     path.write_text(

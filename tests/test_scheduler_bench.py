@@ -1,4 +1,4 @@
-"""`kvoffload bench scheduler`: its JSON reports the figures docs/figures.md quotes (never timed)."""
+"""`kvoffload bench scheduler`: its JSON reports the figures docs/benchmarks.md quotes (never timed)."""
 
 from __future__ import annotations
 

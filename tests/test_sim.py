@@ -143,7 +143,6 @@ def test_request_hashes_chain_over_full_blocks() -> None:
         ({"delay": -1}, "--delay"),
         ({"policy": "mru"}, "--policy 'mru' is unknown; known: arc, doorkeeper"),
         ({"num_gpu_blocks": 0}, "--gpu-blocks must be >= 1"),
-        ({"mutant": "nope"}, "--mutant 'nope' is unknown; known: abort_unscheduled_stores"),
     ],
 )
 def test_bad_options_are_rejected(kwargs: dict[str, float], message: str) -> None:

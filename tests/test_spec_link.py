@@ -30,6 +30,7 @@ def _without(declaration: LifecycleDeclaration, trigger: str, source: str) -> Li
     return dataclasses.replace(declaration, transitions=tuple(transitions))
 
 
+@pytest.mark.slow
 def test_the_committed_link_holds(capsys: pytest.CaptureFixture[str]) -> None:
     report = check_link(TLA)
     assert report.ok, report.problems
@@ -69,6 +70,7 @@ def test_an_added_request_edge_fails_the_coverage() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_a_stale_module_fails_and_write_repairs_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     copy = tmp_path / "tla"
     shutil.copytree(TLA, copy)

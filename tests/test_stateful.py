@@ -128,16 +128,16 @@ class ChosenCompletions:
     def _check_store_sources(self, metadata: ConnectorMetadata) -> None:
         """A store is submitted for chunks computed in earlier steps, so each chunk's last GPU block
         already holds that chunk's key (the chained hash of the prefix it ends)."""
-        bpc = self.worker.blocks_per_chunk
+        blocks_per_chunk = self.worker.blocks_per_chunk
         for job in metadata.stores:
-            if len(job.gpu_block_ids) != len(job.keys) * bpc:
+            if len(job.gpu_block_ids) != len(job.keys) * blocks_per_chunk:
                 self.problems.append(
                     f"DataIntegrity: store job {job.job_id} of {job.request_id!r} reads {len(job.gpu_block_ids)} "
-                    f"GPU block(s) for {len(job.keys)} chunk(s) of {bpc} block(s)"
+                    f"GPU block(s) for {len(job.keys)} chunk(s) of {blocks_per_chunk} block(s)"
                 )
                 continue
             for index, key in enumerate(job.keys):
-                block = job.gpu_block_ids[(index + 1) * bpc - 1]
+                block = job.gpu_block_ids[(index + 1) * blocks_per_chunk - 1]
                 if self.worker.gpu.get(block) != key:
                     self.problems.append(
                         f"DataIntegrity: store job {job.job_id} of {job.request_id!r} stores key {key:#x} "
@@ -365,10 +365,12 @@ class SpecDecodingMachine(OffloadMachine):
     spec_tokens = 3
 
 
+@pytest.mark.slow
 def test_offload_machine_with_speculative_decoding() -> None:
     run_state_machine_as_test(SpecDecodingMachine)
 
 
+@pytest.mark.slow
 def test_offload_machine() -> None:
     """Random programs under the active hypothesis profile (ci or thorough) on the real code."""
     run_state_machine_as_test(OffloadMachine)
@@ -426,6 +428,7 @@ def hunt(machine: type[OffloadMachine]) -> BaseException | None:
     return None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_mutant_is_caught(name: str) -> None:
     mutant = MUTANTS[name]
@@ -443,6 +446,7 @@ def test_mutant_is_caught(name: str) -> None:
     assert any(invariant in found for invariant in expected), f"{name}: caught by {failure!r}, expected {expected}"
 
 
+@pytest.mark.slow
 def test_unmutated_code_passes_the_mutant_budget() -> None:
     """The mutant hunt's settings do not fail the real code: a caught mutant means a real bug."""
     failure = hunt(machine_for(None))

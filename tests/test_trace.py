@@ -346,6 +346,7 @@ def test_missing_file_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 # ---------------------------------------------------------------------- TLA+ trace validation
+@pytest.mark.slow
 def test_trace_tla_module_checks_with_the_embedded_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "sim.ndjson"
     config = EngineConfig(num_gpu_blocks=28, num_cpu_blocks=40, fault_rate=0.15, abort_probability=0.05,
@@ -404,6 +405,7 @@ def test_the_headline_bug_is_visible_in_a_trace() -> None:
     assert "eager_finish_signal" in {mutant.name for mutant in TRACE_VISIBLE}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mutant", TRACE_VISIBLE, ids=[mutant.name for mutant in TRACE_VISIBLE])
 def test_a_mutant_trace_fails_both_checkers_at_the_same_line(
     mutant: Mutant, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -422,6 +424,7 @@ def test_a_mutant_trace_fails_both_checkers_at_the_same_line(
     assert out.startswith(f"{path}:{result.error.line}: TLA+ invariant "), out
 
 
+@pytest.mark.slow
 def test_the_eager_signal_trace_names_the_invariant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     mutant = MUTANTS["eager_finish_signal"]
     path = tmp_path / "eager.ndjson"

@@ -41,7 +41,7 @@ def test_hashes_view_follows_the_live_list() -> None:
 
 
 @pytest.mark.parametrize(
-    ("chunks", "bpc", "first", "count", "expected"),
+    ("chunks", "blocks_per_chunk", "first", "count", "expected"),
     [
         ([5, 2], 1, 0, 2, [5, 2]),
         ([5, 2], 2, 0, 4, [10, 11, 4, 5]),
@@ -51,8 +51,10 @@ def test_hashes_view_follows_the_live_list() -> None:
         ([7, 3], 4, 4, 5, [28, 29, 30, 31, 12]),
     ],
 )
-def test_mover_blocks_of_a_transfer(chunks: list[int], bpc: int, first: int, count: int, expected: list[int]) -> None:
-    assert mover_block_ids(chunks, bpc, first, count) == expected
+def test_mover_blocks_of_a_transfer(
+    chunks: list[int], blocks_per_chunk: int, first: int, count: int, expected: list[int]
+) -> None:
+    assert mover_block_ids(chunks, blocks_per_chunk, first, count) == expected
 
 
 @pytest.mark.parametrize(("chunks", "count"), [([1], 3), ([1, 2, 3], 2)])

@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm-engine` installs it in .venv-vllm")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
-from kvoffload.vllm.simple import repro
+import repro_simple as repro
 from kvoffload.vllm.simple.build import SimpleShape
 from kvoffload.vllm.simple.compat import SimpleReads
 from kvoffload.vllm.simple.harness import LOSS, SimpleConfig, SimpleHarness

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvoffload.commands.errors import CommandError
+from kvoffload.benchmarks.errors import BenchmarkError
 
 if TYPE_CHECKING:
     import torch
@@ -119,7 +119,7 @@ def _device(name: str) -> torch.device:
 
     if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
-            raise CommandError(
+            raise BenchmarkError(
                 f"--device cuda, but torch {torch.__version__} sees no CUDA device "
                 f"(torch.version.cuda={torch.version.cuda})"
             )
@@ -231,7 +231,7 @@ def _workload(
     from kvoffload.offload import host_memory
 
     if block_bytes % (2 * layers):
-        raise CommandError(f"block size {block_bytes} is not a multiple of 2 x {layers} layers (float16 rows)")
+        raise BenchmarkError(f"block size {block_bytes} is not a multiple of 2 x {layers} layers (float16 rows)")
     cuda = device.type == "cuda"
     blocks = max(1, total // block_bytes)
     pool = 2 * blocks  # ids are drawn from a pool twice as large, so they are truly scattered
@@ -351,7 +351,7 @@ def _compute_loop(device: torch.device, args: argparse.Namespace) -> ComputeLoop
         ("--compute-dim", args.compute_dim),
     ):
         if value <= 0:
-            raise CommandError(f"{option} must be > 0, got {value}")
+            raise BenchmarkError(f"{option} must be > 0, got {value}")
     loop = ComputeLoop(device, args.compute_tokens, args.compute_dim, torch.cuda.Stream(device=device))
     loop.size_to(args.compute_ms / 1e3)
     return loop
@@ -364,7 +364,7 @@ def _write_table(path: Path, results: list[dict[str, Any]], device: str) -> None
     try:
         write_table(path, measurements, device)
     except OSError as exc:
-        raise CommandError(f"--table {path}: {exc.strerror or exc}") from None
+        raise BenchmarkError(f"--table {path}: {exc.strerror or exc}") from None
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -375,14 +375,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     for option, value in (("--total-mib", args.total_mib or 1), ("--repeats", args.repeats), ("--layers", args.layers)):
         if value < 1:
-            raise CommandError(f"{option} must be >= 1, got {value}")
+            raise BenchmarkError(f"{option} must be >= 1, got {value}")
     bad = [size for size in args.block_sizes if size < args.layers or size % args.layers]
     if bad:
-        raise CommandError(
+        raise BenchmarkError(
             f"--block-sizes {bad[0]}: a block must split into {args.layers} layers of whole bytes (>= {args.layers})"
         )
     if args.ids == "array" and importlib.util.find_spec("numpy") is None:
-        raise CommandError("--ids array needs numpy, which is not installed (pip install numpy, or --ids list)")
+        raise BenchmarkError("--ids array needs numpy, which is not installed (pip install numpy, or --ids list)")
     device = _device(args.device)
     cuda = device.type == "cuda"
     total = (args.total_mib if args.total_mib is not None else (256 if cuda else 64)) << 20

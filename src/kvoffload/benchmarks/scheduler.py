@@ -6,7 +6,7 @@ completes each store one step later. Timed: ``build_connector_meta`` + ``update_
 ``full_gc_collections`` counts Python's full (oldest-generation) garbage collections during the
 steps: each walks every live object, so at 10^4 live requests a few of them are a visible part of
 the figure, and an object allocated per request per step that lives through the step makes them
-frequent (docs/figures.md, "Connector and lifecycle overhead").
+frequent (docs/benchmarks.md, "Connector and lifecycle overhead").
 
 Lifecycle: one request lifetime (load, load_done, finish, signal, clean, with the guard) through
 the shipped runtime, through one ``transitions`` Machine per request (the obvious design), and

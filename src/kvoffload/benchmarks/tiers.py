@@ -22,7 +22,7 @@ import tempfile
 import time
 from typing import Any
 
-from kvoffload.commands.errors import CommandError
+from kvoffload.benchmarks.errors import BenchmarkError
 from kvoffload.tiers.driver import TierDriver
 from kvoffload.tiers.protocol import OK, TierJob
 
@@ -271,10 +271,10 @@ def bench_promotion_latency() -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.dir is not None and not os.path.isdir(args.dir):
-        raise CommandError(f"--dir {args.dir}: not a directory")
+        raise BenchmarkError(f"--dir {args.dir}: not a directory")
     for name in ("mib", "batch", "threads", "repeats"):
         if getattr(args, name) < 1:
-            raise CommandError(f"--{name} must be >= 1, got {getattr(args, name)}")
+            raise BenchmarkError(f"--{name} must be >= 1, got {getattr(args, name)}")
     directory = tempfile.mkdtemp(prefix="kvoffload-bench-tiers-", dir=args.dir or os.getcwd())
     try:
         result: dict[str, Any] = {

@@ -7,6 +7,9 @@ import importlib
 import json
 from typing import Any
 
+from kvoffload.benchmarks.errors import BenchmarkError
+from kvoffload.commands.errors import CommandError
+
 BENCHMARKS: tuple[str, ...] = ("scheduler", "mover", "tla", "tiers")
 
 
@@ -23,7 +26,10 @@ def add_parser(subparsers: Any) -> None:
 
 def _runner(module: object):  # type: ignore[no-untyped-def]
     def run(args: argparse.Namespace) -> int:
-        result = module.run(args)  # type: ignore[attr-defined]
+        try:
+            result = module.run(args)  # type: ignore[attr-defined]
+        except BenchmarkError as error:
+            raise CommandError(str(error)) from None
         print(json.dumps(result, indent=None if args.json else 2))
         return 0
 

@@ -13,10 +13,7 @@ import os
 import sys
 from typing import Any
 
-from kvoffload.commands.errors import CommandError
-
-# The shell's status for a command stopped by SIGINT (128 + 2).
-INTERRUPTED = 130
+from kvoffload.commands.errors import EXIT_INTERRUPTED, CommandError
 
 
 def add_parser(subparsers: Any) -> None:
@@ -123,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
             f"{result.transitions} transitions, depth {result.depth}, {len(result.violations)} violation(s) so far",
             file=sys.stderr,
         )
-        return INTERRUPTED
+        return EXIT_INTERRUPTED
     if args.json:
         out = result.to_json()
         out["workers"] = workers

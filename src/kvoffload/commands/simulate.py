@@ -8,13 +8,13 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kvoffload.commands.errors import CommandError
+from kvoffload.commands.errors import EXIT_INTERRUPTED, CommandError
 from kvoffload.offload.types import DEFAULT_POLICY
 
-# The shell's status for a command stopped by SIGINT (128 + 2).
-INTERRUPTED = 130
+if TYPE_CHECKING:
+    from kvoffload.sim.runner import EngineFactory
 
 
 def add_parser(subparsers: Any) -> None:
@@ -75,8 +75,9 @@ def run(args: argparse.Namespace) -> int:
             num_cpu_blocks=args.cpu_blocks, gpu_block_size=args.block_size, blocks_per_chunk=args.blocks_per_chunk,
             policy=args.policy, delay=args.delay, faults=args.faults, backend=args.backend, device=args.device,
             trace_path=args.trace and str(writable_file(args.trace, "--trace")), max_steps=args.max_steps,
-            spec_tokens=args.spec_tokens, spec_acceptance=args.spec_acceptance, mutant=args.mutant,
+            spec_tokens=args.spec_tokens, spec_acceptance=args.spec_acceptance,
         )
+        make_engine = _mutant_engine_factory(args.mutant)
     except ValueError as error:
         raise CommandError(str(error)) from None
     started = time.perf_counter()
@@ -85,20 +86,29 @@ def run(args: argparse.Namespace) -> int:
             raise CommandError("--mutant runs a bug-zoo mutant of the CPU tier alone; drop --tiers/--engines")
         return _run_tiered(args, options, started)
     try:
-        result = simulate(options, progress=not args.json and sys.stderr.isatty())
+        result = simulate(options, progress=not args.json and sys.stderr.isatty(), make_engine=make_engine)
     except SimulationStopped as stop:
         figures = _figures(stop.summary)
         if stop.reason.startswith("interrupted"):
             print(f"kvoffload simulate: {stop.reason}: {figures}", file=sys.stderr)
-            return INTERRUPTED
+            return EXIT_INTERRUPTED
         raise CommandError(f"{stop.reason}: {figures}") from None
     except OSError as error:
         raise CommandError(f"--trace {args.trace}: cannot write: {error.strerror or error}") from None
     except KeyboardInterrupt:
         print("kvoffload simulate: interrupted before the first step", file=sys.stderr)
-        return INTERRUPTED
+        return EXIT_INTERRUPTED
     _report(result, started, args.json, lambda figures: _print_table(figures, options_dict=asdict(options)))
     return 0 if result["violations"] == 0 and result["leaks"] == 0 else 1
+
+
+def _mutant_engine_factory(name: str | None) -> EngineFactory | None:
+    """``--mutant NAME``'s engine factory, or None to run our engine."""
+    if name is None:
+        return None
+    from kvoffload.commands.mutant_engine import mutant_engine_factory
+
+    return mutant_engine_factory(name)
 
 
 def _report(
@@ -142,7 +152,7 @@ def _run_tiered(args: argparse.Namespace, options: Any, started: float) -> int:
         raise CommandError(str(error)) from None
     except KeyboardInterrupt:
         print("kvoffload simulate: interrupted; a tiered run keeps no partial figures", file=sys.stderr)
-        return INTERRUPTED
+        return EXIT_INTERRUPTED
     _report(result, started, args.json, print_summary)
     ok = result["violations"] == 0 and result["leaks"] == 0 and result["integrity_failures"] == 0
     return 0 if ok else 1

@@ -5,7 +5,7 @@ block row starts at a random address, so nearly every row costs a TLB miss and a
 VM, a nested one). With 2 MiB pages one TLB entry covers 512 times as much memory. Measured on a
 2-core VM (64 MiB of 4 KiB blocks, one thread): huge pages on both sides cut the copy kernel's
 time by 7-13%, on one side by 3-5%; the whole mover's CPU time per job by 15-20% together with
-the kernel's longer prefetch (docs/figures.md, the mover figures).
+the kernel's longer prefetch (docs/benchmarks.md, the mover figures).
 
 :func:`empty` allocates like ``torch.empty`` but asks the kernel for huge pages
 (``madvise(MADV_HUGEPAGE)`` on a 2 MiB-aligned anonymous mapping, before the first touch). The

@@ -47,7 +47,7 @@ import operator
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple, Self
 
 from kvoffload.offload.errors import LifecycleViolation
@@ -112,13 +112,10 @@ class RequestTracker:
     gpu_hit_unwritten: bool = False
 
     def copy(self) -> RequestTracker:
-        """An independent copy (the engine request, which the tracker never changes, is shared)."""
-        return RequestTracker(
-            self.request_id, self.request, self.state, self.num_computed_tokens, self.gpu_block_ids.copy(),
-            self.stored_chunks, self.load_job, self.store_jobs.copy(), self.lookup_start_chunk,
-            self.lookup_hit_chunks, self.local_computed_tokens, self.holds_gpu_blocks, self.signals,
-            self.draft_tokens, self.gpu_hit_unwritten,
-        )
+        """An independent copy (the engine request, which the tracker never changes, is shared).
+
+        Every field is carried over by ``dataclasses.replace``; the mutable ones are copied."""
+        return replace(self, gpu_block_ids=self.gpu_block_ids.copy(), store_jobs=self.store_jobs.copy())
 
 
 @dataclass(slots=True, eq=False)
@@ -135,7 +132,8 @@ class JobRecord:
     state: str = JOB_LIFECYCLE.initial
 
     def copy(self) -> JobRecord:
-        return JobRecord(self.job_id, self.request_id, self.kind, self.chunks, self.request_signals, self.state)
+        """An independent copy: every field is immutable, so ``dataclasses.replace`` carries each over."""
+        return replace(self)
 
 
 @dataclass
@@ -290,7 +288,7 @@ class OffloadingScheduler:
         self.step = 0
         self.stats = SchedulerStats()
         self._chunk_tokens = config.chunk_tokens
-        self._bpc = config.blocks_per_chunk
+        self._blocks_per_chunk = config.blocks_per_chunk
         self._trackers: dict[RequestId, RequestTracker] = {}
         self._jobs: dict[JobId, TransferJob] = {}
         # Every job not yet ended, with its lifecycle state.
@@ -327,7 +325,7 @@ class OffloadingScheduler:
         tracker = self._trackers.get(request_id)
         if tracker is None:
             self.manager.on_new_request(request_id)
-            tracker = RequestTracker(request_id, request)
+            tracker = RequestTracker(request_id=request_id, request=request)
             self._trackers[request_id] = tracker
         elif tracker.state == PREEMPTED:
             if not self.lifecycle.can_fire(tracker, "resume"):
@@ -349,7 +347,7 @@ class OffloadingScheduler:
         if self._reset_pending or num_computed_tokens % self._chunk_tokens:
             return 0, False
         # At least one token is left for the engine to compute, so it has logits to sample from.
-        last = min(len(request.block_hashes) // self._bpc, (request.num_tokens - 1) // self._chunk_tokens)
+        last = min(len(request.block_hashes) // self._blocks_per_chunk, (request.num_tokens - 1) // self._chunk_tokens)
         keys = self._keys(request, start, last)
         if not keys:
             return 0, False
@@ -400,10 +398,11 @@ class OffloadingScheduler:
             )
         start = tracker.lookup_start_chunk
         chunks = num_external_tokens // self._chunk_tokens
-        needed_blocks = (start + chunks) * self._bpc
+        needed_blocks = (start + chunks) * self._blocks_per_chunk
         if len(block_ids) < needed_blocks:
             raise ValueError(
-                f"{call}: {len(block_ids)} GPU blocks cannot hold {start + chunks} chunks of {self._bpc} blocks"
+                f"{call}: {len(block_ids)} GPU blocks cannot hold {start + chunks} chunks of "
+                f"{self._blocks_per_chunk} blocks"
             )
         if not chunks:
             self._fence_check(block_ids)
@@ -419,7 +418,7 @@ class OffloadingScheduler:
         self._fence_check(block_ids)
         tracker.gpu_block_ids = block_ids
         job = self._new_job(
-            tracker, "load", keys, tuple(block_ids[start * self._bpc : needed_blocks]), cpu_block_ids,
+            tracker, "load", keys, tuple(block_ids[start * self._blocks_per_chunk : needed_blocks]), cpu_block_ids,
             tuple(range(start, start + chunks)),
         )
         tracker.load_job = job.job_id
@@ -563,7 +562,7 @@ class OffloadingScheduler:
         and the draft counts as ints. Raises having changed nothing: what it advanced is undone.
 
         Checking and advancing in one pass touches each tracker once: at 10^4 live requests a
-        second pass over them costs as much again in cache misses (docs/figures.md, "Connector and
+        second pass over them costs as much again in cache misses (docs/benchmarks.md, "Connector and
         lifecycle overhead"). It allocates nothing per request that only computes, so Python's
         full garbage collections stay rare."""
         scheduled = scheduler_output.num_scheduled_tokens
@@ -763,15 +762,15 @@ class OffloadingScheduler:
 
     def _keys(self, request: EngineRequest, first_chunk: int, end_chunk: int) -> list[OffloadKey]:
         hashes = request.block_hashes
-        bpc = self._bpc
-        return [hashes[(chunk + 1) * bpc - 1] for chunk in range(first_chunk, end_chunk)]
+        blocks_per_chunk = self._blocks_per_chunk
+        return [hashes[(chunk + 1) * blocks_per_chunk - 1] for chunk in range(first_chunk, end_chunk)]
 
     def _storable_chunks(self, tracker: RequestTracker) -> int:
         # Only verified tokens: a chunk holding a draft's KV is stored once its drafts are accepted.
         return min(
             (tracker.num_computed_tokens - tracker.draft_tokens) // self._chunk_tokens,
-            len(tracker.request.block_hashes) // self._bpc,
-            len(tracker.gpu_block_ids) // self._bpc,
+            len(tracker.request.block_hashes) // self._blocks_per_chunk,
+            len(tracker.gpu_block_ids) // self._blocks_per_chunk,
         )
 
     def _chunks_to_store(self, tracker: RequestTracker) -> int:
@@ -789,7 +788,9 @@ class OffloadingScheduler:
         job = TransferJob(self._next_job_id, tracker.request_id, kind, tuple(keys), gpu_block_ids, cpu_block_ids)  # type: ignore[arg-type]
         self._next_job_id += 1
         self._jobs[job.job_id] = job
-        record = JobRecord(job.job_id, tracker.request_id, kind, chunks, tracker.signals)
+        record = JobRecord(
+            job_id=job.job_id, request_id=tracker.request_id, kind=kind, chunks=chunks, request_signals=tracker.signals
+        )
         self._job_records[job.job_id] = record
         self.job_lifecycle.fire(record, "prepare")
         return job
@@ -801,7 +802,7 @@ class OffloadingScheduler:
             return
         request = tracker.request
         keys = self._keys(request, first, end)
-        parent = request.block_hashes[first * self._bpc - 1] if first else None
+        parent = request.block_hashes[first * self._blocks_per_chunk - 1] if first else None
         plan = self.manager.prepare_store(tracker.request_id, keys, parent)
         if plan is None:
             self.stats.store_allocation_failures += 1
@@ -813,16 +814,18 @@ class OffloadingScheduler:
         keys_to_store = plan.keys_to_store
         if not keys_to_store:
             return
-        bpc = self._bpc
+        blocks_per_chunk = self._blocks_per_chunk
         blocks = tracker.gpu_block_ids
         if len(keys_to_store) == end - first:
             # Every chunk offered is new to the tier (keys_to_store keeps the order of keys): one slice.
             chunks: tuple[int, ...] = tuple(range(first, end))
-            gpu_block_ids = tuple(blocks[first * bpc : end * bpc])
+            gpu_block_ids = tuple(blocks[first * blocks_per_chunk : end * blocks_per_chunk])
         else:
             chunk_of = {key: first + offset for offset, key in enumerate(keys)}
             chunks = tuple(chunk_of[key] for key in keys_to_store)
-            gpu_block_ids = tuple(block for chunk in chunks for block in blocks[chunk * bpc : (chunk + 1) * bpc])
+            gpu_block_ids = tuple(
+                block for chunk in chunks for block in blocks[chunk * blocks_per_chunk : (chunk + 1) * blocks_per_chunk]
+            )
         job = self._new_job(tracker, "store", keys_to_store, gpu_block_ids, plan.cpu_block_ids, chunks)
         job_id = job.job_id
         tracker.store_jobs.add(job_id)

@@ -64,13 +64,13 @@ class OffloadingWorker:
         return readers
 
     def _submit(self, job: TransferJob) -> None:
-        bpc = self.blocks_per_chunk
-        if len(job.gpu_block_ids) != len(job.cpu_block_ids) * bpc:
+        blocks_per_chunk = self.blocks_per_chunk
+        if len(job.gpu_block_ids) != len(job.cpu_block_ids) * blocks_per_chunk:
             raise ValueError(
                 f"{job.kind} job {job.job_id} of request {job.request_id!r}: {len(job.gpu_block_ids)} GPU blocks "
-                f"for {len(job.cpu_block_ids)} chunks of {bpc} blocks"
+                f"for {len(job.cpu_block_ids)} chunks of {blocks_per_chunk} blocks"
             )
-        mover_blocks = chunk_blocks(job.cpu_block_ids, bpc)
+        mover_blocks = chunk_blocks(job.cpu_block_ids, blocks_per_chunk)
         if job.kind == "store":
             self.mover.store(job.job_id, job.gpu_block_ids, mover_blocks)
             self._stores[job.job_id] = job

@@ -96,15 +96,16 @@ class ModelWorker:
 
     def _finish(self, job_id: JobId) -> bool:
         job, _, fails = self._pending.pop(job_id)
-        bpc = self.blocks_per_chunk
+        blocks_per_chunk = self.blocks_per_chunk
         if job.kind == "store":
             if not fails:
                 for index, cpu_block in enumerate(job.cpu_block_ids):
-                    gpu_blocks = job.gpu_block_ids[index * bpc : (index + 1) * bpc]
+                    gpu_blocks = job.gpu_block_ids[index * blocks_per_chunk : (index + 1) * blocks_per_chunk]
                     self.cpu[cpu_block] = tuple(self.gpu.get(b) for b in gpu_blocks)
             return not fails
         for index, cpu_block in enumerate(job.cpu_block_ids):
-            contents = self.cpu.get(cpu_block, (GARBAGE,) * bpc)
-            for offset, gpu_block in enumerate(job.gpu_block_ids[index * bpc : (index + 1) * bpc]):
+            contents = self.cpu.get(cpu_block, (GARBAGE,) * blocks_per_chunk)
+            chunk_gpu_blocks = job.gpu_block_ids[index * blocks_per_chunk : (index + 1) * blocks_per_chunk]
+            for offset, gpu_block in enumerate(chunk_gpu_blocks):
                 self.gpu[gpu_block] = GARBAGE if fails else contents[offset]
         return not fails

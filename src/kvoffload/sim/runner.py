@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from kvoffload.offload.policies import POLICIES
 from kvoffload.offload.types import DEFAULT_POLICY
 from kvoffload.sim.engine import Engine, EngineConfig
+from kvoffload.sim.kv_model import KVBackend
 from kvoffload.sim.workload import MultiTurnWorkload, WorkloadConfig
 
 # Bytes per GPU block token and per CPU block token of the torch backend's K/V tensors (2 layers,
@@ -18,6 +20,10 @@ TORCH_BYTES_PER_TOKEN = 2 * 2 * 2 * 8 * 2
 BOOKKEEPING_BYTES_PER_BLOCK = 200
 # Option -> its command-line flag, where the two names differ.
 FLAGS = {"num_gpu_blocks": "--gpu-blocks", "num_cpu_blocks": "--cpu-blocks", "gpu_block_size": "--block-size"}
+
+# Builds the engine from its config and (torch) backend: a bug-zoo mutant's engine
+# (kvoffload.commands.mutant_engine) in place of ours.
+EngineFactory = Callable[[EngineConfig, KVBackend | None], Engine]
 
 
 class SimulationStopped(Exception):
@@ -63,8 +69,6 @@ class SimulationOptions:
     max_steps: int = 200_000
     spec_tokens: int = 0
     spec_acceptance: float = 0.7
-    # A bug-zoo mutant (kvoffload mutants) run instead of our code; its crashes are reported violations.
-    mutant: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("users", "turns", "num_gpu_blocks", "num_cpu_blocks", "gpu_block_size", "blocks_per_chunk",
@@ -87,11 +91,6 @@ class SimulationOptions:
         if self.backend not in ("model", "torch"):
             raise ValueError(f"--backend must be model or torch, got {self.backend!r}")
         self._check_device()
-        if self.mutant is not None:
-            from kvoffload.verify.bugzoo import MUTANTS
-
-            if self.mutant not in MUTANTS:
-                raise ValueError(f"--mutant {self.mutant!r} is unknown; known: {', '.join(sorted(MUTANTS))}")
         self._check_sizes()
 
     def _check_device(self) -> None:
@@ -150,35 +149,35 @@ class SimulationOptions:
         )
 
 
-def build_engine(options: SimulationOptions) -> Engine:
+def build_engine(options: SimulationOptions, make_engine: EngineFactory | None = None) -> Engine:
+    """The engine ``options`` describe: ours, or the one ``make_engine`` builds from the same config."""
     config = options.engine_config()
     backend = None
     if options.backend == "torch":
         from kvoffload.sim.torch_backend import TorchBackend
 
         backend = TorchBackend.for_engine(config, device=options.device)
-    if options.mutant is not None:
-        from kvoffload.verify.bugzoo import MUTANTS
-        from kvoffload.verify.bugzoo.simulation import mutant_engine
-
-        return mutant_engine(MUTANTS[options.mutant], config, backend)
+    if make_engine is not None:
+        return make_engine(config, backend)
     return Engine(config, backend=backend)
 
 
-def simulate(options: SimulationOptions, progress: bool = False) -> dict[str, Any]:
+def simulate(
+    options: SimulationOptions, progress: bool = False, make_engine: EngineFactory | None = None
+) -> dict[str, Any]:
     """Run the workload to completion and drain; returns the summary printed by the command.
 
     Raises :class:`SimulationStopped` (with the figures so far, and no trace file left behind)
     when ``max_steps`` is reached, when the run is interrupted (KeyboardInterrupt), or when it
     finished no request at all (every conversation outgrew the context, or every turn aborted).
-    With ``mutant``, a crash of the mutant's code ends the run as a reported violation, and its
-    trace is kept. A ``trace_path`` that cannot be written raises OSError before anything runs."""
+    With ``make_engine`` (a bug-zoo mutant's engine), a crash of its code ends the run as a reported
+    violation, and its trace is kept. A ``trace_path`` that cannot be written raises OSError before anything runs."""
     from kvoffload.statemachine.trace import TraceWriter
 
     trace = Path(options.trace_path) if options.trace_path else None
     writer = TraceWriter.open(trace) if trace is not None else None
     try:
-        engine = build_engine(options)
+        engine = build_engine(options, make_engine)
         workload = MultiTurnWorkload(options.workload_config())
         workload.attach(engine)
         if writer is not None:
@@ -187,7 +186,7 @@ def simulate(options: SimulationOptions, progress: bool = False) -> dict[str, An
         try:
             stopped = _run(engine, workload, options.max_steps, progress)
         except Exception as error:
-            if options.mutant is None:
+            if make_engine is None:
                 raise
             _record_crash(engine, error)
             stopped, crashed = None, True

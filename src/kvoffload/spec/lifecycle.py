@@ -28,7 +28,6 @@ SIGNALED = "signaled"
 CLEANED = "cleaned"
 
 LIVE_STATES: frozenset[str] = frozenset({WAITING, LOADING, RUNNING, PREEMPTED})
-FINISHED_STATES: frozenset[str] = frozenset({FINISHED_PENDING_STORE, SIGNALED, CLEANED})
 
 NO_JOBS_IN_FLIGHT = "no_jobs_in_flight"
 

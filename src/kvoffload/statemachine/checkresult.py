@@ -1,7 +1,7 @@
 """The result of a model-checking run, shared by the TLC runner and the embedded TLA+ checker.
 
 Both engines return a :class:`CheckResult`, so ``kvoffload tla check`` prints the same JSON and
-exits with the same status whichever engine ran (TLC's own exit codes, see :data:`EXIT_CODES`).
+exits with the same status whichever engine ran (TLC's own exit codes, the ``EXIT_*`` constants).
 """
 
 from __future__ import annotations
@@ -26,15 +26,6 @@ EXIT_ERROR_CONFIG_PARSE = 151
 EXIT_ERROR_STATESPACE_TOO_LARGE = 152
 EXIT_ERROR_SYSTEM = 153
 EXIT_ERROR = 255
-
-OUTCOME_EXIT_CODES: dict[str, int] = {
-    "success": EXIT_SUCCESS,
-    "deadlock failure": EXIT_VIOLATION_DEADLOCK,
-    "safety failure": EXIT_VIOLATION_SAFETY,
-    "liveness failure": EXIT_VIOLATION_LIVENESS,
-    "error": EXIT_ERROR,
-}
-
 
 @dataclass
 class TraceStep:

@@ -261,12 +261,14 @@ def explore(
     # fingerprint -> (parent fingerprint, action) of the first (hence shortest) path reaching it.
     parents: dict[Hashable, tuple[Hashable, Any] | None] = {}
     try:
+        search = _Search(model, result, parents, (max_depth, max_states, stop_at_first), drain, reduce)
         with collection_per_level() as level_done:
-            return _search(
-                model, result, parents, started, max_depth, max_states, stop_at_first, drain, reduce, level_done
-            )
+            search.run(level_done)
+    except _Stop:
+        pass
     except KeyboardInterrupt:
         return interrupted_result(result, len(parents), started)
+    return finished_result(result, len(parents), started)
 
 
 def interrupted_result(result: ExploreResult, states: int, started: float) -> ExploreResult:
@@ -339,88 +341,113 @@ def _expand_one_by_one(
         yield action, successor, None
 
 
-def _search(
-    model: ExplorableModel,
-    result: ExploreResult,
-    parents: dict[Hashable, tuple[Hashable, Any] | None],
-    started: float,
-    max_depth: int | None,
-    max_states: int | None,
-    stop_at_first: bool,
-    drain: DrainMode,
-    reduce: bool,
-    level_done: Callable[[], None],
-) -> ExploreResult:
-    drainer = model.drain if drain != "none" and isinstance(model, Drains) else None
-    is_final = model.is_final if isinstance(model, HasFinalStates) else None
-    expand = expander(model)
-    touches: Callable[[Any, Any], frozenset[Hashable] | None] | None = (
-        model.touches if reduce and isinstance(model, Touches) else None
-    )
-    result.reduced = touches is not None
-    # Sleep sets: of queued states (to be intersected when reached again), and of expanded ones
-    # (a later, smaller sleep set re-expands the difference).
-    queued_sleep: dict[Hashable, frozenset[Any]] = {}
-    expanded_sleep: dict[Hashable, frozenset[Any]] = {}
-    seen_violations: set[str] = set()
+class _Stop(Exception):
+    """A violation was recorded and the search stops at the first one."""
 
-    def report(fp: Hashable, problems: Sequence[tuple[str, str]], extra: tuple[Any, str | None] | None) -> bool:
-        """Record violations; True when the search must stop."""
+
+# A queued state: (state, fingerprint, depth, only); ``only`` limits a re-expansion to the actions
+# it lacked.
+_Queued = tuple[Any, Hashable, int, frozenset[Any] | None]
+
+
+class _Search:
+    """One breadth-first search, in named steps: the initial state, which of a state's actions to
+    expand, the expansion, and each new state found."""
+
+    def __init__(
+        self,
+        model: ExplorableModel,
+        result: ExploreResult,
+        parents: dict[Hashable, tuple[Hashable, Any] | None],
+        bounds: tuple[int | None, int | None, bool],
+        drain: DrainMode,
+        reduce: bool,
+    ) -> None:
+        self.model = model
+        self.result = result
+        self.parents = parents
+        self.max_depth, self.max_states, self.stop_at_first = bounds
+        self.drain = drain
+        self.drainer = model.drain if drain != "none" and isinstance(model, Drains) else None
+        self.is_final = model.is_final if isinstance(model, HasFinalStates) else None
+        self.expand = expander(model)
+        self.touches: Callable[[Any, Any], frozenset[Hashable] | None] | None = (
+            model.touches if reduce and isinstance(model, Touches) else None
+        )
+        result.reduced = self.touches is not None
+        # Sleep sets: of queued states (to be intersected when reached again), and of expanded ones
+        # (a later, smaller sleep set re-expands the difference).
+        self.queued_sleep: dict[Hashable, frozenset[Any]] = {}
+        self.expanded_sleep: dict[Hashable, frozenset[Any]] = {}
+        self.seen_violations: set[str] = set()
+        self.queue: deque[_Queued] = deque()
+
+    def run(self, level_done: Callable[[], None]) -> None:
+        """Search until the queue is empty; raises :class:`_Stop` at a violation that ends it."""
+        self._start()
+        level = 0
+        while self.queue:
+            state, fp, depth, only = self.queue.popleft()
+            if depth > level:
+                level = depth
+                level_done()
+            planned = self._plan(state, fp, depth, only)
+            if planned is not None:
+                self._expand(state, fp, depth, *planned)
+
+    def _report(self, fp: Hashable, problems: Sequence[tuple[str, str]], extra: tuple[Any, str | None] | None) -> None:
+        """Record violations; raises :class:`_Stop` when the search must stop."""
         for name, message in problems:
-            record_violation(model, result, parents, seen_violations, (fp, extra, name, message))
-        return bool(problems) and stop_at_first
+            record_violation(self.model, self.result, self.parents, self.seen_violations, (fp, extra, name, message))
+        if problems and self.stop_at_first:
+            raise _Stop
 
-    def finish() -> ExploreResult:
-        return finished_result(result, len(parents), started)
+    def _start(self) -> None:
+        initial = self.model.initial()
+        fp0 = self.model.fingerprint(initial)
+        self.parents[fp0] = None
+        self._report(fp0, self.model.invariants(initial), None)
+        if self.drainer is not None and self.drain == "all":
+            self._report(fp0, self.drainer(initial), (None, DRAIN_ACTION))
+        self.queue.append((initial, fp0, 0, None))
+        self.queued_sleep[fp0] = _NOTHING
 
-    initial = model.initial()
-    fp0 = model.fingerprint(initial)
-    parents[fp0] = None
-    if report(fp0, model.invariants(initial), None):
-        return finish()
-    if drainer is not None and drain == "all" and report(fp0, drainer(initial), (None, DRAIN_ACTION)):
-        return finish()
-    # (state, fingerprint, depth, only): ``only`` limits a re-expansion to the actions it lacked.
-    queue: deque[tuple[Any, Hashable, int, frozenset[Any] | None]] = deque([(initial, fp0, 0, None)])
-    queued_sleep[fp0] = _NOTHING
-    level = 0
-    while queue:
-        state, fp, depth, only = queue.popleft()
-        if depth > level:
-            level = depth
-            level_done()
-        actions = list(model.actions(state))
-        if only is None:
-            sleep = queued_sleep.pop(fp, _NOTHING)
-            if touches is not None:
-                expanded_sleep[fp] = sleep
-            at_bound = max_depth is not None and depth >= max_depth
-            final = not actions or at_bound or bool(is_final is not None and is_final(state))
-            if drainer is not None and drain == "final" and final and report(fp, drainer(state), (None, DRAIN_ACTION)):
-                return finish()
-            if at_bound:
-                # Complete only if nothing new lies beyond the bound.
-                if result.complete and any(_leads_somewhere_new(model, state, a, parents) for a in actions):
-                    result.complete = False
-                continue
-            todo = [a for a in actions if a not in sleep] if sleep else actions
-        else:
-            if max_depth is not None and depth >= max_depth:
-                continue
-            sleep = expanded_sleep[fp]
-            todo = [a for a in actions if a in only]
+    def _plan(
+        self, state: Any, fp: Hashable, depth: int, only: frozenset[Any] | None
+    ) -> tuple[list[Any], frozenset[Any]] | None:
+        """The actions to expand from ``state`` and its sleep set; None when it is not expanded."""
+        actions = list(self.model.actions(state))
+        if only is not None:
+            if self.max_depth is not None and depth >= self.max_depth:
+                return None
+            return [a for a in actions if a in only], self.expanded_sleep[fp]
+        sleep = self.queued_sleep.pop(fp, _NOTHING)
+        if self.touches is not None:
+            self.expanded_sleep[fp] = sleep
+        at_bound = self.max_depth is not None and depth >= self.max_depth
+        final = not actions or at_bound or bool(self.is_final is not None and self.is_final(state))
+        if self.drainer is not None and self.drain == "final" and final:
+            self._report(fp, self.drainer(state), (None, DRAIN_ACTION))
+        if at_bound:
+            # Complete only if nothing new lies beyond the bound.
+            if self.result.complete and any(_leads_somewhere_new(self.model, state, a, self.parents) for a in actions):
+                self.result.complete = False
+            return None
+        return ([a for a in actions if a not in sleep] if sleep else actions), sleep
+
+    def _expand(self, state: Any, fp: Hashable, depth: int, todo: list[Any], sleep: frozenset[Any]) -> None:
+        touches = self.touches
         # (action, what it touches) of the sleeping and already explored actions.
         done: list[tuple[Any, frozenset[Hashable] | None]] = (
             [(b, touches(state, b)) for b in sleep] if touches is not None and sleep else []
         )
         # Read before the expansion, which consumes the state.
         touched_by = [touches(state, action) for action in todo] if touches is not None else None
-        for index, (action, successor, error) in enumerate(expand(state, todo)):
-            result.transitions += 1
+        for index, (action, successor, error) in enumerate(self.expand(state, todo)):
+            self.result.transitions += 1
             touched = touched_by[index] if touched_by is not None else None
             if error is not None:
-                if report(fp, [_exception_violation(error)], (action, None)):
-                    return finish()
+                self._report(fp, [_exception_violation(error)], (action, None))
                 continue
             child_sleep = (
                 frozenset(b for b, other in done if other is not None and not touched & other)
@@ -429,23 +456,26 @@ def _search(
             )
             if touches is not None:
                 done.append((action, touched))
-            child = model.fingerprint(successor)
-            if child in parents:
-                if touches is not None:
-                    _merge_sleep(model, child, child_sleep, queued_sleep, expanded_sleep, parents, queue, result)
-                continue
-            if max_states is not None and len(parents) >= max_states:
-                result.complete = False
-                continue
-            parents[child] = (fp, action)
-            queued_sleep[child] = child_sleep
-            result.depth = max(result.depth, depth + 1)
-            if report(child, model.invariants(successor), None):
-                return finish()
-            if drainer is not None and drain == "all" and report(child, drainer(successor), (None, DRAIN_ACTION)):
-                return finish()
-            queue.append((successor, child, depth + 1, None))
-    return finish()
+            self._reach(fp, depth, action, successor, child_sleep)
+
+    def _reach(self, fp: Hashable, depth: int, action: Any, successor: Any, child_sleep: frozenset[Any]) -> None:
+        """``successor`` of the state ``fp`` by ``action``: queued and checked when it is new."""
+        child = self.model.fingerprint(successor)
+        if child in self.parents:
+            if self.touches is not None:
+                _merge_sleep(self.model, child, child_sleep, self.queued_sleep, self.expanded_sleep, self.parents,
+                             self.queue, self.result)
+            return
+        if self.max_states is not None and len(self.parents) >= self.max_states:
+            self.result.complete = False
+            return
+        self.parents[child] = (fp, action)
+        self.queued_sleep[child] = child_sleep
+        self.result.depth = max(self.result.depth, depth + 1)
+        self._report(child, self.model.invariants(successor), None)
+        if self.drainer is not None and self.drain == "all":
+            self._report(child, self.drainer(successor), (None, DRAIN_ACTION))
+        self.queue.append((successor, child, depth + 1, None))
 
 
 _NOTHING: frozenset[Any] = frozenset()
@@ -458,7 +488,7 @@ def _merge_sleep(
     queued_sleep: dict[Hashable, frozenset[Any]],
     expanded_sleep: dict[Hashable, frozenset[Any]],
     parents: dict[Hashable, tuple[Hashable, Any] | None],
-    queue: deque[tuple[Any, Hashable, int, frozenset[Any] | None]],
+    queue: deque[_Queued],
     result: ExploreResult,
 ) -> None:
     """A known state reached again with sleep set ``sleep``: only actions asleep on every path

@@ -130,117 +130,169 @@ def explore_parallel(
     started = time.perf_counter()
     result = ExploreResult()
     parents: dict[Hashable, tuple[Hashable, Any] | None] = {}
+    report = _Reporter(model, result, parents, stop_at_first)
     try:
         with collection_per_level() as level_done:
-            return _search(model, workers, result, parents, started, max_states, stop_at_first, drain, level_done)
+            search = _Coordinator(model, workers, parents, result, drain, max_states, report, level_done)
+            frontier = search.warm_up()
+            if frontier:
+                search.run(frontier)
     except KeyboardInterrupt:
         return interrupted_result(result, len(parents), started)
+    return finished_result(result, len(parents), started)
 
 
-def _search(
-    model: ExplorableModel,
-    workers: int,
-    result: ExploreResult,
-    parents: dict[Hashable, tuple[Hashable, Any] | None],
-    started: float,
-    max_states: int | None,
-    stop_at_first: bool,
-    drain: DrainMode,
-    level_done: Callable[[], None],
-) -> ExploreResult:
-    seen_violations: set[str] = set()
+class _Reporter:
+    """Records the violations found, once per invariant; with ``stop_at_first``, only those of the
+    first violating state, which are the whole report, as in the sequential search (which reports
+    every invariant that state breaks)."""
 
-    # The state of the first violation: with stop_at_first, its violations are the whole report,
-    # as in the sequential search (which reports every invariant that state breaks).
-    first_state: list[Hashable] = []
+    def __init__(
+        self,
+        model: ExplorableModel,
+        result: ExploreResult,
+        parents: dict[Hashable, tuple[Hashable, Any] | None],
+        stop_at_first: bool,
+    ) -> None:
+        self.model = model
+        self.result = result
+        self.parents = parents
+        self.stop_at_first = stop_at_first
+        self.seen_violations: set[str] = set()
+        self.first_state: list[Hashable] = []
 
-    def report(found: Sequence[_Found]) -> bool:
+    def __call__(self, found: Sequence[_Found]) -> bool:
+        """Record ``found``; True when the search must stop."""
         for violation in found:
-            if stop_at_first and first_state and violation[0] != first_state[0]:
+            if self.stop_at_first and self.first_state and violation[0] != self.first_state[0]:
                 break
-            first_state[:] = first_state or [violation[0]]
-            record_violation(model, result, parents, seen_violations, violation)
-        return bool(found) and stop_at_first
+            self.first_state[:] = self.first_state or [violation[0]]
+            record_violation(self.model, self.result, self.parents, self.seen_violations, violation)
+        return bool(found) and self.stop_at_first
 
-    def finish() -> ExploreResult:
-        return finished_result(result, len(parents), started)
 
-    initial = model.initial()
-    fp0 = model.fingerprint(initial)
-    parents[fp0] = None
-    drainer = model.drain if drain != "none" and isinstance(model, Drains) else None
-    first: list[_Found] = [(fp0, None, n, m) for n, m in model.invariants(initial)]
-    if drainer is not None and drain == "all":
-        first += [(fp0, (None, DRAIN_ACTION), n, m) for n, m in drainer(initial)]
-    if report(first):
-        return finish()
-    # Sequential warm-up: level by level until the frontier is worth splitting.
-    frontier: list[tuple[Any, Hashable]] = [(initial, fp0)]
-    while frontier and len(frontier) < WARM_UP_STATES_PER_WORKER * workers:
-        frontier, stop = _expand_here(model, frontier, parents, result, drain, max_states, report)
-        level_done()
-        if stop:
-            return finish()
-    if not frontier:
-        return finish()
-    context = multiprocessing.get_context("fork")
-    pipes = []
-    processes = []
-    for w in range(workers):
-        parent_end, child_end = context.Pipe()
-        # Each state carries its position in the level's sequential (BFS) order.
-        part = [(state, fp, position) for position, (state, fp) in enumerate(frontier)][w::workers]
-        process = context.Process(target=_worker, args=(model, part, child_end, drain), daemon=True)
-        process.start()
-        child_end.close()
-        pipes.append(parent_end)
-        processes.append(process)
-    try:
-        new: list[Hashable] = list(parents)
-        while new:
-            for conn in pipes:
-                conn.send(new)
-            replies = [_receive(conn, process) for conn, process in zip(pipes, processes, strict=True)]
-            stop = False
-            # Candidates in the order the sequential search generates them (parent's position in
-            # the level, then action): it keeps the first state of each fingerprint, so this one
-            # keeps the same states, whatever worker found them.
-            ordered = []
-            for worker, (transitions, candidates, found) in enumerate(replies):
-                result.transitions += transitions
-                stop = report(found) or stop
-                ordered += [(position, index, worker, child, parent, action)
-                            for position, index, child, parent, action in candidates]
-            ordered.sort(key=lambda c: (c[0], c[1]))
-            accepted: list[list[tuple[Hashable, int]]] = [[] for _ in pipes]
-            new = []
-            for _, _, worker, child, parent, action in ordered:
-                if child in parents:
-                    continue
-                if max_states is not None and len(parents) >= max_states:
-                    result.complete = False
-                    continue
-                parents[child] = (parent, action)
-                accepted[worker].append((child, len(new)))
-                new.append(child)
-            for conn, mine in zip(pipes, accepted, strict=True):
-                conn.send(mine)
-            for conn, process in zip(pipes, processes, strict=True):
-                stop = report(_receive(conn, process)) or stop
-            if new:
-                result.depth += 1
-            level_done()
+class _Coordinator:
+    """The search in this process: a sequential warm-up, then each level across the workers."""
+
+    def __init__(
+        self,
+        model: ExplorableModel,
+        workers: int,
+        parents: dict[Hashable, tuple[Hashable, Any] | None],
+        result: ExploreResult,
+        drain: DrainMode,
+        max_states: int | None,
+        report: _Reporter,
+        level_done: Callable[[], None],
+    ) -> None:
+        self.model = model
+        self.workers = workers
+        self.parents = parents
+        self.result = result
+        self.drain = drain
+        self.max_states = max_states
+        self.report = report
+        self.level_done = level_done
+
+    def warm_up(self) -> list[tuple[Any, Hashable]]:
+        """The initial state and the first levels, in this process, until the frontier is worth
+        splitting; the frontier then, or nothing when the search is over (a violation, no state left)."""
+        model, drain = self.model, self.drain
+        initial = model.initial()
+        fp0 = model.fingerprint(initial)
+        self.parents[fp0] = None
+        drainer = model.drain if drain != "none" and isinstance(model, Drains) else None
+        first: list[_Found] = [(fp0, None, n, m) for n, m in model.invariants(initial)]
+        if drainer is not None and drain == "all":
+            first += [(fp0, (None, DRAIN_ACTION), n, m) for n, m in drainer(initial)]
+        if self.report(first):
+            return []
+        frontier: list[tuple[Any, Hashable]] = [(initial, fp0)]
+        while frontier and len(frontier) < WARM_UP_STATES_PER_WORKER * self.workers:
+            frontier, stop = _expand_here(model, frontier, self.parents, self.result, drain, self.max_states,
+                                          self.report)
+            self.level_done()
             if stop:
-                break
-    finally:
+                return []
+        return frontier
+
+    def run(self, frontier: list[tuple[Any, Hashable]]) -> None:
+        """The levels after the warm-up: ``frontier`` split across the workers, one level at a
+        time, until no new state is found or a violation stops the search."""
+        pipes, processes = self._start_workers(frontier)
+        try:
+            new: list[Hashable] = list(self.parents)
+            while new:
+                new, stop = self._level(new, pipes, processes)
+                self.level_done()
+                if stop:
+                    break
+        finally:
+            _stop_workers(pipes, processes)
+
+    def _start_workers(self, frontier: list[tuple[Any, Hashable]]) -> tuple[list[Connection], list[Any]]:
+        """Fork the workers, each with its part of ``frontier``; their pipes and processes."""
+        context = multiprocessing.get_context("fork")
+        pipes = []
+        processes = []
+        for w in range(self.workers):
+            parent_end, child_end = context.Pipe()
+            # Each state carries its position in the level's sequential (BFS) order.
+            part = [(state, fp, position) for position, (state, fp) in enumerate(frontier)][w::self.workers]
+            process = context.Process(target=_worker, args=(self.model, part, child_end, self.drain), daemon=True)
+            process.start()
+            child_end.close()
+            pipes.append(parent_end)
+            processes.append(process)
+        return pipes, processes
+
+    def _level(
+        self, new: list[Hashable], pipes: list[Connection], processes: list[Any]
+    ) -> tuple[list[Hashable], bool]:
+        """One level across the workers: the fingerprints it found new, and whether to stop."""
         for conn in pipes:
-            with contextlib.suppress(BrokenPipeError, OSError):  # a worker that died: nothing to stop
-                conn.send(None)
-        for process in processes:
-            process.join(timeout=5)
-            if process.is_alive():
-                process.kill()
-    return finish()
+            conn.send(new)
+        replies = [_receive(conn, process) for conn, process in zip(pipes, processes, strict=True)]
+        stop = False
+        # Candidates in the order the sequential search generates them (parent's position in
+        # the level, then action): it keeps the first state of each fingerprint, so this one
+        # keeps the same states, whatever worker found them.
+        ordered = []
+        for worker, (transitions, candidates, found) in enumerate(replies):
+            self.result.transitions += transitions
+            stop = self.report(found) or stop
+            ordered += [(position, index, worker, child, parent, action)
+                        for position, index, child, parent, action in candidates]
+        ordered.sort(key=lambda c: (c[0], c[1]))
+        accepted: list[list[tuple[Hashable, int]]] = [[] for _ in pipes]
+        new = []
+        for _, _, worker, child, parent, action in ordered:
+            if child in self.parents:
+                continue
+            if self.max_states is not None and len(self.parents) >= self.max_states:
+                self.result.complete = False
+                continue
+            self.parents[child] = (parent, action)
+            accepted[worker].append((child, len(new)))
+            new.append(child)
+        for conn, mine in zip(pipes, accepted, strict=True):
+            conn.send(mine)
+        for conn, process in zip(pipes, processes, strict=True):
+            stop = self.report(_receive(conn, process)) or stop
+        if new:
+            self.result.depth += 1
+        return new, stop
+
+
+def _stop_workers(pipes: list[Connection], processes: list[Any]) -> None:
+    """Tell every worker to stop (one that died needs nothing) and wait for it, or kill it."""
+    for conn in pipes:
+        with contextlib.suppress(BrokenPipeError, OSError):
+            conn.send(None)
+    for process in processes:
+        process.join(timeout=5)
+        if process.is_alive():
+            process.kill()
 
 
 def _receive(conn: Connection, process: Any) -> Any:
@@ -260,7 +312,7 @@ def _expand_here(
     result: ExploreResult,
     drain: DrainMode,
     max_states: int | None,
-    report: Any,
+    report: _Reporter,
 ) -> tuple[list[tuple[Any, Hashable]], bool]:
     """One level of the warm-up, in this process; returns the next frontier and whether to stop."""
     drainer = model.drain if drain != "none" and isinstance(model, Drains) else None

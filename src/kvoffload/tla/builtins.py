@@ -311,34 +311,5 @@ FUNCTIONS: dict[str, tuple[int, Callable[..., Value], tuple[int, ...]]] = {
     "atoi": (1, _atoi, ()),
 }
 
-# Which standard module provides each builtin name (a name is visible only when its module
-# was EXTENDed or INSTANCEd, like SANY; Naturals-level operators are always parsed).
-PROVIDER: dict[str, str] = {
-    "Len": "Sequences",
-    "Append": "Sequences",
-    "Head": "Sequences",
-    "Tail": "Sequences",
-    "SubSeq": "Sequences",
-    "Seq": "Sequences",
-    "SelectSeq": "Sequences",
-    "SortSeq": "TLC",
-    "Cardinality": "FiniteSets",
-    "IsFiniteSet": "FiniteSets",
-    "Print": "TLC",
-    "PrintT": "TLC",
-    "Assert": "TLC",
-    "Permutations": "TLC",
-    "ToString": "TLC",
-    "BagToSet": "Bags",
-    "SetToBag": "Bags",
-    "BagIn": "Bags",
-    "CopiesIn": "Bags",
-    "TLCGet": "TLC",
-    "atoi": "IOUtils",
-    "IOEnv": "IOUtils",
-    "Nat": "Naturals",
-    "Int": "Integers",
-}
-
 CONSTANTS: dict[str, Value] = {"Nat": NAT, "Int": INT, "STRING": STRING, "EmptyBag": (), "IOEnv": _environment()}
 

@@ -920,8 +920,6 @@ class OffloadExploreModel:
         job by id; ``per_request``: the request entries, if the caller has an equivalent rendering
         of them (else the renamed entries, sorted)."""
         rids, keys, key_tuples = self._namings[naming]
-        manager = w.scheduler.manager
-        keys_get = keys.get
 
         # Every job rendered once (a job is named by what it copies); an id no job has stays "?".
         rendered = {
@@ -938,60 +936,12 @@ class OffloadExploreModel:
 
         if per_request is None:
             per_request = tuple(sorted([self._request_entry(w, rid, naming, jobs) for rid in w.requests]))
-        fence = sched.fence
-        keys_loading = sched.keys_loading
-        sched_part = (
-            jobset(sched.jobs) if sched.jobs else (),
-            jobset(sched.stale_jobs) if sched.stale_jobs else (),
-            jobset([j.job_id for j in sched.pending_loads]) if sched.pending_loads else (),
-            jobset(sched.pending_flush) if sched.pending_flush else (),
-            jobset(sched.flushed) if sched.flushed else (),
-            tuple(sorted([rids[r] for r in sched.finished_pending])) if sched.finished_pending else (),
-            tuple(sorted([rids[r] for r in sched.released])) if sched.released else (),
-            tuple(sorted([rids[r] for r in sched.loaded])) if sched.loaded else (),
-            tuple(sorted([rids[r] for r in sched.load_failed])) if sched.load_failed else (),
-            tuple(sorted([(block, jobset(readers)) for block, readers in fence.items()])) if fence else (),
-            tuple(sorted([(keys[k], n) for k, n in keys_loading.items() if n])) if keys_loading else (),
-            sched.reset_pending,
+        return (
+            per_request,
+            _scheduler_part(sched, rids, keys, jobset),
+            _manager_part(w.scheduler.manager, naming, rids, keys),
+            _world_part(w, naming, keys, job, jobset),
         )
-        manager_state = manager.view()
-        requests = manager_state.requests
-        policy_fp = manager.policy.fingerprint()
-        if type(policy_fp) is tuple and all(type(k) is int for k in policy_fp):
-            # What _freeze gives, faster; the identity renaming (naming 0) maps every key to itself.
-            policy_part: Any = policy_fp if naming == 0 else tuple([keys_get(k, k) for k in policy_fp])
-        else:
-            policy_part = _freeze(policy_fp, _leaf_renamer(rids, keys))
-        manager_part = (
-            tuple(manager_state.free),
-            tuple(
-                sorted([(keys[k], e.block_id, e.ref_cnt, e.write_pending) for k, e in manager_state.entries.items()])
-            ),
-            tuple(
-                sorted(
-                    [
-                        (
-                            rids[rid], r.finished,
-                            tuple(sorted([(keys[k], n) for k, n in r.loading.items() if n])) if r.loading else (),
-                            tuple(sorted([(keys[k], n) for k, n in r.storing.items() if n])) if r.storing else (),
-                        )
-                        for rid, r in requests.items()
-                    ]
-                )
-            ) if requests else (),
-            policy_part,
-        )
-        done = w.done
-        world_part = (
-            tuple(w.gpu_free),
-            tuple(w.gpu_content) if naming == 0 else tuple([keys_get(c, c) for c in w.gpu_content]),
-            tuple(w.cpu_content) if naming == 0 else tuple([keys_get(c, c) for c in w.cpu_content]),
-            jobset(w.inflight) if w.inflight else (),
-            tuple(sorted([(job(j), ok) for j, ok in done.items()])) if done else (),
-            w.resets,
-            w.preemptions,
-        )
-        return (per_request, sched_part, manager_part, world_part)
 
     # ------------------------------------------------------------------ readable state
     def describe(self, w: World) -> dict[str, str]:
@@ -1039,3 +989,79 @@ class OffloadExploreModel:
         if tables.pending_flush:
             out["flush.pending"] = str(sorted(tables.pending_flush))
         return out
+
+
+JobSet = Callable[[Iterable[int]], tuple[Any, ...]]
+
+
+def _scheduler_part(
+    sched: SchedulerState, rids: dict[str, Any], keys: dict[Any, Any], jobset: JobSet
+) -> tuple[Any, ...]:
+    """The scheduler's tables of a canonical state, under the renaming ``rids`` / ``keys``."""
+    fence = sched.fence
+    keys_loading = sched.keys_loading
+    return (
+        jobset(sched.jobs) if sched.jobs else (),
+        jobset(sched.stale_jobs) if sched.stale_jobs else (),
+        jobset([j.job_id for j in sched.pending_loads]) if sched.pending_loads else (),
+        jobset(sched.pending_flush) if sched.pending_flush else (),
+        jobset(sched.flushed) if sched.flushed else (),
+        tuple(sorted([rids[r] for r in sched.finished_pending])) if sched.finished_pending else (),
+        tuple(sorted([rids[r] for r in sched.released])) if sched.released else (),
+        tuple(sorted([rids[r] for r in sched.loaded])) if sched.loaded else (),
+        tuple(sorted([rids[r] for r in sched.load_failed])) if sched.load_failed else (),
+        tuple(sorted([(block, jobset(readers)) for block, readers in fence.items()])) if fence else (),
+        tuple(sorted([(keys[k], n) for k, n in keys_loading.items() if n])) if keys_loading else (),
+        sched.reset_pending,
+    )
+
+
+def _manager_part(manager: Any, naming: int, rids: dict[str, Any], keys: dict[Any, Any]) -> tuple[Any, ...]:
+    """The CPU manager's entries, requests and policy of a canonical state, under renaming ``naming``."""
+    manager_state = manager.view()
+    requests = manager_state.requests
+    policy_fp = manager.policy.fingerprint()
+    if type(policy_fp) is tuple and all(type(k) is int for k in policy_fp):
+        # What _freeze gives, faster; the identity renaming (naming 0) maps every key to itself.
+        keys_get = keys.get
+        policy_part: Any = policy_fp if naming == 0 else tuple([keys_get(k, k) for k in policy_fp])
+    else:
+        policy_part = _freeze(policy_fp, _leaf_renamer(rids, keys))
+    return (
+        tuple(manager_state.free),
+        tuple(sorted([(keys[k], e.block_id, e.ref_cnt, e.write_pending) for k, e in manager_state.entries.items()])),
+        tuple(
+            sorted(
+                [
+                    (
+                        rids[rid], r.finished,
+                        tuple(sorted([(keys[k], n) for k, n in r.loading.items() if n])) if r.loading else (),
+                        tuple(sorted([(keys[k], n) for k, n in r.storing.items() if n])) if r.storing else (),
+                    )
+                    for rid, r in requests.items()
+                ]
+            )
+        ) if requests else (),
+        policy_part,
+    )
+
+
+def _world_part(
+    w: World,
+    naming: int,
+    keys: dict[Any, Any],
+    job: Callable[[int], tuple[Any, ...]],
+    jobset: JobSet,
+) -> tuple[Any, ...]:
+    """The engine model's part of a canonical state: GPU and CPU contents, jobs in flight and done."""
+    keys_get = keys.get
+    done = w.done
+    return (
+        tuple(w.gpu_free),
+        tuple(w.gpu_content) if naming == 0 else tuple([keys_get(c, c) for c in w.gpu_content]),
+        tuple(w.cpu_content) if naming == 0 else tuple([keys_get(c, c) for c in w.cpu_content]),
+        jobset(w.inflight) if w.inflight else (),
+        tuple(sorted([(job(j), ok) for j, ok in done.items()])) if done else (),
+        w.resets,
+        w.preemptions,
+    )

@@ -80,7 +80,7 @@ class AbortUnscheduledStoresScheduler(OffloadingScheduler):
 
     def _storable_chunks(self, tracker: RequestTracker) -> int:
         if tracker.state == FINISHED_PENDING_STORE and not tracker.gpu_block_ids:
-            return len(tracker.request.block_hashes) // self._bpc  # the bug: tokens, not blocks
+            return len(tracker.request.block_hashes) // self._blocks_per_chunk  # the bug: tokens, not blocks
         return super()._storable_chunks(tracker)
 
 

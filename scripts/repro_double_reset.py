@@ -5,10 +5,10 @@ moves the in-flight jobs to ``_current_batch_jobs_to_flush`` (handed to the work
 the next step's ``build_connector_meta``), the second asserts that this set is empty and raises
 ``AssertionError``. In an engine that is ``reset_prefix_cache(reset_connector=True)`` twice with no
 step in between: the call fails and the engine survives (EngineCore in its own process catches it,
-the caller gets "Call to reset_prefix_cache method failed: "). :mod:`.repro_double_reset_engine`
+the caller gets "Call to reset_prefix_cache method failed: "). :mod:`kvoffload.vllm.check.repro_double_reset_engine`
 shows it in a real engine, docs/vllm-double-reset.md reports it.
 
-``python -m kvoffload.vllm.check.repro_double_reset [--vllm-src DIR]`` prints the outcome; exit 1
+``python scripts/repro_double_reset.py [--vllm-src DIR]`` prints the outcome; exit 1
 when the assertion fails, 0 when the connector takes the second reset.
 """
 

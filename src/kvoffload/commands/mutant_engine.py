@@ -1,10 +1,17 @@
-"""A bug-zoo mutant in the simulator: its scheduler, manager and worker bug in a real engine run."""
+"""A bug-zoo mutant in the simulator: its scheduler, manager and worker bug in a real engine run.
+
+Assembled here, where the commands are, so that neither the simulator nor the bug zoo imports the other.
+"""
 
 from __future__ import annotations
+
+from functools import partial
 
 from kvoffload.offload.types import ConnectorMetadata, JobId, WorkerOutput
 from kvoffload.sim.engine import Engine, EngineConfig
 from kvoffload.sim.kv_model import KVBackend
+from kvoffload.sim.runner import EngineFactory
+from kvoffload.verify.bugzoo import MUTANTS
 from kvoffload.verify.bugzoo.mutant import Mutant
 from kvoffload.verify.explore_model import WorkerReport
 
@@ -39,3 +46,11 @@ def mutant_engine(mutant: Mutant, config: EngineConfig, backend: KVBackend | Non
     if mutant.worker_report is not None:
         engine.backend = LyingBackend(engine.backend, mutant.worker_report)
     return engine
+
+
+def mutant_engine_factory(name: str) -> EngineFactory:
+    """What builds bug-zoo mutant ``name``'s engines; ValueError naming the known mutants if unknown."""
+    mutant = MUTANTS.get(name)
+    if mutant is None:
+        raise ValueError(f"--mutant {name!r} is unknown; known: {', '.join(sorted(MUTANTS))}")
+    return partial(mutant_engine, mutant)

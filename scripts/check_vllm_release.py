@@ -1,6 +1,6 @@
 """``make check-vllm``: fetch pinned vLLM releases and assert what the check must find in each.
 
-``python -m kvoffload.vllm.check.release CACHE_DIR`` downloads each release wheel with pip (no
+``python scripts/check_vllm_release.py CACHE_DIR`` downloads each release wheel with pip (no
 dependencies), unpacks only its ``.py`` files and ``METADATA`` into ``CACHE_DIR/src/VERSION``, runs
 ``kvoffload vllm check --json`` against it in a fresh process (one vLLM per process), and asserts the
 expected verdicts below, and that neither the check nor the reproduction left a shared-memory file
@@ -9,6 +9,7 @@ of vLLM's tiering manager in /dev/shm. Exit status 0 when every release gave wha
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -39,6 +40,7 @@ EXPECTED: dict[str, dict[tuple[str, str], tuple[str, str, str]]] = {
 # between steps so they keep looking for other bugs; this reproduction must keep raising until a
 # release fixes it (then move the release out of this set).
 DOUBLE_RESET_CRASHES = frozenset({"0.26.0", "0.33.0"})
+REPRO_DOUBLE_RESET = Path(__file__).with_name("repro_double_reset.py")
 
 
 def fetch(version: str, cache: Path) -> Path:
@@ -80,7 +82,7 @@ def check_release(version: str, cache: Path) -> list[str]:
         return [*problems, f"vLLM {version}: kvoffload vllm check exited {run.returncode}: {run.stderr.strip()[-400:]}"]
     report: dict[str, Any] = json.loads(lines[-1])
     repro = _run(f"vLLM {version}: repro_double_reset",
-                 [sys.executable, "-m", "kvoffload.vllm.check.repro_double_reset", "--vllm-src", str(source)], problems)
+                 [sys.executable, str(REPRO_DOUBLE_RESET), "--vllm-src", str(source)], problems)
     print(repro.stdout.strip())
     crashed = repro.returncode == 1 and "AssertionError" in repro.stdout
     if crashed != (version in DOUBLE_RESET_CRASHES):
@@ -101,11 +103,9 @@ def check_release(version: str, cache: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m kvoffload.vllm.check.release CACHE_DIR", file=sys.stderr)
-        return 2
-    cache = Path(args[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("cache", type=Path, metavar="CACHE_DIR", help="where the release sources are kept")
+    cache = parser.parse_args(argv).cache
     problems = [p for version in EXPECTED for p in check_release(version, cache)]
     for problem in problems:
         print(f"FAIL: {problem}")

@@ -1,12 +1,12 @@
 """``make check-vllm``'s last step: ``kvoffload[vllm]`` alone, in a fresh virtual environment.
 
-``python -m kvoffload.vllm.check.fresh_venv CACHE_DIR [--project DIR] [--torch REQUIREMENT]``
+``python scripts/check_vllm_fresh_venv.py CACHE_DIR [--project DIR] [--torch REQUIREMENT]``
 creates ``CACHE_DIR/venv-vllm-extra`` anew and installs into it the torch requirement (default
 ``torch==2.13.0``, the CPU build: a bare ``torch`` would pull a CUDA build of several GB), then the
 project with only its ``[vllm]`` extra, not editable (as a user installs it), then xgrammar without
 its dependencies (as docs/vllm-check.md says). From an empty folder it then runs what a vLLM user runs:
 ``kvoffload --help``, ``kvoffload vllm check --help``, a ``--vllm-src`` that holds no vLLM (exit 2,
-one line), one real check against the newest release in ``CACHE_DIR`` (fetched by :mod:`.release`
+one line), one real check against the newest release in ``CACHE_DIR`` (fetched by scripts/check_vllm_release.py
 when missing), and an import of the vLLM integrations (``kvoffload.vllm.spec``,
 ``kvoffload.vllm.connector``) with that release's sources. The modules of the other extras (tiers,
 plot, fast-cpu, test) must be missing there, so an import of one fails as it would for the user.
@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kvoffload.vllm.check.release import EXPECTED, fetch
+from check_vllm_release import EXPECTED, fetch
 
 # One module of each extra that [vllm] does not install: tiers, plot, fast-cpu, test.
 OTHER_EXTRAS = ("xxhash", "redis", "matplotlib", "numba", "pytest")

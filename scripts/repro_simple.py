@@ -22,8 +22,8 @@ step as a worker would, reporting each store complete through vLLM's own
   tier; ``has_pending_push_work()`` stays true. 0.30.0 on (before, the engine goes idle instead:
   ``idle_store``).
 
-``python -m kvoffload.vllm.simple.repro [--vllm-src DIR] [SCENARIO ...]`` prints one line per
-scenario, ``name: outcome``, and exits 0 (the outcomes are what :mod:`kvoffload.vllm.check.release`
+``python scripts/repro_simple.py [--vllm-src DIR] [SCENARIO ...]`` prints one line per
+scenario, ``name: outcome``, and exits 0 (the outcomes are what scripts/check_vllm_simple_release.py
 compares per release).
 """
 
@@ -145,7 +145,7 @@ SCENARIOS: dict[str, Callable[[], str]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kvoffload.vllm.simple.repro", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python scripts/repro_simple.py", description=__doc__)
     parser.add_argument("--vllm-src", default=None, metavar="DIR", help="vLLM sources (default: installed)")
     parser.add_argument("scenarios", nargs="*", metavar="SCENARIO", help=f"any of {', '.join(SCENARIOS)}")
     args = parser.parse_args(argv)

@@ -1,0 +1,303 @@
+"""``make check-install``: the built wheel, installed as a user installs it, alone and with each extra.
+
+``python scripts/check_install.py [--cache DIR] [--torch REQUIREMENT] [--installs NAME,...]`` builds
+the wheel (``pip wheel --no-deps`` of a clean copy of the tree), checks that it holds only files of
+src/ (no script of scripts/), and for each install (the base package, then each extra alone:
+tiers, vllm, plot, fast-cpu) makes a fresh venv with the torch requirement (default
+``torch==2.13.0``, the CPU build) and then the wheel with that extra. From an empty folder it then
+runs, with that venv's ``kvoffload``:
+
+- ``kvoffload --help`` and every command's and subcommand's ``--help``;
+- one small run of each command; a run that needs an extra this install lacks must answer one
+  line naming that extra (``pip install 'kvoffload[EXTRA]'``), exit status 2, no traceback;
+- a probe that each extra's modules are there exactly when the extra is installed, so that no
+  install sees another's modules.
+
+torch is installed once into ``CACHE/torch-venv``; each install's venv starts as a hard-linked copy
+of it (seconds, no disk) instead of unpacking torch again. Prints one line per step with its
+seconds, then a JSON summary; exit 0 when every install gave what it must, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[1]
+INSTALLS: tuple[str, ...] = ("base", "tiers", "vllm", "plot", "fast-cpu")
+# Modules that only an extra installs: each must be importable exactly when its extra is.
+EXTRA_MODULES: dict[str, tuple[str, ...]] = {
+    "tiers": ("xxhash", "redis"),
+    "plot": ("matplotlib",),
+    "fast-cpu": ("numba",),
+    "vllm": ("transformers", "psutil", "zmq"),
+}
+TINY_SPEC = """---- MODULE Tiny ----
+EXTENDS Naturals
+VARIABLE x
+Init == x = 0
+Next == x' = (x + 1) % 3
+Small == x < 3
+====
+"""
+TINY_CONFIG = "INIT Init\nNEXT Next\nINVARIANT Small\n"
+# Every command path of the parser, printed one per line by the installed package itself.
+COMMAND_PATHS = """
+import argparse
+from kvoffload.cli import build_parser
+
+def walk(parser, path):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                print(" ".join([*path, name]))
+                walk(sub, [*path, name])
+
+walk(build_parser(), [])
+"""
+# Runs ``kvoffload PATH --help`` in this process for each path on stdin; prints the failing ones.
+HELP_ALL = """
+import contextlib, io, sys
+from kvoffload.cli import main
+
+for line in sys.stdin.read().splitlines():
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            main([*line.split(), "--help"])
+        status = 0
+    except SystemExit as stop:
+        status = stop.code
+    if status != 0 or "usage:" not in out.getvalue():
+        print(f"{line} --help: exit {status}")
+"""
+
+
+# What a served run's output must show, given the install's name.
+Verdict = Callable[[subprocess.CompletedProcess[str], str], bool]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One small run of a command: ``args`` after ``kvoffload``; ``needs`` the extra it needs (None:
+    the base package serves it); ``served`` what its output must show when the install serves it;
+    ``status`` its exit status then (not 0: a usage error, which must be one line); ``only`` the one
+    install it runs in, for a run no extra changes that costs a minute."""
+
+    args: tuple[str, ...]
+    needs: str | None = None
+    served: Verdict | None = None
+    status: int = 0
+    only: str | None = None
+
+
+def _json_shows(key: str, wanted: Callable[[object, str], bool]) -> Verdict:
+    """The verdict that the last JSON line's ``key`` is what ``wanted`` accepts."""
+
+    def check(done: subprocess.CompletedProcess[str], install: str) -> bool:
+        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        return bool(lines) and wanted(json.loads(lines[-1]).get(key), install)
+
+    return check
+
+
+def _runs(folder: Path) -> list[Run]:
+    """The small runs, in order (trace check reads simulate's trace)."""
+    return [
+        Run(("simulate", "--users", "2", "--turns", "1", "--backend", "model", "--json", "--trace", "run.ndjson"),
+            served=_json_shows("finished", lambda finished, _: isinstance(finished, int) and finished > 0)),
+        Run(("trace", "check", "run.ndjson")),
+        Run(("explore", "--requests", "1", "--chunks", "2", "--json")),
+        Run(("mutants", "--json")),
+        Run(("diagram",)),
+        Run(("tla", "check", "Tiny.tla", "--engine", "embedded")),
+        # The refinement of tla/KVOffload.tla is model-checked: about a minute on a 2-core machine.
+        Run(("link", str(PROJECT / "tla")), only="base"),
+        Run(("replay", "tiny.jsonl", "--gpu-blocks", "4", "--cpu-blocks", "8", "--json")),
+        # vLLM itself is the user's (installed, or --vllm-src): without it, one line, in every install.
+        Run(("vllm", "check", "--vllm-src", str(folder)), status=2),
+        Run(("bench", "scheduler", "--json", "--live", "16", "--steps", "2", "--lifetimes", "100")),
+        # Served everywhere: without numba the mover copies with torch.
+        Run(("bench", "mover", "--json", "--total-mib", "1", "--repeats", "1", "--block-sizes", "16384"),
+            served=_json_shows("cpu_kernel", lambda kernel, install: kernel == ("numba" if install == "fast-cpu"
+                                                                                else "torch"))),
+        Run(("simulate", "--tiers", "cpu,file", "--users", "2", "--turns", "1", "--json"), needs="tiers"),
+        Run(("bench", "tiers", "--json", "--mib", "1", "--repeats", "1", "--skip-redis", "--dir", str(folder)),
+            needs="tiers"),
+        Run(("replay", "tiny.jsonl", "--sweep", "--cpu-sizes", "4,8", "--policies", "lru", "--gpu-blocks", "4",
+             "--plot", "sweep.png"), needs="plot", served=lambda _, __: (folder / "sweep.png").is_file()),
+    ]
+
+
+def _write_inputs(folder: Path) -> None:
+    (folder / "Tiny.tla").write_text(TINY_SPEC, encoding="utf-8")
+    (folder / "Tiny.cfg").write_text(TINY_CONFIG, encoding="utf-8")
+    lines = [{"timestamp": 1000 * i, "input_length": 1024, "output_length": 8, "hash_ids": [i % 3, 7 + i % 2]}
+             for i in range(12)]
+    (folder / "tiny.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+
+
+def _run(args: list[str], *, cwd: Path | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return subprocess.run(args, cwd=cwd, env=env, input=stdin, capture_output=True, text=True)
+
+
+def _last_line(done: subprocess.CompletedProcess[str]) -> str:
+    return "".join((done.stderr.strip() or done.stdout.strip()).splitlines()[-1:])[-300:]
+
+
+# What a build must not see: version control, venvs, caches and earlier builds (setuptools packs
+# whatever a stale build/lib holds).
+NOT_BUILT = shutil.ignore_patterns(".git", ".venv*", ".cache", "build", "dist", "*.egg-info", "__pycache__",
+                                   ".pytest_cache", ".ruff_cache", ".hypothesis", ".live", ".fuzz", "out", ".whl")
+
+
+def build_wheel(cache: Path) -> tuple[Path | None, list[str]]:
+    """The wheel of the project (built from a clean copy of the tree), and what is wrong with its
+    contents: a file that is not a module of src/ (a script of scripts/, a stale build)."""
+    dist, tree = cache / "dist", cache / "tree"
+    shutil.rmtree(dist, ignore_errors=True)
+    shutil.rmtree(tree, ignore_errors=True)
+    shutil.copytree(PROJECT, tree, ignore=NOT_BUILT)
+    done = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(tree)])
+    shutil.rmtree(tree, ignore_errors=True)
+    wheels = sorted(dist.glob("kvoffload-*.whl"))
+    if done.returncode or not wheels:
+        return None, [f"pip wheel exited {done.returncode}: {_last_line(done)}"]
+    with zipfile.ZipFile(wheels[0]) as archive:
+        names = [name for name in archive.namelist() if not name.split("/")[0].endswith(".dist-info")]
+    return wheels[0], [f"wheel: {name} is not a file of src/" for name in names
+                       if not (PROJECT / "src" / name).is_file()]
+
+
+def torch_venv(cache: Path, torch: str) -> tuple[Path, list[str]]:
+    """A venv holding only ``torch`` (made once, kept in the cache while the requirement is the same)."""
+    venv = cache / "torch-venv"
+    stamp = venv / "torch-requirement"
+    if stamp.is_file() and stamp.read_text(encoding="utf-8") == torch:
+        return venv, []
+    shutil.rmtree(venv, ignore_errors=True)
+    for args in ([sys.executable, "-m", "venv", str(venv)], [str(venv / "bin" / "python"), "-m", "pip", "install",
+                                                                "-q", torch]):
+        done = _run(args)
+        if done.returncode:
+            return venv, [f"torch venv: `{' '.join(args[1:])}` exited {done.returncode}: {_last_line(done)}"]
+    stamp.write_text(torch, encoding="utf-8")
+    return venv, []
+
+
+def install(cache: Path, base: Path, wheel: Path, name: str) -> tuple[Path, list[str]]:
+    """A fresh venv for install ``name``: a hard-linked copy of the torch venv, then the wheel."""
+    venv = cache / f"venv-{name}"
+    shutil.rmtree(venv, ignore_errors=True)
+    copied = _run(["cp", "-al", str(base), str(venv)])
+    if copied.returncode:
+        shutil.copytree(base, venv, symlinks=True)
+    requirement = str(wheel) if name == "base" else f"kvoffload[{name}] @ {wheel.as_uri()}"
+    done = _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", requirement])
+    if done.returncode:
+        return venv, [f"{name}: pip install {requirement} exited {done.returncode}: {_last_line(done)}"]
+    return venv, []
+
+
+def check_install(venv: Path, name: str) -> list[str]:
+    """Every check above for one install; its problems."""
+    python, kvoffload = str(venv / "bin" / "python"), str(venv / "bin" / "kvoffload")
+    problems: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="kvoffload-check-install-") as empty:
+        folder = Path(empty)
+        _write_inputs(folder)
+        usage = _run([kvoffload, "--help"], cwd=folder)
+        if usage.returncode or "simulate" not in usage.stdout:
+            problems.append(f"{name}: kvoffload --help: exit {usage.returncode}: {_last_line(usage)}")
+        paths = _run([python, "-c", COMMAND_PATHS], cwd=folder)
+        helped = _run([python, "-c", HELP_ALL], cwd=folder, stdin=paths.stdout)
+        if paths.returncode or helped.returncode or helped.stdout.strip():
+            problems.append(f"{name}: --help: {helped.stdout.strip() or _last_line(helped) or _last_line(paths)}")
+        for run in _runs(folder):
+            if run.only in (None, name):
+                problems += _small_run(kvoffload, folder, name, run)
+        probe = "import importlib.util as u, json; print(json.dumps({m: bool(u.find_spec(m)) for m in %r}))"
+        modules = [module for group in EXTRA_MODULES.values() for module in group]
+        found = json.loads(_run([python, "-c", probe % modules], cwd=folder).stdout or "{}")
+        for extra, group in EXTRA_MODULES.items():
+            for module in group:
+                if found.get(module) != (extra == name):
+                    problems.append(f"{name}: module {module} of the {extra!r} extra is "
+                                    f"{'present' if found.get(module) else 'missing'}")
+    return problems
+
+
+def _small_run(kvoffload: str, folder: Path, name: str, run: Run) -> list[str]:
+    began = time.perf_counter()
+    done = _run([kvoffload, *run.args], cwd=folder)
+    shown = f"{name}: kvoffload {' '.join(run.args)}"
+    print(f"{shown} -> exit {done.returncode} ({time.perf_counter() - began:.1f} s)", flush=True)
+    if run.needs is None or run.needs == name:
+        if done.returncode != run.status:
+            return [f"{shown}: exit {done.returncode} (want {run.status}): {_last_line(done)}"]
+        if run.status and len(done.stderr.strip().splitlines()) != 1:
+            return [f"{shown}: expected one line on stderr, got {done.stderr.strip()[-300:]}"]
+        if run.served is not None and not run.served(done, name):
+            return [f"{shown}: output lacks what it must show: {done.stdout.strip()[-300:]}"]
+        return []
+    lines = done.stderr.strip().splitlines()
+    if done.returncode != 2 or len(lines) != 1 or f"kvoffload[{run.needs}]" not in lines[0]:
+        return [f"{shown}: expected one line naming kvoffload[{run.needs}] and exit 2, got exit {done.returncode}: "
+                f"{done.stderr.strip()[-300:]}"]
+    return []
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cache", type=Path, default=PROJECT / ".cache" / "check-install",
+                        help="where the wheel and the venvs are made (default .cache/check-install)")
+    parser.add_argument("--torch", default="torch==2.13.0", help="torch requirement installed first")
+    parser.add_argument("--installs", default=",".join(INSTALLS),
+                        help=f"comma-separated installs to check (default {','.join(INSTALLS)})")
+    args = parser.parse_args(argv)
+    names = [name for name in args.installs.split(",") if name]
+    unknown = [name for name in names if name not in INSTALLS]
+    if unknown:
+        parser.error(f"--installs: unknown {', '.join(unknown)}; choose from {', '.join(INSTALLS)}")
+    cache = args.cache.resolve()
+    cache.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    seconds: dict[str, float] = {}
+    wheel, problems = build_wheel(cache)
+    built = time.perf_counter()
+    seconds["wheel"] = round(built - started, 1)
+    base, failed = torch_venv(cache, args.torch)
+    problems += failed
+    seconds["torch venv"] = round(time.perf_counter() - built, 1)
+    print(f"check-install: wheel in {seconds['wheel']} s, torch venv in {seconds['torch venv']} s", flush=True)
+    if wheel is not None and not failed:
+        for name in names:
+            began = time.perf_counter()
+            venv, failed = install(cache, base, wheel, name)
+            installed = time.perf_counter() - began
+            problems += failed or check_install(venv, name)
+            shutil.rmtree(venv, ignore_errors=True)
+            seconds[name] = round(time.perf_counter() - began, 1)
+            print(f"check-install: {name}: installed in {installed:.0f} s, checked in "
+                  f"{seconds[name] - installed:.0f} s", flush=True)
+    for problem in problems:
+        print(f"FAIL: {problem}")
+    total = round(time.perf_counter() - started, 1)
+    print(json.dumps({"installs": names, "seconds": seconds, "total_seconds": total, "failures": len(problems)}))
+    print("check-install: " + ("every install works" if not problems else f"{len(problems)} failure(s)"))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

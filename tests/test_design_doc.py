@@ -1,0 +1,110 @@
+"""docs/design.md and the code agree: every path and module it names exists, and its layout table
+lists exactly the modules of each package, with the import rules of tests/test_layout.py."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from test_layout import ALLOWED
+
+REPO = Path(__file__).parents[1]
+SRC = REPO / "src" / "kvoffload"
+DESIGN = REPO / "docs" / "design.md"
+TEXT = DESIGN.read_text(encoding="utf-8")
+
+# A path from the repository's root (src/..., tests/..., tla/KVOffload.tla), or a module path
+# inside a package (check/adapter.py).
+ROOTED_PATH = re.compile(r"(?<![\w./-])((?:src|tests|tla|scripts|docs|bench)/[\w./-]*\w)")
+PACKAGE_PATH = re.compile(r"(?<![\w./-])((?:\w+/)+\w+\.py)\b")
+DOTTED = re.compile(r"(?<![\w.])(kvoffload(?:\.\w+)+)")
+# A module or subpackage named in the layout table: scheduler.py, library/, README.md.
+TABLE_MODULE = re.compile(r"(?<![\w./-])(\w+\.(?:py|md)|\w+/)(?![\w/])")
+
+
+def _defines(path: Path, name: str) -> bool:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node.name == name:
+            return True
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AnnAssign) else []
+        if any(isinstance(target, ast.Name) and target.id == name for target in targets):
+            return True
+    return False
+
+
+def _resolves(dotted: str) -> bool:
+    """``kvoffload.a.b`` is a module or package, or a name a module of it defines at top level."""
+    parts = dotted.split(".")[1:]
+    for cut in range(len(parts), 0, -1):
+        base = SRC.joinpath(*parts[:cut])
+        module = base.with_suffix(".py") if base.suffix != ".py" else base
+        init = base / "__init__.py"
+        found = module if module.is_file() else init if init.is_file() else None
+        if found is not None:
+            rest = parts[cut:]
+            return not rest or (len(rest) == 1 and _defines(found, rest[0]))
+    return SRC.joinpath("__init__.py").is_file() and not parts
+
+
+def test_every_path_design_md_names_exists() -> None:
+    missing = [path for path in sorted(set(ROOTED_PATH.findall(TEXT))) if not (REPO / path).exists()]
+    everything = [str(path.relative_to(REPO)) for path in REPO.rglob("*.py") if ".venv" not in path.parts]
+    missing += [path for path in sorted(set(PACKAGE_PATH.findall(TEXT)))
+                if not (REPO / path).exists() and not any(found.endswith("/" + path) for found in everything)]
+    assert not missing, f"docs/design.md names paths that do not exist: {missing}"
+
+
+def test_every_module_design_md_names_exists() -> None:
+    missing = [name for name in sorted(set(DOTTED.findall(TEXT))) if not _resolves(name)]
+    assert not missing, f"docs/design.md names modules that do not exist: {missing}"
+
+
+def _layout_rows() -> dict[str, tuple[str, str]]:
+    """package -> (modules column, may-import column) of the layout table."""
+    rows = {}
+    for line in TEXT.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and re.fullmatch(r"`\w+`", cells[0]):
+            rows[cells[0].strip("`")] = (cells[2], cells[3])
+    return rows
+
+
+ROWS = _layout_rows()
+
+
+def test_the_layout_table_has_a_row_per_package() -> None:
+    packages = {path.name for path in SRC.iterdir() if (path / "__init__.py").is_file()} | {"cli"}
+    assert set(ROWS) == packages
+
+
+@pytest.mark.parametrize("package", sorted(set(ROWS) - {"cli"}))
+def test_the_layout_table_lists_exactly_the_modules_of_each_package(package: str) -> None:
+    folder = SRC / package
+    named = {name.rstrip("/") for name in TABLE_MODULE.findall(ROWS[package][0])}
+    present = {path.name for path in folder.iterdir() if path.name not in ("__init__.py", "__pycache__")}
+    assert named - present == set(), f"{package}: the table names modules that do not exist"
+    assert present - named == set(), f"{package}: modules missing from the table"
+
+
+@pytest.mark.parametrize("package", sorted(ROWS))
+def test_the_layout_table_gives_the_import_rules_of_test_layout(package: str) -> None:
+    column = ROWS[package][1]
+    if column == "nothing":
+        allowed = set()
+    elif column == "every package but `cli`":
+        allowed = set(ALLOWED) - {"", "cli", package}
+    else:
+        allowed = set(re.findall(r"`(\w+)`", column))
+    assert allowed == set(ALLOWED[package])
+
+
+def test_the_checks_see_what_is_missing() -> None:
+    assert not _resolves("kvoffload.sim.no_such_module")
+    assert not _resolves("kvoffload.sim.runner.no_such_name")
+    assert _resolves("kvoffload.sim.runner.SimulationOptions")
+    assert TABLE_MODULE.findall("engine.py (the loop), tiers/ (engines), `OffloadConfig`") == ["engine.py", "tiers/"]
