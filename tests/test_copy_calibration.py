@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.offload.copy_calibration import (
+from kvoffload.dataplane.copy_calibration import (
     PREFERENCE,
     Direction,
     Measurement,

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvoffload.offload import copy_backends, copy_vector_triton, cuda_paths
-from kvoffload.offload.copy_calibration import Measurement
-from kvoffload.offload.mover import BlockMover, TransferResult
+from kvoffload.dataplane import copy_backends, copy_vector_triton, cuda_paths
+from kvoffload.dataplane.copy_calibration import Measurement
+from kvoffload.dataplane.mover import BlockMover, TransferResult
 
 pytestmark = [
     pytest.mark.cuda,

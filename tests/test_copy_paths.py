@@ -11,10 +11,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvoffload.offload import copy_vector_triton
-from kvoffload.offload.copy_backends import HostMemmove
-from kvoffload.offload.copy_plan import Descriptors
-from kvoffload.offload.cuda_paths import DMA_PATHS, PATHS, CopyPath, LayerRows, make_path
+from kvoffload.dataplane import copy_vector_triton
+from kvoffload.dataplane.copy_backends import HostMemmove
+from kvoffload.dataplane.copy_plan import Descriptors
+from kvoffload.dataplane.cuda_paths import DMA_PATHS, PATHS, CopyPath, LayerRows, make_path
 
 ROW_SHAPES = [(16, torch.int64), (3, torch.int32), (5, torch.uint8), (2, torch.int64)]  # 128, 12, 5, 16 bytes
 
@@ -141,7 +141,7 @@ def test_batched_copy_attributes_match_the_driver_struct_layout() -> None:
     """CUmemcpyAttributes (cuda.h, 12.8+): int order, two {int type, int id} locations, uint flags."""
     import ctypes
 
-    from kvoffload.offload import copy_backends
+    from kvoffload.dataplane import copy_backends
 
     store = copy_backends._attributes(True, 3)
     assert ctypes.sizeof(store) == 24
@@ -154,7 +154,7 @@ def test_batched_copy_attributes_match_the_driver_struct_layout() -> None:
 def test_without_a_cuda_driver_no_backend_loads_and_each_says_why() -> None:
     import ctypes.util
 
-    from kvoffload.offload.copy_backends import driver_backends
+    from kvoffload.dataplane.copy_backends import driver_backends
 
     if ctypes.util.find_library("cuda") is not None:
         pytest.skip("a CUDA driver is installed here; this checks a machine without one")

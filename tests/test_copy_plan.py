@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvoffload.offload.copy_plan import CopyPlan, block_plan, descriptors, merge_runs
+from kvoffload.dataplane.copy_plan import CopyPlan, block_plan, descriptors, merge_runs
 
 
 def byte_map(plan: CopyPlan) -> dict[int, int]:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvoffload.offload import cuda_copy_setup
-from kvoffload.offload.copy_backends import HostMemmove
-from kvoffload.offload.copy_calibration import Measurement
-from kvoffload.offload.cuda_paths import LayerRows
+from kvoffload.dataplane import cuda_copy_setup
+from kvoffload.dataplane.copy_backends import HostMemmove
+from kvoffload.dataplane.copy_calibration import Measurement
+from kvoffload.dataplane.cuda_paths import LayerRows
 
 
 def rows(views: bool = True) -> LayerRows:

@@ -11,8 +11,8 @@ import time
 import pytest
 import torch
 
-from kvoffload.offload import copy_timing
-from kvoffload.offload.copy_timing import ComputeLoop, Interference, copy_rate, interference
+from kvoffload.dataplane import copy_timing
+from kvoffload.dataplane.copy_timing import ComputeLoop, Interference, copy_rate, interference
 
 
 class HostEvent:

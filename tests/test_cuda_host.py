@@ -1,11 +1,11 @@
-"""CUDA views of pinned host memory (kvoffload.offload.cuda_host)."""
+"""CUDA views of pinned host memory (kvoffload.dataplane.cuda_host)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from kvoffload.offload.cuda_host import device_view
+from kvoffload.dataplane.cuda_host import device_view
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from kvoffload.offload import host_memory
-from kvoffload.offload.mover import BlockMover
+from kvoffload.dataplane import host_memory
+from kvoffload.dataplane.mover import BlockMover
 
 MIB = 1 << 20
 needs_thp = pytest.mark.skipif(

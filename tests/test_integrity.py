@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvoffload.offload.integrity import DataIntegrity, LoadVerifier, block_digest
-from kvoffload.offload.mover import BlockMover
+from kvoffload.dataplane.integrity import DataIntegrity, LoadVerifier, block_digest
+from kvoffload.dataplane.mover import BlockMover
 from kvoffload.offload.types import ConnectorMetadata, TransferJob
 from kvoffload.vllm.connector_worker import WorkerSide, make_worker
 from kvoffload.vllm.settings import ConfigError, flag

@@ -7,8 +7,11 @@ each other:
 - ``statemachine`` (the framework) imports nothing else of kvoffload; ``tla`` (the TLA+ front-end,
   embedded checker and TLC runner) only the framework;
 - ``spec`` (what must hold) does not depend on the code it judges;
-- ``offload`` and ``tiers`` (the product) import no checker, simulator or command, and the CPU tier
-  knows nothing of the tiers below it;
+- ``offload``, ``dataplane`` and ``tiers`` (the product) import no checker, simulator or command,
+  and the CPU tier knows nothing of the tiers below it;
+- ``dataplane`` (the worker, the mover and what moves bytes) sits above ``offload`` (the control
+  plane) and imports only its shared vocabulary, ``types`` and ``errors``: never the scheduler, the
+  manager or the policies; the control plane does not import the data plane;
 - ``sim`` (the engine simulator) and ``verify`` (the explorer's models, the bug zoo, the spec links)
   stand apart: a bug-zoo mutant's engine is assembled by the commands;
 - ``vllm`` builds on both; ``benchmarks`` raise their own error and do not import the commands;
@@ -29,7 +32,7 @@ import kvoffload
 ROOT = Path(kvoffload.__file__).parent
 
 FRAMEWORK = ("statemachine",)
-PRODUCT = ("offload", "tiers", "spec", *FRAMEWORK)
+PRODUCT = ("offload", "dataplane", "tiers", "spec", *FRAMEWORK)
 # package ("" is kvoffload/__init__.py, "cli" is kvoffload/cli.py) -> the packages it may import
 # besides itself.
 ALLOWED: dict[str, tuple[str, ...]] = {
@@ -38,6 +41,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "tla": FRAMEWORK,
     "spec": FRAMEWORK,
     "offload": ("spec", *FRAMEWORK),
+    "dataplane": ("offload",),
     "tiers": ("offload", "spec", *FRAMEWORK),
     "sim": PRODUCT,
     "verify": ("tla", *PRODUCT),
@@ -86,7 +90,8 @@ def test_every_package_has_a_rule() -> None:
 
 def test_the_rules_are_layers() -> None:
     order = list(TopologicalSorter({package: set(allowed) for package, allowed in ALLOWED.items()}).static_order())
-    assert order.index("statemachine") < order.index("offload") < order.index("sim") < order.index("commands")
+    assert order.index("statemachine") < order.index("offload") < order.index("dataplane") < order.index("sim")
+    assert order.index("sim") < order.index("commands")
 
 
 @pytest.mark.parametrize(("module", "path"), MODULES, ids=[module for module, _ in MODULES])
@@ -104,6 +109,41 @@ def test_imports_follow_the_layout(module: str, path: Path) -> None:
         if private and target != package:
             wrong.append(f"{path}:{line}: imports private name(s) {private} of another package")
     assert not wrong, "\n".join(wrong)
+
+
+# The control plane's modules the data plane may import: the vocabulary both planes speak.
+CONTROL_PLANE_SHARED = ("kvoffload.offload.types", "kvoffload.offload.errors")
+
+
+def _control_plane_modules(imported: str, names: tuple[str, ...]) -> list[str]:
+    """The modules of ``kvoffload.offload`` an import names (``from kvoffload.offload import x``: x)."""
+    if imported == "kvoffload.offload":
+        return [f"{imported}.{name}" for name in names]
+    return [imported] if imported.startswith("kvoffload.offload.") else []
+
+
+@pytest.mark.parametrize(
+    ("module", "path"),
+    [(module, path) for module, path in MODULES if _package(module) == "dataplane"],
+    ids=[module for module, _ in MODULES if _package(module) == "dataplane"],
+)
+def test_the_data_plane_imports_only_the_control_planes_vocabulary(module: str, path: Path) -> None:
+    wrong = [
+        f"{path}:{line}: {module} imports {target} (the data plane imports only {CONTROL_PLANE_SHARED})"
+        for line, imported, names in _imports(module, path)
+        for target in _control_plane_modules(imported, names)
+        if target not in CONTROL_PLANE_SHARED
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_data_plane_rule_sees_the_scheduler(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("from kvoffload.offload import scheduler, types\nfrom kvoffload.offload.manager import X\n")
+    targets = [target for _, imported, names in _imports("kvoffload.dataplane.bad", bad)
+               for target in _control_plane_modules(imported, names)]
+    assert [target for target in targets if target not in CONTROL_PLANE_SHARED] == [
+        "kvoffload.offload.scheduler", "kvoffload.offload.manager"]
 
 
 def _package_graph() -> dict[str, set[str]]:

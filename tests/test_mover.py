@@ -15,9 +15,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvoffload.offload import copy_backends, cuda_copy_setup, cuda_paths, mover_cpu_kernel
-from kvoffload.offload import mover as mover_mod
-from kvoffload.offload.mover import BlockMover, TransferResult
+from kvoffload.dataplane import copy_backends, cuda_copy_setup, cuda_paths, mover_cpu_kernel
+from kvoffload.dataplane import mover as mover_mod
+from kvoffload.dataplane.mover import BlockMover, TransferResult
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
@@ -468,7 +468,7 @@ def test_numba_not_imported_with_kvoffload() -> None:
     import subprocess
     import sys
 
-    code = "import sys, kvoffload, kvoffload.offload.mover, kvoffload.cli; assert 'numba' not in sys.modules"
+    code = "import sys, kvoffload, kvoffload.dataplane.mover, kvoffload.cli; assert 'numba' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -61,7 +61,7 @@ def test_no_settle_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_mover_and_reference_buffers_share_one_page_size(flag: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """The engine side, the CPU tier and both reference buffers are allocated alike (huge pages
     where offered, unless --no-huge-pages), so the ratio compares copies, not page sizes."""
-    from kvoffload.offload import host_memory
+    from kvoffload.dataplane import host_memory
 
     real = host_memory.empty
     asked: list[bool] = []
@@ -83,7 +83,7 @@ def test_jobs_get_the_id_type_asked_for(ids: str, monkeypatch: pytest.MonkeyPatc
     """--ids array hands every mover job int64 numpy arrays (as vLLM's specs hold them), list plain lists."""
     import numpy as np
 
-    from kvoffload.offload.mover import BlockMover
+    from kvoffload.dataplane.mover import BlockMover
 
     seen: set[str] = set()
     real = BlockMover.store
@@ -114,8 +114,8 @@ def test_array_ids_without_numpy_is_one_line(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_the_cpu_kernel_is_a_mover_argument_not_a_module_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     """The bench hands each mover ``cpu_kernel``; the module flag the whole process reads stays put."""
-    from kvoffload.offload import mover_cpu_kernel
-    from kvoffload.offload.mover import BlockMover
+    from kvoffload.dataplane import mover_cpu_kernel
+    from kvoffload.dataplane.mover import BlockMover
 
     kernels: list[bool] = []
     real = BlockMover.__init__
@@ -166,7 +166,7 @@ def test_goals_judge_the_chosen_path_of_each_direction() -> None:
 
 
 def test_table_option_writes_what_the_mover_reads(tmp_path: Path) -> None:
-    from kvoffload.offload.copy_calibration import Measurement, read_table
+    from kvoffload.dataplane.copy_calibration import Measurement, read_table
 
     results = [
         {"measurements": [{"path": "merged", "direction": "store", "block_bytes": 4096, "gbps": 3.5, "slowdown": 0.0}]},

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvoffload.offload.mover import BlockMover
+from kvoffload.dataplane.mover import BlockMover
+from kvoffload.dataplane.worker import OffloadingWorker
 from kvoffload.offload.types import ConnectorMetadata, TransferJob
-from kvoffload.offload.worker import OffloadingWorker
 from kvoffload.sim.engine import Engine, EngineConfig
 from kvoffload.sim.runner import SimulationOptions, simulate
 from kvoffload.sim.torch_backend import TorchBackend, block_pattern

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from kvoffload.offload.mover import BlockMover
+from kvoffload.dataplane.mover import BlockMover
 from kvoffload.vllm.connector import KVOffloadConnector
 from kvoffload.vllm.spec import KVOffloadSpec
 

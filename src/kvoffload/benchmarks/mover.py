@@ -13,11 +13,11 @@ follows the contiguous reference shares the cores with that spin. ``*_cpu_ms`` a
 of the process CPU time (every thread) of the same runs, less sensitive to machine load.
 
 On CPU, when the numba kernel is in use (extra ``fast-cpu``; see
-:mod:`kvoffload.offload.mover_cpu_kernel`), the ``torch_*`` figures repeat the four mover runs
+:mod:`kvoffload.dataplane.mover_cpu_kernel`), the ``torch_*`` figures repeat the four mover runs
 with the kernel switched off, in the same interleaved rounds, so the kernel's gain is a ratio
 measured under the same load; ``--no-kernel`` switches it off for every figure.
 
-On CUDA (``--device cuda``) every copy path of :mod:`kvoffload.offload.cuda_paths` is measured
+On CUDA (``--device cuda``) every copy path of :mod:`kvoffload.dataplane.cuda_paths` is measured
 against one contiguous DMA of the same bytes each way, with an interference run against a matmul
 loop, and the path ``cuda_copy="auto"`` picks (see :mod:`kvoffload.benchmarks.mover_cuda`);
 ``--table PATH`` also writes those measurements as a copy table for ``BlockMover(copy_table=)``.
@@ -42,8 +42,8 @@ from kvoffload.benchmarks.errors import BenchmarkError
 if TYPE_CHECKING:
     import torch
 
-    from kvoffload.offload.copy_timing import ComputeLoop
-    from kvoffload.offload.mover import BlockMover
+    from kvoffload.dataplane.copy_timing import ComputeLoop
+    from kvoffload.dataplane.mover import BlockMover
 
 # torch is imported inside the functions: this module is imported to build `kvoffload --help`,
 # which must stay fast.
@@ -183,10 +183,10 @@ def median_seconds(
 
 def _filled(rows: int, elems: int, device: torch.device, huge_pages: bool) -> torch.Tensor:
     """The engine side's layer: random float16 values, on huge pages when on the CPU (as a CPU
-    engine allocating its KV cache with :func:`kvoffload.offload.host_memory.empty` would)."""
+    engine allocating its KV cache with :func:`kvoffload.dataplane.host_memory.empty` would)."""
     import torch
 
-    from kvoffload.offload import host_memory
+    from kvoffload.dataplane import host_memory
 
     values = torch.randn(rows, elems, dtype=torch.float16, device=device)
     return values if device.type == "cuda" else host_memory.empty(values.shape, values.dtype, huge_pages).copy_(values)
@@ -228,7 +228,7 @@ def _workload(
     buffers of the same bytes (pinned on CUDA, allocated like the mover's on CPU)."""
     import torch
 
-    from kvoffload.offload import host_memory
+    from kvoffload.dataplane import host_memory
 
     if block_bytes % (2 * layers):
         raise BenchmarkError(f"block size {block_bytes} is not a multiple of 2 x {layers} layers (float16 rows)")
@@ -325,7 +325,7 @@ def _cpu_figures(w: Workload, timings: dict[str, Timing], kernel: bool) -> dict[
 def _measure_cpu(w: Workload, repeats: int, kernel: bool, settle: bool) -> dict[str, Any]:
     """Every CPU figure of one block size: the movers share one CPU tier, the kernel is a
     constructor argument of each (``cpu_kernel``), never a module switch."""
-    from kvoffload.offload.mover import BlockMover
+    from kvoffload.dataplane.mover import BlockMover
 
     first = BlockMover(w.gpu, w.pool, cpu_layers=w.cpu, cpu_kernel=kernel)
     movers = {kernel: first}
@@ -343,7 +343,7 @@ def _compute_loop(device: torch.device, args: argparse.Namespace) -> ComputeLoop
     """The interference run's matmul loop on its own stream, sized to ``--compute-ms``."""
     import torch
 
-    from kvoffload.offload.copy_timing import ComputeLoop
+    from kvoffload.dataplane.copy_timing import ComputeLoop
 
     for option, value in (
         ("--compute-ms", args.compute_ms),
@@ -358,7 +358,7 @@ def _compute_loop(device: torch.device, args: argparse.Namespace) -> ComputeLoop
 
 
 def _write_table(path: Path, results: list[dict[str, Any]], device: str) -> None:
-    from kvoffload.offload.copy_calibration import Measurement, write_table
+    from kvoffload.dataplane.copy_calibration import Measurement, write_table
 
     measurements = [Measurement(**m) for r in results for m in r["measurements"]]
     try:
@@ -371,7 +371,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Measure every block size and return the figures as a JSON-ready dict."""
     import torch
 
-    from kvoffload.offload import host_memory
+    from kvoffload.dataplane import host_memory
 
     for option, value in (("--total-mib", args.total_mib or 1), ("--repeats", args.repeats), ("--layers", args.layers)):
         if value < 1:
@@ -389,7 +389,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     name = f"cuda:{device.index} {torch.cuda.get_device_name(device)}" if cuda else "cpu"
     kernel = False
     if not cuda and not args.no_kernel:
-        from kvoffload.offload import mover_cpu_kernel
+        from kvoffload.dataplane import mover_cpu_kernel
 
         kernel = mover_cpu_kernel.AVAILABLE and mover_cpu_kernel.ready()
     huge_pages = not cuda and not args.no_huge_pages and host_memory.huge_pages_available()

@@ -1,18 +1,18 @@
 """``kvoffload bench mover --device cuda``: every CUDA copy path against one contiguous DMA.
 
 For one block size (a :class:`~kvoffload.benchmarks.mover.Workload`: scattered ids on both
-sides) each path of :mod:`kvoffload.offload.cuda_paths` that can run here stores and loads the
-same bytes through a :class:`~kvoffload.offload.mover.BlockMover` of its own (all sharing one
+sides) each path of :mod:`kvoffload.dataplane.cuda_paths` that can run here stores and loads the
+same bytes through a :class:`~kvoffload.dataplane.mover.BlockMover` of its own (all sharing one
 pinned CPU tier), interleaved with the contiguous DMA of that many bytes each way (the ceiling).
 Then, per path and direction:
 
 - ``submit_cpu_ms``: CPU time per job spent in ``store``/``load`` (ids checked, plan made, work
   enqueued), from back-to-back jobs;
 - ``slowdown`` and ``gbps_beside_compute``: a compute-bound matmul loop (a decode step's size) on
-  its own stream, alone and while the path copies without pause (:mod:`kvoffload.offload.copy_timing`).
+  its own stream, alone and while the path copies without pause (:mod:`kvoffload.dataplane.copy_timing`).
 
 ``chosen`` is what ``cuda_copy="auto"`` picks from these measurements (the rule of
-:mod:`kvoffload.offload.copy_calibration`), ``auto_calibrated`` what a mover's own start-up
+:mod:`kvoffload.dataplane.copy_calibration`), ``auto_calibrated`` what a mover's own start-up
 calibration picked and how long it took, and ``goals`` each goal of issue 27 with ``met``.
 """
 
@@ -23,13 +23,13 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from kvoffload.benchmarks.mover import Workload, gbps, median_seconds, mover_job
-from kvoffload.offload.copy_calibration import MAX_SLOWDOWN, Direction, Measurement, choose
+from kvoffload.dataplane.copy_calibration import MAX_SLOWDOWN, Direction, Measurement, choose
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from kvoffload.offload.copy_timing import ComputeLoop
-    from kvoffload.offload.mover import BlockMover
+    from kvoffload.dataplane.copy_timing import ComputeLoop
+    from kvoffload.dataplane.mover import BlockMover
 
 __all__ = ["goal_ratio", "goals", "measure"]
 
@@ -71,8 +71,8 @@ def goals(
 
 def _movers(w: Workload) -> tuple[dict[str, BlockMover], dict[str, str]]:
     """One mover per path that can run here, all on one pinned CPU tier; the others with why."""
-    from kvoffload.offload.cuda_paths import PATHS
-    from kvoffload.offload.mover import BlockMover
+    from kvoffload.dataplane.cuda_paths import PATHS
+    from kvoffload.dataplane.mover import BlockMover
 
     first = BlockMover(w.gpu, w.pool, copy_table=[])  # an empty table: no start-up calibration
     unavailable = dict(first.cuda_copy_unavailable)
@@ -125,7 +125,7 @@ def _bandwidth(w: Workload, movers: dict[str, BlockMover], repeats: int, settle:
 def _path_figures(
     w: Workload, m: BlockMover, seconds: dict[str, float], loop: ComputeLoop, repeats: int
 ) -> dict[str, Any]:
-    from kvoffload.offload.copy_timing import copy_rate, interference
+    from kvoffload.dataplane.copy_timing import copy_rate, interference
 
     path = m.cuda_copy["store"] if m.cuda_copy else "?"
     out: dict[str, Any] = {}
@@ -146,7 +146,7 @@ def _path_figures(
 
 def _auto_calibrated(w: Workload, cpu_layers: list[Any]) -> dict[str, Any]:
     """What a mover's own start-up calibration picks here, and how long construction took."""
-    from kvoffload.offload.mover import BlockMover
+    from kvoffload.dataplane.mover import BlockMover
 
     t0 = time.perf_counter()
     m = BlockMover(w.gpu, cpu_layers=cpu_layers)

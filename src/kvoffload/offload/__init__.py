@@ -1,7 +1,8 @@
-"""The KV offloading system (the product): keys and jobs, the CPU manager, the scheduler, the worker,
-the mover. Public API: the names in ``__all__``; ``kvoffload.offload.mover`` and
-``kvoffload.offload.worker`` are imported on their own (they need torch). Nothing here imports a
-checker: the explorer reads the scheduler and the manager through ``clone()`` and ``view()``.
+"""The KV offloading system's control plane (the product): keys and jobs, the CPU manager, its
+eviction policies, the scheduler. Public API: the names in ``__all__``. The bytes move in the data
+plane, :mod:`kvoffload.dataplane`, which imports this package's ``types`` and nothing else of it.
+Nothing here imports a checker: the explorer reads the scheduler and the manager through
+``clone()`` and ``view()``.
 """
 
 from kvoffload.offload.errors import LifecycleViolation

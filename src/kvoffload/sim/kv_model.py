@@ -5,7 +5,7 @@ contents of the GPU blocks stored into it. A store copies at its *completion* (t
 real copy may read) and a load writes at its completion, so a GPU block rewritten under an
 in-flight store, or a CPU block reused under an in-flight load, shows up as wrong content when the
 block is loaded back: the DataIntegrity check of the simulator. The torch worker
-(kvoffload.offload.worker) implements the same protocol with real tensors.
+(kvoffload.dataplane.worker) implements the same protocol with real tensors.
 """
 
 from __future__ import annotations

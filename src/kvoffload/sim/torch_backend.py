@@ -11,9 +11,9 @@ import random
 
 import torch
 
-from kvoffload.offload.mover import BlockMover
+from kvoffload.dataplane.mover import BlockMover
+from kvoffload.dataplane.worker import OffloadingWorker
 from kvoffload.offload.types import ConnectorMetadata, JobId, TransferJob, WorkerOutput
-from kvoffload.offload.worker import OffloadingWorker
 from kvoffload.sim.engine import EngineConfig
 
 PARTIAL_FILL = 0xA5

@@ -9,7 +9,7 @@ Turn it on with::
 
 (``"check_invariants": true`` also checks kvoffload's invariants after every step, for tests;
 ``"verify_loads": true`` checks every loaded block's bytes against the digest of what was stored
-for its key, raising :class:`~kvoffload.offload.integrity.DataIntegrity` on a wrong one.)
+for its key, raising :class:`~kvoffload.dataplane.integrity.DataIntegrity` on a wrong one.)
 
 Unlike :class:`~kvoffload.vllm.spec.KVOffloadSpec` (kvoffload's manager and mover under vLLM's
 scheduler logic), here kvoffload's scheduler makes every decision: the declared lifecycle, the
@@ -43,8 +43,8 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorWorkerMetadata,
 )
 
+from kvoffload.dataplane.mover import BlockMover
 from kvoffload.offload.manager import CPUOffloadingManager
-from kvoffload.offload.mover import BlockMover
 from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload.offload.types import DEFAULT_POLICY, ConnectorMetadata, JobId, OffloadConfig, RequestId
 from kvoffload.vllm.connector_scheduler import SchedulerSide

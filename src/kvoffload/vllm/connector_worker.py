@@ -16,10 +16,10 @@ from collections.abc import Mapping
 
 import torch
 
-from kvoffload.offload.integrity import LoadVerifier
-from kvoffload.offload.mover import BlockMover
+from kvoffload.dataplane.integrity import LoadVerifier
+from kvoffload.dataplane.mover import BlockMover
+from kvoffload.dataplane.worker import OffloadingWorker, chunk_blocks
 from kvoffload.offload.types import ConnectorMetadata, JobId, RequestId, TransferJob
-from kvoffload.offload.worker import OffloadingWorker, chunk_blocks
 
 
 def block_tensors(

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvoffload.offload import mover_cpu_kernel
+from kvoffload.dataplane import mover_cpu_kernel
 
 # In-process engine (no engine-core subprocess), so the test can read the connector's state.
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")

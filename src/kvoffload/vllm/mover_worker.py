@@ -8,7 +8,7 @@ blocks ``c * blocks_per_chunk ...``. A load may start inside its first chunk (th
 cache already holds the chunk's first blocks); vLLM says so through the GPU spec's
 ``block_indices``, and the worker skips those sub-blocks.
 
-With a :class:`~kvoffload.offload.integrity.LoadVerifier` (``verify_loads``) every completed load
+With a :class:`~kvoffload.dataplane.integrity.LoadVerifier` (``verify_loads``) every completed load
 is checked against the digests of what the stores wrote; vLLM hands this worker no keys, so the
 check is by bytes alone.
 
@@ -21,8 +21,8 @@ from __future__ import annotations
 from vllm.v1.kv_offload.base import GPULoadStoreSpec, LoadStoreSpec, OffloadingWorker, TransferResult
 from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec
 
-from kvoffload.offload.integrity import LoadVerifier
-from kvoffload.offload.mover import BlockMover
+from kvoffload.dataplane.integrity import LoadVerifier
+from kvoffload.dataplane.mover import BlockMover
 from kvoffload.vllm.layout import mover_block_ids
 
 

@@ -11,7 +11,7 @@ Turn it on with (``vllm serve ... --kv-transfer-config '<json>'``, or ``LLM(kv_t
 ``kv_connector_extra_config`` keys read here: ``num_cpu_blocks`` (CPU chunks) or
 ``cpu_bytes_to_use`` (bytes, turned into chunks), ``eviction_policy`` (a kvoffload policy name,
 default ``doorkeeper``), ``verify_loads`` (true: the worker checks every loaded block's bytes
-against the digest of what was stored, :mod:`kvoffload.offload.integrity`); vLLM itself reads
+against the digest of what was stored, :mod:`kvoffload.dataplane.integrity`); vLLM itself reads
 ``block_size`` (tokens per offloaded chunk, a multiple of the engine's block size).
 
 The scheduler side gets :class:`~kvoffload.vllm.manager_adapter.StrictManagerAdapter`; the worker
@@ -27,9 +27,9 @@ import torch
 from vllm.v1.kv_offload.base import CanonicalKVCaches, OffloadingManager, OffloadingSpec, OffloadingWorker
 from vllm.v1.kv_offload.config import OffloadingConfig
 
-from kvoffload.offload.integrity import LoadVerifier
+from kvoffload.dataplane.integrity import LoadVerifier
+from kvoffload.dataplane.mover import BlockMover
 from kvoffload.offload.manager import CPUOffloadingManager
-from kvoffload.offload.mover import BlockMover
 from kvoffload.offload.policies import POLICIES
 from kvoffload.offload.types import DEFAULT_POLICY
 from kvoffload.vllm.manager_adapter import StrictManagerAdapter

@@ -37,7 +37,7 @@ from vllm.v1.kv_offload.base import CanonicalKVCaches, OffloadingWorker
 from vllm.v1.kv_offload.config import OffloadingConfig
 from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
 
-from kvoffload.offload.mover import BlockMover
+from kvoffload.dataplane.mover import BlockMover
 from kvoffload.vllm.check.compat import PrivateReads027
 from kvoffload.vllm.harness import build_tiny_model
 from kvoffload.vllm.mover_worker import MoverWorker

@@ -1,10 +1,10 @@
-"""Optional single-pass CPU row copy for :class:`~kvoffload.offload.mover.BlockMover` (numba).
+"""Optional single-pass CPU row copy for :class:`~kvoffload.dataplane.mover.BlockMover` (numba).
 
 ``dst[dst_ids[i]] = src[src_ids[i]]`` for every ``i``, in ONE pass over the bytes. torch has no
 fused gather-scatter, so the torch path gathers into a staging buffer and then scatters it (two
 passes, measured ~0.1-0.65 of a contiguous copy); this kernel reaches ~0.7-1.1 single-threaded.
 Big copies prefetch the next rows and write with streaming stores, as memcpy does for a large
-contiguous copy (see :mod:`kvoffload.offload.mover_cpu_jit`, where the compiled code lives). A
+contiguous copy (see :mod:`kvoffload.dataplane.mover_cpu_jit`, where the compiled code lives). A
 job's ids are checked and sorted by destination in one compiled pass too
 (:func:`pairs_by_destination`).
 
@@ -98,7 +98,7 @@ def _jit(fn: Callable[..., Any], sigs: list[str]) -> Callable[..., Any]:
 
 def _compile() -> tuple[Callable[..., None], Callable[..., tuple[int, int, Any, Any]]]:
     _set_cache_dir()
-    from kvoffload.offload import mover_cpu_jit
+    from kvoffload.dataplane import mover_cpu_jit
 
     rows = [f"void({t}[:, ::1], {t}[:, ::1], int64[::1], int64[::1], boolean)" for t in _ROW_TYPES]
     kernel = _jit(mover_cpu_jit.copy_rows, rows)
@@ -170,7 +170,7 @@ def pairs_by_destination(
     assert _prepare is not None
     import numpy
 
-    from kvoffload.offload import mover_cpu_jit as jit
+    from kvoffload.dataplane import mover_cpu_jit as jit
 
     status, value, out_src, out_dst = _prepare(src, dst, src_limit, dst_limit)
     if status == jit.NEEDS_SORT:  # ids checked; sorted, the pass only looks for a repeat

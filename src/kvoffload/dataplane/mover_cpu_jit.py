@@ -1,4 +1,4 @@
-"""The numba code behind :mod:`kvoffload.offload.mover_cpu_kernel`, imported (with numba) only
+"""The numba code behind :mod:`kvoffload.dataplane.mover_cpu_kernel`, imported (with numba) only
 when that module compiles it, never by ``import kvoffload``.
 
 The functions here are plain Python until ``mover_cpu_kernel`` jits them with explicit

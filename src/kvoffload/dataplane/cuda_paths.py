@@ -1,4 +1,4 @@
-"""The CUDA copy paths of :class:`~kvoffload.offload.mover.BlockMover`, behind one interface.
+"""The CUDA copy paths of :class:`~kvoffload.dataplane.mover.BlockMover`, behind one interface.
 
 Every path copies one job, block ``gpu_ids[i]`` <-> ``cpu_ids[i]`` of every layer, enqueued on
 the caller's stream after the stream's earlier work (:meth:`CopyPath.copy`). Names are the values
@@ -6,19 +6,19 @@ of ``BlockMover(cuda_copy=...)``:
 
 - ``naive``: one ``cuMemcpyAsync`` per block and layer (the copy engines, one descriptor each).
 - ``merged``: blocks consecutive on both sides joined into one ``cuMemcpyAsync`` per run and
-  layer (:func:`~kvoffload.offload.copy_plan.merge_runs`).
+  layer (:func:`~kvoffload.dataplane.copy_plan.merge_runs`).
 - ``batched``: the merged ranges of every layer in one ``cuMemcpyBatchAsync`` per job, through
-  ``cuda.bindings`` or libcuda via ctypes (:mod:`~kvoffload.offload.copy_backends`).
+  ``cuda.bindings`` or libcuda via ctypes (:mod:`~kvoffload.dataplane.copy_backends`).
 - ``gather``: one ``index_select`` and one ``index_copy_`` kernel per layer, one side reading or
-  writing the pinned tier through its CUDA view (:mod:`~kvoffload.offload.cuda_host`); runs on SMs.
+  writing the pinned tier through its CUDA view (:mod:`~kvoffload.dataplane.cuda_host`); runs on SMs.
 - ``vector``: one kernel per layer that moves 16 bytes per thread from source row to destination
-  row in one pass (Triton, :mod:`~kvoffload.offload.copy_vector_triton`), when Triton imports;
+  row in one pass (Triton, :mod:`~kvoffload.dataplane.copy_vector_triton`), when Triton imports;
   otherwise ``index_select`` / ``index_copy_`` on 16-byte (``complex128``) elements of the rows,
   two passes like ``gather`` but 16 bytes per element (the documented fallback, see docs/mover.md).
 
-The DMA paths (first three) take byte addresses and a :class:`~kvoffload.offload.copy_backends.
+The DMA paths (first three) take byte addresses and a :class:`~kvoffload.dataplane.copy_backends.
 CopyBackend`; the SM paths take tensors. Both run on CPU tensors too (the DMA paths with
-:class:`~kvoffload.offload.copy_backends.HostMemmove`), which is how the CPU tests check them.
+:class:`~kvoffload.dataplane.copy_backends.HostMemmove`), which is how the CPU tests check them.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from kvoffload.offload import copy_vector_triton
-from kvoffload.offload.copy_backends import CopyBackend
-from kvoffload.offload.copy_plan import CopyPlan, block_plan, descriptors, merge_runs
+from kvoffload.dataplane import copy_vector_triton
+from kvoffload.dataplane.copy_backends import CopyBackend
+from kvoffload.dataplane.copy_plan import CopyPlan, block_plan, descriptors, merge_runs
 
 __all__ = ["DMA_PATHS", "PATHS", "SM_PATHS", "CopyPath", "LayerRows", "make_path"]
 

@@ -8,13 +8,13 @@ jobs identified by a caller-chosen integer id whose outcome is reported exactly 
 On CUDA the copies run on one stream per direction and complete through CUDA events; on CPU
 they run synchronously at submit (a helper thread was not worth it: the copy is memory-bound and
 is split over the intra-op threads anyway). On CPU with numba installed (extra ``fast-cpu``, see
-:mod:`kvoffload.offload.mover_cpu_kernel`) a job is not planned: one compiled pass checks its ids
+:mod:`kvoffload.dataplane.mover_cpu_kernel`) a job is not planned: one compiled pass checks its ids
 and sorts the pairs by destination, and a single-pass kernel copies them, split in chunks over
 both cores, big jobs with prefetch and streaming stores. Otherwise (no numba on CPU) a job is
 planned into slice runs, one-sided gathers and a scattered rest, copied by torch. On CUDA a job is
-handed to one of the copy paths of :mod:`kvoffload.offload.cuda_paths` per direction (copy
+handed to one of the copy paths of :mod:`kvoffload.dataplane.cuda_paths` per direction (copy
 engines one block at a time, merged runs, one batched call, or SM kernels through a CUDA view of
-the pinned tier), chosen by ``cuda_copy`` (see :mod:`kvoffload.offload.cuda_copy_setup`).
+the pinned tier), chosen by ``cuda_copy`` (see :mod:`kvoffload.dataplane.cuda_copy_setup`).
 
 Block ids may be given as a sequence of ints, a 1-D integer tensor or a 1-D integer numpy array
 (used without a copy when it is C-contiguous int64).
@@ -38,8 +38,8 @@ from typing import Any, Literal
 
 import torch
 
-from kvoffload.offload import cuda_copy_setup, cuda_host, host_memory, mover_cpu_kernel
-from kvoffload.offload.cuda_paths import PATHS, CopyPath, LayerRows
+from kvoffload.dataplane import cuda_copy_setup, cuda_host, host_memory, mover_cpu_kernel
+from kvoffload.dataplane.cuda_paths import PATHS, CopyPath, LayerRows
 
 Direction = Literal["store", "load"]
 CudaCopy = Literal["auto", "naive", "merged", "batched", "gather", "vector"]
@@ -477,17 +477,17 @@ class BlockMover:
         cpu_layers: caller-provided CPU tensors, one per layer, same dtype and trailing shape as
             the GPU layer and at least ``num_cpu_blocks`` rows. Allocated when omitted: pinned on
             CUDA, else on transparent huge pages where the kernel offers them
-            (:func:`kvoffload.offload.host_memory.empty`, which a CPU engine can use for its own
+            (:func:`kvoffload.dataplane.host_memory.empty`, which a CPU engine can use for its own
             KV cache too).
         pin_memory: pin allocated CPU memory (default: only when the layers are on CUDA). When
             pinning fails the mover warns and falls back to pageable memory.
         fault_injector: ``(job_id, direction) -> bool``; True makes that job fail with
             ``error="injected fault"`` before any byte moves (its destination is untouched).
         cuda_copy: how CUDA jobs move blocks: one of the paths of
-            :mod:`kvoffload.offload.cuda_paths` (``"naive"``, ``"merged"``, ``"batched"``,
+            :mod:`kvoffload.dataplane.cuda_paths` (``"naive"``, ``"merged"``, ``"batched"``,
             ``"gather"``, ``"vector"``) for both directions, or ``"auto"`` (default): per
             direction, the highest bandwidth with a compute slowdown of at most 5% (see
-            :mod:`kvoffload.offload.copy_calibration`), from ``copy_table`` or else from a
+            :mod:`kvoffload.dataplane.copy_calibration`), from ``copy_table`` or else from a
             start-up calibration of at most about ``calibration_s`` seconds on scratch buffers.
             Ignored on CPU. :attr:`cuda_copy` holds the path used per direction (``None`` on
             CPU), :attr:`cuda_copy_reasons` why, :attr:`cuda_copy_details` how each runs here
@@ -495,7 +495,7 @@ class BlockMover:
             here and why.
         copy_table: for ``cuda_copy="auto"``: a JSON table written by
             ``kvoffload bench mover --device cuda --table PATH``, or a list of
-            :class:`~kvoffload.offload.copy_calibration.Measurement`.
+            :class:`~kvoffload.dataplane.copy_calibration.Measurement`.
         calibration_s: time budget of the start-up calibration (``cuda_copy="auto"``, no table).
         cpu_kernel: on CPU, copy scattered blocks with the numba kernel when it is installed
             (default); False copies with torch only.

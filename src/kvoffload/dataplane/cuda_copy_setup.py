@@ -1,8 +1,8 @@
-"""Which CUDA copy path a :class:`~kvoffload.offload.mover.BlockMover` uses per direction.
+"""Which CUDA copy path a :class:`~kvoffload.dataplane.mover.BlockMover` uses per direction.
 
 :func:`available_paths` builds every path that can run on this machine (and says why each other
 one cannot); :func:`select` turns ``cuda_copy`` into one path per direction: a named path for both
-directions, or for ``"auto"`` the choice of :func:`~kvoffload.offload.copy_calibration.choose`
+directions, or for ``"auto"`` the choice of :func:`~kvoffload.dataplane.copy_calibration.choose`
 from a table (a file the bench wrote, or measurements) or else from :func:`calibrate_paths`, a
 start-up calibration on scratch buffers shaped like the mover's layers (the mover's own blocks
 are never written), bounded by a time budget.
@@ -17,11 +17,11 @@ from pathlib import Path
 
 import torch
 
-from kvoffload.offload import copy_calibration, cuda_host
-from kvoffload.offload.copy_backends import CopyBackend, DriverCtypes, driver_backends, probe_batch
-from kvoffload.offload.copy_calibration import Choice, Direction, Measurement
-from kvoffload.offload.copy_timing import ComputeLoop, copy_rate, interference
-from kvoffload.offload.cuda_paths import PATHS, CopyPath, LayerRows, make_path
+from kvoffload.dataplane import copy_calibration, cuda_host
+from kvoffload.dataplane.copy_backends import CopyBackend, DriverCtypes, driver_backends, probe_batch
+from kvoffload.dataplane.copy_calibration import Choice, Direction, Measurement
+from kvoffload.dataplane.copy_timing import ComputeLoop, copy_rate, interference
+from kvoffload.dataplane.cuda_paths import PATHS, CopyPath, LayerRows, make_path
 
 __all__ = ["CopyTable", "Selection", "available_paths", "calibrate_paths", "select"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvoffload.offload.mover import BlockMover
+from kvoffload.dataplane.mover import BlockMover
 from kvoffload.offload.types import ConnectorMetadata, JobId, TransferJob, WorkerOutput
 
 

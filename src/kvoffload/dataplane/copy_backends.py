@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import torch
 
-from kvoffload.offload.copy_plan import Descriptors
+from kvoffload.dataplane.copy_plan import Descriptors
 
 __all__ = ["CopyBackend", "DriverBindings", "DriverCtypes", "HostMemmove", "driver_backends", "probe_batch"]
 
