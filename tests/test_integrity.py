@@ -111,3 +111,11 @@ def test_a_flag_that_is_not_a_boolean_is_refused_in_one_line(value: object) -> N
         flag({"verify_loads": value}, "verify_loads")
     assert str(caught.value) == f"kv_connector_extra_config['verify_loads'] must be true or false, got {value!r}"
     assert flag({}, "verify_loads") is False and flag({"verify_loads": True}, "verify_loads") is True
+
+
+def test_a_flag_takes_its_default_when_absent() -> None:
+    assert flag({}, "cpu_kernel", default=True) is True
+    assert flag({"cpu_kernel": False}, "cpu_kernel", default=True) is False
+    with pytest.raises(ConfigError) as caught:
+        flag({"cpu_kernel": "no"}, "cpu_kernel", default=True)
+    assert str(caught.value) == "kv_connector_extra_config['cpu_kernel'] must be true or false, got 'no'"

@@ -84,13 +84,11 @@ def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 @pytest.fixture(params=CPU_PATHS)
-def cpu_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run the test with the numba kernel, then with the torch fallback (numba 'not installed')."""
-    if request.param == "torch":
-        monkeypatch.setattr(mover_cpu_kernel, "AVAILABLE", False)
-    else:
+def cpu_kernel(request: pytest.FixtureRequest) -> bool:
+    """The mover's ``cpu_kernel``: the test runs with the numba kernel, then with the torch path."""
+    if request.param == "kernel":
         assert mover_cpu_kernel.ready()
-    return str(request.param)
+    return request.param == "kernel"
 
 
 def rand_layer(n: int, shape: Sequence[int], dtype: torch.dtype, device: str, seed: int = 0) -> torch.Tensor:
@@ -145,11 +143,11 @@ PATTERNS: dict[str, tuple[list[int], list[int]]] = {
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("pattern", list(PATTERNS))
-def test_round_trip_bytes(device: str, dtype: torch.dtype, pattern: str, cpu_path: str) -> None:
+def test_round_trip_bytes(device: str, dtype: torch.dtype, pattern: str, cpu_kernel: bool) -> None:
     gpu_ids, cpu_ids = PATTERNS[pattern]
     layers = [rand_layer(NUM_GPU, (4, 8), dtype, device, 1), rand_layer(NUM_GPU, (16,), dtype, device, 2)]
     before = snapshot(layers)
-    m = BlockMover(layers, NUM_CPU)
+    m = BlockMover(layers, NUM_CPU, cpu_kernel=cpu_kernel)
     m.store(1, gpu_ids, cpu_ids)
     r = finish(m, 1)[1]
     assert r.ok and r.direction == "store" and r.error is None
@@ -168,11 +166,11 @@ def test_round_trip_bytes(device: str, dtype: torch.dtype, pattern: str, cpu_pat
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("pattern", list(PATTERNS))
-def test_multi_layer_store_overwrite_load_restores(device: str, pattern: str, cpu_path: str) -> None:
+def test_multi_layer_store_overwrite_load_restores(device: str, pattern: str, cpu_kernel: bool) -> None:
     gpu_ids, cpu_ids = PATTERNS[pattern]
     layers = multi_layers(device)
     before = snapshot(layers)
-    m = BlockMover(layers, NUM_CPU)
+    m = BlockMover(layers, NUM_CPU, cpu_kernel=cpu_kernel)
     assert m.block_bytes == 2 * 4 * 2 + 3 * 4 + 5 + 8 * 2
     m.store(1, gpu_ids, cpu_ids)
     finish(m, 1)
@@ -281,10 +279,10 @@ INVALID_SUBMITS: dict[str, tuple[type[Exception], str, Invalid]] = {
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", list(INVALID_SUBMITS))
-def test_invalid_submit_raises_before_any_byte_moves(device: str, case: str, cpu_path: str) -> None:
+def test_invalid_submit_raises_before_any_byte_moves(device: str, case: str, cpu_kernel: bool) -> None:
     exc, msg, submit = INVALID_SUBMITS[case]
     layers = multi_layers(device)
-    m = BlockMover(layers, NUM_CPU)
+    m = BlockMover(layers, NUM_CPU, cpu_kernel=cpu_kernel)
     for c in m.cpu_layers:
         c.view(torch.uint8).fill_(0xAB)
     gpu_before, cpu_before = snapshot(layers), snapshot(m.cpu_layers)
@@ -375,9 +373,8 @@ def test_injected_fault_is_reported_and_leaves_destination(device: str) -> None:
 def test_copy_raising_inside_torch_is_reported_failed(
     device: str, primitive: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(mover_cpu_kernel, "AVAILABLE", False)  # the torch path (the kernel: below)
     layers = multi_layers(device)
-    m = BlockMover(layers, NUM_CPU)
+    m = BlockMover(layers, NUM_CPU, cpu_kernel=False)  # the torch path (the kernel: below)
 
     def boom(*args: object, **kwargs: object) -> None:
         raise RuntimeError(f"simulated {primitive.split()[0]} failure")
@@ -464,6 +461,40 @@ def test_kernel_is_used_when_numba_is_installed(kernel_calls: list[int], monkeyp
     assert sum(kernel_calls) == NUM_CPU * len(layers)
 
 
+@needs_numba
+def test_cpu_kernel_false_copies_scattered_blocks_with_torch(kernel_calls: list[int]) -> None:
+    """The kernel choice is the mover's argument: with numba ready, ``cpu_kernel=False`` still copies with torch."""
+    assert mover_cpu_kernel.ready()
+    layers = multi_layers("cpu")
+    m = BlockMover(layers, NUM_CPU, cpu_kernel=False)
+    gpu_ids, cpu_ids = PATTERNS["scattered"]
+    m.store(1, gpu_ids, cpu_ids)
+    assert finish(m, 1)[1].ok
+    assert kernel_calls == []
+    for b, c in zip(snapshot(layers), m.cpu_layers, strict=True):
+        assert torch.equal(as_bytes(c)[cpu_ids], b[gpu_ids])
+
+
+@pytest.mark.parametrize("cpu_kernel", [pytest.param(True, marks=needs_numba), False])
+def test_the_mover_imports_numba_only_with_the_cpu_kernel(cpu_kernel: bool) -> None:
+    """What the vLLM harness relies on (``cpu_kernel: false``): once numba is imported, no second
+    vLLM engine starts in the process."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from kvoffload.dataplane.mover import BlockMover\n"
+        f"m = BlockMover([torch.arange(96.0).reshape(24, 4)], 20, cpu_kernel={cpu_kernel})\n"
+        f"m.store(1, {PATTERNS['scattered'][0]}, {PATTERNS['scattered'][1]})\n"
+        "m.wait([1])\n"
+        "assert [r.ok for r in m.poll()] == [True]\n"
+        "print('numba' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert done.stdout.split() == [str(cpu_kernel)]
+
+
 def test_numba_not_imported_with_kvoffload() -> None:
     import subprocess
     import sys
@@ -538,18 +569,13 @@ def test_random_mappings_match_per_block_reference(data: st.DataObject, path: st
     gpu_ids = data.draw(st.lists(st.integers(0, NUM_GPU - 1), min_size=n, max_size=n))
     cpu_ids = data.draw(st.lists(st.integers(0, NUM_CPU - 1), min_size=n, max_size=n, unique=True))
     layers = multi_layers("cpu", seed=7)
-    m = BlockMover(layers, NUM_CPU)
+    m = BlockMover(layers, NUM_CPU, cpu_kernel=path == "kernel")
     expected = snapshot(m.cpu_layers)
     src = snapshot(layers)
     for g, c in zip(gpu_ids, cpu_ids, strict=True):
         for e, s in zip(expected, src, strict=True):
             e[c] = s[g]
-    saved = mover_cpu_kernel.AVAILABLE
-    mover_cpu_kernel.AVAILABLE = path == "kernel"  # hypothesis forbids function-scoped fixtures
-    try:
-        m.store(1, gpu_ids, cpu_ids)
-    finally:
-        mover_cpu_kernel.AVAILABLE = saved
+    m.store(1, gpu_ids, cpu_ids)
     assert finish(m, 1)[1].ok
     assert_same(snapshot(m.cpu_layers), expected)
 
@@ -600,7 +626,7 @@ def structured_mapping(rng: random.Random, pool_src: int, pool_dst: int, n: int)
 @pytest.mark.parametrize("planner", ["python", "torch"])
 @pytest.mark.parametrize("mode", ["staged", "big blocks", "threaded"])
 def test_structured_mappings_match_reference(
-    device: str, planner: str, mode: str, cpu_path: str, monkeypatch: pytest.MonkeyPatch
+    device: str, planner: str, mode: str, cpu_kernel: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if planner == "torch":
         monkeypatch.setattr(mover_mod, "_SMALL_JOB", 0)
@@ -617,7 +643,7 @@ def test_structured_mappings_match_reference(
         rand_layer(n_gpu, (3, 2), torch.float16, device, 11),
         rand_layer(n_gpu, (7,), torch.uint8, device, 12),
     ]
-    m = BlockMover(layers, n_cpu)
+    m = BlockMover(layers, n_cpu, cpu_kernel=cpu_kernel)
     rng = random.Random(f"{planner}-{mode}")
     job = 0
     for _ in range(6):
@@ -682,7 +708,7 @@ def test_kernel_path_matches_torch_path_on_big_scattered_jobs(monkeypatch: pytes
     movers = {}
     for path in ("kernel", "torch"):
         layers = [rand_layer(n_gpu, (5, 2), torch.float16, "cpu", 3), rand_layer(n_gpu, (9,), torch.uint8, "cpu", 4)]
-        movers[path] = (BlockMover(layers, n_cpu), layers)
+        movers[path] = (BlockMover(layers, n_cpu, cpu_kernel=path == "kernel"), layers)
     gen = torch.Generator().manual_seed(5)
     jobs: list[tuple[str, list[int] | torch.Tensor, list[int] | torch.Tensor]] = []
     for n in (n_cpu, 300, 129, 1):
@@ -691,7 +717,6 @@ def test_kernel_path_matches_torch_path_on_big_scattered_jobs(monkeypatch: pytes
         jobs.append(("store", gpu_ids.tolist(), cpu_ids.tolist()))
         jobs.append(("load", cpu_ids.repeat_interleave(2)[::2], gpu_ids.flip(0)))  # strided tensor ids
     for path, (m, _) in movers.items():
-        monkeypatch.setattr(mover_cpu_kernel, "AVAILABLE", path == "kernel")
         for job, (direction, src, dst) in enumerate(jobs, 1):
             (m.store if direction == "store" else m.load)(job, src, dst)
             assert finish(m, job)[job].ok
@@ -762,19 +787,19 @@ def test_pairs_by_destination_matches_reference(data: st.DataObject, n: int, dst
 
 @pytest.mark.parametrize("dtype", ["int64", "int32", "uint16", "uint64", "intp"])
 @needs_numpy
-def test_numpy_array_ids_move_the_same_bytes(dtype: str, cpu_path: str) -> None:
+def test_numpy_array_ids_move_the_same_bytes(dtype: str, cpu_kernel: bool) -> None:
     """numpy ids of any integer dtype, strided or not, copy what the same ids as lists copy."""
     gen = np.random.default_rng(7)
     gpu_ids = gen.permutation(NUM_GPU)[:NUM_CPU].astype(dtype)
     cpu_ids = np.repeat(gen.permutation(NUM_CPU).astype(dtype), 2)[::2]  # strided view
     layers = multi_layers("cpu")
-    m = BlockMover(layers, NUM_CPU)
+    m = BlockMover(layers, NUM_CPU, cpu_kernel=cpu_kernel)
     m.store(1, gpu_ids, cpu_ids)
     assert finish(m, 1)[1].ok
     for g, c in zip(layers, m.cpu_layers, strict=True):
         assert torch.equal(as_bytes(c)[cpu_ids.tolist()], as_bytes(g)[gpu_ids.tolist()])
     back = [torch.zeros_like(g) for g in layers]
-    m2 = BlockMover(back, NUM_CPU, cpu_layers=m.cpu_layers)
+    m2 = BlockMover(back, NUM_CPU, cpu_layers=m.cpu_layers, cpu_kernel=cpu_kernel)
     m2.load(2, cpu_ids, gpu_ids)
     assert finish(m2, 2)[2].ok
     for g, b in zip(layers, back, strict=True):
@@ -793,11 +818,11 @@ BAD_ARRAYS: dict[str, tuple[type[Exception], str, Callable[[], object]]] = {
 
 @needs_numpy
 @pytest.mark.parametrize("case", list(BAD_ARRAYS))
-def test_bad_numpy_ids_are_rejected_before_any_byte_moves(case: str, cpu_path: str) -> None:
+def test_bad_numpy_ids_are_rejected_before_any_byte_moves(case: str, cpu_kernel: bool) -> None:
     exc, msg, make_ids = BAD_ARRAYS[case]
     gpu_ids = make_ids()
     layers = multi_layers("cpu")
-    m = BlockMover(layers, NUM_CPU)
+    m = BlockMover(layers, NUM_CPU, cpu_kernel=cpu_kernel)
     cpu_before = snapshot(m.cpu_layers)
     with pytest.raises(exc, match=re.escape(msg)):
         m.store(3, gpu_ids, np.array([0, 1]))
@@ -807,13 +832,13 @@ def test_bad_numpy_ids_are_rejected_before_any_byte_moves(case: str, cpu_path: s
 
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense ids", "sparse ids"])
 @pytest.mark.parametrize("bad", ["duplicate", "src too big", "dst negative"])
-def test_big_bad_jobs_change_nothing(bad: str, sparse: bool, cpu_path: str) -> None:
+def test_big_bad_jobs_change_nothing(bad: str, sparse: bool, cpu_kernel: bool) -> None:
     """Jobs past the small-job size (compiled check on the kernel path, the counting sort or, for
     a sparse span, argsort) are rejected whole, with the message the small jobs get."""
     n_gpu, n_cpu, n = 600, 50_000 if sparse else 600, 300
     gen = torch.Generator().manual_seed(11)
     layers = [torch.randint(0, 256, (n_gpu, 16), dtype=torch.uint8, generator=gen)]
-    m = BlockMover(layers, n_cpu)
+    m = BlockMover(layers, n_cpu, cpu_kernel=cpu_kernel)
     gpu_ids = torch.randperm(n_gpu, generator=gen)[:n].tolist()
     cpu_ids = torch.randperm(n_cpu, generator=gen)[:n].tolist()
     smallest = min(cpu_ids)
@@ -875,10 +900,9 @@ def test_big_jobs_stream_and_match_the_torch_path(monkeypatch: pytest.MonkeyPatc
     cpu_ids = torch.randperm(n_cpu, generator=gen).tolist()
     out = {}
     for path in ("kernel", "torch"):
-        monkeypatch.setattr(mover_cpu_kernel, "AVAILABLE", path == "kernel")
         layers = [rand_layer(n_gpu, (16,), torch.float32, "cpu", 12)]
         layers.append(rand_layer(n_gpu, (2, 32), torch.uint8, "cpu", 13))
-        m = BlockMover(layers, n_cpu)
+        m = BlockMover(layers, n_cpu, cpu_kernel=path == "kernel")
         m.store(1, gpu_ids, cpu_ids)  # 500 blocks of 128 bytes: streamed
         m.load(2, cpu_ids[:200][::-1], gpu_ids[:200])  # 200 blocks: below the threshold
         assert finish(m, 1, 2)[2].ok
@@ -888,13 +912,13 @@ def test_big_jobs_stream_and_match_the_torch_path(monkeypatch: pytest.MonkeyPatc
     assert len(streams) > 2 * 2  # the streamed job ran in several chunks, each layer
 
 
-def test_big_list_ids_land_where_they_must(cpu_path: str) -> None:
+def test_big_list_ids_land_where_they_must(cpu_kernel: bool) -> None:
     """Lists past the small-job size are converted in one call (struct.pack_into); every block
     lands at its id, checked against the ids themselves, not against the other path."""
     n_gpu, n_cpu, n = 400, 300, 250
     gen = torch.Generator().manual_seed(21)
     layers = [rand_layer(n_gpu, (3, 8), torch.float16, "cpu", 22), rand_layer(n_gpu, (40,), torch.uint8, "cpu", 23)]
-    m = BlockMover(layers, n_cpu)
+    m = BlockMover(layers, n_cpu, cpu_kernel=cpu_kernel)
     gpu_ids = torch.randperm(n_gpu, generator=gen)[:n].tolist()
     cpu_ids = torch.randperm(n_cpu, generator=gen)[:n].tolist()
     m.store(1, gpu_ids, cpu_ids)
@@ -903,7 +927,7 @@ def test_big_list_ids_land_where_they_must(cpu_path: str) -> None:
         for gi, ci in zip(gpu_ids, cpu_ids, strict=True):
             assert torch.equal(as_bytes(c[ci : ci + 1]), as_bytes(g[gi : gi + 1]))
     back = [torch.zeros_like(g) for g in layers]
-    m2 = BlockMover(back, n_cpu, cpu_layers=m.cpu_layers)
+    m2 = BlockMover(back, n_cpu, cpu_layers=m.cpu_layers, cpu_kernel=cpu_kernel)
     m2.load(2, cpu_ids, gpu_ids)
     assert finish(m2, 2)[2].ok
     for g, b in zip(layers, back, strict=True):

@@ -24,7 +24,7 @@ class WrongBlockSpec(KVOffloadSpec):
     """KVOffloadSpec whose worker writes wrong blocks into the engine's KV cache."""
 
     def make_mover(self, layers: Sequence[torch.Tensor], num_cpu_blocks: int) -> BlockMover:
-        return WrongBlockMover(layers, num_cpu_blocks)
+        return WrongBlockMover(layers, num_cpu_blocks, cpu_kernel=self.cpu_kernel)
 
 
 
@@ -32,4 +32,4 @@ class WrongBlockConnector(KVOffloadConnector):
     """KVOffloadConnector whose worker loads every block from the wrong CPU block (as above)."""
 
     def make_mover(self, layers: list[torch.Tensor], num_cpu_blocks: int) -> BlockMover:
-        return WrongBlockMover(layers, num_cpu_blocks)
+        return WrongBlockMover(layers, num_cpu_blocks, cpu_kernel=self.cpu_kernel)

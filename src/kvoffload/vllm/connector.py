@@ -9,7 +9,8 @@ Turn it on with::
 
 (``"check_invariants": true`` also checks kvoffload's invariants after every step, for tests;
 ``"verify_loads": true`` checks every loaded block's bytes against the digest of what was stored
-for its key, raising :class:`~kvoffload.dataplane.integrity.DataIntegrity` on a wrong one.)
+for its key, raising :class:`~kvoffload.dataplane.integrity.DataIntegrity` on a wrong one;
+``"cpu_kernel": false`` makes the mover copy with torch on CPU instead of the numba kernel.)
 
 Unlike :class:`~kvoffload.vllm.spec.KVOffloadSpec` (kvoffload's manager and mover under vLLM's
 scheduler logic), here kvoffload's scheduler makes every decision: the declared lifecycle, the
@@ -100,6 +101,7 @@ class KVOffloadConnector(KVConnectorBase_V1):
         self.config = _offload_config(vllm_config)
         extra = vllm_config.kv_transfer_config.kv_connector_extra_config or {}
         self.verify_loads = flag(extra, "verify_loads")
+        self.cpu_kernel = flag(extra, "cpu_kernel", default=True)
         check = flag(extra, "check_invariants")
         self.kvoffload_scheduler: SchedulerSide | None = None
         self.kvoffload_worker: WorkerSide | None = None
@@ -134,7 +136,7 @@ class KVOffloadConnector(KVConnectorBase_V1):
     def make_mover(self, layers: list[torch.Tensor], num_cpu_blocks: int) -> BlockMover:
         """The mover on the engine's per-layer block tensors (pinned CPU memory when they are on
         CUDA); a hook for tests and subclasses."""
-        return BlockMover(layers, num_cpu_blocks)
+        return BlockMover(layers, num_cpu_blocks, cpu_kernel=self.cpu_kernel)
 
     def _run_bound_metadata(self) -> None:
         metadata = self._get_connector_metadata()

@@ -15,15 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvoffload.dataplane import mover_cpu_kernel
-
 # In-process engine (no engine-core subprocess), so the test can read the connector's state.
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-# The torch copy path, not the numba kernel: vLLM 0.32 scans every module's attributes when an
-# engine starts and crashes on llvmlite's objects (AttributeError: '_lib_fn_wrapper' object has
-# no attribute 'get'), so once numba is imported no second engine can start in this process.
-mover_cpu_kernel.AVAILABLE = False
 
 TINY_MODEL = {
     "hidden_size": 128,
@@ -56,6 +50,12 @@ def build_tiny_model(directory: Path, seed: int = 0) -> Path:
     return directory
 
 
+# The movers copy with torch, not the numba kernel: vLLM 0.32 scans every module's attributes when
+# an engine starts and crashes on llvmlite's objects (AttributeError: '_lib_fn_wrapper' object has
+# no attribute 'get'), so once numba is imported no second engine can start in this process.
+TORCH_COPIES = {"cpu_kernel": False}
+
+
 def spec_transfer_config(
     num_cpu_blocks: int,
     policy: str = "doorkeeper",
@@ -72,6 +72,7 @@ def spec_transfer_config(
         "num_cpu_blocks": num_cpu_blocks,
         "eviction_policy": policy,
         "verify_loads": verify_loads,
+        **TORCH_COPIES,
     }
     if chunk_tokens is not None:
         extra["block_size"] = chunk_tokens
@@ -99,6 +100,7 @@ def connector_transfer_config(
             "blocks_per_chunk": blocks_per_chunk,
             "check_invariants": check_invariants,
             "verify_loads": verify_loads,
+            **TORCH_COPIES,
         },
     }
 

@@ -11,7 +11,8 @@ Turn it on with (``vllm serve ... --kv-transfer-config '<json>'``, or ``LLM(kv_t
 ``kv_connector_extra_config`` keys read here: ``num_cpu_blocks`` (CPU chunks) or
 ``cpu_bytes_to_use`` (bytes, turned into chunks), ``eviction_policy`` (a kvoffload policy name,
 default ``doorkeeper``), ``verify_loads`` (true: the worker checks every loaded block's bytes
-against the digest of what was stored, :mod:`kvoffload.dataplane.integrity`); vLLM itself reads
+against the digest of what was stored, :mod:`kvoffload.dataplane.integrity`), ``cpu_kernel``
+(false: the mover copies with torch on CPU instead of the numba kernel); vLLM itself reads
 ``block_size`` (tokens per offloaded chunk, a multiple of the engine's block size).
 
 The scheduler side gets :class:`~kvoffload.vllm.manager_adapter.StrictManagerAdapter`; the worker
@@ -70,6 +71,7 @@ class KVOffloadSpec(OffloadingSpec):
         self.num_cpu_blocks = self._num_chunks(extra, config.worker_kv_bytes_per_block)
         self.chunk_tokens = config.groups[0].tokens_per_block * self.blocks_per_chunk
         self.verify_loads = flag(extra, "verify_loads")
+        self.cpu_kernel = flag(extra, "cpu_kernel", default=True)
         self._manager: StrictManagerAdapter | None = None
         self._worker: MoverWorker | None = None
 
@@ -97,7 +99,7 @@ class KVOffloadSpec(OffloadingSpec):
 
     def make_mover(self, layers: Sequence[torch.Tensor], num_cpu_blocks: int) -> BlockMover:
         """The mover on the engine's per-layer block tensors (a hook for tests and subclasses)."""
-        return BlockMover(layers, num_cpu_blocks)
+        return BlockMover(layers, num_cpu_blocks, cpu_kernel=self.cpu_kernel)
 
     def get_worker(self, kv_caches: CanonicalKVCaches) -> OffloadingWorker:
         if self._worker is None:

@@ -59,7 +59,8 @@ class TorchCopyCPUSpec(CPUOffloadingSpec):
     def get_worker(self, kv_caches: CanonicalKVCaches) -> OffloadingWorker:
         if self._torch_worker is None:
             layers = [entry.tensor for entry in kv_caches.tensors]
-            mover = BlockMover(layers, self.num_chunks * self.blocks_per_chunk)
+            # torch copies, as the harness's engines make (kvoffload.vllm.harness.TORCH_COPIES says why)
+            mover = BlockMover(layers, self.num_chunks * self.blocks_per_chunk, cpu_kernel=False)
             self._torch_worker = MoverWorker(mover, self.blocks_per_chunk)
         return self._torch_worker
 
