@@ -696,6 +696,16 @@ class S3FIFOPolicy(EvictionPolicy):
 
     def fingerprint(self) -> Hashable:
         return (tuple(self._small), tuple(self._main), tuple(sorted(self._freq.items())), self._ghosts.fingerprint())
+
+
+# The peers' policies build on the classes above, so they are imported once those exist.
+from kvoffload.offload.policy_peers import (  # noqa: E402
+    LFUPolicy,
+    LMCacheAdmissionPolicy,
+    SievePolicy,
+    WTinyLFUPolicy,
+)
+
 PolicyFactory = Callable[[int], EvictionPolicy]
 
 __all__ = ["DEFAULT_POLICY", "POLICIES", "EvictionPolicy", "make_policy"]
@@ -708,6 +718,10 @@ POLICIES: dict[str, PolicyFactory] = {
     "doorkeeper_adaptive": AdaptiveDoorkeeperPolicy,
     "doorkeeper_dueling": DuelingDoorkeeperPolicy,
     "s3fifo": S3FIFOPolicy,
+    "lfu": lambda capacity: LFUPolicy(),
+    "wtinylfu": WTinyLFUPolicy,
+    "sieve": lambda capacity: SievePolicy(),
+    "lmcache_admission": LMCacheAdmissionPolicy,
 }
 
 
