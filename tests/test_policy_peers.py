@@ -9,10 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvoffload.offload.policies import EvictionPolicy, make_policy
+from kvoffload.offload.policies import EvictionPolicy, LFUPolicy, make_policy
 from kvoffload.offload.policy_peers import (
     FrequencySketch,
-    LFUPolicy,
     LMCacheAdmissionPolicy,
     SievePolicy,
     WTinyLFUPolicy,
@@ -205,22 +204,24 @@ def test_wtinylfu_segments_partition_the_resident_set(script: list[tuple[int, fr
 def test_wtinylfu_window_key_stays_only_if_more_frequent_than_the_main_victim() -> None:
     policy = WTinyLFUPolicy(100)  # a window of 1 key, 99 in the main space
     resident = set(range(100))
+    for _ in range(3):
+        policy.admit(98)  # offered 3 times before (stores that found no room, say)
     for key in range(100):
         policy.admit(key)
         policy.on_insert(key, None)
+    # The tier filled at 99: 98 and 99 stay in the window, to contest the next evictions.
+    assert policy.segments()[0] == (98, 99)
     policy.on_hit(0)  # promoted to protected: probation's least recent is now 1
-    for _ in range(3):
-        policy.on_hit(99)  # the window's key, used 4 times
     policy.admit(500)
     assert policy.victims(1, resident.__contains__, (500,)) == [1]
     resident.discard(1)
     policy.on_remove(1)
-    assert 99 in policy.segments()[1]  # won the contest: now in probation
+    assert 98 in policy.segments()[1]  # won the contest: now in probation
     resident.add(500)
     policy.on_insert(500, None)
     policy.admit(501)
-    # 500 was offered once, as often as probation's least recent key (2): the newcomer goes.
-    assert policy.victims(1, resident.__contains__, (501,)) == [500]
+    # 99 was offered once, as often as probation's least recent key (2): the window's key goes.
+    assert policy.victims(1, resident.__contains__, (501,)) == [99]
 
 
 @settings(max_examples=100, deadline=None)

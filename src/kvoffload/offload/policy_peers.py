@@ -1,8 +1,6 @@
 """The CPU-tier policies that peer projects ship, written here from their papers and documentation,
 so ``kvoffload replay --sweep`` compares the default against them behind the same manager:
 
-- ``lfu``: least frequently used with dynamic aging (LFU-DA, Arlitt et al.), as SGLang HiCache
-  and LMCache offer LFU;
 - ``wtinylfu``: W-TinyLFU (Einziger, Friedman and Manes, "TinyLFU: A Highly Efficient Cache
   Admission Policy"), Caffeine's policy: a 1% window LRU in front of a 20/80 segmented LRU, with
   a count-min sketch and a doorkeeper Bloom filter deciding which of the window's and the main
@@ -11,12 +9,13 @@ so ``kvoffload replay --sweep`` compares the default against them behind the sam
 - ``lmcache_admission``: LMCache's admission wrapper over LRU: a decaying frequency counter, and a
   new key is stored (once the tier is full) only if it is more frequent than the coldest resident.
 
-The call contract is :class:`~kvoffload.offload.policies.EvictionPolicy`'s.
+``lfu`` (LFU with dynamic aging, as SGLang HiCache and LMCache offer LFU) is in
+:mod:`kvoffload.offload.policies`, as the default evicts by it. The call contract is
+:class:`~kvoffload.offload.policies.EvictionPolicy`'s.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections import OrderedDict
 from collections.abc import Collection, Hashable
 from itertools import islice
@@ -34,73 +33,6 @@ def _slots(key: OffloadKey, bits: int, count: int) -> list[int]:
     value = key & _MASK64
     shift = 64 - bits
     return [((value * seed) & _MASK64) >> shift for seed in _SEEDS[:count]]
-
-
-class LFUPolicy(EvictionPolicy):
-    """LFU with dynamic aging (LFU-DA): a key's priority is its use count plus the tier's age, the
-    priority of the last evicted key, so keys that were hot long ago age out instead of staying
-    forever. Ties go to the least recently used."""
-
-    name = "lfu"
-
-    def __init__(self) -> None:
-        self._age = 0
-        self._clock = 0
-        self._uses: dict[OffloadKey, int] = {}
-        self._entry: dict[OffloadKey, tuple[int, int]] = {}  # key -> (priority, stamp)
-        self._heap: list[tuple[int, int, OffloadKey]] = []  # stale entries skipped when popped
-
-    def _stamp(self, key: OffloadKey) -> None:
-        self._clock += 1
-        entry = (self._age + self._uses[key], self._clock)
-        self._entry[key] = entry
-        heapq.heappush(self._heap, (*entry, key))
-        if len(self._heap) > 4 * len(self._entry) + 64:
-            self._heap = [(*entry, k) for k, entry in self._entry.items()]
-            heapq.heapify(self._heap)
-
-    def on_insert(self, key: OffloadKey, parent: OffloadKey | None) -> None:
-        self._uses[key] = 1
-        self._stamp(key)
-
-    def on_hit(self, key: OffloadKey) -> None:
-        if key in self._uses:
-            self._uses[key] += 1
-            self._stamp(key)
-
-    def on_remove(self, key: OffloadKey) -> None:
-        self._uses.pop(key, None)
-        self._entry.pop(key, None)
-
-    def victims(
-        self, count: int, evictable: Evictable, incoming: Collection[OffloadKey]
-    ) -> list[OffloadKey] | None:
-        chosen: list[OffloadKey] = []
-        kept: list[tuple[int, int, OffloadKey]] = []
-        heap = self._heap
-        while heap and len(chosen) < count:
-            item = heapq.heappop(heap)
-            priority, stamp, key = item
-            if self._entry.get(key) != (priority, stamp):
-                continue
-            kept.append(item)
-            if evictable(key):
-                chosen.append(key)
-        for item in kept:
-            heapq.heappush(heap, item)
-        if len(chosen) < count:
-            return None
-        self._age = max(self._age, max(self._entry[key][0] for key in chosen))
-        return chosen
-
-    def reset(self) -> None:
-        self._age = self._clock = 0
-        self._uses.clear()
-        self._entry.clear()
-        self._heap.clear()
-
-    def fingerprint(self) -> Hashable:
-        return (self._age, self._clock, tuple(sorted((k, self._entry[k], u) for k, u in self._uses.items())))
 
 
 class FrequencySketch:
@@ -188,8 +120,14 @@ class WTinyLFUPolicy(EvictionPolicy):
 
     def on_insert(self, key: OffloadKey, parent: OffloadKey | None) -> None:
         self._window[key] = None
-        # While the main space has room, the window's overflow moves there without a contest.
-        while len(self._window) > self.window_capacity and self._main_size() < self.main_capacity:
+        # Until the tier first fills, the window's overflow moves to the main space without a
+        # contest; afterwards it contests in victims(), even if that leaves the window over its share
+        # until the next call (when more keys come in one store than the window holds).
+        while (
+            len(self._window) > self.window_capacity
+            and self._main_size() < self.main_capacity
+            and len(self._window) + self._main_size() < self.capacity
+        ):
             moved, _ = self._window.popitem(last=False)
             self._probation[moved] = None
 
