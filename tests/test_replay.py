@@ -235,7 +235,9 @@ def test_requests_window_replays_that_slice_in_arrival_order(
     ("window", "message"),
     [("5", "expected START:END, got '5'"), ("4:2", "expected 0 <= START < END"), ("x:", "expected START:END")],
 )
-def test_bad_requests_window_is_one_line(window: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_requests_window_is_one_line(
+    window: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["replay", str(_trace_file(tmp_path, 3)), "--requests", window])
     assert exit_info.value.code == 2

@@ -364,6 +364,8 @@ class SecondSightingAdmission(EvictionPolicy):
         self.inner = inner
         self._resident = 0
         self._seen = _Ghosts(ghost_factor * capacity)
+        # Keys admitted in this batch on their second sighting: they enter with that use counted.
+        self._returning: set[OffloadKey] = set()
         # Free-room admissions granted in the current prepare_store and not inserted yet; every
         # batch ends in on_insert calls or in victims(), so this is 0 when a batch starts.
         self._promised = 0
@@ -374,11 +376,14 @@ class SecondSightingAdmission(EvictionPolicy):
         return False
 
     def admit(self, key: OffloadKey) -> bool:
-        if self._resident + self._promised < self.capacity:
+        free_room = self._resident + self._promised < self.capacity
+        if free_room:
             self._promised += 1
-            return True
-        if self.admits_all or key in self._seen:
+        if key in self._seen:
             self._seen.discard(key)
+            self._returning.add(key)
+            return True
+        if free_room or self.admits_all:
             return True
         self._seen.add(key)
         return False
@@ -388,6 +393,10 @@ class SecondSightingAdmission(EvictionPolicy):
         self._resident += 1
         self._seen.discard(key)
         self.inner.on_insert(key, parent)
+        if key in self._returning:
+            # Offered before (refused or evicted): for a frequency order, that earlier use counts.
+            self._returning.discard(key)
+            self.inner.on_hit(key)
 
     def on_hit(self, key: OffloadKey) -> None:
         self.inner.on_hit(key)
@@ -401,6 +410,8 @@ class SecondSightingAdmission(EvictionPolicy):
     ) -> list[OffloadKey] | None:
         self._promised = 0
         chosen = self.inner.victims(count, evictable, incoming)
+        if chosen is None:
+            self._returning.clear()  # the batch will not be inserted
         for key in chosen or ():
             # An evicted key was worth admitting once: offered again, it comes straight back.
             self._seen.add(key)
@@ -410,9 +421,16 @@ class SecondSightingAdmission(EvictionPolicy):
         self.inner.reset()
         self._resident = self._promised = 0
         self._seen.clear()
+        self._returning.clear()
 
     def fingerprint(self) -> Hashable:
-        return (self.inner.fingerprint(), self._resident, self._promised, self._seen.fingerprint())
+        return (
+            self.inner.fingerprint(),
+            self._resident,
+            self._promised,
+            self._seen.fingerprint(),
+            tuple(sorted(self._returning)),
+        )
 
 
 class DoorkeeperLRUPolicy(SecondSightingAdmission):
@@ -426,56 +444,73 @@ class DoorkeeperLRUPolicy(SecondSightingAdmission):
 
 
 class _ShadowTier:
-    """Which keys an LRU tier of ``capacity`` would hold, with or without the doorkeeper's
-    second-sighting admission: keys only, no blocks (see :class:`DuelingAdmission`)."""
+    """Which keys a tier of ``capacity`` would hold, evicting in ``order``'s order, with or without
+    the doorkeeper's second-sighting admission: keys only, no blocks (see
+    :class:`DuelingAdmission`)."""
 
-    def __init__(self, capacity: int, doorkeeper: bool, ghost_factor: int) -> None:
+    def __init__(self, capacity: int, order: EvictionPolicy, doorkeeper: bool, ghost_factor: int) -> None:
         self.capacity = max(1, capacity)
         self.doorkeeper = doorkeeper
-        self._order: OrderedDict[OffloadKey, None] = OrderedDict()
+        self._order = order
+        self._keys: set[OffloadKey] = set()
         self._seen = _Ghosts(ghost_factor * capacity)
 
     def access(self, key: OffloadKey) -> bool:
         """A lookup of ``key``: True if this tier holds it; otherwise it is offered for storing."""
-        order = self._order
-        if key in order:
-            order.move_to_end(key)
+        if key in self._keys:
+            self._order.on_hit(key)
             return True
-        if self.doorkeeper and len(order) >= self.capacity:
+        full = len(self._keys) >= self.capacity
+        if self.doorkeeper and full:
             if key not in self._seen:
                 self._seen.add(key)
                 return False
             self._seen.discard(key)
-        order[key] = None
-        if len(order) > self.capacity:
-            evicted, _ = order.popitem(last=False)
-            if self.doorkeeper:
-                self._seen.add(evicted)
+        if full:
+            for evicted in self._order.victims(1, _ANY, ()) or ():
+                self._keys.discard(evicted)
+                self._order.on_remove(evicted)
+                if self.doorkeeper:
+                    self._seen.add(evicted)
+        self._keys.add(key)
+        self._order.on_insert(key, None)
         return False
 
     def clear(self) -> None:
-        self._order.clear()
+        self._order.reset()
+        self._keys.clear()
         self._seen.clear()
 
     def fingerprint(self) -> Hashable:
-        return (tuple(self._order), self._seen.fingerprint())
+        return (self._order.fingerprint(), self._seen.fingerprint())
+
+
+def _ANY(key: OffloadKey) -> bool:
+    return True
 
 
 class DuelingAdmission(SecondSightingAdmission):
     """Second-sighting admission, or none, whichever is winning on this traffic at this size, in
     front of an eviction order (``inner``): set dueling, as CPU caches choose an insertion policy.
-    Two key-only LRU shadow tiers of the same capacity see every access the CPU tier sees (an
-    offered store is a miss, a lookup hit a hit), one admitting every key and one admitting on
-    second sighting; a saturating counter (``limit``) moves by one towards the shadow that alone
-    held an accessed key. While the admit-all shadow leads, every key is admitted; otherwise
-    :class:`SecondSightingAdmission`'s rule holds. Costs two more key sets of the tier's size, and
-    no bytes."""
+    Two key-only shadow tiers of the same capacity, each evicting in the order ``shadow_order()``
+    gives, see every access the CPU tier sees (an offered store is a miss, a lookup hit a hit), one
+    admitting every key and one admitting on second sighting; a saturating counter (``limit``)
+    moves by one towards the shadow that alone held an accessed key. While the admit-all shadow
+    leads, every key is admitted; otherwise :class:`SecondSightingAdmission`'s rule holds. Costs
+    two more key sets of the tier's size, and no bytes."""
 
-    def __init__(self, capacity: int, inner: EvictionPolicy, ghost_factor: int = 4, limit: int = 1024) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        inner: EvictionPolicy,
+        shadow_order: Callable[[], EvictionPolicy],
+        ghost_factor: int = 4,
+        limit: int = 1024,
+    ) -> None:
         super().__init__(capacity, inner, ghost_factor)
         self.limit = limit
-        self._admit_all = _ShadowTier(capacity, False, ghost_factor)
-        self._second_sight = _ShadowTier(capacity, True, ghost_factor)
+        self._admit_all = _ShadowTier(capacity, shadow_order(), False, ghost_factor)
+        self._second_sight = _ShadowTier(capacity, shadow_order(), True, ghost_factor)
         self._lead = 0  # > 0: the admit-all shadow leads
 
     @property
@@ -583,7 +618,7 @@ class DoorkeeperLFUPolicy(DuelingAdmission):
     name = "doorkeeper_lfu"
 
     def __init__(self, capacity: int, ghost_factor: int = 4, limit: int = 1024) -> None:
-        super().__init__(capacity, LFUPolicy(), ghost_factor, limit)
+        super().__init__(capacity, LFUPolicy(), LFUPolicy, ghost_factor, limit)
 
 
 class S3FIFOPolicy(EvictionPolicy):
