@@ -19,9 +19,9 @@ from kvoffload.offload.policies import (
     LFUPolicy,
     LRUPolicy,
     PrefixLRUPolicy,
-    S3FIFOPolicy,
     make_policy,
 )
+from kvoffload.offload.policy_peers import S3FIFOPolicy
 
 ALL = sorted(POLICIES)
 EXPECTED = {

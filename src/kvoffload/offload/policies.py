@@ -15,19 +15,14 @@ a policy only orders candidates. Contract, in the order the manager calls it:
 
 Policies are deterministic and copyable: the explorer copies and compares them.
 
-Shipped policies (``POLICIES``), measured by ``kvoffload replay`` on the Mooncake conversation trace:
+Shipped policies (``POLICIES``; figures on the Mooncake conversation trace in docs/policies.md):
 
-- ``lru``: least recently used; right when the tier holds the working set.
-- ``arc``: adaptive recency/frequency; best of these when the tier is large next to the reuse set.
-- ``prefix_lru``: LRU over the leaves of the prefix tree (chains shrink from the tail, orphans go
-  first), as SGLang's radix cache.
-- ``doorkeeper``: LRU with second-sighting admission (once full); best when the tier is small next
-  to the traffic, where most blocks are never reused.
-- ``doorkeeper_adaptive``: switches between doorkeeper and LRU by measuring how soon first reuses
-  come; within a few percent of the better of the two at every size.
-- ``doorkeeper_dueling``: doorkeeper or LRU admission, chosen by two key-only shadow tiers (set
-  dueling); the better of the two at every measured size, and at least doorkeeper_adaptive.
-- ``s3fifo``: S3-FIFO, small + main FIFO queues with ghosts; scan resistant, no per-hit reordering.
+- ``doorkeeper_lfu`` (default): second-sighting admission dueled against admit-all, in front of
+  LFU with dynamic aging; at least every peer's policy at every measured CPU-tier size.
+- ``doorkeeper``: LRU with second-sighting admission (once full); the default before.
+- the peers' policies, for comparison: ``lru``, ``arc`` (vLLM), ``prefix_lru`` (SGLang's radix
+  cache), ``lfu`` (LFU-DA) here; ``s3fifo``, ``wtinylfu``, ``sieve`` and ``lmcache_admission`` in
+  :mod:`kvoffload.offload.policy_peers`.
 """
 
 from __future__ import annotations
@@ -325,8 +320,9 @@ class PrefixLRUPolicy(EvictionPolicy):
         )
 
 
-class _Ghosts:
-    """A bounded FIFO set of keys no longer (or not yet) resident: the history admission reads."""
+class KeyHistory:
+    """A bounded FIFO set of keys no longer (or not yet) resident: the history admission reads
+    (and S3-FIFO's ghost queue)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = max(1, capacity)
@@ -363,7 +359,7 @@ class SecondSightingAdmission(EvictionPolicy):
         self.capacity = capacity
         self.inner = inner
         self._resident = 0
-        self._seen = _Ghosts(ghost_factor * capacity)
+        self._seen = KeyHistory(ghost_factor * capacity)
         # Keys admitted in this batch on their second sighting: they enter with that use counted.
         self._returning: set[OffloadKey] = set()
         # Free-room admissions granted in the current prepare_store and not inserted yet; every
@@ -453,7 +449,7 @@ class _ShadowTier:
         self.doorkeeper = doorkeeper
         self._order = order
         self._keys: set[OffloadKey] = set()
-        self._seen = _Ghosts(ghost_factor * capacity)
+        self._seen = KeyHistory(ghost_factor * capacity)
 
     def access(self, key: OffloadKey) -> bool:
         """A lookup of ``key``: True if this tier holds it; otherwise it is offered for storing."""
@@ -621,101 +617,10 @@ class DoorkeeperLFUPolicy(DuelingAdmission):
         super().__init__(capacity, LFUPolicy(), LFUPolicy, ghost_factor, limit)
 
 
-class S3FIFOPolicy(EvictionPolicy):
-    """S3-FIFO (Yang et al., SOSP'23): new keys enter a small FIFO (10%); a key used there moves to
-    the main FIFO on eviction, an unused one leaves a ghost; a key re-inserted while a ghost goes
-    straight to main; main keys with a use left are reinserted (2-bit frequency). Quick demotion
-    of one-hit prefixes, with no per-hit reordering.
-
-    ``victims`` promotes, ages and rotates keys while it searches, even when it then returns None:
-    that changes the order only, never the resident set."""
-
-    name = "s3fifo"
-
-    def __init__(self, capacity: int, small_fraction: float = 0.1, ghost_factor: int = 4) -> None:
-        self.capacity = capacity
-        self.small_target = max(1, int(capacity * small_fraction))
-        self._small: OrderedDict[OffloadKey, None] = OrderedDict()
-        self._main: OrderedDict[OffloadKey, None] = OrderedDict()
-        self._freq: dict[OffloadKey, int] = {}
-        self._ghosts = _Ghosts(ghost_factor * capacity)
-
-    def on_insert(self, key: OffloadKey, parent: OffloadKey | None) -> None:
-        if key in self._ghosts:
-            self._ghosts.discard(key)
-            self._main[key] = None
-        else:
-            self._small[key] = None
-        self._freq[key] = 0
-
-    def on_hit(self, key: OffloadKey) -> None:
-        if key in self._freq:
-            self._freq[key] = min(3, self._freq[key] + 1)
-
-    def on_remove(self, key: OffloadKey) -> None:
-        self._small.pop(key, None)
-        self._main.pop(key, None)
-        self._freq.pop(key, None)
-
-    def victims(
-        self, count: int, evictable: Evictable, incoming: Collection[OffloadKey]
-    ) -> list[OffloadKey] | None:
-        chosen: dict[OffloadKey, None] = {}
-        from_small: set[OffloadKey] = set()
-        freq = self._freq
-        small, main = self._small, self._main
-        # The small FIFO gives victims while it is over its share (or main is empty). Keys are
-        # looked at from the head and rotated to the tail, so no queue is ever copied.
-        for _ in range(len(small)):
-            if len(chosen) == count or (len(small) - len(from_small) <= self.small_target and main):
-                break
-            key = next(iter(small))
-            if freq[key] > 0:
-                del small[key]
-                freq[key] = 0
-                main[key] = None
-                continue
-            if evictable(key):
-                chosen[key] = None
-                from_small.add(key)
-            small.move_to_end(key)
-        # Main, CLOCK-like: a key with uses left is aged and rotated; 4 rounds age any key to 0.
-        for _ in range(4 * len(main)):
-            if len(chosen) == count:
-                break
-            key = next(iter(main))
-            if freq[key] > 0:
-                freq[key] -= 1
-            elif key not in chosen and evictable(key):
-                chosen[key] = None
-            main.move_to_end(key)
-        if len(chosen) < count:
-            for key in (*small, *main):
-                if len(chosen) == count:
-                    break
-                if key not in chosen and evictable(key):
-                    chosen[key] = None
-                    if key in small:
-                        from_small.add(key)
-        if len(chosen) < count:
-            return None
-        for key in from_small:
-            self._ghosts.add(key)
-        return list(chosen)
-
-    def reset(self) -> None:
-        self._small.clear()
-        self._main.clear()
-        self._freq.clear()
-        self._ghosts.clear()
-
-    def fingerprint(self) -> Hashable:
-        return (tuple(self._small), tuple(self._main), tuple(sorted(self._freq.items())), self._ghosts.fingerprint())
-
-
 # The peers' policies build on the classes above, so they are imported once those exist.
 from kvoffload.offload.policy_peers import (  # noqa: E402
     LMCacheAdmissionPolicy,
+    S3FIFOPolicy,
     SievePolicy,
     WTinyLFUPolicy,
 )

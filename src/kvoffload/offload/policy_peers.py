@@ -1,6 +1,7 @@
 """The CPU-tier policies that peer projects ship, written here from their papers and documentation,
 so ``kvoffload replay --sweep`` compares the default against them behind the same manager:
 
+- ``s3fifo``: S3-FIFO (Yang et al., SOSP '23), which LMCache offers;
 - ``wtinylfu``: W-TinyLFU (Einziger, Friedman and Manes, "TinyLFU: A Highly Efficient Cache
   Admission Policy"), Caffeine's policy: a 1% window LRU in front of a 20/80 segmented LRU, with
   a count-min sketch and a doorkeeper Bloom filter deciding which of the window's and the main
@@ -20,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Collection, Hashable
 from itertools import islice
 
-from kvoffload.offload.policies import Evictable, EvictionPolicy, LRUPolicy
+from kvoffload.offload.policies import Evictable, EvictionPolicy, KeyHistory, LRUPolicy
 from kvoffload.offload.types import OffloadKey
 
 _MASK64 = (1 << 64) - 1
@@ -335,3 +336,95 @@ class LMCacheAdmissionPolicy(LRUPolicy):
 
     def fingerprint(self) -> Hashable:
         return (super().fingerprint(), tuple(sorted(self._counts.items())), self._occurrences, self._promised)
+
+
+class S3FIFOPolicy(EvictionPolicy):
+    """S3-FIFO (Yang et al., SOSP'23): new keys enter a small FIFO (10%); a key used there moves to
+    the main FIFO on eviction, an unused one leaves a ghost; a key re-inserted while a ghost goes
+    straight to main; main keys with a use left are reinserted (2-bit frequency). Quick demotion
+    of one-hit prefixes, with no per-hit reordering.
+
+    ``victims`` promotes, ages and rotates keys while it searches, even when it then returns None:
+    that changes the order only, never the resident set."""
+
+    name = "s3fifo"
+
+    def __init__(self, capacity: int, small_fraction: float = 0.1, ghost_factor: int = 4) -> None:
+        self.capacity = capacity
+        self.small_target = max(1, int(capacity * small_fraction))
+        self._small: OrderedDict[OffloadKey, None] = OrderedDict()
+        self._main: OrderedDict[OffloadKey, None] = OrderedDict()
+        self._freq: dict[OffloadKey, int] = {}
+        self._ghosts = KeyHistory(ghost_factor * capacity)
+
+    def on_insert(self, key: OffloadKey, parent: OffloadKey | None) -> None:
+        if key in self._ghosts:
+            self._ghosts.discard(key)
+            self._main[key] = None
+        else:
+            self._small[key] = None
+        self._freq[key] = 0
+
+    def on_hit(self, key: OffloadKey) -> None:
+        if key in self._freq:
+            self._freq[key] = min(3, self._freq[key] + 1)
+
+    def on_remove(self, key: OffloadKey) -> None:
+        self._small.pop(key, None)
+        self._main.pop(key, None)
+        self._freq.pop(key, None)
+
+    def victims(
+        self, count: int, evictable: Evictable, incoming: Collection[OffloadKey]
+    ) -> list[OffloadKey] | None:
+        chosen: dict[OffloadKey, None] = {}
+        from_small: set[OffloadKey] = set()
+        freq = self._freq
+        small, main = self._small, self._main
+        # The small FIFO gives victims while it is over its share (or main is empty). Keys are
+        # looked at from the head and rotated to the tail, so no queue is ever copied.
+        for _ in range(len(small)):
+            if len(chosen) == count or (len(small) - len(from_small) <= self.small_target and main):
+                break
+            key = next(iter(small))
+            if freq[key] > 0:
+                del small[key]
+                freq[key] = 0
+                main[key] = None
+                continue
+            if evictable(key):
+                chosen[key] = None
+                from_small.add(key)
+            small.move_to_end(key)
+        # Main, CLOCK-like: a key with uses left is aged and rotated; 4 rounds age any key to 0.
+        for _ in range(4 * len(main)):
+            if len(chosen) == count:
+                break
+            key = next(iter(main))
+            if freq[key] > 0:
+                freq[key] -= 1
+            elif key not in chosen and evictable(key):
+                chosen[key] = None
+            main.move_to_end(key)
+        if len(chosen) < count:
+            for key in (*small, *main):
+                if len(chosen) == count:
+                    break
+                if key not in chosen and evictable(key):
+                    chosen[key] = None
+                    if key in small:
+                        from_small.add(key)
+        if len(chosen) < count:
+            return None
+        for key in from_small:
+            self._ghosts.add(key)
+        return list(chosen)
+
+    def reset(self) -> None:
+        self._small.clear()
+        self._main.clear()
+        self._freq.clear()
+        self._ghosts.clear()
+
+    def fingerprint(self) -> Hashable:
+        return (tuple(self._small), tuple(self._main), tuple(sorted(self._freq.items())), self._ghosts.fingerprint())
