@@ -251,3 +251,9 @@ def test_peer_is_registered_and_runs_in_the_replay(name: str) -> None:
     result = TraceReplay(5, 3, make_policy(name, 3)).run(chains)
     assert result.violations == 0 and result.leaks == 0
     assert result.cpu_hits > 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(script=accesses)
+def test_default_tracks_exactly_the_resident_set(script: list[tuple[int, frozenset[int]]]) -> None:
+    _run(make_policy("doorkeeper_lfu", CAPACITY), None, script)
