@@ -12,19 +12,22 @@ from hypothesis import strategies as st
 from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.policies import (
     POLICIES,
-    AdaptiveDoorkeeperPolicy,
     ARCPolicy,
+    DoorkeeperLFUPolicy,
     DoorkeeperLRUPolicy,
-    DuelingDoorkeeperPolicy,
     EvictionPolicy,
+    LFUPolicy,
     LRUPolicy,
     PrefixLRUPolicy,
-    S3FIFOPolicy,
     make_policy,
 )
+from kvoffload.offload.policy_peers import S3FIFOPolicy
 
 ALL = sorted(POLICIES)
-EXPECTED = {"lru", "arc", "prefix_lru", "doorkeeper", "doorkeeper_adaptive", "doorkeeper_dueling", "s3fifo"}
+EXPECTED = {
+    "lru", "arc", "prefix_lru", "doorkeeper", "doorkeeper_lfu", "s3fifo", "lfu", "wtinylfu", "sieve",
+    "lmcache_admission",
+}
 
 # An op: ("insert", key, parent) | ("hit", key) | ("evict", count, blocked-mask) | ("remove", key)
 ops = st.lists(
@@ -223,44 +226,24 @@ def test_s3fifo_demotes_one_hit_keys_and_promotes_used_ones() -> None:
     assert victims[0] in policy._main
 
 
-def test_adaptive_doorkeeper_learns_from_how_soon_first_reuses_come() -> None:
-    policy = AdaptiveDoorkeeperPolicy(capacity=4)
-    resident = set(range(4))
-    _fill(policy, sorted(resident))
-    assert policy.strict and policy.admit(100) is False  # full, and nothing learned yet: doorkeeper
-
-    def store(key: int) -> None:
-        victims = policy.victims(1, lambda k: k in resident, (key,))
-        assert victims is not None
-        for victim in victims:
-            resident.discard(victim)
-            policy.on_remove(victim)
-        resident.add(key)
-        policy.on_insert(key, None)
-
-    # Every rejected key comes back at once: an LRU of 4 would have served all those reuses.
-    for key in range(200, 600):
-        if policy.admit(key):
-            store(key)
-        else:
-            assert policy.admit(key) is True
-            store(key)
-    assert not policy.strict
-    assert policy.admit(7000) is True  # first sighting, admitted: plain LRU now
-    store(7000)
-    # Now every key comes back only after 10 other offers: further than a 4-block LRU reaches.
-    for start in range(10_000, 14_000, 10):
-        batch = range(start, start + 10)
-        for key in batch:
-            if policy.admit(key):
-                store(key)
-        for key in batch:
-            if key not in resident and policy.admit(key):
-                store(key)
-    assert policy.strict
+def test_lfu_evicts_the_least_used_and_ages_old_fame() -> None:
+    policy = LFUPolicy()
+    _fill(policy, [1, 2, 3])
+    for _ in range(3):
+        policy.on_hit(1)  # priority 4
+    policy.on_hit(2)  # priority 2
+    assert policy.victims(1, ANY, ()) == [3]  # priority 1
+    policy.on_remove(3)  # the tier's age is now 1
+    # New keys start at age + 1: each eviction raises the age, until 1's old uses no longer save it.
+    for key in range(10, 14):
+        _fill(policy, [key])
+        (victim,) = policy.victims(1, lambda k, new=key: k != new, ()) or [None]
+        policy.on_remove(victim)
+    assert policy.victims(3, ANY, ()) is None  # only 2 keys are left: 1 and 13
+    assert policy.victims(1, ANY, ()) == [1]
 
 
-def _offer(policy: DuelingDoorkeeperPolicy, key: int, resident: list[int]) -> bool:
+def _offer(policy: DoorkeeperLFUPolicy, key: int, resident: list[int]) -> bool:
     """Offer ``key`` as the manager would: admit, then evict the LRU key when the tier is full."""
     if not policy.admit(key):
         return False
@@ -274,7 +257,7 @@ def _offer(policy: DuelingDoorkeeperPolicy, key: int, resident: list[int]) -> bo
 
 
 def test_dueling_admits_first_sightings_once_admitting_all_would_have_hit_more() -> None:
-    policy, resident = DuelingDoorkeeperPolicy(capacity=2, limit=2), []
+    policy, resident = DoorkeeperLFUPolicy(capacity=2, limit=2), []
     assert _offer(policy, 1, resident) and _offer(policy, 2, resident)  # free room
     assert not _offer(policy, 3, resident)  # full: the doorkeeper refuses a first sighting
     assert not policy.admits_all
@@ -289,11 +272,12 @@ def test_dueling_admits_first_sightings_once_admitting_all_would_have_hit_more()
     assert _offer(policy, 2, resident)
     assert not policy.admits_all
     assert not _offer(policy, 6, resident)
-    assert resident == [4, 2]
+    # LFU eviction: 3 entered on its second sighting with that use counted; 4 was used once.
+    assert resident == [3, 2]
 
 
 def test_dueling_stays_a_doorkeeper_when_second_sighting_would_have_hit_more() -> None:
-    policy, resident = DuelingDoorkeeperPolicy(capacity=2, limit=4), []
+    policy, resident = DoorkeeperLFUPolicy(capacity=2, limit=4), []
     assert _offer(policy, 1, resident) and _offer(policy, 2, resident)
     for key in range(10, 20):  # a scan of one-off keys: it flushes only the admit-all shadow
         policy.admit(key)
@@ -303,4 +287,4 @@ def test_dueling_stays_a_doorkeeper_when_second_sighting_would_have_hit_more() -
     assert not _offer(policy, 30, resident)
     assert resident == [1, 2]
     policy.reset()
-    assert not policy.admits_all and policy.fingerprint() == DuelingDoorkeeperPolicy(2, limit=4).fingerprint()
+    assert not policy.admits_all and policy.fingerprint() == DoorkeeperLFUPolicy(2, limit=4).fingerprint()

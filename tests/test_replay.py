@@ -208,3 +208,43 @@ def test_errors_and_broken_invariants_are_counted_as_violations(monkeypatch: pyt
     assert result.error is None
     assert result.violations == result.invariant_checks == 3  # after each request, and at the end
     assert result.violation_messages[0] == "JobsExclusive: fake"
+
+
+def _trace_file(tmp_path: Path, count: int) -> Path:
+    # Request i repeats request i - 2's two blocks: every third-on request can hit.
+    lines = [
+        json.dumps({"timestamp": i, "input_length": 1100, "output_length": 5, "hash_ids": [i % 2, 10 + i % 2, 99 + i]})
+        for i in range(count)
+    ]
+    path = tmp_path / "trace.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_requests_window_replays_that_slice_in_arrival_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _trace_file(tmp_path, 10)
+    assert main(["replay", str(path), "--json", "--requests", "6:", "--gpu-blocks", "8", "--cpu-blocks", "4"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["request_window"] == [6, None] and data["requests"] == 4
+    # The window starts cold: its first two requests miss, the next two hit both blocks.
+    assert data["blocks"] == 8 and data["hit_ratio"] == 4 / 8
+
+
+@pytest.mark.parametrize(
+    ("window", "message"),
+    [("5", "expected START:END, got '5'"), ("4:2", "expected 0 <= START < END"), ("x:", "expected START:END")],
+)
+def test_bad_requests_window_is_one_line(
+    window: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["replay", str(_trace_file(tmp_path, 3)), "--requests", window])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_requests_window_past_the_end_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", str(_trace_file(tmp_path, 3)), "--requests", "3:"]) == 2
+    assert "--requests 3: selects no request of the 3" in capsys.readouterr().err

@@ -52,6 +52,21 @@ def _sizes(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"--cpu-sizes: {error}") from None
 
 
+def _window(text: str) -> slice:
+    """``START:END`` (either may be empty): a half-open range of request indices in arrival order."""
+    start_text, colon, end_text = text.partition(":")
+    try:
+        if not colon:
+            raise ValueError
+        start = int(start_text) if start_text.strip() else 0
+        end = int(end_text) if end_text.strip() else None
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--requests: expected START:END, got {text!r}") from None
+    if start < 0 or (end is not None and end <= start):
+        raise argparse.ArgumentTypeError(f"--requests: expected 0 <= START < END, got {text!r}")
+    return slice(start, end)
+
+
 def add_parser(subparsers: Any) -> None:
     """Register ``kvoffload replay``."""
     parser = subparsers.add_parser(
@@ -69,6 +84,10 @@ def add_parser(subparsers: Any) -> None:
         help=f"CPU eviction policy: {', '.join(POLICIES)} (default {OffloadConfig().policy})",
     )
     parser.add_argument("--limit", type=_positive, help="replay only the first N usable requests of the file")
+    parser.add_argument(
+        "--requests", type=_window, default=None, metavar="START:END",
+        help="replay only requests START..END-1 in arrival order (e.g. :6015 and 6015: split the trace by time)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     parser.add_argument("--strict", action="store_true", help="stop at the first malformed line")
     parser.add_argument("--sweep", action="store_true", help="every policy over --cpu-sizes, with a plot")
@@ -184,6 +203,12 @@ def run(args: argparse.Namespace) -> int:
         trace = read_trace(args.trace, strict=args.strict, limit=args.limit)
     except TraceError as error:
         raise CommandError(str(error)) from None
+    if args.requests is not None:
+        selected = trace.requests[args.requests]
+        if not selected:
+            raise CommandError(f"--requests {args.requests.start}:{args.requests.stop or ''} selects no request "
+                               f"of the {len(trace.requests)} in {args.trace}")
+        trace.requests = selected
     for message in trace.skipped[:SHOWN_SKIPPED]:
         print(f"kvoffload replay: skipped {message}", file=sys.stderr)
     if trace.skipped_lines > SHOWN_SKIPPED:
@@ -214,7 +239,7 @@ def _single(args: argparse.Namespace, trace: Any) -> int:
         result = replay_trace(
             trace.requests, args.gpu_blocks, args.cpu_blocks, policy, progress=advance, check_every=args.check_every
         )
-    data = {"trace": trace.path, **result.as_dict(), "skipped_lines": trace.skipped_lines}
+    data = {"trace": trace.path, **_window_field(args), **result.as_dict(), "skipped_lines": trace.skipped_lines}
     if args.oracle_breakdown:
         from kvoffload.sim.mooncake import block_chains
         from kvoffload.sim.oracle_breakdown import oracle_breakdown
@@ -229,6 +254,13 @@ def _single(args: argparse.Namespace, trace: Any) -> int:
         _print_single(data)
     bounds_failed = any(row["violations"] or row["leaks"] for row in data.get("oracle_breakdown", ()))
     return 0 if not (result.violations or result.leaks or bounds_failed) else 1
+
+
+def _window_field(args: argparse.Namespace) -> dict[str, Any]:
+    """The --requests window, as the JSON reports it (nothing without one)."""
+    if args.requests is None:
+        return {}
+    return {"request_window": [args.requests.start, args.requests.stop]}
 
 
 def _print_single(data: dict[str, Any]) -> None:
@@ -267,7 +299,10 @@ def _sweep(args: argparse.Namespace, trace: Any, plot: str) -> int:
         plot_path = plot_sweep(result, plot)
     except OSError as error:
         raise CommandError(f"--plot {plot}: cannot write: {error.strerror or error}") from None
-    data = {"trace": trace.path, **result.as_dict(), "skipped_lines": trace.skipped_lines, "plot": str(plot_path)}
+    data = {
+        "trace": trace.path, **_window_field(args), **result.as_dict(), "skipped_lines": trace.skipped_lines,
+        "plot": str(plot_path),
+    }
     if args.json:
         print(json.dumps(data, indent=2))
     else:

@@ -15,19 +15,14 @@ a policy only orders candidates. Contract, in the order the manager calls it:
 
 Policies are deterministic and copyable: the explorer copies and compares them.
 
-Shipped policies (``POLICIES``), measured by ``kvoffload replay`` on the Mooncake conversation trace:
+Shipped policies (``POLICIES``; figures on the Mooncake conversation trace in docs/policies.md):
 
-- ``lru``: least recently used; right when the tier holds the working set.
-- ``arc``: adaptive recency/frequency; best of these when the tier is large next to the reuse set.
-- ``prefix_lru``: LRU over the leaves of the prefix tree (chains shrink from the tail, orphans go
-  first), as SGLang's radix cache.
-- ``doorkeeper``: LRU with second-sighting admission (once full); best when the tier is small next
-  to the traffic, where most blocks are never reused.
-- ``doorkeeper_adaptive``: switches between doorkeeper and LRU by measuring how soon first reuses
-  come; within a few percent of the better of the two at every size.
-- ``doorkeeper_dueling``: doorkeeper or LRU admission, chosen by two key-only shadow tiers (set
-  dueling); the better of the two at every measured size, and at least doorkeeper_adaptive.
-- ``s3fifo``: S3-FIFO, small + main FIFO queues with ghosts; scan resistant, no per-hit reordering.
+- ``doorkeeper_lfu`` (default): second-sighting admission dueled against admit-all, in front of
+  LFU with dynamic aging; at least every peer's policy at every measured CPU-tier size.
+- ``doorkeeper``: LRU with second-sighting admission (once full); the default before.
+- the peers' policies, for comparison: ``lru``, ``arc`` (vLLM), ``prefix_lru`` (SGLang's radix
+  cache), ``lfu`` (LFU-DA) here; ``s3fifo``, ``wtinylfu``, ``sieve`` and ``lmcache_admission`` in
+  :mod:`kvoffload.offload.policy_peers`.
 """
 
 from __future__ import annotations
@@ -325,8 +320,9 @@ class PrefixLRUPolicy(EvictionPolicy):
         )
 
 
-class _Ghosts:
-    """A bounded FIFO set of keys no longer (or not yet) resident: the history admission reads."""
+class KeyHistory:
+    """A bounded FIFO set of keys no longer (or not yet) resident: the history admission reads
+    (and S3-FIFO's ghost queue)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = max(1, capacity)
@@ -351,225 +347,166 @@ class _Ghosts:
         return tuple(self._keys)
 
 
-class DoorkeeperLRUPolicy(LRUPolicy):
-    """LRU with second-sighting admission: once the tier is full, a key is stored only when it is
-    offered again while remembered (a bounded history of ``ghost_factor`` x capacity rejected or
-    evicted keys). Three in four prefix blocks of production traffic are never reused; this keeps
-    them from flushing the ones that are, and the GPU prefix cache in front still serves quick
-    first reuses. While there is free room everything is admitted: refusing costs a hit then."""
+class SecondSightingAdmission(EvictionPolicy):
+    """Second-sighting admission in front of an eviction order (``inner``): once the tier is full,
+    a key is stored only when it is offered again while remembered (a bounded history of
+    ``ghost_factor`` x capacity rejected or evicted keys). Three in four prefix blocks of production
+    traffic are never reused; this keeps them from flushing the ones that are, and the GPU prefix
+    cache in front still serves quick first reuses. While there is free room everything is
+    admitted: refusing costs a hit then."""
 
-    name = "doorkeeper"
-
-    def __init__(self, capacity: int, ghost_factor: int = 4) -> None:
-        super().__init__()
+    def __init__(self, capacity: int, inner: EvictionPolicy, ghost_factor: int = 4) -> None:
         self.capacity = capacity
-        self._seen = _Ghosts(ghost_factor * capacity)
+        self.inner = inner
+        self._resident = 0
+        self._seen = KeyHistory(ghost_factor * capacity)
+        # Keys admitted in this batch on their second sighting: they enter with that use counted.
+        self._returning: set[OffloadKey] = set()
         # Free-room admissions granted in the current prepare_store and not inserted yet; every
         # batch ends in on_insert calls or in victims(), so this is 0 when a batch starts.
         self._promised = 0
 
+    @property
+    def admits_all(self) -> bool:
+        """True while first sightings are admitted too (never, for this class)."""
+        return False
+
     def admit(self, key: OffloadKey) -> bool:
-        if len(self._order) + self._promised < self.capacity:
+        free_room = self._resident + self._promised < self.capacity
+        if free_room:
             self._promised += 1
-            return True
         if key in self._seen:
             self._seen.discard(key)
+            self._returning.add(key)
+            return True
+        if free_room or self.admits_all:
             return True
         self._seen.add(key)
         return False
 
     def on_insert(self, key: OffloadKey, parent: OffloadKey | None) -> None:
         self._promised = max(0, self._promised - 1)
+        self._resident += 1
         self._seen.discard(key)
-        super().on_insert(key, parent)
+        self.inner.on_insert(key, parent)
+        if key in self._returning:
+            # Offered before (refused or evicted): for a frequency order, that earlier use counts.
+            self._returning.discard(key)
+            self.inner.on_hit(key)
+
+    def on_hit(self, key: OffloadKey) -> None:
+        self.inner.on_hit(key)
+
+    def on_remove(self, key: OffloadKey) -> None:
+        self._resident -= 1
+        self.inner.on_remove(key)
 
     def victims(
         self, count: int, evictable: Evictable, incoming: Collection[OffloadKey]
     ) -> list[OffloadKey] | None:
         self._promised = 0
-        chosen = super().victims(count, evictable, incoming)
+        chosen = self.inner.victims(count, evictable, incoming)
+        if chosen is None:
+            self._returning.clear()  # the batch will not be inserted
         for key in chosen or ():
             # An evicted key was worth admitting once: offered again, it comes straight back.
             self._seen.add(key)
         return chosen
 
     def reset(self) -> None:
-        super().reset()
+        self.inner.reset()
+        self._resident = self._promised = 0
         self._seen.clear()
-        self._promised = 0
-
-    def fingerprint(self) -> Hashable:
-        return (super().fingerprint(), self._seen.fingerprint(), self._promised)
-
-
-class AdaptiveDoorkeeperPolicy(LRUPolicy):
-    """A doorkeeper that learns whether second-sighting admission pays, from the first reuses of
-    keys: a CPU hit on a key stored at first sight, or the re-offer of a rejected or evicted key
-    never reused before. It keeps a moving share of those first reuses that came within
-    ``capacity`` offers (the ones an LRU of this size could have served). At or above
-    ``threshold`` it admits every key (plain LRU); below, only second sightings (the doorkeeper).
-    So a tier that is small next to the reuse distance filters one-off prefixes, and one that can
-    hold them does not give up the hits of second uses."""
-
-    name = "doorkeeper_adaptive"
-
-    # Fixed-point share (ONE = 100%), so the state is exact and hashable.
-    ONE = 1 << 16
-
-    def __init__(self, capacity: int, ghost_factor: int = 4, threshold: float = 0.5, smoothing_shift: int = 8) -> None:
-        super().__init__()
-        self.capacity = capacity
-        self.ghost_capacity = max(1, ghost_factor * capacity)
-        self.threshold = int(threshold * self.ONE)
-        self.smoothing_shift = smoothing_shift
-        self._clock = 0  # offers of non-resident keys
-        self._share = 0  # starts strict; free room is admitted regardless
-        self._promised = 0
-        # Resident keys not reused since they were stored at first sight -> offer clock then.
-        self._first: dict[OffloadKey, int] = {}
-        # Rejected or evicted keys -> (offer clock at first sighting or eviction, never reused yet).
-        self._ghosts: OrderedDict[OffloadKey, tuple[int, bool]] = OrderedDict()
-        self._returning: set[OffloadKey] = set()
-
-    @property
-    def strict(self) -> bool:
-        """True while first sightings are refused (once the tier is full)."""
-        return self._share < self.threshold
-
-    def _sample(self, distance: int) -> None:
-        # An exponential moving average in integers; the shift rounds towards the old value.
-        delta = (self.ONE if distance <= self.capacity else 0) - self._share
-        step = abs(delta) >> self.smoothing_shift
-        self._share += step if delta > 0 else -step
-
-    def _remember(self, key: OffloadKey, stamp: int, never_reused: bool) -> None:
-        self._ghosts[key] = (stamp, never_reused)
-        self._ghosts.move_to_end(key)
-        while len(self._ghosts) > self.ghost_capacity:
-            self._ghosts.popitem(last=False)
-
-    def admit(self, key: OffloadKey) -> bool:
-        self._clock += 1
-        ghost = self._ghosts.pop(key, None)
-        if ghost is not None:
-            stamp, never_reused = ghost
-            if never_reused:
-                self._sample(self._clock - stamp)
-            self._returning.add(key)
-            return True
-        if len(self._order) + self._promised < self.capacity:
-            self._promised += 1
-            return True
-        if not self.strict:
-            return True
-        self._remember(key, self._clock, True)
-        return False
-
-    def on_insert(self, key: OffloadKey, parent: OffloadKey | None) -> None:
-        self._promised = max(0, self._promised - 1)
-        if key in self._returning:
-            self._returning.discard(key)
-        else:
-            self._first[key] = self._clock
-        super().on_insert(key, parent)
-
-    def on_hit(self, key: OffloadKey) -> None:
-        stamp = self._first.pop(key, None)
-        if stamp is not None:
-            self._sample(self._clock - stamp)
-        super().on_hit(key)
-
-    def on_remove(self, key: OffloadKey) -> None:
-        self._first.pop(key, None)
-        super().on_remove(key)
-
-    def victims(
-        self, count: int, evictable: Evictable, incoming: Collection[OffloadKey]
-    ) -> list[OffloadKey] | None:
-        self._promised = 0
-        chosen = super().victims(count, evictable, incoming)
-        if chosen is None:
-            # The batch will not be inserted: its returning keys are not coming.
-            self._returning.clear()
-            return None
-        for key in chosen:
-            stamp = self._first.get(key)
-            self._remember(key, self._clock if stamp is None else stamp, stamp is not None)
-        return chosen
-
-    def reset(self) -> None:
-        super().reset()
-        self._clock = self._share = self._promised = 0
-        self._first.clear()
-        self._ghosts.clear()
         self._returning.clear()
 
     def fingerprint(self) -> Hashable:
         return (
-            super().fingerprint(),
-            self._clock,
-            self._share,
+            self.inner.fingerprint(),
+            self._resident,
             self._promised,
-            tuple(sorted(self._first.items())),
-            tuple(self._ghosts.items()),
+            self._seen.fingerprint(),
             tuple(sorted(self._returning)),
         )
 
 
-class _ShadowTier:
-    """Which keys an LRU tier of ``capacity`` would hold, with or without the doorkeeper's
-    second-sighting admission: keys only, no blocks (see :class:`DuelingDoorkeeperPolicy`)."""
+class DoorkeeperLRUPolicy(SecondSightingAdmission):
+    """LRU with second-sighting admission (:class:`SecondSightingAdmission`). Best of the LRU
+    family when the tier is small next to the traffic, where most blocks are never reused."""
 
-    def __init__(self, capacity: int, doorkeeper: bool, ghost_factor: int) -> None:
+    name = "doorkeeper"
+
+    def __init__(self, capacity: int, ghost_factor: int = 4) -> None:
+        super().__init__(capacity, LRUPolicy(), ghost_factor)
+
+
+class _ShadowTier:
+    """Which keys a tier of ``capacity`` would hold, evicting in ``order``'s order, with or without
+    the doorkeeper's second-sighting admission: keys only, no blocks (see
+    :class:`DuelingAdmission`)."""
+
+    def __init__(self, capacity: int, order: EvictionPolicy, doorkeeper: bool, ghost_factor: int) -> None:
         self.capacity = max(1, capacity)
         self.doorkeeper = doorkeeper
-        self._order: OrderedDict[OffloadKey, None] = OrderedDict()
-        self._seen = _Ghosts(ghost_factor * capacity)
+        self._order = order
+        self._keys: set[OffloadKey] = set()
+        self._seen = KeyHistory(ghost_factor * capacity)
 
     def access(self, key: OffloadKey) -> bool:
         """A lookup of ``key``: True if this tier holds it; otherwise it is offered for storing."""
-        order = self._order
-        if key in order:
-            order.move_to_end(key)
+        if key in self._keys:
+            self._order.on_hit(key)
             return True
-        if self.doorkeeper and len(order) >= self.capacity:
+        full = len(self._keys) >= self.capacity
+        if self.doorkeeper and full:
             if key not in self._seen:
                 self._seen.add(key)
                 return False
             self._seen.discard(key)
-        order[key] = None
-        if len(order) > self.capacity:
-            evicted, _ = order.popitem(last=False)
-            if self.doorkeeper:
-                self._seen.add(evicted)
+        if full:
+            for evicted in self._order.victims(1, _ANY, ()) or ():
+                self._keys.discard(evicted)
+                self._order.on_remove(evicted)
+                if self.doorkeeper:
+                    self._seen.add(evicted)
+        self._keys.add(key)
+        self._order.on_insert(key, None)
         return False
 
     def clear(self) -> None:
-        self._order.clear()
+        self._order.reset()
+        self._keys.clear()
         self._seen.clear()
 
     def fingerprint(self) -> Hashable:
-        return (tuple(self._order), self._seen.fingerprint())
+        return (self._order.fingerprint(), self._seen.fingerprint())
 
 
-class DuelingDoorkeeperPolicy(DoorkeeperLRUPolicy):
-    """The doorkeeper, or plain LRU admission, whichever is winning on this traffic at this size:
-    set dueling (as CPU caches choose an insertion policy). Two shadow tiers of the same capacity,
-    keys only, see every access the CPU tier sees (an offered store is a miss, a lookup hit a hit),
-    one admitting every key and one admitting on second sighting; a saturating counter moves by one
-    towards the shadow that alone held an accessed key. While the admit-all shadow leads, every key
-    is admitted; otherwise the doorkeeper's rule holds. Eviction is LRU either way. Costs two more
-    key sets of the tier's size, and no bytes. On the Mooncake trace it matches the doorkeeper at
-    1,000-8,000 CPU blocks and LRU at 16,000, where the doorkeeper refuses first reuses that a tier
-    that large could have served."""
+def _ANY(key: OffloadKey) -> bool:
+    return True
 
-    name = "doorkeeper_dueling"
 
-    def __init__(self, capacity: int, ghost_factor: int = 4, limit: int = 1024) -> None:
-        super().__init__(capacity, ghost_factor)
+class DuelingAdmission(SecondSightingAdmission):
+    """Second-sighting admission, or none, whichever is winning on this traffic at this size, in
+    front of an eviction order (``inner``): set dueling, as CPU caches choose an insertion policy.
+    Two key-only shadow tiers of the same capacity, each evicting in the order ``shadow_order()``
+    gives, see every access the CPU tier sees (an offered store is a miss, a lookup hit a hit), one
+    admitting every key and one admitting on second sighting; a saturating counter (``limit``)
+    moves by one towards the shadow that alone held an accessed key. While the admit-all shadow
+    leads, every key is admitted; otherwise :class:`SecondSightingAdmission`'s rule holds. Costs
+    two more key sets of the tier's size, and no bytes."""
+
+    def __init__(
+        self,
+        capacity: int,
+        inner: EvictionPolicy,
+        shadow_order: Callable[[], EvictionPolicy],
+        ghost_factor: int = 4,
+        limit: int = 1024,
+    ) -> None:
+        super().__init__(capacity, inner, ghost_factor)
         self.limit = limit
-        self._admit_all = _ShadowTier(capacity, False, ghost_factor)
-        self._second_sight = _ShadowTier(capacity, True, ghost_factor)
+        self._admit_all = _ShadowTier(capacity, shadow_order(), False, ghost_factor)
+        self._second_sight = _ShadowTier(capacity, shadow_order(), True, ghost_factor)
         self._lead = 0  # > 0: the admit-all shadow leads
 
     @property
@@ -585,12 +522,7 @@ class DuelingDoorkeeperPolicy(DoorkeeperLRUPolicy):
 
     def admit(self, key: OffloadKey) -> bool:
         self._duel(key)
-        if not self.admits_all:
-            return super().admit(key)
-        if len(self._order) + self._promised < self.capacity:
-            self._promised += 1
-        self._seen.discard(key)
-        return True
+        return super().admit(key)
 
     def on_hit(self, key: OffloadKey) -> None:
         self._duel(key)
@@ -598,104 +530,101 @@ class DuelingDoorkeeperPolicy(DoorkeeperLRUPolicy):
 
     def reset(self) -> None:
         super().reset()
+        self._lead = 0
         self._admit_all.clear()
         self._second_sight.clear()
-        self._lead = 0
 
     def fingerprint(self) -> Hashable:
         return (super().fingerprint(), self._admit_all.fingerprint(), self._second_sight.fingerprint(), self._lead)
 
 
-class S3FIFOPolicy(EvictionPolicy):
-    """S3-FIFO (Yang et al., SOSP'23): new keys enter a small FIFO (10%); a key used there moves to
-    the main FIFO on eviction, an unused one leaves a ghost; a key re-inserted while a ghost goes
-    straight to main; main keys with a use left are reinserted (2-bit frequency). Quick demotion
-    of one-hit prefixes, with no per-hit reordering.
+class LFUPolicy(EvictionPolicy):
+    """LFU with dynamic aging (LFU-DA): a key's priority is its use count plus the tier's age, the
+    priority of the last evicted key, so keys that were hot long ago age out instead of staying
+    forever. Ties go to the least recently used."""
 
-    ``victims`` promotes, ages and rotates keys while it searches, even when it then returns None:
-    that changes the order only, never the resident set."""
+    name = "lfu"
 
-    name = "s3fifo"
+    def __init__(self) -> None:
+        self._age = 0
+        self._clock = 0
+        self._uses: dict[OffloadKey, int] = {}
+        self._entry: dict[OffloadKey, tuple[int, int]] = {}  # key -> (priority, stamp)
+        self._heap: list[tuple[int, int, OffloadKey]] = []  # stale entries skipped when popped
 
-    def __init__(self, capacity: int, small_fraction: float = 0.1, ghost_factor: int = 4) -> None:
-        self.capacity = capacity
-        self.small_target = max(1, int(capacity * small_fraction))
-        self._small: OrderedDict[OffloadKey, None] = OrderedDict()
-        self._main: OrderedDict[OffloadKey, None] = OrderedDict()
-        self._freq: dict[OffloadKey, int] = {}
-        self._ghosts = _Ghosts(ghost_factor * capacity)
+    def _stamp(self, key: OffloadKey) -> None:
+        self._clock += 1
+        entry = (self._age + self._uses[key], self._clock)
+        self._entry[key] = entry
+        heapq.heappush(self._heap, (*entry, key))
+        if len(self._heap) > 4 * len(self._entry) + 64:
+            self._heap = [(*entry, k) for k, entry in self._entry.items()]
+            heapq.heapify(self._heap)
 
     def on_insert(self, key: OffloadKey, parent: OffloadKey | None) -> None:
-        if key in self._ghosts:
-            self._ghosts.discard(key)
-            self._main[key] = None
-        else:
-            self._small[key] = None
-        self._freq[key] = 0
+        self._uses[key] = 1
+        self._stamp(key)
 
     def on_hit(self, key: OffloadKey) -> None:
-        if key in self._freq:
-            self._freq[key] = min(3, self._freq[key] + 1)
+        if key in self._uses:
+            self._uses[key] += 1
+            self._stamp(key)
 
     def on_remove(self, key: OffloadKey) -> None:
-        self._small.pop(key, None)
-        self._main.pop(key, None)
-        self._freq.pop(key, None)
+        self._uses.pop(key, None)
+        self._entry.pop(key, None)
 
     def victims(
         self, count: int, evictable: Evictable, incoming: Collection[OffloadKey]
     ) -> list[OffloadKey] | None:
-        chosen: dict[OffloadKey, None] = {}
-        from_small: set[OffloadKey] = set()
-        freq = self._freq
-        small, main = self._small, self._main
-        # The small FIFO gives victims while it is over its share (or main is empty). Keys are
-        # looked at from the head and rotated to the tail, so no queue is ever copied.
-        for _ in range(len(small)):
-            if len(chosen) == count or (len(small) - len(from_small) <= self.small_target and main):
-                break
-            key = next(iter(small))
-            if freq[key] > 0:
-                del small[key]
-                freq[key] = 0
-                main[key] = None
+        chosen: list[OffloadKey] = []
+        kept: list[tuple[int, int, OffloadKey]] = []
+        heap = self._heap
+        while heap and len(chosen) < count:
+            item = heapq.heappop(heap)
+            priority, stamp, key = item
+            if self._entry.get(key) != (priority, stamp):
                 continue
+            kept.append(item)
             if evictable(key):
-                chosen[key] = None
-                from_small.add(key)
-            small.move_to_end(key)
-        # Main, CLOCK-like: a key with uses left is aged and rotated; 4 rounds age any key to 0.
-        for _ in range(4 * len(main)):
-            if len(chosen) == count:
-                break
-            key = next(iter(main))
-            if freq[key] > 0:
-                freq[key] -= 1
-            elif key not in chosen and evictable(key):
-                chosen[key] = None
-            main.move_to_end(key)
-        if len(chosen) < count:
-            for key in (*small, *main):
-                if len(chosen) == count:
-                    break
-                if key not in chosen and evictable(key):
-                    chosen[key] = None
-                    if key in small:
-                        from_small.add(key)
+                chosen.append(key)
+        for item in kept:
+            heapq.heappush(heap, item)
         if len(chosen) < count:
             return None
-        for key in from_small:
-            self._ghosts.add(key)
-        return list(chosen)
+        self._age = max(self._age, max(self._entry[key][0] for key in chosen))
+        return chosen
 
     def reset(self) -> None:
-        self._small.clear()
-        self._main.clear()
-        self._freq.clear()
-        self._ghosts.clear()
+        self._age = self._clock = 0
+        self._uses.clear()
+        self._entry.clear()
+        self._heap.clear()
 
     def fingerprint(self) -> Hashable:
-        return (tuple(self._small), tuple(self._main), tuple(sorted(self._freq.items())), self._ghosts.fingerprint())
+        return (self._age, self._clock, tuple(sorted((k, self._entry[k], u) for k, u in self._uses.items())))
+
+
+class DoorkeeperLFUPolicy(DuelingAdmission):
+    """The default: :class:`DuelingAdmission` (second-sighting admission while it wins, admit-all
+    otherwise) in front of LFU with dynamic aging. Admission keeps one-off prefixes out of a tier
+    that is small next to the traffic; LFU-DA keeps the blocks that were used most while letting
+    old fame fade, which beats recency once the tier is large (see docs/policies.md)."""
+
+    name = "doorkeeper_lfu"
+
+    def __init__(self, capacity: int, ghost_factor: int = 4, limit: int = 1024) -> None:
+        super().__init__(capacity, LFUPolicy(), LFUPolicy, ghost_factor, limit)
+
+
+# The peers' policies build on the classes above, so they are imported once those exist.
+from kvoffload.offload.policy_peers import (  # noqa: E402
+    LMCacheAdmissionPolicy,
+    S3FIFOPolicy,
+    SievePolicy,
+    WTinyLFUPolicy,
+)
+
 PolicyFactory = Callable[[int], EvictionPolicy]
 
 __all__ = ["DEFAULT_POLICY", "POLICIES", "EvictionPolicy", "make_policy"]
@@ -705,9 +634,12 @@ POLICIES: dict[str, PolicyFactory] = {
     "arc": ARCPolicy,
     "prefix_lru": lambda capacity: PrefixLRUPolicy(),
     "doorkeeper": DoorkeeperLRUPolicy,
-    "doorkeeper_adaptive": AdaptiveDoorkeeperPolicy,
-    "doorkeeper_dueling": DuelingDoorkeeperPolicy,
     "s3fifo": S3FIFOPolicy,
+    "lfu": lambda capacity: LFUPolicy(),
+    "doorkeeper_lfu": DoorkeeperLFUPolicy,
+    "wtinylfu": WTinyLFUPolicy,
+    "sieve": lambda capacity: SievePolicy(),
+    "lmcache_admission": LMCacheAdmissionPolicy,
 }
 
 

@@ -22,7 +22,7 @@ JobKind = Literal["load", "store"]
 # The eviction policy of OffloadConfig, the simulator and the commands: best on the Mooncake
 # production trace for CPU tiers up to 8x the GPU cache, and on the simulator under memory
 # pressure (docs/policies.md).
-DEFAULT_POLICY = "doorkeeper"
+DEFAULT_POLICY = "doorkeeper_lfu"
 
 
 class EngineRequest(Protocol):

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvoffload.offload.types import DEFAULT_POLICY
 from kvoffload.sim.bounds import belady, infinite_cache
 from kvoffload.sim.mooncake import TraceRequest, block_chains
 from kvoffload.sim.oracle_breakdown import oracle_breakdown
@@ -117,13 +118,15 @@ def plot_sweep(result: SweepResult, path: str | Path, title: str = "") -> Path:
     import matplotlib.pyplot as plt
 
     sizes = list(result.cpu_sizes)
-    figure, axes = plt.subplots(figsize=(8, 5))
-    markers = "osD^vP*X"
+    figure, axes = plt.subplots(figsize=(10, 5.5))
+    markers = "osD^vP*Xhp<>"
     for index, policy in enumerate(result.policies):
         # Distinct markers: policies that coincide (lru and prefix_lru often do) stay visible.
+        default = policy == DEFAULT_POLICY
         axes.plot(
             sizes, [result.hit_ratio(policy, size) for size in sizes], marker=markers[index % len(markers)],
-            label=policy, alpha=0.85,
+            label=f"{policy} (default)" if default else policy, alpha=0.85,
+            linewidth=3 if default else 1.5, zorder=3 if default else 2,
         )
     axes.plot(
         sizes, [result.belady_hit_ratio[size] for size in sizes], linestyle="--", color="black",
@@ -142,7 +145,8 @@ def plot_sweep(result: SweepResult, path: str | Path, title: str = "") -> Path:
     axes.set_ylim(bottom=0)
     axes.set_title(title or f"{result.requests} requests, GPU prefix cache of {result.gpu_blocks} blocks")
     axes.grid(True, alpha=0.3)
-    axes.legend(fontsize="small")
+    # Outside the axes: inside, it hid the bounds' lines.
+    axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     figure.tight_layout()
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)

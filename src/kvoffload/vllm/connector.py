@@ -5,7 +5,7 @@ Turn it on with::
     {"kv_connector": "KVOffloadConnector", "kv_connector_module_path": "kvoffload.vllm.connector",
      "kv_role": "kv_both",
      "kv_connector_extra_config": {"num_cpu_blocks": 4096, "blocks_per_chunk": 1,
-                                   "eviction_policy": "doorkeeper"}}
+                                   "eviction_policy": "doorkeeper_lfu"}}
 
 (``"check_invariants": true`` also checks kvoffload's invariants after every step, for tests;
 ``"verify_loads": true`` checks every loaded block's bytes against the digest of what was stored

@@ -5,12 +5,12 @@ Turn it on with (``vllm serve ... --kv-transfer-config '<json>'``, or ``LLM(kv_t
     {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
      "kv_connector_extra_config": {"spec_module_path": "kvoffload.vllm.spec",
                                    "spec_name": "KVOffloadSpec",
-                                   "num_cpu_blocks": 4096, "eviction_policy": "doorkeeper",
+                                   "num_cpu_blocks": 4096, "eviction_policy": "doorkeeper_lfu",
                                    "block_size": 64}}
 
 ``kv_connector_extra_config`` keys read here: ``num_cpu_blocks`` (CPU chunks) or
 ``cpu_bytes_to_use`` (bytes, turned into chunks), ``eviction_policy`` (a kvoffload policy name,
-default ``doorkeeper``), ``verify_loads`` (true: the worker checks every loaded block's bytes
+default ``doorkeeper_lfu``), ``verify_loads`` (true: the worker checks every loaded block's bytes
 against the digest of what was stored, :mod:`kvoffload.dataplane.integrity`), ``cpu_kernel``
 (false: the mover copies with torch on CPU instead of the numba kernel); vLLM itself reads
 ``block_size`` (tokens per offloaded chunk, a multiple of the engine's block size).
