@@ -86,9 +86,11 @@ def connector_transfer_config(
     connector_module: str = "kvoffload.vllm.connector",
     connector_name: str = "KVOffloadConnector",
     verify_loads: bool = False,
+    tiers: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``kv_transfer_config`` for kvoffload's own connector (checking invariants every step;
-    ``verify_loads``: the worker checks every loaded block against what was stored for its key)."""
+    ``verify_loads``: the worker checks every loaded block against what was stored for its key;
+    ``tiers``: ``file_tier`` / ``redis_tier`` settings)."""
     return {
         "kv_connector": connector_name,
         "kv_connector_module_path": connector_module,
@@ -99,6 +101,7 @@ def connector_transfer_config(
             "blocks_per_chunk": blocks_per_chunk,
             "check_invariants": check_invariants,
             "verify_loads": verify_loads,
+            **(tiers or {}),
         },
     }
 
@@ -210,6 +213,8 @@ def kvoffload_state(connector: Any) -> tuple[list[str], list[str], dict[str, Any
     own = getattr(connector, "kvoffload_scheduler", None)
     if own is not None:
         counters = {"scheduler": asdict(own.scheduler.stats), "manager": asdict(own.scheduler.manager.stats)}
+        if own.tiers is not None:
+            counters["tiers"] = {name: asdict(stats) for name, stats in own.tiers.tier_stats.items()}
         return own.violations, own.leaks(), counters
     manager = connector.connector_scheduler.manager
     return manager.violations, manager.leaks(), {"manager": asdict(manager.manager.stats)}
