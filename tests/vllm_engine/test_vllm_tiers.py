@@ -1,43 +1,58 @@
 """Secondary tiers behind KVOffloadConnector in a real vLLM engine (``make check-vllm-tiers``).
 
-The CPU tier (16 chunks, LRU) is too small to keep prompt A through a flood of unrelated prompts,
-so A's re-run can only come back from the file or Redis tier. Every run must give the greedy
-token ids of the run without offloading, and the tier must have served A (the connector's
-promotion counters and vLLM's ``vllm:external_prefix_cache_hits``).
+The CPU tier (16 chunks, LRU) is too small to keep a 320-token prompt through a flood of twelve
+unrelated prompts, so the prompt's re-run can only come back from the file or Redis tier. Every
+output must equal the run without offloading, token for token (greedy outputs do not depend on
+what was cached), and the tier must have served the re-run: the connector's promotion counters
+and vLLM's ``vllm:external_prefix_cache_hits``. Faults are injected between and during batches
+of one engine run; after each the engine keeps serving identical outputs, and hits resume once
+the tier is back.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm-tiers` installs it in .venv-vllm")
+pytest.importorskip("xxhash", reason="the tiers' extra is not installed here: `make check-vllm-tiers` installs it")
+pytest.importorskip("redis", reason="the tiers' extra is not installed here: `make check-vllm-tiers` installs it")
 
-from kvoffload.vllm.harness import Engine, EngineReport, build_tiny_model, connector_transfer_config, run_batches
+from loopback_redis import LoopbackRedis
+
+from kvoffload.vllm.harness import Engine, build_tiny_model, connector_transfer_config, kvoffload_state
 
 BLOCK_SIZE = 32
 GPU_BLOCKS = 48
 CPU_CHUNKS = 16
 MAX_TOKENS = 16
-PROMPT_A_TOKENS = 320
+PROMPT_TOKENS = 320
 # kvoffload's scheduler leaves the chunk holding the last prompt token to the engine.
-SERVED = (PROMPT_A_TOKENS - 1) // BLOCK_SIZE * BLOCK_SIZE
+SERVED = (PROMPT_TOKENS - 1) // BLOCK_SIZE * BLOCK_SIZE
+SERVED_CHUNKS = SERVED // BLOCK_SIZE
 FILE_TIER_BYTES = 16 << 20
+PASSWORD_ENV = "KVOFFLOAD_TEST_REDIS_PASSWORD"
+PASSWORD = "tier-test-secret"
+
+_rng = random.Random(7)
 
 
-def _workload(seed: int = 7) -> list[list[list[int]]]:
-    rng = random.Random(seed)
-
-    def tokens(n: int) -> list[int]:
-        return [rng.randrange(1000) for _ in range(n)]
-
-    prompt_a = tokens(PROMPT_A_TOKENS)
-    return [[prompt_a], [tokens(320) for _ in range(12)], [prompt_a]]
+def _tokens(n: int = PROMPT_TOKENS) -> list[int]:
+    return [_rng.randrange(1000) for _ in range(n)]
 
 
-WORKLOAD = _workload()
+# Prompts re-run after floods; each flood evicts them from the GPU prefix cache and the CPU tier.
+REUSED = [_tokens() for _ in range(4)]
+FLOODS = [[_tokens() for _ in range(12)] for _ in range(4)]
+EVERY_PROMPT = REUSED + [p for flood in FLOODS for p in flood]
 
 
 @pytest.fixture(scope="module")
@@ -45,35 +60,199 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
 
 
-def _run(model_dir: Path, config: dict | None, workload: list[list[list[int]]] = WORKLOAD) -> EngineReport:
-    engine = Engine(model_dir, config, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS)
+@pytest.fixture(scope="module")
+def expected(model_dir: Path) -> dict[tuple[int, ...], list[int]]:
+    """Every prompt's greedy output without offloading."""
+    engine = Engine(model_dir, None, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS)
     try:
-        return run_batches(engine, workload, MAX_TOKENS)
+        outputs, _ = engine.generate(EVERY_PROMPT, MAX_TOKENS)
     finally:
         engine.shutdown()
+    return {tuple(p): o for p, o in zip(EVERY_PROMPT, outputs, strict=True)}
 
 
-@pytest.fixture(scope="module")
-def baseline(model_dir: Path) -> EngineReport:
-    report = _run(model_dir, None)
-    assert report.cached_tokens[-1] == [0], "A must be evicted from the GPU prefix cache by the workload"
-    return report
+class Run:
+    """One engine with tiers; every batch's outputs are checked against ``expected``."""
+
+    def __init__(self, model_dir: Path, tiers: dict, expected: dict[tuple[int, ...], list[int]]) -> None:
+        config = connector_transfer_config(CPU_CHUNKS, "lru", tiers=tiers)
+        self.engine = Engine(model_dir, config, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS)
+        self.expected = expected
+
+    def batch(self, prompts: Sequence[Sequence[int]]) -> list[int]:
+        outputs, cached = self.engine.generate(prompts, MAX_TOKENS)
+        for prompt, output in zip(prompts, outputs, strict=True):
+            assert output == self.expected[tuple(prompt)], "greedy token ids differ from the run without offloading"
+        return cached
+
+    def rerun(self, prompt: Sequence[int], flood: Sequence[Sequence[int]]) -> int:
+        """Run ``prompt``, a flood, then ``prompt`` again: the tokens its re-run got from cache."""
+        self.batch([prompt])
+        self.batch(flood)
+        return self.batch([prompt])[0]
+
+    def tiers(self) -> dict[str, dict[str, int]]:
+        return kvoffload_state(self.engine.scheduler_connector)[2]["tiers"]
+
+    def external_hits(self) -> int:
+        return self.engine.counters()[1]
+
+    def close(self) -> tuple[list[str], list[str]]:
+        """Drain, then the violations and leaks kvoffload recorded."""
+        self.engine.drain()
+        violations, leaks, _ = kvoffload_state(self.engine.scheduler_connector)
+        self.engine.shutdown()
+        return violations, leaks
 
 
-def tier_config(tiers: dict) -> dict:
-    return connector_transfer_config(CPU_CHUNKS, "lru", tiers=tiers)
+@pytest.fixture
+def redis_server() -> Iterator[LoopbackRedis]:
+    try:
+        server = LoopbackRedis(password=PASSWORD).start()
+    except FileNotFoundError as missing:
+        pytest.skip(str(missing))
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
-def check_served_by(baseline: EngineReport, report: EngineReport, tier: str) -> None:
-    assert report.outputs == baseline.outputs, "greedy token ids differ from the run without offloading"
-    assert report.violations == [], report.violations
-    assert report.leaks == [], report.leaks
-    assert report.cached_tokens[-1] == [SERVED], "A's re-run was not served from the offload tiers"
-    assert report.external_hit_tokens >= SERVED
-    assert report.kvoffload["tiers"][tier]["promoted_keys"] >= SERVED // BLOCK_SIZE, report.kvoffload["tiers"]
+@pytest.fixture
+def redis_password(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv(PASSWORD_ENV, PASSWORD)
+    return PASSWORD
 
 
-def test_file_tier_serves_what_the_cpu_tier_lost(model_dir: Path, baseline: EngineReport, tmp_path: Path) -> None:
+def _redis_tiers(server: LoopbackRedis) -> dict:
+    return {"redis_tier": {"url": server.url, "password_env": PASSWORD_ENV, "ttl_s": 600}}
+
+
+def test_file_tier_serves_and_survives_damage(model_dir: Path, expected: dict, tmp_path: Path) -> None:
+    path = tmp_path / "kv.tier"
+    run = Run(model_dir, {"file_tier": {"path": str(path), "size_bytes": FILE_TIER_BYTES}}, expected)
+    try:
+        assert run.rerun(REUSED[0], FLOODS[0]) == SERVED, "the re-run was not served from the file tier"
+        served = run.tiers()["file"]["promoted_keys"]
+        assert served >= SERVED_CHUNKS
+        assert run.external_hits() >= SERVED
+        # Overwritten behind the tier's back: every chunk fails its checksum, the prompt is recomputed.
+        with open(path, "r+b") as tier_file:
+            tier_file.write(os.urandom(os.path.getsize(path)))
+        assert run.rerun(REUSED[0], FLOODS[1]) < SERVED
+        assert run.tiers()["file"]["checksum_failures"] >= 1
+        # Truncated while running (the prompt was stored and cascaded again when it was recomputed):
+        # its reads come back short, never served.
+        failures = run.tiers()["file"]["checksum_failures"]
+        os.truncate(path, 0)
+        run.batch(FLOODS[2])
+        assert run.batch([REUSED[0]])[0] < SERVED
+        assert run.tiers()["file"]["checksum_failures"] > failures
+        # Deleted while running: the open file keeps serving (the inode lives on).
+        os.unlink(path)
+        assert run.rerun(REUSED[2], FLOODS[3]) == SERVED
+        assert run.tiers()["file"]["promoted_keys"] >= served + SERVED_CHUNKS
+    finally:
+        violations, leaks = run.close()
+    assert violations == [] and leaks == []
+
+
+def test_engine_restarted_over_an_existing_tier_file(model_dir: Path, expected: dict, tmp_path: Path) -> None:
     tiers = {"file_tier": {"path": str(tmp_path / "kv.tier"), "size_bytes": FILE_TIER_BYTES}}
-    report = _run(model_dir, tier_config(tiers))
-    check_served_by(baseline, report, "file")
+    first = Run(model_dir, tiers, expected)
+    try:
+        first.rerun(REUSED[0], FLOODS[0])
+    finally:
+        first.close()
+    second = Run(model_dir, tiers, expected)
+    try:
+        # The file tier starts empty after a restart: nothing of the first engine is served.
+        assert second.batch([REUSED[0]]) == [0]
+        assert second.rerun(REUSED[1], FLOODS[1]) == SERVED
+    finally:
+        violations, leaks = second.close()
+    assert violations == [] and leaks == []
+
+
+def test_redis_tier_serves_and_survives_faults(
+    model_dir: Path, expected: dict, redis_server: LoopbackRedis, redis_password: str
+) -> None:
+    run = Run(model_dir, _redis_tiers(redis_server), expected)
+    client = redis_server.client()
+    try:
+        assert run.rerun(REUSED[0], FLOODS[0]) == SERVED, "the re-run was not served from the Redis tier"
+        assert run.tiers()["redis"]["promoted_keys"] >= SERVED_CHUNKS
+        assert run.external_hits() >= SERVED
+        # Values truncated, corrupted and swapped behind the tier's back: never served.
+        keys = sorted(client.keys("*"))
+        assert keys, "nothing was cascaded to Redis"
+        for index, key in enumerate(keys):
+            value = client.get(key)
+            if index % 3 == 0:
+                client.set(key, value[:-7])
+            elif index % 3 == 1:
+                client.set(key, value[:100] + bytes([value[100] ^ 1]) + value[101:])
+        for left, right in zip(keys[2::3], keys[5::3], strict=False):
+            left_value, right_value = client.get(left), client.get(right)
+            client.set(left, right_value)
+            client.set(right, left_value)
+        run.batch(FLOODS[1])
+        assert run.batch([REUSED[0]])[0] < SERVED
+        assert run.tiers()["redis"]["checksum_failures"] + run.tiers()["redis"]["failed_promotions"] >= 1
+        # SIGKILLed in the middle of a flood, then restarted empty: misses, then hits resume.
+        killer = threading.Timer(1.0, redis_server.kill)
+        killer.start()
+        run.batch(FLOODS[2])
+        killer.join()
+        assert run.batch([REUSED[1]]) == [0]
+        redis_server.start()
+        promoted = run.tiers()["redis"]["promoted_keys"]
+        assert run.rerun(REUSED[2], FLOODS[3]) == SERVED
+        assert run.tiers()["redis"]["promoted_keys"] >= promoted + SERVED_CHUNKS
+        # SIGKILLed and left down: the engine keeps serving.
+        redis_server.kill()
+        assert run.rerun(REUSED[3], FLOODS[0]) == 0
+        assert run.tiers()["redis"]["faults"] >= 1
+    finally:
+        violations, leaks = run.close()
+    assert violations == [] and leaks == []
+
+
+def test_wrong_password_and_another_tenants_keys(
+    model_dir: Path, expected: dict, redis_server: LoopbackRedis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(PASSWORD_ENV, "not-the-password")
+    run = Run(model_dir, _redis_tiers(redis_server), expected)
+    try:
+        assert run.rerun(REUSED[0], FLOODS[0]) == 0
+        stats = run.tiers()["redis"]
+        assert stats["promoted_keys"] == 0 and stats["faults"] >= 1
+    finally:
+        violations, leaks = run.close()
+    assert violations == [] and leaks == []
+
+
+def _engine_process(model_dir: Path, config: dict, prompts: list[list[int]]) -> dict:
+    here = Path(__file__).parent
+    done = subprocess.run(
+        [sys.executable, str(here / "tier_engine_process.py"), str(model_dir), json.dumps(config),
+         json.dumps(prompts)],
+        capture_output=True, text=True, timeout=600, env=os.environ.copy(), check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_two_engines_in_two_processes_share_redis(
+    model_dir: Path, expected: dict, redis_server: LoopbackRedis, redis_password: str
+) -> None:
+    config = connector_transfer_config(CPU_CHUNKS, "lru", tiers=_redis_tiers(redis_server))
+    first = _engine_process(model_dir, config, [REUSED[0]])
+    second = _engine_process(model_dir, config, [REUSED[0]])
+    for report in (first, second):
+        assert report["outputs"] == [expected[tuple(REUSED[0])]]
+        assert report["violations"] == [] and report["leaks"] == []
+    assert first["cached"] == [0]
+    # The second engine never computed the prompt: its KV came from the first, through Redis.
+    assert second["cached"] == [SERVED]
+    assert second["external_hit_tokens"] >= SERVED
+    assert second["tiers"]["redis"]["foreign_keys"] >= SERVED_CHUNKS
