@@ -29,7 +29,7 @@ def payload(seed: int) -> memoryview:
 
 def test_the_file_is_preallocated_and_slots_are_aligned(tier: FileTier) -> None:
     assert tier.slot_bytes % 4096 == 0 and tier.slot_bytes >= CHUNK
-    assert os.path.getsize(tier.path) == 4 * tier.slot_bytes
+    assert os.path.getsize(tier.path) == 4096 + 4 * tier.slot_bytes  # the header page, then the slots
 
 
 def test_page_aligned_chunks_move_without_a_bounce_buffer(tier: FileTier) -> None:
@@ -51,7 +51,7 @@ def test_round_trip_and_every_mismatch_is_corrupt(tier: FileTier) -> None:
     out = memoryview(bytearray(CHUNK))
     assert tier.read(job._replace(keys=(99,), slots=(2,)), [out]) == ((CORRUPT,), 0)
     with open(tier.path, "r+b") as raw:
-        raw.seek(3 * tier.slot_bytes + 100)
+        raw.seek(tier.slot_offset(3) + 100)
         raw.write(b"\xff")
     assert tier.read(job._replace(keys=(11,), slots=(3,)), [out]) == ((CORRUPT,), 0)
     assert tier.read(job._replace(keys=(12,), slots=(0,)), [out]) == ((CORRUPT,), 0)
@@ -86,7 +86,7 @@ def test_the_driver_moves_cpu_blocks_through_the_pool_and_injects_faults(tmp_pat
 
 
 def test_a_bad_size_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="num_slots and chunk_bytes"):
+    with pytest.raises(ValueError, match="num_slots=0"):
         FileTier(str(tmp_path / "x"), 0, CHUNK)
 
 

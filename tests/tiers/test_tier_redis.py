@@ -118,3 +118,20 @@ def test_a_tls_url_configures_a_tls_connection() -> None:
     kwargs = tier.client.connection_pool.connection_kwargs
     assert tier.client.connection_pool.connection_class.__name__ == "SSLConnection"
     assert kwargs["password"] == "pw" and kwargs["ssl_ca_certs"] == "/nonexistent/ca.pem"
+
+
+def test_free_port_keeps_to_the_configured_range(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from kvoffload.tiers.redis_server import PORTS_VARIABLE, free_port
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        monkeypatch.setenv(PORTS_VARIABLE, f"{port}-{port}")
+        with pytest.raises(RuntimeError, match=f"no free loopback port in {PORTS_VARIABLE}={port}-{port}"):
+            free_port()
+    assert free_port() == port
+    monkeypatch.setenv(PORTS_VARIABLE, "low-high")
+    with pytest.raises(ValueError, match="expected LOW-HIGH"):
+        free_port()

@@ -46,8 +46,8 @@ def test_the_command_prints_tier_figures(redis_server: RedisServer, capsys: pyte
         (["--tiers", "file,cpu"], "--tiers must start with cpu"),
         (["--tiers", "cpu,disk"], "each of file, redis may follow cpu once"),
         (["--tiers", "cpu,file", "--engines", "2"], "needs the shared redis tier"),
-        (["--tiers", "cpu,file", "--tier-dir", "/nonexistent/kvoffload"], "cannot use the file tier"),
-        (["--tiers", "cpu,redis", "--redis-url", "foo://x"], "Redis URL must specify"),
+        (["--tiers", "cpu,file", "--tier-dir", "/nonexistent/kvoffload"], "engine0.tier: cannot open it"),
+        (["--tiers", "cpu,redis", "--redis-url", "foo://x"], "url='foo://x': expected redis://"),
     ],
 )
 def test_bad_tier_options_are_one_line_and_exit_2(

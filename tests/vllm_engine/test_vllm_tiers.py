@@ -28,6 +28,7 @@ pytest.importorskip("redis", reason="the tiers' extra is not installed here: `ma
 
 from loopback_redis import LoopbackRedis
 
+from kvoffload.tiers.record import Namespace
 from kvoffload.vllm.harness import Engine, build_tiny_model, connector_transfer_config, kvoffload_state
 
 BLOCK_SIZE = 32
@@ -217,15 +218,41 @@ def test_redis_tier_serves_and_survives_faults(
     assert violations == [] and leaks == []
 
 
-def test_wrong_password_and_another_tenants_keys(
-    model_dir: Path, expected: dict, redis_server: LoopbackRedis, monkeypatch: pytest.MonkeyPatch
+def test_another_tenants_values_and_a_rotated_password(
+    model_dir: Path, expected: dict, redis_server: LoopbackRedis, redis_password: str, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv(PASSWORD_ENV, "not-the-password")
+    """Another deployment (another model: other KV for the same block hashes) shares the server;
+    its values copied under this engine's key names are refused. Then the server's password
+    changes under the running engine (no hits, same outputs) and changes back (hits resume)."""
+    other_model = build_tiny_model(tmp_path / "other-model", seed=1)
+    other = Engine(other_model, connector_transfer_config(CPU_CHUNKS, "lru", tiers=_redis_tiers(redis_server)),
+                   block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS)
+    try:
+        other.generate([REUSED[0]], MAX_TOKENS)
+        other.drain()
+        other_scope = Namespace(other.scheduler_connector.model_name, other.scheduler_connector.layout).scope("")
+    finally:
+        other.shutdown()
+    client = redis_server.client()
     run = Run(model_dir, _redis_tiers(redis_server), expected)
     try:
-        assert run.rerun(REUSED[0], FLOODS[0]) == 0
-        stats = run.tiers()["redis"]
-        assert stats["promoted_keys"] == 0 and stats["faults"] >= 1
+        scope = Namespace(run.engine.scheduler_connector.model_name, run.engine.scheduler_connector.layout).scope("")
+        assert scope != other_scope
+        foreign = [key for key in client.keys("*") if key.startswith(other_scope)]
+        assert len(foreign) >= SERVED_CHUNKS, "the other deployment cascaded nothing"
+        for key in foreign:
+            client.set(scope + key[len(other_scope):], client.get(key))
+        assert run.batch([REUSED[0]]) == [0], "another deployment's KV was served"
+        assert run.tiers()["redis"]["checksum_failures"] >= 1
+        # The password rotates under the running engine: its connections are dropped and re-authenticate in vain.
+        client.config_set("requirepass", "rotated")
+        client.execute_command("AUTH", "rotated")
+        client.client_kill_filter(_type="normal", skipme=True)
+        faults = run.tiers()["redis"]["faults"]
+        assert run.rerun(REUSED[1], FLOODS[1]) == 0
+        assert run.tiers()["redis"]["faults"] > faults
+        client.config_set("requirepass", PASSWORD)
+        assert run.rerun(REUSED[2], FLOODS[2]) == SERVED, "hits did not resume once the password was right again"
     finally:
         violations, leaks = run.close()
     assert violations == [] and leaks == []
@@ -238,21 +265,24 @@ def _engine_process(model_dir: Path, config: dict, prompts: list[list[int]]) -> 
          json.dumps(prompts)],
         capture_output=True, text=True, timeout=600, env=os.environ.copy(), check=False,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, done.stderr[-5000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def test_two_engines_in_two_processes_share_redis(
     model_dir: Path, expected: dict, redis_server: LoopbackRedis, redis_password: str
 ) -> None:
-    config = connector_transfer_config(CPU_CHUNKS, "lru", tiers=_redis_tiers(redis_server))
+    """Two engines one after the other, each in its own process with vLLM's multiprocessing on
+    (frontend, engine core and worker in three processes): the second serves the prefix the
+    first computed, through Redis."""
+    config = connector_transfer_config(CPU_CHUNKS, "lru", check_invariants=False, tiers=_redis_tiers(redis_server))
     first = _engine_process(model_dir, config, [REUSED[0]])
+    assert redis_server.client().dbsize() >= SERVED_CHUNKS, "the first engine cascaded nothing to Redis"
     second = _engine_process(model_dir, config, [REUSED[0]])
     for report in (first, second):
         assert report["outputs"] == [expected[tuple(REUSED[0])]]
-        assert report["violations"] == [] and report["leaks"] == []
     assert first["cached"] == [0]
-    # The second engine never computed the prompt: its KV came from the first, through Redis.
+    # The second engine never computed the prompt and its CPU tier started empty: the KV came
+    # from the first engine, through Redis.
     assert second["cached"] == [SERVED]
     assert second["external_hit_tokens"] >= SERVED
-    assert second["tiers"]["redis"]["foreign_keys"] >= SERVED_CHUNKS

@@ -29,6 +29,11 @@ FAULT = "fault"  # I/O error, connection refused, timeout
 KEY_RESULTS: frozenset[str] = frozenset({OK, MISS, CORRUPT, FAULT})
 
 
+class TierConfigError(ValueError):
+    """A tier setting that can never work (its message names the setting and the value), or a
+    tier file that another tier holds or that belongs to another model, layout or chunk size."""
+
+
 class TierJob(NamedTuple):
     """One batched transfer between CPU blocks and one secondary tier.
 

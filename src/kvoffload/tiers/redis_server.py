@@ -7,6 +7,7 @@ every key: exactly the "server restarted" fault the redis tier must survive.
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import ssl
@@ -22,10 +23,29 @@ class RedisServerMissing(RuntimeError):
     """No ``redis-server`` executable on PATH."""
 
 
+PORTS_VARIABLE = "KVOFFLOAD_REDIS_PORTS"
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A free loopback port: any, or the first free one of ``KVOFFLOAD_REDIS_PORTS`` (``LOW-HIGH``)
+    when that is set, so that jobs sharing a machine keep to their own ports."""
+    allowed = os.environ.get(PORTS_VARIABLE, "")
+    if not allowed:
+        candidates = [0]
+    else:
+        low, _, high = allowed.partition("-")
+        try:
+            candidates = list(range(int(low), int(high or low) + 1))
+        except ValueError:
+            raise ValueError(f"{PORTS_VARIABLE}={allowed!r}: expected LOW-HIGH, e.g. 16400-16499") from None
+    for port in candidates:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(sock.getsockname()[1])
+    raise RuntimeError(f"no free loopback port in {PORTS_VARIABLE}={allowed}")
 
 
 class RedisServer:

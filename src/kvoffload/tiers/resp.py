@@ -21,6 +21,16 @@ class RespError(Exception):
     """The server answered an error or something that is not the expected reply."""
 
 
+class ErrorReply(RespError):
+    """The server answered an error reply (``-WRONGTYPE ...``), which was read whole: the stream
+    is still in step with the pipeline."""
+
+
+def _unexpected(line: bytes) -> RespError:
+    text = line.decode(errors="replace")
+    return ErrorReply(text[1:]) if line.startswith(b"-") else RespError(text)
+
+
 def set_command(key: bytes, header: bytes, payload: memoryview, ttl_s: int | None) -> list[bytes | memoryview]:
     """The iovecs of ``SET key header+payload [EX ttl]``."""
     length = len(header) + len(payload)
@@ -95,14 +105,14 @@ class ReplyReader:
         """A status reply (``+OK``); an error reply raises RespError."""
         line = self.line()
         if not line.startswith(b"+"):
-            raise RespError(line.decode(errors="replace"))
+            raise _unexpected(line)
         return line[1:]
 
     def integer(self) -> int:
         """An integer reply (``:1``); an error reply raises RespError."""
         line = self.line()
         if not line.startswith(b":"):
-            raise RespError(line.decode(errors="replace"))
+            raise _unexpected(line)
         return int(line[1:])
 
     def bulk_length(self) -> int:
@@ -112,7 +122,7 @@ class ReplyReader:
         if line == b"_":
             return -1
         if not line.startswith(b"$"):
-            raise RespError(line.decode(errors="replace"))
+            raise _unexpected(line)
         return int(line[1:])
 
     def skip(self, count: int) -> None:

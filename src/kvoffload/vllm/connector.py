@@ -57,9 +57,10 @@ from kvoffload.offload.mover import BlockMover
 from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload.offload.types import DEFAULT_POLICY, ConnectorMetadata, JobId, OffloadConfig, RequestId
 from kvoffload.tiers.protocol import TierJob, TierOutcome
+from kvoffload.tiers.record import Namespace
 from kvoffload.vllm.connector_scheduler import SchedulerSide
 from kvoffload.vllm.connector_worker import WorkerSide, block_tensors, make_worker
-from kvoffload.vllm.settings import ConfigError, flag
+from kvoffload.vllm.settings import flag
 from kvoffload.vllm.tier_io import LayerChunks, WorkerTiers, open_backends, writer_id
 from kvoffload.vllm.tier_manager import tiering_manager
 from kvoffload.vllm.tier_settings import tier_settings
@@ -105,15 +106,15 @@ def _offload_config(vllm_config: Any) -> OffloadConfig:
 
 def kv_layout(vllm_config: Any, kv_cache_config: Any, blocks_per_chunk: int) -> tuple[str, int]:
     """A name of the KV layout one chunk has in this engine (dtype, layers, page bytes, block
-    tokens, blocks per chunk, tensor-parallel rank and size), and the chunk's bytes as the
-    scheduler side can know them (every layer's page: an upper bound of what the worker moves)."""
+    tokens, blocks per chunk, tensor-parallel size; the rank is a field of the tiers' namespace),
+    and the chunk's bytes as the scheduler side can know them (every layer's page: an upper bound
+    of what the worker moves)."""
     group = kv_cache_config.kv_cache_groups[0]
     page = int(group.kv_cache_spec.page_size_bytes)
     layers = len(group.layer_names)
-    parallel = vllm_config.parallel_config
     layout = (
         f"{vllm_config.cache_config.cache_dtype}/{vllm_config.model_config.dtype}/l{layers}/p{page}"
-        f"/b{vllm_config.cache_config.block_size}x{blocks_per_chunk}/tp{parallel.rank}of{parallel.world_size}"
+        f"/b{vllm_config.cache_config.block_size}x{blocks_per_chunk}/tp{vllm_config.parallel_config.tensor_parallel_size}"
     )
     return layout, page * layers * blocks_per_chunk
 
@@ -172,12 +173,8 @@ class KVOffloadConnector(KVConnectorBase_V1):
         self.kvoffload_worker = make_worker(mover, self.config.blocks_per_chunk, self.verify_loads)
         if self.tier_settings.any:
             chunks = LayerChunks(mover.cpu_layers, self.config.blocks_per_chunk)
-            try:
-                backends = open_backends(
-                    self.tier_settings, chunks.chunk_bytes, self.file_slots, self.model_name, self.layout, self.writer
-                )
-            except OSError as error:
-                raise ConfigError(f"kv_connector_extra_config['file_tier']['path']: {error}") from None
+            namespace = Namespace(self.model_name, self.layout, 0)
+            backends = open_backends(self.tier_settings, chunks.chunk_bytes, self.file_slots, namespace, self.writer)
             self.worker_tiers = WorkerTiers(backends, chunks)
 
     def make_mover(self, layers: list[torch.Tensor], num_cpu_blocks: int) -> BlockMover:

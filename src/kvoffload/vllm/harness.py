@@ -139,6 +139,7 @@ class Engine:
         max_model_len: int | None = None,
         max_num_seqs: int | None = None,
         dtype: str = "float32",
+        distributed_executor_backend: str | None = None,
     ) -> None:
         from vllm import LLM
         from vllm.config import KVTransferConfig
@@ -158,8 +159,11 @@ class Engine:
             disable_log_stats=False,
             seed=0,
             **({"max_num_seqs": max_num_seqs} if max_num_seqs else {}),
+            **({"distributed_executor_backend": distributed_executor_backend} if distributed_executor_backend else {}),
         )
-        self.core = self.llm.llm_engine.engine_core.engine_core
+        # None with vLLM's multiprocessing on (VLLM_ENABLE_V1_MULTIPROCESSING=1): the engine core,
+        # its scheduler and connector live in another process, and only vLLM's counters are read.
+        self.core = getattr(self.llm.llm_engine.engine_core, "engine_core", None)
         self._baseline = self._metrics()
 
     def _metrics(self) -> tuple[int, int, int]:
@@ -179,7 +183,10 @@ class Engine:
         return [list(o.outputs[0].token_ids) for o in outputs], [int(o.num_cached_tokens or 0) for o in outputs]
 
     def drain(self, max_steps: int = 1000) -> int:
-        """Step the engine until its connector has no transfer left; returns the steps taken."""
+        """Step the engine until its connector has no transfer left; returns the steps taken (in
+        process only: with multiprocessing the engine core steps on its own until it is idle)."""
+        if self.core is None:
+            raise RuntimeError("drain needs the engine core in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0)")
         scheduler = self.core.scheduler
         for taken in range(max_steps):
             if not scheduler.has_requests():
@@ -189,8 +196,8 @@ class Engine:
 
     @property
     def scheduler_connector(self) -> Any:
-        """The scheduler-side KV connector of the engine (None without one)."""
-        return self.core.scheduler.connector
+        """The scheduler-side KV connector of the engine (None without one, or in another process)."""
+        return None if self.core is None else self.core.scheduler.connector
 
     def counters(self) -> tuple[int, int, int]:
         """vLLM's prefix_cache_hits, external_prefix_cache_hits and external_prefix_cache_queries

@@ -19,7 +19,9 @@ from collections.abc import Iterable, Mapping, Sequence
 import torch
 
 from kvoffload.tiers.driver import TierBackend, TierDriver
-from kvoffload.tiers.protocol import OK, TierJob, TierOutcome
+from kvoffload.tiers.protocol import OK, TierConfigError, TierJob, TierOutcome
+from kvoffload.tiers.record import Namespace
+from kvoffload.vllm.settings import ConfigError
 from kvoffload.vllm.tier_settings import TierSettings
 
 
@@ -82,22 +84,29 @@ def writer_id(engine_id: str) -> int:
 
 
 def open_backends(
-    settings: TierSettings, chunk_bytes: int, file_slots: int, model: str, layout: str, writer: int
+    settings: TierSettings, chunk_bytes: int, file_slots: int, namespace: Namespace, writer: int
 ) -> dict[str, TierBackend]:
-    """The I/O side of each configured tier (a file tier's file is created or reopened here)."""
+    """The I/O side of each configured tier (a file tier's file is created or reopened here, and
+    locked); ConfigError naming the setting when one cannot be opened."""
     backends: dict[str, TierBackend] = {}
     if settings.file is not None:
         from kvoffload.tiers.file_tier import FileTier
 
-        backends["file"] = FileTier(settings.file.path, file_slots, chunk_bytes, writer=writer)
+        try:
+            backends["file"] = FileTier(settings.file.path, file_slots, chunk_bytes, writer=writer, namespace=namespace)
+        except (TierConfigError, OSError) as error:
+            raise ConfigError(f"kv_connector_extra_config['file_tier']: {error}") from None
     if settings.redis is not None:
         from kvoffload.tiers.redis_tier import RedisTier, RedisTierConfig
 
         redis = settings.redis
-        config = RedisTierConfig(
-            url=redis.url, model=model, layout=layout, password=redis.password(),
-            socket_timeout_s=redis.socket_timeout_s, ttl_s=redis.ttl_s,
-        )
+        try:
+            config = RedisTierConfig(
+                url=redis.url, model=namespace.model, layout=namespace.layout, rank=namespace.rank,
+                password=redis.password(), socket_timeout_s=redis.socket_timeout_s, ttl_s=redis.ttl_s,
+            )
+        except TierConfigError as error:
+            raise ConfigError(f"kv_connector_extra_config['redis_tier']: {error}") from None
         backends["redis"] = RedisTier(config, writer=writer)
     return backends
 

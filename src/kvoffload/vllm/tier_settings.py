@@ -19,13 +19,14 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from kvoffload.vllm.settings import ConfigError
 
 FILE_KEYS = frozenset({"path", "size_bytes"})
 REDIS_KEYS = frozenset({"url", "password_env", "ttl_s", "socket_timeout_s", "cluster"})
-# The file tier's slot: the chunk padded to the page, then a one-page trailer (kvoffload.tiers.file_tier).
+# The file tier's layout (kvoffload.tiers.file_tier): a header page, then slots of the chunk padded
+# to the page and a one-page trailer.
 PAGE = 4096
 
 
@@ -37,11 +38,11 @@ class FileTierSettings:
     def slots(self, chunk_bytes: int) -> int:
         """Slots of ``chunk_bytes`` chunks that fit ``size_bytes`` (at least one, else ConfigError)."""
         slot_bytes = -(-chunk_bytes // PAGE) * PAGE + PAGE
-        slots = self.size_bytes // slot_bytes
+        slots = (self.size_bytes - PAGE) // slot_bytes
         if slots < 1:
             raise ConfigError(
-                f"kv_connector_extra_config['file_tier']['size_bytes'] = {self.size_bytes} is less than one "
-                f"slot ({slot_bytes} bytes for a {chunk_bytes}-byte chunk)"
+                f"kv_connector_extra_config['file_tier']['size_bytes'] = {self.size_bytes} is less than the "
+                f"header page and one slot ({PAGE} + {slot_bytes} bytes for a {chunk_bytes}-byte chunk)"
             )
         return slots
 
@@ -106,8 +107,9 @@ def _masked(url: str) -> str:
     parts = urlsplit(url)
     if parts.password is None:
         return url
-    user = parts.username or ""
-    return parts._replace(netloc=f"{user}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")).geturl()
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user = userinfo.partition(":")[0]
+    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, parts.fragment))
 
 
 def _redis(section: Mapping[str, Any]) -> RedisTierSettings:

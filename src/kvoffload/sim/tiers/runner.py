@@ -162,7 +162,7 @@ def _build_engine(options: TierSimOptions, index: int, directory: str, redis_url
         base.blocks_per_chunk, base.num_cpu_blocks, options.chunk_bytes, base.delay, base.faults, config.seed + 1
     )
     faults = TierFaults(io_error_rate=base.faults, corrupt_rate=base.faults, seed=config.seed + 7)
-    driver = TierDriver(backends, worker, options.threads, max(base.delay, 1), faults)
+    driver = TierDriver(backends, worker, options.threads, max(base.delay, 1), faults, indexes)
     return TieredEngine(config, worker, manager, driver)
 
 
