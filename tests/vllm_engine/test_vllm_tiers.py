@@ -258,11 +258,11 @@ def test_another_tenants_values_and_a_rotated_password(
     assert violations == [] and leaks == []
 
 
-def _engine_process(model_dir: Path, config: dict, prompts: list[list[int]]) -> dict:
+def _engine_process(model_dir: Path, config: dict, batches: list[list[list[int]]]) -> dict:
     here = Path(__file__).parent
     done = subprocess.run(
         [sys.executable, str(here / "tier_engine_process.py"), str(model_dir), json.dumps(config),
-         json.dumps(prompts)],
+         json.dumps(batches)],
         capture_output=True, text=True, timeout=600, env=os.environ.copy(), check=False,
     )
     assert done.returncode == 0, done.stderr[-5000:]
@@ -276,9 +276,9 @@ def test_two_engines_in_two_processes_share_redis(
     (frontend, engine core and worker in three processes): the second serves the prefix the
     first computed, through Redis."""
     config = connector_transfer_config(CPU_CHUNKS, "lru", check_invariants=False, tiers=_redis_tiers(redis_server))
-    first = _engine_process(model_dir, config, [REUSED[0]])
+    first = _engine_process(model_dir, config, [[REUSED[0]]])
     assert redis_server.client().dbsize() >= SERVED_CHUNKS, "the first engine cascaded nothing to Redis"
-    second = _engine_process(model_dir, config, [REUSED[0]])
+    second = _engine_process(model_dir, config, [[REUSED[0]]])
     for report in (first, second):
         assert report["outputs"] == [expected[tuple(REUSED[0])]]
     assert first["cached"] == [0]

@@ -31,7 +31,10 @@ What vLLM's interface cannot express, and the behaviour chosen:
   are flushed first), so the KV the engine receives is right; kvoffload only stops tracking them.
 - KV cache events (``take_events``) are not published: vLLM's events need per-block token
   metadata that kvoffload's chunk keys do not carry.
-- One worker only (no tensor or pipeline parallelism): job outcomes are per worker.
+- Tensor parallelism: every rank runs the same jobs on its own shard (its tier keys carry its
+  rank, its file tier is ``path.rankN``); a job counts as done only when every rank reported it,
+  and as succeeded only if it succeeded on every rank (:mod:`kvoffload.vllm.rank_reports`).
+  Pipeline parallelism is refused at start.
 - A promotion from a secondary tier takes a step (two for Redis: the probe, then the read); the
   request waits meanwhile (``get_num_new_matched_tokens`` answers ``(None, False)``).
 - A failed load is reported through ``get_block_ids_with_load_errors``; set vLLM's
@@ -41,7 +44,7 @@ What vLLM's interface cannot express, and the behaviour chosen:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -55,12 +58,13 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.mover import BlockMover
 from kvoffload.offload.scheduler import OffloadingScheduler
-from kvoffload.offload.types import DEFAULT_POLICY, ConnectorMetadata, JobId, OffloadConfig, RequestId
-from kvoffload.tiers.protocol import TierJob, TierOutcome
+from kvoffload.offload.types import DEFAULT_POLICY, ConnectorMetadata, OffloadConfig, RequestId
+from kvoffload.tiers.protocol import TierJob
 from kvoffload.tiers.record import Namespace
 from kvoffload.vllm.connector_scheduler import SchedulerSide
 from kvoffload.vllm.connector_worker import WorkerSide, block_tensors, make_worker
-from kvoffload.vllm.settings import flag
+from kvoffload.vllm.rank_reports import RankReport
+from kvoffload.vllm.settings import ConfigError, flag
 from kvoffload.vllm.tier_io import LayerChunks, WorkerTiers, open_backends, writer_id
 from kvoffload.vllm.tier_manager import tiering_manager
 from kvoffload.vllm.tier_settings import tier_settings
@@ -77,18 +81,15 @@ class KVOffloadConnectorMetadata(KVConnectorMetadata):
 
 @dataclass
 class KVOffloadWorkerMetadata(KVConnectorWorkerMetadata):
-    """Worker -> scheduler, once per step: ``{job_id: ok}`` of the jobs that finished, and the
-    outcomes of the tier jobs that finished."""
+    """Worker -> scheduler, once per step: per rank, ``{job_id: ok}`` of the jobs that finished
+    and the outcomes of the tier jobs that finished (vLLM aggregates the ranks' metadata)."""
 
-    completed: dict[JobId, bool] = field(default_factory=dict)
-    tier_outcomes: tuple[TierOutcome, ...] = ()
+    reports: tuple[RankReport, ...] = ()
 
     def aggregate(self, other: KVConnectorWorkerMetadata) -> KVConnectorWorkerMetadata:
         if not isinstance(other, KVOffloadWorkerMetadata):
             raise TypeError(f"cannot aggregate KVOffloadWorkerMetadata with {type(other).__name__}")
-        return KVOffloadWorkerMetadata(
-            {**self.completed, **other.completed}, self.tier_outcomes + other.tier_outcomes
-        )
+        return KVOffloadWorkerMetadata(self.reports + other.reports)
 
 
 def _offload_config(vllm_config: Any) -> OffloadConfig:
@@ -125,8 +126,11 @@ class KVOffloadConnector(KVConnectorBase_V1):
     def __init__(self, vllm_config: Any, role: KVConnectorRole, kv_cache_config: Any) -> None:
         super().__init__(vllm_config, role, kv_cache_config)
         parallel = vllm_config.parallel_config
-        if parallel.world_size != 1:
-            raise ValueError(f"KVOffloadConnector runs with one worker; this engine has {parallel.world_size}")
+        if parallel.pipeline_parallel_size != 1:
+            stages = parallel.pipeline_parallel_size
+            raise ConfigError(f"KVOffloadConnector supports tensor parallelism only; pipeline_parallel_size={stages}")
+        self.world_size = int(parallel.tensor_parallel_size)
+        self.rank = 0
         if len(kv_cache_config.kv_cache_groups) != 1:
             raise ValueError(
                 f"KVOffloadConnector supports one KV cache group; this model has {len(kv_cache_config.kv_cache_groups)}"
@@ -146,7 +150,7 @@ class KVOffloadConnector(KVConnectorBase_V1):
         if role == KVConnectorRole.SCHEDULER:
             cpu = CPUOffloadingManager(self.config.num_cpu_blocks, self.config.policy, enable_events=False)
             manager = tiering_manager(cpu, self.tier_settings, self.file_slots) if self.tier_settings.any else cpu
-            self.kvoffload_scheduler = SchedulerSide(OffloadingScheduler(self.config, manager), check)
+            self.kvoffload_scheduler = SchedulerSide(OffloadingScheduler(self.config, manager), check, self.world_size)
 
     @property
     def requires_kv_delivery(self) -> bool:
@@ -171,10 +175,15 @@ class KVOffloadConnector(KVConnectorBase_V1):
         )
         mover = self.make_mover(layers, self.config.num_cpu_blocks * self.config.blocks_per_chunk)
         self.kvoffload_worker = make_worker(mover, self.config.blocks_per_chunk, self.verify_loads)
+        if self.world_size > 1:
+            from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+
+            self.rank = get_tensor_model_parallel_rank()
         if self.tier_settings.any:
             chunks = LayerChunks(mover.cpu_layers, self.config.blocks_per_chunk)
-            namespace = Namespace(self.model_name, self.layout, 0)
-            backends = open_backends(self.tier_settings, chunks.chunk_bytes, self.file_slots, namespace, self.writer)
+            namespace = Namespace(self.model_name, self.layout, self.rank)
+            settings = self.tier_settings.for_rank(self.rank, self.world_size)
+            backends = open_backends(settings, chunks.chunk_bytes, self.file_slots, namespace, self.writer)
             self.worker_tiers = WorkerTiers(backends, chunks)
 
     def make_mover(self, layers: list[torch.Tensor], num_cpu_blocks: int) -> BlockMover:
@@ -225,7 +234,9 @@ class KVOffloadConnector(KVConnectorBase_V1):
     def build_connector_worker_meta(self) -> KVConnectorWorkerMetadata | None:
         completed = self._worker().take_completed()
         outcomes = self.worker_tiers.take_outcomes() if self.worker_tiers is not None else ()
-        return KVOffloadWorkerMetadata(completed, outcomes) if completed or outcomes else None
+        if not completed and not outcomes:
+            return None
+        return KVOffloadWorkerMetadata((RankReport(self.rank, completed, outcomes),))
 
     def shutdown(self) -> None:
         if self.worker_tiers is not None:
@@ -254,10 +265,7 @@ class KVOffloadConnector(KVConnectorBase_V1):
 
     def update_connector_output(self, connector_output: Any) -> None:
         meta = connector_output.kv_connector_worker_meta
-        if isinstance(meta, KVOffloadWorkerMetadata):
-            self._scheduler().update_connector_output(dict(meta.completed), meta.tier_outcomes)
-        else:
-            self._scheduler().update_connector_output({})
+        self._scheduler().report(meta.reports if isinstance(meta, KVOffloadWorkerMetadata) else ())
 
     def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
         return self._scheduler().request_finished(request, block_ids), None

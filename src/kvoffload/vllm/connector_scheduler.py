@@ -35,6 +35,7 @@ from kvoffload.statemachine.runtime import LifecycleError
 from kvoffload.tiers.invariants import check_tier_invariants
 from kvoffload.tiers.protocol import TierJob, TierOutcome
 from kvoffload.vllm.keys import HashesAsInts
+from kvoffload.vllm.rank_reports import RankReport, RankTally
 from kvoffload.vllm.tier_manager import SaltedTieringManager
 
 T = TypeVar("T")
@@ -75,8 +76,10 @@ class SchedulerSide:
     every invariant of :mod:`kvoffload.spec` is checked after every step (for tests: it costs a
     snapshot of the whole scheduler per step) and each violation recorded."""
 
-    def __init__(self, scheduler: OffloadingScheduler, check_invariants: bool = False) -> None:
+    def __init__(self, scheduler: OffloadingScheduler, check_invariants: bool = False, world_size: int = 1) -> None:
         self.scheduler = scheduler
+        # The tensor-parallel ranks' reports, until every rank reported a job.
+        self.tally = RankTally(world_size)
         manager = scheduler.manager
         self.tiers: SaltedTieringManager | None = manager if isinstance(manager, SaltedTieringManager) else None
         self.checking = check_invariants
@@ -129,6 +132,11 @@ class SchedulerSide:
         tier_jobs = tuple(self.tiers.take_tier_jobs()) if self.tiers is not None else ()
         return metadata, released, tier_jobs
 
+    def report(self, reports: Sequence[RankReport]) -> None:
+        """The ranks' reports of one step: the jobs every rank has now reported are applied."""
+        completed, tier_outcomes = self.tally.add(reports)
+        self.update_connector_output(completed, tier_outcomes)
+
     def update_connector_output(self, completed: dict[int, bool], tier_outcomes: tuple[TierOutcome, ...] = ()) -> None:
         if tier_outcomes and self.tiers is None:
             raise ValueError(f"{len(tier_outcomes)} tier outcome(s) reported to a connector without tiers")
@@ -170,6 +178,7 @@ class SchedulerSide:
         found = self.scheduler.leaks() + self.scheduler.manager.leaks()
         found += [f"vLLM still holds the blocks of {rid!r} for kvoffload" for rid in sorted(self._held)]
         found += [f"release of {rid!r} never reported to vLLM" for rid in self._to_release]
+        found += self.tally.waiting()
         if self.tiers is not None:
             found += [
                 f"tier job {job_id} ({job.kind} to {job.tier}) still in flight"

@@ -140,6 +140,7 @@ class Engine:
         max_num_seqs: int | None = None,
         dtype: str = "float32",
         distributed_executor_backend: str | None = None,
+        tensor_parallel_size: int = 1,
     ) -> None:
         from vllm import LLM
         from vllm.config import KVTransferConfig
@@ -160,6 +161,7 @@ class Engine:
             seed=0,
             **({"max_num_seqs": max_num_seqs} if max_num_seqs else {}),
             **({"distributed_executor_backend": distributed_executor_backend} if distributed_executor_backend else {}),
+            tensor_parallel_size=tensor_parallel_size,
         )
         # None with vLLM's multiprocessing on (VLLM_ENABLE_V1_MULTIPROCESSING=1): the engine core,
         # its scheduler and connector live in another process, and only vLLM's counters are read.

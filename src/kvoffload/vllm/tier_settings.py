@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -67,6 +67,13 @@ class TierSettings:
     @property
     def any(self) -> bool:
         return self.file is not None or self.redis is not None
+
+    def for_rank(self, rank: int, world_size: int) -> TierSettings:
+        """The settings of one tensor-parallel rank: with several, each rank's file tier is its
+        own file, ``path.rankN`` (Redis keys carry the rank in their namespace)."""
+        if world_size == 1 or self.file is None:
+            return self
+        return replace(self, file=replace(self.file, path=f"{self.file.path}.rank{rank}"))
 
 
 def _where(section: str, key: str | None = None) -> str:
