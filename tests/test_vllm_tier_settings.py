@@ -55,9 +55,8 @@ def test_both_tiers_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         ({"redis_tier": {"url": "redis://cache:6379", "password_env": "KVOFFLOAD_NOT_SET_ANYWHERE"}},
          "kv_connector_extra_config['redis_tier']['password_env'] = 'KVOFFLOAD_NOT_SET_ANYWHERE': that "
          "environment variable is not set"),
-        ({"redis_tier": {"url": "redis://cache:6379", "cluster": True}},
-         "kv_connector_extra_config['redis_tier']['cluster'] = True: Redis Cluster is not supported yet; "
-         "use a single server"),
+        ({"redis_tier": {"url": "redis://cache:6379", "cluster": "yes"}},
+         "kv_connector_extra_config['redis_tier']['cluster'] must be true or false, got 'yes'"),
     ],
 )
 def test_bad_values_name_the_key_and_the_value(extra: dict, message: str) -> None:

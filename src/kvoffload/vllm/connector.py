@@ -60,7 +60,6 @@ from kvoffload.offload.mover import BlockMover
 from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload.offload.types import DEFAULT_POLICY, ConnectorMetadata, OffloadConfig, RequestId
 from kvoffload.tiers.protocol import TierJob
-from kvoffload.tiers.record import Namespace
 from kvoffload.vllm.connector_scheduler import SchedulerSide
 from kvoffload.vllm.connector_worker import WorkerSide, block_tensors, make_worker
 from kvoffload.vllm.rank_reports import RankReport
@@ -180,6 +179,8 @@ class KVOffloadConnector(KVConnectorBase_V1):
 
             self.rank = get_tensor_model_parallel_rank()
         if self.tier_settings.any:
+            from kvoffload.tiers.record import Namespace
+
             chunks = LayerChunks(mover.cpu_layers, self.config.blocks_per_chunk)
             namespace = Namespace(self.model_name, self.layout, self.rank)
             settings = self.tier_settings.for_rank(self.rank, self.world_size)

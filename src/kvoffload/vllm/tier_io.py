@@ -15,14 +15,19 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
 from kvoffload.tiers.driver import TierBackend, TierDriver
 from kvoffload.tiers.protocol import OK, TierConfigError, TierJob, TierOutcome
-from kvoffload.tiers.record import Namespace
 from kvoffload.vllm.settings import ConfigError
 from kvoffload.vllm.tier_settings import TierSettings
+
+if TYPE_CHECKING:
+    # The tiers' records need the ``tiers`` extra (xxhash): imported only where a tier is opened,
+    # so an engine without tiers runs without it.
+    from kvoffload.tiers.record import Namespace
 
 
 class LayerChunks:
@@ -96,7 +101,14 @@ def open_backends(
             backends["file"] = FileTier(settings.file.path, file_slots, chunk_bytes, writer=writer, namespace=namespace)
         except (TierConfigError, OSError) as error:
             raise ConfigError(f"kv_connector_extra_config['file_tier']: {error}") from None
-    if settings.redis is not None:
+    if settings.redis is not None and settings.redis.cluster:
+        from kvoffload.vllm.redis_cluster_tier import RedisClusterTier
+
+        redis = settings.redis
+        backends["redis"] = RedisClusterTier(
+            redis.url, namespace, redis.password(), redis.socket_timeout_s, redis.ttl_s, writer
+        )
+    elif settings.redis is not None:
         from kvoffload.tiers.redis_tier import RedisTier, RedisTierConfig
 
         redis = settings.redis

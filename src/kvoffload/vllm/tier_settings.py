@@ -4,7 +4,7 @@ Two optional keys, each an object::
 
     "file_tier":  {"path": "/var/tmp/kvoffload.tier", "size_bytes": 1073741824}
     "redis_tier": {"url": "redis://127.0.0.1:6379/0", "password_env": "KVOFFLOAD_REDIS_PASSWORD",
-                   "ttl_s": 3600, "socket_timeout_s": 2.0}
+                   "ttl_s": 3600, "socket_timeout_s": 2.0, "cluster": false}
 
 Lookups ask the file tier first (local), then Redis (shared). The Redis password is read from the
 environment variable whose *name* ``password_env`` gives, never from the configuration text: a URL
@@ -53,6 +53,8 @@ class RedisTierSettings:
     password_env: str | None = None
     ttl_s: int | None = None
     socket_timeout_s: float = 2.0
+    # A Redis Cluster: ``url`` names one of its nodes.
+    cluster: bool = False
 
     def password(self) -> str | None:
         """The password from the environment (checked to be set at start)."""
@@ -153,11 +155,10 @@ def _redis(section: Mapping[str, Any]) -> RedisTierSettings:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ConfigError(f"{_where('redis_tier', 'socket_timeout_s')} must be a positive number, got {timeout!r}")
     cluster = section.get("cluster", False)
-    if cluster is not False:
-        raise ConfigError(f"{_where('redis_tier', 'cluster')} = {cluster!r}: Redis Cluster is not supported yet; "
-                          "use a single server")
+    if not isinstance(cluster, bool):
+        raise ConfigError(f"{_where('redis_tier', 'cluster')} must be true or false, got {cluster!r}")
     return RedisTierSettings(
-        url, password_env, None if ttl is None else _positive_int("redis_tier", "ttl_s", ttl), float(timeout)
+        url, password_env, None if ttl is None else _positive_int("redis_tier", "ttl_s", ttl), float(timeout), cluster
     )
 
 
