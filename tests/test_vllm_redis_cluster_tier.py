@@ -14,7 +14,7 @@ pytest.importorskip("redis", reason="the tiers' extra is not installed: pip inst
 from kvoffload.tiers.protocol import FAULT, MISS, OK, TierJob
 from kvoffload.tiers.record import Namespace
 from kvoffload.vllm.redis_cluster_tier import RedisClusterTier
-from loopback_cluster import LoopbackCluster
+from loopback_servers import LoopbackCluster, started_cluster
 
 KEYS = tuple(range(1000, 1064))
 CHUNK = 4096
@@ -22,15 +22,7 @@ CHUNK = 4096
 
 @pytest.fixture
 def cluster() -> Iterator[LoopbackCluster]:
-    try:
-        cluster = LoopbackCluster()
-    except FileNotFoundError as missing:
-        pytest.skip(str(missing))
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from started_cluster()
 
 
 def _job(kind: str, job_id: int) -> TierJob:

@@ -26,11 +26,9 @@ pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm
 pytest.importorskip("xxhash", reason="the tiers' extra is not installed here: `make check-vllm-tiers` installs it")
 pytest.importorskip("redis", reason="the tiers' extra is not installed here: `make check-vllm-tiers` installs it")
 
-from loopback_redis import LoopbackRedis
-
 from kvoffload.tiers.record import Namespace
 from kvoffload.vllm.harness import Engine, build_tiny_model, connector_transfer_config, kvoffload_state
-from loopback_cluster import LoopbackCluster
+from loopback_servers import LoopbackCluster, LoopbackRedis, started_cluster
 
 BLOCK_SIZE = 32
 GPU_BLOCKS = 48
@@ -289,34 +287,32 @@ def test_two_engines_in_two_processes_share_redis(
     assert second["external_hit_tokens"] >= SERVED
 
 
-def test_redis_cluster_with_a_slot_migration_and_a_killed_master(model_dir: Path, expected: dict) -> None:
+@pytest.fixture
+def cluster() -> Iterator[LoopbackCluster]:
+    yield from started_cluster()
+
+
+def test_redis_cluster_with_a_slot_migration_and_a_killed_master(
+    model_dir: Path, expected: dict, cluster: LoopbackCluster
+) -> None:
     """Three masters on loopback: the tier serves from the cluster, keeps serving identical outputs
     while slots migrate under a batch, and after a master is SIGKILLed: misses, never errors."""
+    run = Run(model_dir, {"redis_tier": {"url": cluster.url, "cluster": True, "socket_timeout_s": 1.0}}, expected)
     try:
-        cluster = LoopbackCluster()
-    except FileNotFoundError as missing:
-        pytest.skip(str(missing))
-    cluster.start()
-    try:
-        run = Run(model_dir, {"redis_tier": {"url": cluster.url, "cluster": True, "socket_timeout_s": 1.0}},
-                  expected)
-        try:
-            assert run.rerun(REUSED[0], FLOODS[0]) == SERVED, "the re-run was not served from the cluster"
-            assert run.tiers()["redis"]["promoted_keys"] >= SERVED_CHUNKS
-            migration = threading.Thread(target=cluster.migrate, args=(3000,))
-            migration.start()
-            run.batch(FLOODS[1])
-            migration.join()
-            promoted = run.tiers()["redis"]["promoted_keys"]
-            # The migrated slots' chunks are still found (redirections are followed).
-            assert run.batch([REUSED[0]]) == [SERVED]
-            assert run.tiers()["redis"]["promoted_keys"] >= promoted + SERVED_CHUNKS
-            cluster.kill(2)
-            run.rerun(REUSED[1], FLOODS[2])
-            run.rerun(REUSED[2], FLOODS[3])
-            assert run.tiers()["redis"]["faults"] >= 1
-        finally:
-            violations, leaks = run.close()
+        assert run.rerun(REUSED[0], FLOODS[0]) == SERVED, "the re-run was not served from the cluster"
+        assert run.tiers()["redis"]["promoted_keys"] >= SERVED_CHUNKS
+        migration = threading.Thread(target=cluster.migrate, args=(3000,))
+        migration.start()
+        run.batch(FLOODS[1])
+        migration.join()
+        promoted = run.tiers()["redis"]["promoted_keys"]
+        # The migrated slots' chunks are still found (redirections are followed).
+        assert run.batch([REUSED[0]]) == [SERVED]
+        assert run.tiers()["redis"]["promoted_keys"] >= promoted + SERVED_CHUNKS
+        cluster.kill(2)
+        run.rerun(REUSED[1], FLOODS[2])
+        run.rerun(REUSED[2], FLOODS[3])
+        assert run.tiers()["redis"]["faults"] >= 1
     finally:
-        cluster.stop()
+        violations, leaks = run.close()
     assert violations == [] and leaks == []

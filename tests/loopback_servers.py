@@ -1,6 +1,7 @@
-"""A Redis Cluster of three masters on loopback ports of 16600-16699 for the cluster tier's tests:
-started from ``redis-server --cluster-enabled yes`` and ``redis-cli --cluster create``, every
-server stopped by its pid."""
+"""Redis servers for the vLLM tier tests on loopback ports, each stopped by its pid: a single
+server on 16500-16599 (:class:`LoopbackRedis`) and a Redis Cluster of three masters on
+16600-16699 (:class:`LoopbackCluster`, from ``redis-server --cluster-enabled yes`` and
+``redis-cli --cluster create``)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,13 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from typing import Any
 
-PORTS = range(16600, 16700)
+import pytest
+
+SINGLE_PORTS = range(16500, 16600)
+CLUSTER_PORTS = range(16600, 16700)
 
 
 def _free(port: int) -> bool:
@@ -22,6 +28,56 @@ def _free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+class LoopbackRedis:
+    """``start()`` on the first free port of :data:`PORTS`; ``kill()`` SIGKILLs it (every key is
+    lost: nothing is persisted); ``start()`` again restarts it empty on the same port."""
+
+    def __init__(self, password: str | None = None) -> None:
+        executable = shutil.which("redis-server")
+        if executable is None:
+            raise FileNotFoundError("redis-server is not installed: make redis-server")
+        self.executable = executable
+        self.password = password
+        self.port = next(port for port in SINGLE_PORTS if _free(port))
+        self.directory = tempfile.mkdtemp(prefix="kvoffload-vllm-redis-")
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> LoopbackRedis:
+        args = [self.executable, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.directory,
+                "--save", "", "--appendonly", "no", "--maxmemory", "256mb", "--maxmemory-policy", "allkeys-lru"]
+        if self.password:
+            args += ["--requirepass", self.password]
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"redis-server did not listen on port {self.port}")
+
+    def client(self) -> Any:
+        """A redis-py client (imported here: only the Redis tests need it)."""
+        import redis
+
+        return redis.Redis(host="127.0.0.1", port=self.port, password=self.password)
+
+    def kill(self) -> None:
+        if self.process is not None:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+            self.process = None
+
+    def stop(self) -> None:
+        self.kill()
+        shutil.rmtree(self.directory, ignore_errors=True)
 
 
 def _cli(*args: str) -> str:
@@ -37,7 +93,7 @@ class LoopbackCluster:
         for tool in ("redis-server", "redis-cli"):
             if shutil.which(tool) is None:
                 raise FileNotFoundError(f"{tool} is not installed: make redis-server")
-        free = [port for port in PORTS if _free(port) and _free(port + 10000)]
+        free = [port for port in CLUSTER_PORTS if _free(port) and _free(port + 10000)]
         self.ports = free[:masters]
         self.directory = tempfile.mkdtemp(prefix="kvoffload-cluster-")
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
@@ -94,3 +150,16 @@ class LoopbackCluster:
         for index in range(len(self.ports)):
             self.kill(index)
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def started_cluster() -> Iterator[LoopbackCluster]:
+    """A started cluster, stopped afterwards (a fixture body); skips when redis is not installed."""
+    try:
+        cluster = LoopbackCluster()
+    except FileNotFoundError as missing:
+        pytest.skip(str(missing))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
