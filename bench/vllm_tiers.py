@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import tempfile
 import time
@@ -28,11 +29,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vllm.v1.kv_offload.base import OffloadingManager
-from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager as VllmCPUOffloadingManager
+# vLLM's own log handler writes to stdout, which is the JSON's: leave logging to Python (stderr).
+os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
 
-from kvoffload.vllm.harness import Engine, build_tiny_model, connector_transfer_config, spec_transfer_config
-from kvoffload.vllm.spec import KVOffloadSpec
+from vllm.v1.kv_offload.base import OffloadingManager, OffloadingMetricMetadata  # noqa: E402
+from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager as VllmCPUOffloadingManager  # noqa: E402
+from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec  # noqa: E402
+
+from kvoffload.vllm.harness import (  # noqa: E402
+    Engine,
+    build_tiny_model,
+    connector_transfer_config,
+    spec_transfer_config,
+)
+from kvoffload.vllm.spec import KVOffloadSpec  # noqa: E402
 
 BLOCK_SIZE = 32
 GPU_BLOCKS = 48
@@ -46,6 +56,11 @@ WORKER_CALLS = ("handle_preemptions", "start_load_kv", "wait_for_save", "get_fin
 
 class VllmManagerSpec(KVOffloadSpec):
     """vLLM's own CPU manager (LRU) behind vLLM's OffloadingConnector, with kvoffload's mover."""
+
+    @classmethod
+    def build_metric_definitions(cls, extra_config: dict[str, Any]) -> dict[str, OffloadingMetricMetadata]:
+        # vLLM's CPU manager reports its own metrics; vLLM asserts each one was defined.
+        return CPUOffloadingSpec.build_metric_definitions(extra_config)
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
