@@ -32,17 +32,17 @@ from typing import Any
 # vLLM's own log handler writes to stdout, which is the JSON's: leave logging to Python (stderr).
 os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
 
-from vllm.v1.kv_offload.base import OffloadingManager, OffloadingMetricMetadata  # noqa: E402
-from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager as VllmCPUOffloadingManager  # noqa: E402
-from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec  # noqa: E402
+from vllm.v1.kv_offload.base import OffloadingManager, OffloadingMetricMetadata
+from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager as VllmCPUOffloadingManager
+from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
 
-from kvoffload.vllm.harness import (  # noqa: E402
+from kvoffload.vllm.harness import (
     Engine,
     build_tiny_model,
     connector_transfer_config,
     spec_transfer_config,
 )
-from kvoffload.vllm.spec import KVOffloadSpec  # noqa: E402
+from kvoffload.vllm.spec import KVOffloadSpec
 
 BLOCK_SIZE = 32
 GPU_BLOCKS = 48
