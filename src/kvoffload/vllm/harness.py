@@ -87,9 +87,11 @@ def connector_transfer_config(
     connector_module: str = "kvoffload.vllm.connector",
     connector_name: str = "KVOffloadConnector",
     verify_loads: bool = False,
+    tiers: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``kv_transfer_config`` for kvoffload's own connector (checking invariants every step;
-    ``verify_loads``: the worker checks every loaded block against what was stored for its key)."""
+    ``verify_loads``: the worker checks every loaded block against what was stored for its key;
+    ``tiers``: ``file_tier`` / ``redis_tier`` settings)."""
     return {
         "kv_connector": connector_name,
         "kv_connector_module_path": connector_module,
@@ -101,6 +103,7 @@ def connector_transfer_config(
             "check_invariants": check_invariants,
             "verify_loads": verify_loads,
             **TORCH_COPIES,
+            **(tiers or {}),
         },
     }
 
@@ -138,6 +141,8 @@ class Engine:
         max_model_len: int | None = None,
         max_num_seqs: int | None = None,
         dtype: str = "float32",
+        distributed_executor_backend: str | None = None,
+        tensor_parallel_size: int = 1,
     ) -> None:
         from vllm import LLM
         from vllm.config import KVTransferConfig
@@ -157,8 +162,12 @@ class Engine:
             disable_log_stats=False,
             seed=0,
             **({"max_num_seqs": max_num_seqs} if max_num_seqs else {}),
+            **({"distributed_executor_backend": distributed_executor_backend} if distributed_executor_backend else {}),
+            tensor_parallel_size=tensor_parallel_size,
         )
-        self.core = self.llm.llm_engine.engine_core.engine_core
+        # None with vLLM's multiprocessing on (VLLM_ENABLE_V1_MULTIPROCESSING=1): the engine core,
+        # its scheduler and connector live in another process, and only vLLM's counters are read.
+        self.core = getattr(self.llm.llm_engine.engine_core, "engine_core", None)
         self._baseline = self._metrics()
 
     def _metrics(self) -> tuple[int, int, int]:
@@ -178,7 +187,10 @@ class Engine:
         return [list(o.outputs[0].token_ids) for o in outputs], [int(o.num_cached_tokens or 0) for o in outputs]
 
     def drain(self, max_steps: int = 1000) -> int:
-        """Step the engine until its connector has no transfer left; returns the steps taken."""
+        """Step the engine until its connector has no transfer left; returns the steps taken (in
+        process only: with multiprocessing the engine core steps on its own until it is idle)."""
+        if self.core is None:
+            raise RuntimeError("drain needs the engine core in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0)")
         scheduler = self.core.scheduler
         for taken in range(max_steps):
             if not scheduler.has_requests():
@@ -188,8 +200,8 @@ class Engine:
 
     @property
     def scheduler_connector(self) -> Any:
-        """The scheduler-side KV connector of the engine (None without one)."""
-        return self.core.scheduler.connector
+        """The scheduler-side KV connector of the engine (None without one, or in another process)."""
+        return None if self.core is None else self.core.scheduler.connector
 
     def counters(self) -> tuple[int, int, int]:
         """vLLM's prefix_cache_hits, external_prefix_cache_hits and external_prefix_cache_queries
@@ -212,6 +224,8 @@ def kvoffload_state(connector: Any) -> tuple[list[str], list[str], dict[str, Any
     own = getattr(connector, "kvoffload_scheduler", None)
     if own is not None:
         counters = {"scheduler": asdict(own.scheduler.stats), "manager": asdict(own.scheduler.manager.stats)}
+        if own.tiers is not None:
+            counters["tiers"] = {name: asdict(stats) for name, stats in own.tiers.tier_stats.items()}
         return own.violations, own.leaks(), counters
     manager = connector.connector_scheduler.manager
     return manager.violations, manager.leaks(), {"manager": asdict(manager.manager.stats)}

@@ -62,6 +62,14 @@ class KVOffloadSpec(OffloadingSpec):
             raise ConfigError(
                 f"KVOffloadSpec supports models with one KV cache group; this one has {len(config.groups)}"
             )
+        tiers = sorted(key for key in ("file_tier", "redis_tier") if key in extra)
+        if tiers:
+            # vLLM's OffloadingConnector carries no metadata of ours to the worker, where the CPU
+            # tier's bytes are: tier I/O has no channel here yet (docs/design.md, vLLM tiers).
+            raise ConfigError(
+                f"kv_connector_extra_config[{tiers[0]!r}]: KVOffloadSpec has no secondary tiers yet; "
+                "use KVOffloadConnector for file and Redis tiers"
+            )
         self.policy = str(extra.get("eviction_policy", DEFAULT_POLICY))
         if self.policy not in POLICIES:
             raise ConfigError(

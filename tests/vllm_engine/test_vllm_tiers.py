@@ -1,0 +1,318 @@
+"""Secondary tiers behind KVOffloadConnector in a real vLLM engine (``make check-vllm-tiers``).
+
+The CPU tier (16 chunks, LRU) is too small to keep a 320-token prompt through a flood of twelve
+unrelated prompts, so the prompt's re-run can only come back from the file or Redis tier. Every
+output must equal the run without offloading, token for token (greedy outputs do not depend on
+what was cached), and the tier must have served the re-run: the connector's promotion counters
+and vLLM's ``vllm:external_prefix_cache_hits``. Faults are injected between and during batches
+of one engine run; after each the engine keeps serving identical outputs, and hits resume once
+the tier is back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm-tiers` installs it in .venv-vllm")
+pytest.importorskip("xxhash", reason="the tiers' extra is not installed here: `make check-vllm-tiers` installs it")
+pytest.importorskip("redis", reason="the tiers' extra is not installed here: `make check-vllm-tiers` installs it")
+
+from kvoffload.tiers.record import Namespace
+from kvoffload.vllm.harness import Engine, build_tiny_model, connector_transfer_config, kvoffload_state
+from loopback_servers import LoopbackCluster, LoopbackRedis, started_cluster
+
+BLOCK_SIZE = 32
+GPU_BLOCKS = 48
+CPU_CHUNKS = 16
+MAX_TOKENS = 16
+PROMPT_TOKENS = 320
+# kvoffload's scheduler leaves the chunk holding the last prompt token to the engine.
+SERVED = (PROMPT_TOKENS - 1) // BLOCK_SIZE * BLOCK_SIZE
+SERVED_CHUNKS = SERVED // BLOCK_SIZE
+FILE_TIER_BYTES = 16 << 20
+PASSWORD_ENV = "KVOFFLOAD_TEST_REDIS_PASSWORD"
+PASSWORD = "tier-test-secret"
+
+_rng = random.Random(7)
+
+
+def _tokens(n: int = PROMPT_TOKENS) -> list[int]:
+    return [_rng.randrange(1000) for _ in range(n)]
+
+
+# Prompts re-run after floods; each flood evicts them from the GPU prefix cache and the CPU tier.
+REUSED = [_tokens() for _ in range(4)]
+FLOODS = [[_tokens() for _ in range(12)] for _ in range(4)]
+EVERY_PROMPT = REUSED + [p for flood in FLOODS for p in flood]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="module")
+def expected(model_dir: Path) -> dict[tuple[int, ...], list[int]]:
+    """Every prompt's greedy output without offloading."""
+    engine = Engine(model_dir, None, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS)
+    try:
+        outputs, _ = engine.generate(EVERY_PROMPT, MAX_TOKENS)
+    finally:
+        engine.shutdown()
+    return {tuple(p): o for p, o in zip(EVERY_PROMPT, outputs, strict=True)}
+
+
+class Run:
+    """One engine with tiers; every batch's outputs are checked against ``expected``."""
+
+    def __init__(self, model_dir: Path, tiers: dict, expected: dict[tuple[int, ...], list[int]]) -> None:
+        config = connector_transfer_config(CPU_CHUNKS, "lru", tiers=tiers)
+        self.engine = Engine(model_dir, config, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS)
+        self.expected = expected
+
+    def batch(self, prompts: Sequence[Sequence[int]]) -> list[int]:
+        outputs, cached = self.engine.generate(prompts, MAX_TOKENS)
+        for prompt, output in zip(prompts, outputs, strict=True):
+            assert output == self.expected[tuple(prompt)], "greedy token ids differ from the run without offloading"
+        return cached
+
+    def rerun(self, prompt: Sequence[int], flood: Sequence[Sequence[int]]) -> int:
+        """Run ``prompt``, a flood, then ``prompt`` again: the tokens its re-run got from cache."""
+        self.batch([prompt])
+        self.batch(flood)
+        return self.batch([prompt])[0]
+
+    def tiers(self) -> dict[str, dict[str, int]]:
+        return kvoffload_state(self.engine.scheduler_connector)[2]["tiers"]
+
+    def external_hits(self) -> int:
+        return self.engine.counters()[1]
+
+    def close(self) -> tuple[list[str], list[str]]:
+        """Drain, then the violations and leaks kvoffload recorded."""
+        self.engine.drain()
+        violations, leaks, _ = kvoffload_state(self.engine.scheduler_connector)
+        self.engine.shutdown()
+        return violations, leaks
+
+
+@pytest.fixture
+def redis_server() -> Iterator[LoopbackRedis]:
+    try:
+        server = LoopbackRedis(password=PASSWORD).start()
+    except FileNotFoundError as missing:
+        pytest.skip(str(missing))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def redis_password(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv(PASSWORD_ENV, PASSWORD)
+    return PASSWORD
+
+
+def _redis_tiers(server: LoopbackRedis) -> dict:
+    return {"redis_tier": {"url": server.url, "password_env": PASSWORD_ENV, "ttl_s": 600}}
+
+
+def test_file_tier_serves_and_survives_damage(model_dir: Path, expected: dict, tmp_path: Path) -> None:
+    path = tmp_path / "kv.tier"
+    run = Run(model_dir, {"file_tier": {"path": str(path), "size_bytes": FILE_TIER_BYTES}}, expected)
+    try:
+        assert run.rerun(REUSED[0], FLOODS[0]) == SERVED, "the re-run was not served from the file tier"
+        served = run.tiers()["file"]["promoted_keys"]
+        assert served >= SERVED_CHUNKS
+        assert run.external_hits() >= SERVED
+        # Overwritten behind the tier's back: every chunk fails its checksum, the prompt is recomputed.
+        with open(path, "r+b") as tier_file:
+            tier_file.write(os.urandom(os.path.getsize(path)))
+        assert run.rerun(REUSED[0], FLOODS[1]) < SERVED
+        assert run.tiers()["file"]["checksum_failures"] >= 1
+        # Truncated while running (the prompt was stored and cascaded again when it was recomputed):
+        # its reads come back short, never served.
+        failures = run.tiers()["file"]["checksum_failures"]
+        os.truncate(path, 0)
+        run.batch(FLOODS[2])
+        assert run.batch([REUSED[0]])[0] < SERVED
+        assert run.tiers()["file"]["checksum_failures"] > failures
+        # Deleted while running: the open file keeps serving (the inode lives on).
+        os.unlink(path)
+        assert run.rerun(REUSED[2], FLOODS[3]) == SERVED
+        assert run.tiers()["file"]["promoted_keys"] >= served + SERVED_CHUNKS
+    finally:
+        violations, leaks = run.close()
+    assert violations == [] and leaks == []
+
+
+def test_engine_restarted_over_an_existing_tier_file(model_dir: Path, expected: dict, tmp_path: Path) -> None:
+    tiers = {"file_tier": {"path": str(tmp_path / "kv.tier"), "size_bytes": FILE_TIER_BYTES}}
+    first = Run(model_dir, tiers, expected)
+    try:
+        first.rerun(REUSED[0], FLOODS[0])
+    finally:
+        first.close()
+    second = Run(model_dir, tiers, expected)
+    try:
+        # The file tier starts empty after a restart: nothing of the first engine is served.
+        assert second.batch([REUSED[0]]) == [0]
+        assert second.rerun(REUSED[1], FLOODS[1]) == SERVED
+    finally:
+        violations, leaks = second.close()
+    assert violations == [] and leaks == []
+
+
+def test_redis_tier_serves_and_survives_faults(
+    model_dir: Path, expected: dict, redis_server: LoopbackRedis, redis_password: str
+) -> None:
+    run = Run(model_dir, _redis_tiers(redis_server), expected)
+    client = redis_server.client()
+    try:
+        assert run.rerun(REUSED[0], FLOODS[0]) == SERVED, "the re-run was not served from the Redis tier"
+        assert run.tiers()["redis"]["promoted_keys"] >= SERVED_CHUNKS
+        assert run.external_hits() >= SERVED
+        # Values truncated, corrupted and swapped behind the tier's back: never served.
+        keys = sorted(client.keys("*"))
+        assert keys, "nothing was cascaded to Redis"
+        for index, key in enumerate(keys):
+            value = client.get(key)
+            if index % 3 == 0:
+                client.set(key, value[:-7])
+            elif index % 3 == 1:
+                client.set(key, value[:100] + bytes([value[100] ^ 1]) + value[101:])
+        for left, right in zip(keys[2::3], keys[5::3], strict=False):
+            left_value, right_value = client.get(left), client.get(right)
+            client.set(left, right_value)
+            client.set(right, left_value)
+        run.batch(FLOODS[1])
+        assert run.batch([REUSED[0]])[0] < SERVED
+        assert run.tiers()["redis"]["checksum_failures"] + run.tiers()["redis"]["failed_promotions"] >= 1
+        # SIGKILLed in the middle of a flood, then restarted empty: misses, then hits resume.
+        killer = threading.Timer(1.0, redis_server.kill)
+        killer.start()
+        run.batch(FLOODS[2])
+        killer.join()
+        assert run.batch([REUSED[1]]) == [0]
+        redis_server.start()
+        promoted = run.tiers()["redis"]["promoted_keys"]
+        assert run.rerun(REUSED[2], FLOODS[3]) == SERVED
+        assert run.tiers()["redis"]["promoted_keys"] >= promoted + SERVED_CHUNKS
+        # SIGKILLed and left down: the engine keeps serving.
+        redis_server.kill()
+        assert run.rerun(REUSED[3], FLOODS[0]) == 0
+        assert run.tiers()["redis"]["faults"] >= 1
+    finally:
+        violations, leaks = run.close()
+    assert violations == [] and leaks == []
+
+
+def test_another_tenants_values_and_a_rotated_password(
+    model_dir: Path, expected: dict, redis_server: LoopbackRedis, redis_password: str, tmp_path: Path
+) -> None:
+    """Another deployment (another model: other KV for the same block hashes) shares the server;
+    its values copied under this engine's key names are refused. Then the server's password
+    changes under the running engine (no hits, same outputs) and changes back (hits resume)."""
+    other_model = build_tiny_model(tmp_path / "other-model", seed=1)
+    other = Engine(other_model, connector_transfer_config(CPU_CHUNKS, "lru", tiers=_redis_tiers(redis_server)),
+                   block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS)
+    try:
+        other.generate([REUSED[0]], MAX_TOKENS)
+        other.drain()
+        other_scope = Namespace(other.scheduler_connector.model_name, other.scheduler_connector.layout).scope("")
+    finally:
+        other.shutdown()
+    client = redis_server.client()
+    run = Run(model_dir, _redis_tiers(redis_server), expected)
+    try:
+        scope = Namespace(run.engine.scheduler_connector.model_name, run.engine.scheduler_connector.layout).scope("")
+        assert scope != other_scope
+        foreign = [key for key in client.keys("*") if key.startswith(other_scope)]
+        assert len(foreign) >= SERVED_CHUNKS, "the other deployment cascaded nothing"
+        for key in foreign:
+            client.set(scope + key[len(other_scope):], client.get(key))
+        assert run.batch([REUSED[0]]) == [0], "another deployment's KV was served"
+        assert run.tiers()["redis"]["checksum_failures"] >= 1
+        # The password rotates under the running engine: its connections are dropped and re-authenticate in vain.
+        client.config_set("requirepass", "rotated")
+        client.execute_command("AUTH", "rotated")
+        client.client_kill_filter(_type="normal", skipme=True)
+        faults = run.tiers()["redis"]["faults"]
+        assert run.rerun(REUSED[1], FLOODS[1]) == 0
+        assert run.tiers()["redis"]["faults"] > faults
+        client.config_set("requirepass", PASSWORD)
+        assert run.rerun(REUSED[2], FLOODS[2]) == SERVED, "hits did not resume once the password was right again"
+    finally:
+        violations, leaks = run.close()
+    assert violations == [] and leaks == []
+
+
+def _engine_process(model_dir: Path, config: dict, batches: list[list[list[int]]]) -> dict:
+    here = Path(__file__).parent
+    done = subprocess.run(
+        [sys.executable, str(here / "tier_engine_process.py"), str(model_dir), json.dumps(config),
+         json.dumps(batches)],
+        capture_output=True, text=True, timeout=600, env=os.environ.copy(), check=False,
+    )
+    assert done.returncode == 0, done.stderr[-5000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_two_engines_in_two_processes_share_redis(
+    model_dir: Path, expected: dict, redis_server: LoopbackRedis, redis_password: str
+) -> None:
+    """Two engines one after the other, each in its own process with vLLM's multiprocessing on
+    (frontend, engine core and worker in three processes): the second serves the prefix the
+    first computed, through Redis."""
+    config = connector_transfer_config(CPU_CHUNKS, "lru", check_invariants=False, tiers=_redis_tiers(redis_server))
+    first = _engine_process(model_dir, config, [[REUSED[0]]])
+    assert redis_server.client().dbsize() >= SERVED_CHUNKS, "the first engine cascaded nothing to Redis"
+    second = _engine_process(model_dir, config, [[REUSED[0]]])
+    for report in (first, second):
+        assert report["outputs"] == [expected[tuple(REUSED[0])]]
+    assert first["cached"] == [0]
+    # The second engine never computed the prompt and its CPU tier started empty: the KV came
+    # from the first engine, through Redis.
+    assert second["cached"] == [SERVED]
+    assert second["external_hit_tokens"] >= SERVED
+
+
+@pytest.fixture
+def cluster() -> Iterator[LoopbackCluster]:
+    yield from started_cluster()
+
+
+def test_redis_cluster_with_a_slot_migration_and_a_killed_master(
+    model_dir: Path, expected: dict, cluster: LoopbackCluster
+) -> None:
+    """Three masters on loopback: the tier serves from the cluster, keeps serving identical outputs
+    while slots migrate under a batch, and after a master is SIGKILLed: misses, never errors."""
+    run = Run(model_dir, {"redis_tier": {"url": cluster.url, "cluster": True, "socket_timeout_s": 1.0}}, expected)
+    try:
+        assert run.rerun(REUSED[0], FLOODS[0]) == SERVED, "the re-run was not served from the cluster"
+        assert run.tiers()["redis"]["promoted_keys"] >= SERVED_CHUNKS
+        migration = threading.Thread(target=cluster.migrate, args=(3000,))
+        migration.start()
+        run.batch(FLOODS[1])
+        migration.join()
+        promoted = run.tiers()["redis"]["promoted_keys"]
+        # The migrated slots' chunks are still found (redirections are followed).
+        assert run.batch([REUSED[0]]) == [SERVED]
+        assert run.tiers()["redis"]["promoted_keys"] >= promoted + SERVED_CHUNKS
+        cluster.kill(2)
+        run.rerun(REUSED[1], FLOODS[2])
+        run.rerun(REUSED[2], FLOODS[3])
+        assert run.tiers()["redis"]["faults"] >= 1
+    finally:
+        violations, leaks = run.close()
+    assert violations == [] and leaks == []
