@@ -67,3 +67,20 @@ def test_random_specs_both_engines_agree(session: TlcSession, tmp_path_factory: 
     verdict = run_both(spec, session, tmp_path_factory.mktemp("fuzz"))
     assert not verdict.rejected, verdict.tlc.message
     assert verdict.differences in ([], [LASSO]), spec.module + spec.config
+
+
+# TLC: 1 initial state, then from x = 0 and x = 1 one successor per witness of the guard (3 and 3),
+# or per true disjunct (3, then 1). The embedded checker: one successor per state either way.
+GUARD_BRANCHES = {"Exists": (7, 3), "Or": (5, 3), "Plain": (3, 3)}
+
+
+@pytest.mark.parametrize("next_action", sorted(GUARD_BRANCHES))
+def test_states_generated_counts_guard_branches_under_tlc_only(next_action: str) -> None:
+    spec = Path(__file__).parent / "specs" / "GuardBranches.tla"
+    config = spec.with_name(f"GuardBranches_{next_action}.cfg")
+    tlc_count, embedded_count = GUARD_BRANCHES[next_action]
+    embedded = check_model(spec, config, max_memory_mb=None)
+    assert (embedded.distinct_states, embedded.states_generated) == (2, embedded_count)
+    if tlc.tlc_available(REAL_JAR):
+        answer = tlc.run_tlc(spec, config, jar=REAL_JAR, timeout=300)
+        assert (answer.distinct_states, answer.states_generated) == (2, tlc_count)

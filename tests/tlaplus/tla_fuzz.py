@@ -85,6 +85,7 @@ class Campaign:
     embedded_seconds: float = 0.0
     distinct_states: list[int] = field(default_factory=list)
     unique: set[str] = field(default_factory=set)
+    repeats: int = 0
     lasso_lengths: list[dict[str, Any]] = field(default_factory=list)
 
     def record(self, spec: GeneratedSpec, verdict: Verdict) -> None:
@@ -110,7 +111,7 @@ class Campaign:
         states = sorted(self.distinct_states) or [0]
         return {
             "specs": self.specs,
-            "distinct_specs": len(self.unique),
+            "repeats_skipped": self.repeats,
             "disagreements": len(self.disagreements),
             "rejected_by_tlc": len(self.rejected),
             "liveness_counterexample_lengths_differ": len(self.lasso_lengths),
@@ -125,16 +126,25 @@ class Campaign:
         }
 
 
-def fuzz(count: int, seed: int, jar: str | None) -> Campaign:
-    """Check ``count`` random specs under both engines."""
+def fuzz(count: int, seed: int, jar: str | None, seconds: float | None = None) -> Campaign:
+    """Check ``count`` distinct random specs under both engines (hypothesis draws some specs
+    more than once: a repeat is skipped), or as many as ``seconds`` allow."""
     campaign = Campaign()
+    deadline = None if seconds is None else time.monotonic() + seconds
     with TlcSession(jar) as session, tempfile.TemporaryDirectory(prefix="kvoffload-fuzz-") as tmp:
 
         @hypothesis_seed(seed)
-        @settings(max_examples=count, database=None, deadline=None, phases=[Phase.generate],
+        @settings(max_examples=count * 4, database=None, deadline=None, phases=[Phase.generate],
                   suppress_health_check=list(HealthCheck))
         @given(specs())
         def one(spec: GeneratedSpec) -> None:
+            # Once done, the remaining draws return at once: an exception would make hypothesis
+            # replay the example to report it.
+            if campaign.specs >= count or (deadline is not None and time.monotonic() > deadline):
+                return
+            if spec.module + spec.config in campaign.unique:
+                campaign.repeats += 1
+                return
             campaign.record(spec, run_both(spec, session, Path(tmp)))
             if campaign.specs % 100 == 0:
                 print(f"{campaign.specs} specs, {len(campaign.disagreements)} disagreements, "
@@ -149,9 +159,10 @@ def main() -> int:
     parser.add_argument("--specs", type=int, default=2000, help="how many random specs (default 2000)")
     parser.add_argument("--seed", type=int, default=0, help="hypothesis seed (default 0)")
     parser.add_argument("--jar", help="tla2tools.jar (default: $TLA2TOOLS_JAR, else the cache)")
+    parser.add_argument("--seconds", type=float, help="stop after this long, with fewer specs (default: no limit)")
     args = parser.parse_args()
     started = time.perf_counter()
-    campaign = fuzz(args.specs, args.seed, args.jar)
+    campaign = fuzz(args.specs, args.seed, args.jar, args.seconds)
     print(json.dumps({**campaign.to_json(), "seconds": round(time.perf_counter() - started, 1)}, indent=2))
     return 0 if not campaign.disagreements and not campaign.rejected else 1
 

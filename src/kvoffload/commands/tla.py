@@ -116,10 +116,13 @@ def choose_engine(engine: str, jar: Path | None) -> tuple[str, str | None]:
     except tlc.TlcNotFound as error:
         if engine == "tlc" or jar is not None:
             raise CommandError(str(error)) from error
-        reason = "java not found" if "java not found" in str(error) else "no tla2tools.jar found"
+        if "java not found" in str(error):
+            return "embedded", "TLC not available (java not found); using the embedded checker (to use TLC, " \
+                               "install a Java runtime, 11 or later)"
         return "embedded", (
-            f"TLC not available ({reason}); using the embedded checker "
-            f"(to use TLC, put tla2tools.jar at ~/.cache/kvoffload/ or set {tlc.JAR_ENV})"
+            f"no tla2tools.jar ({tlc.where_jars_are_looked_for()}); using the embedded checker. To use TLC, "
+            f"download tla2tools.jar from https://github.com/tlaplus/tlaplus/releases to {tlc.default_jar_path()} "
+            f"or set {tlc.JAR_ENV}=/path/to/tla2tools.jar"
         )
     return "tlc", None
 

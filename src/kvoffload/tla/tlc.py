@@ -120,7 +120,12 @@ def find_jar(explicit: str | os.PathLike[str] | None = None) -> Path:
     cached = default_jar_path()
     if cached.is_file():
         return cached
-    raise TlcNotFound(f"tla2tools.jar not found: {HOW_TO_GET_JAR}")
+    raise TlcNotFound(f"no tla2tools.jar ({where_jars_are_looked_for()}): {HOW_TO_GET_JAR}")
+
+
+def where_jars_are_looked_for() -> str:
+    """Where :func:`find_jar` looked when given no path, for a one-line message."""
+    return f"looked at ${JAR_ENV} (unset) and {default_jar_path()} (missing)"
 
 
 def find_java() -> str:
