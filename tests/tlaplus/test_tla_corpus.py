@@ -47,7 +47,8 @@ SLOW = frozenset({
 UNSUPPORTED: dict[str, tuple[str, str]] = {}
 
 EVERY_MODEL = os.environ.get("TLA_CORPUS_ALL") == "1"
-LIVE_TLC = EVERY_MODEL and tlc.tlc_available(REAL_JAR)
+# TLA_CORPUS_LIVE=1: live TLC on the models selected (the fast ones without TLA_CORPUS_ALL).
+LIVE_TLC = (EVERY_MODEL or os.environ.get("TLA_CORPUS_LIVE") == "1") and tlc.tlc_available(REAL_JAR)
 # The JVM options the tlaplus/Examples manifest records for a model (their ASSUMEs check them).
 JVM_OPTIONS = {
     "specifications/FiniteMonotonic/MCCRDT.cfg": ("-Dtlc2.tool.impl.Tool.cdot=true",),

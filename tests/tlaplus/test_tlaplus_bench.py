@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 
 from kvoffload.benchmarks import tla as bench
+from tlc_fakes import REAL_JAR, requires_tlc
 
 
 def test_bench_reports_rates_and_skips_missing_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KVOFFLOAD_TLA_CACHE", "off")
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
-    args = parser.parse_args(["--tla-dir", str(tmp_path), "--corpus-models", "0"])
+    args = parser.parse_args(["--tla-dir", str(tmp_path), "--corpus-models", "0", "--tlc", "off"])
     out = bench.run(args)
     assert out["tree_cache"] == "off"
     kv, kv_workers, conformance = out["results"]
@@ -31,7 +32,7 @@ def test_bench_checks_with_worker_processes(tmp_path: Path) -> None:
     (tmp_path / "KVOffload.cfg").write_text("INIT Init\nNEXT Next\n")
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
-    args = parser.parse_args(["--tla-dir", str(tmp_path), "--corpus-models", "0", "--workers", "2"])
+    args = parser.parse_args(["--tla-dir", str(tmp_path), "--corpus-models", "0", "--workers", "2", "--tlc", "off"])
     one, two = bench.run(args)["results"][:2]
     assert (one["workers"], two["workers"]) == (1, 2)
     assert one["distinct_states"] == two["distinct_states"] == 4000 and one["result"] == two["result"] == "success"
@@ -46,3 +47,20 @@ def test_bench_reports_corpus_models_next_to_tlc(tmp_path: Path) -> None:
     assert row["tlc_distinct_states"] == 724274 and row["tlc_seconds"] == 10
     # Cut short by --max-states: reported, and not claimed to match TLC.
     assert row["distinct_states"] == 2000 and row["matches_tlc"] is False
+
+
+@requires_tlc
+def test_bench_runs_tlc_beside_the_embedded_checker(tmp_path: Path) -> None:
+    (tmp_path / "KVOffload.tla").write_text(
+        "---- MODULE KVOffload ----\nEXTENDS Naturals\nVARIABLE x\nInit == x \\in 0..99\n"
+        "Next == x' = (x + 100) % 400\n====\n")
+    (tmp_path / "KVOffload.cfg").write_text("INIT Init\nNEXT Next\n")
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    args = parser.parse_args(["--tla-dir", str(tmp_path), "--specs-dir", str(tmp_path / "none"), "--corpus-models",
+                              "0", "--workers", "2", "--jar", REAL_JAR])
+    one, two = bench.run(args)["results"][:2]
+    for row, workers in ((one, 1), (two, 2)):
+        assert row["tlc"]["workers"] == workers
+        assert row["tlc"]["distinct_states"] == row["distinct_states"] == 400
+        assert row["tlc"]["embedded_over_tlc"] == round(row["seconds"] / row["tlc"]["seconds"], 2)
