@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,15 +26,22 @@ def test_bench_reports_rates_and_skips_missing_models(tmp_path: Path, monkeypatc
     assert conformance["workers"] == 1 and conformance["worker_cpu_seconds"] == 0
 
 
-def test_bench_checks_with_worker_processes(tmp_path: Path) -> None:
-    (tmp_path / "KVOffload.tla").write_text(
-        "---- MODULE KVOffload ----\nEXTENDS Naturals\nVARIABLE x\nInit == x \\in 0..999\n"
-        "Next == x' = (x + 1000) % 4000\n====\n")
-    (tmp_path / "KVOffload.cfg").write_text("INIT Init\nNEXT Next\n")
+def _counting_model(folder: Path, states: int, *options: str) -> list[dict[str, Any]]:
+    """Bench a KVOffload.tla in ``folder`` with ``states`` states (x counts up in steps of a quarter)
+    and no other model; returns the two KVOffload rows (one process, two)."""
+    (folder / "KVOffload.tla").write_text(
+        f"---- MODULE KVOffload ----\nEXTENDS Naturals\nVARIABLE x\nInit == x \\in 0..{states // 4 - 1}\n"
+        f"Next == x' = (x + {states // 4}) % {states}\n====\n")
+    (folder / "KVOffload.cfg").write_text("INIT Init\nNEXT Next\n")
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
-    args = parser.parse_args(["--tla-dir", str(tmp_path), "--corpus-models", "0", "--workers", "2", "--tlc", "off"])
-    one, two = bench.run(args)["results"][:2]
+    args = parser.parse_args(["--tla-dir", str(folder), "--specs-dir", str(folder / "none"), "--corpus-models", "0",
+                              "--workers", "2", *options])
+    return list(bench.run(args)["results"][:2])
+
+
+def test_bench_checks_with_worker_processes(tmp_path: Path) -> None:
+    one, two = _counting_model(tmp_path, 4000, "--tlc", "off")
     assert (one["workers"], two["workers"]) == (1, 2)
     assert one["distinct_states"] == two["distinct_states"] == 4000 and one["result"] == two["result"] == "success"
 
@@ -51,15 +59,7 @@ def test_bench_reports_corpus_models_next_to_tlc(tmp_path: Path) -> None:
 
 @requires_tlc
 def test_bench_runs_tlc_beside_the_embedded_checker(tmp_path: Path) -> None:
-    (tmp_path / "KVOffload.tla").write_text(
-        "---- MODULE KVOffload ----\nEXTENDS Naturals\nVARIABLE x\nInit == x \\in 0..99\n"
-        "Next == x' = (x + 100) % 400\n====\n")
-    (tmp_path / "KVOffload.cfg").write_text("INIT Init\nNEXT Next\n")
-    parser = argparse.ArgumentParser()
-    bench.add_arguments(parser)
-    args = parser.parse_args(["--tla-dir", str(tmp_path), "--specs-dir", str(tmp_path / "none"), "--corpus-models",
-                              "0", "--workers", "2", "--jar", REAL_JAR])
-    one, two = bench.run(args)["results"][:2]
+    one, two = _counting_model(tmp_path, 400, "--jar", REAL_JAR)
     for row, workers in ((one, 1), (two, 2)):
         assert row["tlc"]["workers"] == workers
         assert row["tlc"]["distinct_states"] == row["distinct_states"] == 400
