@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import tempfile
 import time
@@ -126,6 +127,15 @@ class Campaign:
         }
 
 
+class _Done(BaseException):
+    """Ends the campaign (enough specs, the time is up, or SIGTERM). A BaseException, so that
+    hypothesis passes it on at once instead of replaying the example as a failure."""
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise _Done
+
+
 def fuzz(count: int, seed: int, jar: str | None, seconds: float | None = None) -> Campaign:
     """Check ``count`` distinct random specs under both engines (hypothesis draws some specs
     more than once: a repeat is skipped), or as many as ``seconds`` allow."""
@@ -138,10 +148,8 @@ def fuzz(count: int, seed: int, jar: str | None, seconds: float | None = None) -
                   suppress_health_check=list(HealthCheck))
         @given(specs())
         def one(spec: GeneratedSpec) -> None:
-            # Once done, the remaining draws return at once: an exception would make hypothesis
-            # replay the example to report it.
             if campaign.specs >= count or (deadline is not None and time.monotonic() > deadline):
-                return
+                raise _Done
             if spec.module + spec.config in campaign.unique:
                 campaign.repeats += 1
                 return
@@ -150,7 +158,13 @@ def fuzz(count: int, seed: int, jar: str | None, seconds: float | None = None) -
                 print(f"{campaign.specs} specs, {len(campaign.disagreements)} disagreements, "
                       f"{len(campaign.rejected)} rejected", file=sys.stderr, flush=True)
 
-        one()
+        previous = signal.signal(signal.SIGTERM, _stop)
+        try:
+            one()
+        except _Done:
+            pass
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     return campaign
 
 
