@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test test-fast test-thorough lint tla tla-corpus bench check-install clean redis-server check-vllm-engine check-vllm fuzz-vllm-engine check-vllm-live check-vllm-tiers
+.PHONY: demo test test-fast test-thorough lint tla tla-corpus tla-fuzz bench check-install clean redis-server check-vllm-engine check-vllm fuzz-vllm-engine check-vllm-live check-vllm-tiers
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -154,3 +154,10 @@ clean:
 # `make test` runs only the fast ones.
 tla-corpus: $(STAMP)
 	TLA_CORPUS_ALL=1 $(PY) -m pytest -q tests/tlaplus/test_tla_corpus.py
+
+# Differential fuzzing: TLA_FUZZ_SPECS random specs under TLC (one JVM) and the embedded checker,
+# which must agree; prints JSON with the constructs' coverage and every disagreement.
+TLA_FUZZ_SPECS ?= 2000
+tla-fuzz: $(STAMP)
+	@test -n "$(TLC_JAR)" || { echo "tla-fuzz: TLC not found: set TLA2TOOLS_JAR to tla2tools.jar"; exit 2; }
+	$(PY) tests/tlaplus/tla_fuzz.py --specs $(TLA_FUZZ_SPECS) --jar $(TLC_JAR)

@@ -141,6 +141,11 @@ def test_auto_falls_back_to_embedded_and_says_so_on_stderr(
     assert seen == ["embedded"]
     assert code == EXIT_VIOLATION_SAFETY
     assert "using the embedded checker" in err
+    # One line: where it looked, and how to get the jar.
+    note = [line for line in err.splitlines() if "tla2tools.jar" in line]
+    assert len(note) == 1
+    assert f"{no_tlc}/.cache/kvoffload/tla2tools.jar (missing)" in note[0] and "$TLA2TOOLS_JAR (unset)" in note[0]
+    assert "https://github.com/tlaplus/tlaplus/releases" in note[0]
     data = json.loads(out)  # stdout is clean JSON
     assert data["engine"] == "embedded"
     assert data["result"] == "safety failure"

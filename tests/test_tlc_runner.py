@@ -18,7 +18,7 @@ from kvoffload.statemachine.checkresult import (
     EXIT_VIOLATION_SAFETY,
 )
 from kvoffload.tla import tlc
-from tlc_fakes import FIXTURES, FakeTlc, fixture, touch_jar
+from tlc_fakes import FIXTURES, REAL_JAR, SHARED_TLC, FakeTlc, fixture, requires_tlc, touch_jar
 
 REPO = Path(__file__).parent.parent
 TLA_DIR = REPO / "tla"
@@ -162,7 +162,7 @@ def test_liveness_stuttering() -> None:
 def test_deadlock_single_variable_states() -> None:
     result = tlc.parse_tlc_output(fixture("deadlock.out"), EXIT_VIOLATION_DEADLOCK)
     assert result.result == "deadlock failure"
-    assert result.violated == "deadlock"
+    assert result.violated == "Deadlock"
     assert [step.action for step in result.trace] == ["Initial predicate", "Incr", "Incr"]
     assert [step.state for step in result.trace] == [{"x": "0"}, {"x": "1"}, {"x": "2"}]
     assert (result.states_generated, result.distinct_states, result.depth) == (4, 3, 3)
@@ -317,11 +317,6 @@ def test_run_tlc_without_jar(no_tlc: Path) -> None:
 
 # --- real TLC ---------------------------------------------------------------------------------
 
-# The jar TLA2TOOLS_JAR names, else the one this project's CI machines share beside the checkout.
-SHARED_TLC = Path(__file__).resolve().parents[1].parent / "shared" / "tlc"
-REAL_JAR = os.environ.get(tlc.JAR_ENV) or str(SHARED_TLC / "tla2tools.jar")
-requires_tlc = pytest.mark.skipif(not tlc.tlc_available(REAL_JAR),
-                                  reason="tla2tools.jar not found: set TLA2TOOLS_JAR")
 
 
 @requires_tlc
@@ -446,3 +441,60 @@ def test_spec_named_like_an_option_is_passed_as_a_path(tmp_path: Path) -> None:
     plain = tlc.build_command("java", tmp_path / "t.jar", tmp_path / "Spec.tla", tmp_path / "a.cfg",
                               tmp_path / "trace.json")
     assert plain[-1] == "Spec.tla"
+
+
+# --- this TLC's formats (2026) ------------------------------------------------------------------
+
+INITIAL_VIOLATION = """Computing initial states...
+Error: Invariant Inv0 is violated by the initial state:
+/\\ x = 1
+/\\ y = 0
+
+Finished in 04s at (2026-12-03 14:22:29)
+"""
+
+TWO_PROPERTIES = """Checking 2 branches of temporal properties for the complete state space
+Error: Temporal properties Prop0 and Prop1 were violated.
+
+Error: The following behavior constitutes a counter-example:
+
+State 1: <Initial predicate>
+/\\ s0 = {p0, p1, p2}
+/\\ s1 = <<>>
+
+State 2: Stuttering
+32 states generated, 8 distinct states found, 0 states left on queue.
+The depth of the complete state graph search is 1.
+"""
+
+
+def test_invariant_broken_by_an_initial_state() -> None:
+    result = tlc.parse_tlc_output(INITIAL_VIOLATION, EXIT_VIOLATION_SAFETY)
+    assert (result.result, result.violated) == ("safety failure", "Inv0")
+    assert [(step.action, step.state) for step in result.trace] == [(tlc.INITIAL_ACTION, {"x": "1", "y": "0"})]
+    assert result.states_generated == 0  # TLC prints no statistics after it
+
+
+def test_temporal_properties_named() -> None:
+    result = tlc.parse_tlc_output(TWO_PROPERTIES, EXIT_VIOLATION_LIVENESS, properties=["Prop0", "Prop1"])
+    assert result.violated == "Prop0, Prop1"
+    assert tlc.violated_properties(result.violated) == ["Prop0", "Prop1"]
+    assert tlc.violated_properties("A, B and C") == ["A", "B", "C"]
+    assert [step.action for step in result.trace] == [tlc.INITIAL_ACTION, tlc.STUTTERING_ACTION]
+    one = tlc.parse_tlc_output("Error: Temporal property Live was violated.\n", EXIT_VIOLATION_LIVENESS)
+    assert one.violated == "Live"
+
+
+@requires_tlc
+def test_session_gives_what_one_run_gives(tmp_path: Path) -> None:
+    from kvoffload.tla.tlc_batch import TlcSession
+
+    for name in ("Counter.tla", "Counter.cfg"):
+        (tmp_path / name).write_text(fixture(name))
+    spec, config = tmp_path / "Counter.tla", tmp_path / "Counter.cfg"
+    alone = tlc.run_tlc(spec, config, jar=REAL_JAR, timeout=300)
+    with TlcSession(REAL_JAR) as session:
+        runs = [session.check(spec, config), session.check(spec, config, check_deadlock=False)]
+    assert runs[0].to_json() | {"seconds": 0} == alone.to_json() | {"seconds": 0}
+    assert (runs[0].result, runs[0].distinct_states, len(runs[0].trace)) == ("deadlock failure", 3, 3)
+    assert (runs[1].result, runs[1].distinct_states) == ("success", 3)

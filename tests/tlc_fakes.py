@@ -7,6 +7,7 @@ and ``subprocess.run`` answered by a :class:`FakeTlc` whose output and exit code
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,10 @@ import pytest
 from kvoffload.tla import tlc
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tlc"
+# The jar TLA2TOOLS_JAR names, else the one this project's CI machines share beside the checkout.
+SHARED_TLC = Path(__file__).resolve().parents[1].parent / "shared" / "tlc"
+REAL_JAR = os.environ.get(tlc.JAR_ENV) or str(SHARED_TLC / "tla2tools.jar")
+requires_tlc = pytest.mark.skipif(not tlc.tlc_available(REAL_JAR), reason="tla2tools.jar not found: set TLA2TOOLS_JAR")
 
 
 def fixture(name: str) -> str:

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kvoffload.benchmarks import tla as bench
+from tlc_fakes import REAL_JAR, requires_tlc
 
 
 def test_bench_reports_rates_and_skips_missing_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KVOFFLOAD_TLA_CACHE", "off")
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
-    args = parser.parse_args(["--tla-dir", str(tmp_path), "--corpus-models", "0"])
+    args = parser.parse_args(["--tla-dir", str(tmp_path), "--corpus-models", "0", "--tlc", "off"])
     out = bench.run(args)
     assert out["tree_cache"] == "off"
     kv, kv_workers, conformance = out["results"]
@@ -24,15 +26,22 @@ def test_bench_reports_rates_and_skips_missing_models(tmp_path: Path, monkeypatc
     assert conformance["workers"] == 1 and conformance["worker_cpu_seconds"] == 0
 
 
-def test_bench_checks_with_worker_processes(tmp_path: Path) -> None:
-    (tmp_path / "KVOffload.tla").write_text(
-        "---- MODULE KVOffload ----\nEXTENDS Naturals\nVARIABLE x\nInit == x \\in 0..999\n"
-        "Next == x' = (x + 1000) % 4000\n====\n")
-    (tmp_path / "KVOffload.cfg").write_text("INIT Init\nNEXT Next\n")
+def _counting_model(folder: Path, states: int, *options: str) -> list[dict[str, Any]]:
+    """Bench a KVOffload.tla in ``folder`` with ``states`` states (x counts up in steps of a quarter)
+    and no other model; returns the two KVOffload rows (one process, two)."""
+    (folder / "KVOffload.tla").write_text(
+        f"---- MODULE KVOffload ----\nEXTENDS Naturals\nVARIABLE x\nInit == x \\in 0..{states // 4 - 1}\n"
+        f"Next == x' = (x + {states // 4}) % {states}\n====\n")
+    (folder / "KVOffload.cfg").write_text("INIT Init\nNEXT Next\n")
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
-    args = parser.parse_args(["--tla-dir", str(tmp_path), "--corpus-models", "0", "--workers", "2"])
-    one, two = bench.run(args)["results"][:2]
+    args = parser.parse_args(["--tla-dir", str(folder), "--specs-dir", str(folder / "none"), "--corpus-models", "0",
+                              "--workers", "2", *options])
+    return list(bench.run(args)["results"][:2])
+
+
+def test_bench_checks_with_worker_processes(tmp_path: Path) -> None:
+    one, two = _counting_model(tmp_path, 4000, "--tlc", "off")
     assert (one["workers"], two["workers"]) == (1, 2)
     assert one["distinct_states"] == two["distinct_states"] == 4000 and one["result"] == two["result"] == "success"
 
@@ -46,3 +55,12 @@ def test_bench_reports_corpus_models_next_to_tlc(tmp_path: Path) -> None:
     assert row["tlc_distinct_states"] == 724274 and row["tlc_seconds"] == 10
     # Cut short by --max-states: reported, and not claimed to match TLC.
     assert row["distinct_states"] == 2000 and row["matches_tlc"] is False
+
+
+@requires_tlc
+def test_bench_runs_tlc_beside_the_embedded_checker(tmp_path: Path) -> None:
+    one, two = _counting_model(tmp_path, 400, "--jar", REAL_JAR)
+    for row, workers in ((one, 1), (two, 2)):
+        assert row["tlc"]["workers"] == workers
+        assert row["tlc"]["distinct_states"] == row["distinct_states"] == 400
+        assert row["tlc"]["embedded_over_tlc"] == round(row["seconds"] / row["tlc"]["seconds"], 2)

@@ -4,7 +4,12 @@ models of the public corpus (tests/tlaplus/corpus) next to TLC's recorded runtim
 
 Times the whole check (parse, compile, BFS, invariants, liveness). The figures are wall-clock
 seconds, CPU seconds of this process and of its worker processes (``--workers``); compare runs on
-the same machine only. Parsed modules come from the tree cache after their first parse
+the same machine only. Where TLC can run (a jar and java; ``--tlc off`` skips it), each row also
+holds TLC's run of the same model with as many workers (``-workers 1`` next to the embedded
+checker's one process, ``-workers N`` next to ``--workers N``; at most ``--tlc-seconds`` each) and
+the ratio of wall times, embedded / TLC. TLC takes its module folders, jars and JVM options from
+``$KVOFFLOAD_TLA_LIBRARY``, ``$KVOFFLOAD_TLC_CLASSPATH`` and ``$KVOFFLOAD_TLC_JVM_OPTIONS``.
+Parsed modules come from the tree cache after their first parse
 (``tree_cache`` in the JSON; ``KVOFFLOAD_TLA_CACHE=off`` parses every module in every run).
 """
 
@@ -13,11 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
-from kvoffload.tla import check_model
+from kvoffload.tla import check_model, tlc
 from kvoffload.tla.parse import tree_cache_dir
 
 _REPO = Path(__file__).resolve().parents[3]
@@ -35,6 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how many of the corpus's largest models (by TLC's distinct-state count) to run")
     parser.add_argument("--workers", type=int, default=2,
                         help="also check tla/KVOffload.cfg with this many worker processes (1: skip that row)")
+    parser.add_argument("--tlc", choices=("auto", "off"), default="auto",
+                        help="auto: run TLC beside the embedded checker when a jar and java are found (default)")
+    parser.add_argument("--jar", type=Path, default=None, help="tla2tools.jar (else $TLA2TOOLS_JAR, else the cache)")
+    parser.add_argument("--tlc-seconds", type=float, default=60.0,
+                        help="give up a TLC run after this many seconds (default 60)")
 
 
 def _first_existing(*candidates: Path) -> Path:
@@ -44,7 +55,24 @@ def _first_existing(*candidates: Path) -> Path:
     return candidates[0]
 
 
-def _measure(name: str, spec: Path, cfg: Path, max_states: int | None, workers: int = 1) -> dict[str, Any]:
+def _tlc_row(spec: Path, cfg: Path, workers: int, embedded_seconds: float, jar: Path | None,
+             limit: float) -> dict[str, Any]:
+    """TLC on the same model with ``workers`` workers, and the embedded / TLC ratio of wall times."""
+    try:
+        result = tlc.run_tlc(spec, cfg, jar=jar, workers=workers, timeout=limit)
+    except subprocess.TimeoutExpired:
+        return {"workers": workers, "skipped": f"over {limit:g} s"}
+    row: dict[str, Any] = {
+        "workers": workers, "result": result.result, "distinct_states": result.distinct_states,
+        "seconds": round(result.seconds, 3),
+        "distinct_states_per_s": round(result.distinct_states / result.seconds, 1) if result.seconds > 0 else None,
+    }
+    row["embedded_over_tlc"] = round(embedded_seconds / result.seconds, 2) if result.seconds > 0 else None
+    return row
+
+
+def _measure(name: str, spec: Path, cfg: Path, max_states: int | None, workers: int = 1,
+             tlc_jar: Path | bool | None = False, tlc_limit: float = 60.0) -> dict[str, Any]:
     if not spec.exists() or not cfg.exists():
         return {"model": name, "skipped": f"{spec if not spec.exists() else cfg} not found"}
     here = Path.cwd()
@@ -61,7 +89,7 @@ def _measure(name: str, spec: Path, cfg: Path, max_states: int | None, workers: 
         children_cpu = after.children_user + after.children_system - children.children_user - children.children_system
     finally:
         os.chdir(here)
-    return {
+    row = {
         "model": name,
         "workers": workers,
         "result": result.result,
@@ -75,26 +103,37 @@ def _measure(name: str, spec: Path, cfg: Path, max_states: int | None, workers: 
         "distinct_states_per_s": round(result.distinct_states / wall, 1) if wall > 0 else None,
         "distinct_states_per_cpu_s": round(result.distinct_states / cpu, 1) if cpu > 0 else None,
     }
+    if tlc_jar is not False and max_states is None:
+        row["tlc"] = _tlc_row(spec, cfg, workers, wall, tlc_jar or None, tlc_limit)
+    return row
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     tla_dir = args.tla_dir or _first_existing(Path("tla"), _REPO / "tla")
     specs = args.specs_dir or _first_existing(Path("tests/tlaplus/specs"), _REPO / "tests/tlaplus/specs")
+    jar: Path | bool | None = False
+    if args.tlc == "auto" and tlc.tlc_available(args.jar):
+        jar = tlc.find_jar(args.jar)
+    limit = args.tlc_seconds
+
+    def measure(name: str, spec: Path, cfg: Path, workers: int = 1) -> dict[str, Any]:
+        return _measure(name, spec, cfg, args.max_states, workers, jar, limit)
+
     results = [
-        _measure("tla/KVOffload.cfg", tla_dir / "KVOffload.tla", tla_dir / "KVOffload.cfg", args.max_states),
-        *([_measure("tla/KVOffload.cfg", tla_dir / "KVOffload.tla", tla_dir / "KVOffload.cfg", args.max_states,
-                    args.workers)] if args.workers > 1 else []),
-        _measure("TwoPhaseBench.cfg (conformance)", specs / "TwoPhase.tla", specs / "TwoPhaseBench.cfg",
-                 args.max_states),
+        measure("tla/KVOffload.cfg", tla_dir / "KVOffload.tla", tla_dir / "KVOffload.cfg"),
+        *([measure("tla/KVOffload.cfg", tla_dir / "KVOffload.tla", tla_dir / "KVOffload.cfg", args.workers)]
+          if args.workers > 1 else []),
+        measure("TwoPhaseBench.cfg (conformance)", specs / "TwoPhase.tla", specs / "TwoPhaseBench.cfg"),
     ]
     corpus = args.corpus_dir or _first_existing(Path("tests/tlaplus/corpus"), _REPO / "tests/tlaplus/corpus")
-    results += _corpus(corpus, args.corpus_models, args.max_states)
+    results += _corpus(corpus, args.corpus_models, args.max_states, jar, limit)
     cache = tree_cache_dir()
-    return {"benchmark": "tla", "engine": "embedded", "tree_cache": str(cache) if cache is not None else "off",
-            "results": results}
+    return {"benchmark": "tla", "engine": "embedded", "tlc": str(jar) if jar else "off",
+            "tree_cache": str(cache) if cache is not None else "off", "results": results}
 
 
-def _corpus(corpus: Path, count: int, max_states: int | None) -> list[dict[str, Any]]:
+def _corpus(corpus: Path, count: int, max_states: int | None, jar: Path | bool | None = False,
+            limit: float = 60.0) -> list[dict[str, Any]]:
     """The ``count`` largest corpus models, each with TLC's recorded answer and runtime."""
     index = corpus / "corpus.json"
     if count <= 0 or not index.exists():
@@ -102,7 +141,7 @@ def _corpus(corpus: Path, count: int, max_states: int | None) -> list[dict[str, 
     models = sorted(json.loads(index.read_text()), key=lambda m: -m["distinct_states"])[:count]
     out = []
     for m in models:
-        row = _measure(m["config"], corpus / m["spec"], corpus / m["config"], max_states)
+        row = _measure(m["config"], corpus / m["spec"], corpus / m["config"], max_states, 1, jar, limit)
         h, mi, s = (int(x) for x in m["runtime"].split(":"))
         row.update(tlc_result=m["result"], tlc_distinct_states=m["distinct_states"], tlc_seconds=h * 3600 + mi * 60 + s,
                    matches_tlc=row.get("result") == m["result"] and row.get("distinct_states") == m["distinct_states"])

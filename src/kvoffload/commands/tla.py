@@ -116,10 +116,13 @@ def choose_engine(engine: str, jar: Path | None) -> tuple[str, str | None]:
     except tlc.TlcNotFound as error:
         if engine == "tlc" or jar is not None:
             raise CommandError(str(error)) from error
-        reason = "java not found" if "java not found" in str(error) else "no tla2tools.jar found"
+        if "java not found" in str(error):
+            return "embedded", "TLC not available (java not found); using the embedded checker (to use TLC, " \
+                               "install a Java runtime, 11 or later)"
         return "embedded", (
-            f"TLC not available ({reason}); using the embedded checker "
-            f"(to use TLC, put tla2tools.jar at ~/.cache/kvoffload/ or set {tlc.JAR_ENV})"
+            f"no tla2tools.jar ({tlc.where_jars_are_looked_for()}); using the embedded checker. To use TLC, "
+            f"download tla2tools.jar from https://github.com/tlaplus/tlaplus/releases to {tlc.default_jar_path()} "
+            f"or set {tlc.JAR_ENV}=/path/to/tla2tools.jar"
         )
     return "tlc", None
 
@@ -428,14 +431,36 @@ def disagreements(tlc_outcome: ModelOutcome, embedded_outcome: ModelOutcome) -> 
         both_errors = tlc_outcome.got.startswith("error") == embedded_outcome.got.startswith("error")
         same = (a is None) == (b is None) and both_errors
         return [] if same else [f"verdict: TLC {tlc_outcome.got} / embedded {embedded_outcome.got}"]
-    fields = {
-        "verdict": (a.result, b.result),
-        "distinct states": (a.distinct_states, b.distinct_states),
-        "depth": (a.depth, b.depth),
-        "violated": (a.violated, b.violated),
-        "trace length": (len(a.trace), len(b.trace)),
+    return result_differences(a, b)
+
+
+def result_differences(tlc_result: CheckResult, embedded_result: CheckResult) -> list[str]:
+    """What two results of one model differ in, of the verdict, distinct states, depth, the
+    violated invariant or property and the counterexample's length (empty: they agree).
+    ``tlc_result`` gives the counts to compare, unless TLC printed none."""
+    from kvoffload.tla.tlc import violated_properties
+
+    a, b = tlc_result, embedded_result
+    fields = {"verdict": (a.result, b.result)}
+    # TLC prints no statistics when an initial state breaks an invariant: nothing to compare.
+    if a.states_generated or a.result in ("success", "error"):
+        fields |= {"distinct states": (a.distinct_states, b.distinct_states), "depth": (a.depth, b.depth)}
+    # TLC names every property the counterexample violates; the embedded checker the first.
+    violated = b.violated if a.result == "liveness failure" and b.violated in violated_properties(a.violated or "") \
+        else a.violated
+    fields |= {
+        "violated": (violated, b.violated),
+        "trace length": (_states_in_trace(a), _states_in_trace(b)),
     }
     return [f"{name}: TLC {x} / embedded {y}" for name, (x, y) in fields.items() if x != y]
+
+
+def _states_in_trace(result: CheckResult) -> int:
+    """The states of a counterexample: TLC writes a stuttering ending as a step of its own, the
+    embedded checker as a loop back to the last state."""
+    from kvoffload.tla.tlc import STUTTERING_ACTION
+
+    return sum(step.action != STUTTERING_ACTION for step in result.trace)
 
 
 def _print_outcome(outcome: ModelOutcome, width: int, label: str = "") -> None:

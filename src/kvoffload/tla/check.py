@@ -33,10 +33,11 @@ from .heap import SearchHeap
 from .liveness import FairInfo, LivenessSearch, reachable
 from .modules import Decl, InstanceRef, ModuleLoader, OpDef, Scope, pos
 from .monitor import DEFAULT_MAX_MEMORY_MB, Halt, Monitor
+from .order import forget_sortkeys
 from .symmetry import Canonicaliser
-from .syntax import EMPTY, UNSET, Ctx, Gen, VarRef, as_bool, state_memo
+from .syntax import EMPTY, NEXT, STATE, UNSET, Ctx, Gen, VarRef, as_bool, state_memo
 from .temporal import Piece, TemporalAnalyzer
-from .values import Fn, Value, render, to_set
+from .values import Fn, Value, rank_model_values, render, to_set
 
 State = tuple[Value, ...]
 Pred = Callable[[Ctx, dict[str, Value]], Value]
@@ -242,6 +243,9 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
             raise TlaError(f"invariant {item.name} is a temporal formula; list it under PROPERTY",
                            cfg.path, item.line, 1, kind="config")
         fn, deps = comp.expr(_ident(item.name, d.node), root, {}, False)
+        if not deps & (STATE | NEXT) and _constant_false(fn):
+            # TLC evaluates a constant invariant once, before the search, and refuses a false one.
+            raise TlaError(f"The invariant of {item.name} is equal to FALSE", cfg.path, item.line, 1, kind="config")
         fn = generate_expr(comp, _ident(item.name, d.node), root, {}) or fn
         # Evaluation errors inside the invariant name its definition's location.
         comp.file_stack.append(d.file or root.file)
@@ -334,6 +338,15 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
 
 def _no_steps(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
     return iter(())
+
+
+def _constant_false(fn: Any) -> bool:
+    """True when a constant-level invariant evaluates to FALSE (an evaluation error is left to the
+    search, which reports it located)."""
+    try:
+        return fn(Ctx(None, None), EMPTY) is False
+    except EvalError:
+        return False
 
 
 def _has_prime(node: Any) -> bool:
@@ -1102,5 +1115,7 @@ def load_model(spec_path: Path, config_path: Path | None = None) -> Compiled:
     if not config_path.exists():
         raise TlaError("config file not found", str(config_path), 0, 0, kind="config")
     cfg = parse_config(config_path)
+    rank_model_values(cfg.model_values)
+    forget_sortkeys()
     return compile_model(spec_path, cfg)
 

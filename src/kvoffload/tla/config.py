@@ -77,6 +77,8 @@ class ModelConfig:
     # ALIAS only changes how TLC prints trace states; the name must still be defined.
     alias: Named | None = None
     check_deadlock: bool = True
+    # Model values in the order the config first names them (TLC's order of model values).
+    model_values: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -127,6 +129,7 @@ class _CfgParser:
         self.toks = toks
         self.i = 0
         self.path = path
+        self.model_values: list[str] = []
 
     def err(self, msg: str, tok: _Tok | None = None) -> TlaError:
         tok = tok or (self.toks[self.i] if self.i < len(self.toks) else None)
@@ -165,6 +168,7 @@ class _CfgParser:
         if tok.text == "FALSE":
             return False
         if tok.kind == "ident":
+            self.model_values.append(tok.text)
             return ModelValue(tok.text)
         if tok.text in ("{", "<<"):
             close = "}" if tok.text == "{" else ">>"
@@ -228,6 +232,7 @@ class _CfgParser:
                 setattr(cfg, section.lower(), Named(name.text, name.line))
             else:
                 getattr(cfg, section.lower()).extend(self.names())
+        cfg.model_values = self.model_values
         return cfg
 
 

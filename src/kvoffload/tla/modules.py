@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import TlaError
-from .parse import parse_module_file
+from .parse import parse_later_modules, parse_module_file
 
 STANDARD_MODULES = frozenset(
     {"Naturals", "Integers", "FiniteSets", "Sequences", "TLC", "Bags", "TLCExt", "IOUtils"}
@@ -103,12 +103,20 @@ class ModuleLoader:
                 if scope is not None:
                     raise scope.err(f"module {name} not found (looked for {path})", node, kind="parse")
                 raise TlaError(f"module {name} not found", str(path), 0, 0, kind="parse")
-            self.trees[name] = (parse_module_file(path), str(path))
+            self._register_file(path)
         return self.trees[name]
 
-    def load_root(self, path: Path) -> Scope:
+    def _register_file(self, path: Path) -> Any:
+        """Parse a module file: its module, and the modules written after it in the same file
+        (known from then on by name, before any file of that name)."""
         tree = parse_module_file(path)
         self.trees[tree.name] = (tree, str(path))
+        for later in parse_later_modules(path):
+            self.trees.setdefault(later.name, (later, str(path)))
+        return tree
+
+    def load_root(self, path: Path) -> Scope:
+        tree = self._register_file(path)
         scope = Scope(tree.name, str(path))
         self._fill(scope, tree, str(path), set())
         return scope

@@ -9,11 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .values import Fn, FnSet, ModelValue, ProductSet, SubsetSet, Value, iter_set, sortkey
-
-
-def _model_value_name(v: Value) -> str:
-    return v[1]  # type: ignore[no-any-return]
+from .values import Fn, FnSet, ModelValue, ProductSet, SubsetSet, Value, iter_set, model_value_key, sortkey
 
 
 def _native_key(items: Iterable[Value]) -> tuple[bool, Callable[[Value], Any] | None]:
@@ -26,7 +22,7 @@ def _native_key(items: Iterable[Value]) -> tuple[bool, Callable[[Value], Any] | 
     if t is int or t is str:
         return True, None
     if t is ModelValue:
-        return True, _model_value_name
+        return True, model_value_key
     if t is tuple:
         return len({len(x) for x in items}) == 1 and {type(y) for x in items for y in x} <= {int}, None
     return False, None
@@ -36,6 +32,11 @@ def _native_key(items: Iterable[Value]) -> tuple[bool, Callable[[Value], Any] | 
 # recur in many states' sets): memoised by value, dropped when the memo reaches this many entries.
 _KEY_MEMO_LIMIT = 200_000
 _key_memo: dict[Value, tuple[Any, ...]] = {}
+
+
+def forget_sortkeys() -> None:
+    """Drop the memoised sortkeys (they hold model values' places, which a new model may change)."""
+    _key_memo.clear()
 
 
 def _memo_sortkey(v: Value) -> tuple[Any, ...]:

@@ -104,7 +104,28 @@ def _prune(folder: Path) -> None:
 
 def parse_module_text(text: str, path: str) -> Any:
     """Parse one module (or take its tree from the cache, see the module docstring)."""
-    src = _isolate_module(text, path)
+    return _parse_isolated(_isolate_module(text, path), path)
+
+
+def parse_later_modules(path: Path) -> list[Any]:
+    """The trees of the modules that follow the first one in a file (SANY reads them all: a
+    module may EXTEND one written after it in its own file), line numbers kept."""
+    text, _ = read_source(path, "module", "parse")
+    first = _MODULE_START.search(text)
+    end = _MODULE_END.search(text, first.end()) if first is not None else None
+    trees = []
+    while end is not None:
+        start = _MODULE_START.search(text, end.end())
+        if start is None:
+            break
+        end = _MODULE_END.search(text, start.end())
+        stop = end.end() if end is not None else len(text)
+        lines_before = text.count("\n", 0, start.start())
+        trees.append(_parse_isolated("\n" * lines_before + text[start.start():stop], str(path)))
+    return trees
+
+
+def _parse_isolated(src: str, path: str) -> Any:
     folder = tree_cache_dir()
     key = _cache_key(src) if folder is not None else ""
     if folder is not None:

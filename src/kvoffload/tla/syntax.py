@@ -15,7 +15,7 @@ from . import builtins as B
 from .errors import EvalError
 from .modules import Scope
 from .order import canonical
-from .values import Value, render
+from .values import RecordSet, Value, render
 
 UNSET: Any = type("Unset", (), {"__repr__": lambda self: "<unassigned>"})()
 STATE, NEXT, ENV = 1, 2, 4
@@ -172,8 +172,12 @@ def const_value(fn: Fun) -> tuple[bool, Value]:
 
 
 def ordered(s: Value) -> list[Value]:
-    """Enumerate a set in a canonical order (deterministic successor order and traces,
-    independent of Python's per-process string hashing)."""
+    """Enumerate a set in TLC's order: the canonical order (deterministic successor order and
+    traces, independent of Python's per-process string hashing), except that a record set
+    ``[n : S, b : T]`` varies its last field fastest, in the order the fields are written, as TLC
+    enumerates it (the states a search finds before a violation depend on the order)."""
+    if type(s) is RecordSet:
+        return list(s.enumerate())
     return canonical(s)
 
 

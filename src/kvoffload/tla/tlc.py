@@ -120,7 +120,12 @@ def find_jar(explicit: str | os.PathLike[str] | None = None) -> Path:
     cached = default_jar_path()
     if cached.is_file():
         return cached
-    raise TlcNotFound(f"tla2tools.jar not found: {HOW_TO_GET_JAR}")
+    raise TlcNotFound(f"no tla2tools.jar ({where_jars_are_looked_for()}): {HOW_TO_GET_JAR}")
+
+
+def where_jars_are_looked_for() -> str:
+    """Where :func:`find_jar` looked when given no path, for a one-line message."""
+    return f"looked at ${JAR_ENV} (unset) and {default_jar_path()} (missing)"
 
 
 def find_java() -> str:
@@ -287,10 +292,12 @@ _STATS_RE = re.compile(r"([\d,]+) states generated, ([\d,]+) distinct states fou
 _DEPTH_RE = re.compile(r"The depth of the complete state graph search is ([\d,]+)")
 _INVARIANT_RE = re.compile(r"^Error: Invariant (\S+) is violated", re.MULTILINE)
 _ACTION_PROPERTY_RE = re.compile(r"^Error: Action property (.+?) is violated", re.MULTILINE)
-_TEMPORAL_RE = re.compile(r"^Error: Temporal properties were violated", re.MULTILINE)
+_TEMPORAL_RE = re.compile(r"^Error: Temporal propert(?:y|ies) (?:(.+?) )?(?:was|were) violated", re.MULTILINE)
 _DEADLOCK_RE = re.compile(r"^Error: Deadlock reached", re.MULTILINE)
 _ASSUMPTION_RE = re.compile(r"^Error: Assumption (.+?) is false", re.MULTILINE)
 _STATE_RE = re.compile(r"^State (\d+):\s*(?:<(.*)>|(Stuttering))\s*$")
+# TLC prints a violating initial state without a "State 1:" header (and no statistics after it).
+_INITIAL_VIOLATION_RE = re.compile(r"^Error: Invariant \S+ is violated by the initial state:\s*$")
 _BACK_TO_RE = re.compile(r"^Back to state (\d+)(?::\s*<(.*)>)?\s*$")
 _FATAL_PARSE_RE = re.compile(r"Fatal errors while parsing TLA\+ spec in file (\S+)")
 _ACTION_NAME_RE = re.compile(r"^(.*?)\s+line \d+, col(?:umn)? \d+")
@@ -337,6 +344,11 @@ def config_properties(config: Path) -> list[str]:
         elif section in ("PROPERTY", "PROPERTIES"):
             names.append(token)
     return names
+
+
+def violated_properties(named: str) -> list[str]:
+    """The names in TLC's ``P``, ``P and Q``, ``P, Q and R`` (or a result's ``P, Q``)."""
+    return [name for name in re.split(r",\s*|\s+and\s+", named.strip()) if name]
 
 
 def _error_message(text: str, exit_code: int) -> str:
@@ -417,6 +429,11 @@ def parse_text_trace(text: str) -> tuple[list[TraceStep], int | None, str | None
             else:
                 current = {}
                 steps.append(TraceStep(action=_action_name(header.group(2)), state=current))
+            last_var = None
+            continue
+        if _INITIAL_VIOLATION_RE.match(line):
+            current = {}
+            steps.append(TraceStep(action=INITIAL_ACTION, state=current))
             last_var = None
             continue
         back = _BACK_TO_RE.match(line)
@@ -546,10 +563,12 @@ def parse_tlc_output(
 
     if (match := _INVARIANT_RE.search(text)) or (match := _ACTION_PROPERTY_RE.search(text)):
         result.violated = match.group(1)
-    elif _TEMPORAL_RE.search(text):
-        result.violated = properties[0] if len(properties) == 1 else "temporal properties"
+    elif (match := _TEMPORAL_RE.search(text)) is not None:
+        # TLC from 2026 on names the properties the behaviour violates ("P and Q", "P, Q and R").
+        result.violated = (", ".join(violated_properties(match.group(1))) if match.group(1)
+                           else properties[0] if len(properties) == 1 else "temporal properties")
     elif _DEADLOCK_RE.search(text):
-        result.violated = "deadlock"
+        result.violated = "Deadlock"  # as the embedded checker names it
     elif (match := _ASSUMPTION_RE.search(text)) is not None:
         result.violated = f"assumption {match.group(1)}"
 

@@ -440,6 +440,24 @@ def update(f: Value, x: Value, v: Value) -> Value:
 _TYPE_ORDER = {bool: 0, int: 1, str: 2, ModelValue: 3, tuple: 4, Fn: 5, frozenset: 6}
 
 
+# TLC orders model values by when the model made them, which is the order its config first names
+# them in (``Proc = {p1, p0}``: p1 comes first), not by name: CHOOSE and every enumeration follow it.
+_model_value_rank: dict[str, int] = {}
+
+
+def rank_model_values(names: list[str]) -> None:
+    """Order model values as a config naming ``names`` (in this order) makes TLC order them; the
+    model loaded last in a process sets the order (worker processes fork after loading)."""
+    _model_value_rank.clear()
+    _model_value_rank.update((name, index) for index, name in enumerate(dict.fromkeys(names)))
+
+
+def model_value_key(v: ModelValue) -> tuple[int, str]:
+    """A model value's place in TLC's order (names the config does not give come after, by name)."""
+    name: str = v[1]
+    return _model_value_rank.get(name, len(_model_value_rank)), name
+
+
 def sortkey(v: Value) -> tuple[Any, ...]:
     """A total order over values (used for CHOOSE, rendering and symmetry canonical forms)."""
     t = type(v)
@@ -448,7 +466,7 @@ def sortkey(v: Value) -> tuple[Any, ...]:
     if t is str:
         return (2, v)
     if t is ModelValue:
-        return (3, v.name)
+        return (3, model_value_key(v))
     if t is tuple:
         return (4, len(v), tuple(sortkey(x) for x in v))
     if t is Fn:

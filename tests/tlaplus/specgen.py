@@ -1,0 +1,268 @@
+"""Random small TLA+ specs inside the embedded checker's supported subset (hypothesis strategy),
+for the differential fuzzing of the embedded checker against TLC (`tla_fuzz.py`).
+
+A spec has two to four variables, each of one kind: an integer in ``0..M``, a boolean, a subset
+of the constant set ``Proc``, a function ``[Proc -> 0..M]``, a record ``[n: 0..M, b: BOOLEAN]``
+or a sequence over ``0..M`` of length at most ``L``. Every update keeps a variable inside its
+kind's finite domain (``% (M + 1)``, a length guard), so every state space is finite and small.
+Actions (some with a parameter ``p \\in Proc``) are guards and updates built from ``\\E``,
+``IF``, ``CASE``, ``UNCHANGED``, ``EXCEPT``, operators with parameters, ``LET``, and recursive
+operators; invariants, deadlock on or off, ``WF``/``SF`` fairness with temporal properties, and
+``SYMMETRY`` on ``Proc`` (then without liveness, and nothing names one of its elements).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hypothesis import strategies as st
+
+KINDS = ("int", "bool", "set", "fun", "rec", "seq")
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    kind: str
+
+
+@dataclass
+class GeneratedSpec:
+    """One random model: the module's and the config's text, and what it is built from."""
+
+    module: str
+    config: str
+    constructs: set[str] = field(default_factory=set)
+
+
+class _Builder:
+    """Draws expressions for one spec; records the constructs it used."""
+
+    def __init__(self, draw: st.DrawFn, variables: list[Variable], top: int, length: int) -> None:
+        self.draw = draw
+        self.variables = variables
+        self.top = top  # M: integers range over 0..M
+        self.length = length  # L: sequences are at most L long
+        self.used: set[str] = set()
+        self.lets = 0  # LET names are unique in a spec: SANY rejects a name defined twice in a scope
+
+    def of(self, kind: str) -> list[Variable]:
+        return [v for v in self.variables if v.kind == kind]
+
+    def pick(self, options: list[str]) -> str:
+        return self.draw(st.sampled_from(options))
+
+    def integer(self, bound: list[str], depth: int = 0) -> str:
+        """An integer expression (not necessarily in 0..M)."""
+        options = [str(self.draw(st.integers(0, self.top)))]
+        options += [v.name for v in self.of("int")]
+        options += [f"Len({v.name})" for v in self.of("seq")]
+        options += [f"Cardinality({v.name})" for v in self.of("set")]
+        options += [f"{v.name}.n" for v in self.of("rec")]
+        options += [f"{v.name}[{b}]" for v in self.of("fun") for b in bound]
+        if self.of("fun"):
+            options.append("Total(Proc)")
+        if self.of("seq"):
+            options.append(f"SeqSum({self.of('seq')[0].name})")
+        if depth < 2:
+            sub = self.integer(bound, depth + 1)
+            self.lets += 1
+            name = f"t{self.lets}"
+            options += [f"Bump({sub})", f"({sub} + {self.integer(bound, depth + 1)})", f"({sub} - 1)",
+                        f"(LET {name} == {sub} IN {name} * 2)",
+                        f"(IF {self.boolean(bound, depth + 1)} THEN {sub} ELSE 0)"]
+            if "q" not in bound:
+                options.append(f"Cardinality({{q \\in Proc : {self.boolean(['q'], depth + 1)}}})")
+        expression = self.pick(options)
+        self._note(expression)
+        return expression
+
+    def boolean(self, bound: list[str], depth: int = 0) -> str:
+        """A boolean expression."""
+        left, right = self.integer(bound, depth + 1), self.integer(bound, depth + 1)
+        options = [f"{left} {self.pick(['=', '#', '<', '<='])} {right}"]
+        options += [v.name for v in self.of("bool")]
+        options += [f"{v.name}.b" for v in self.of("rec")]
+        options += [f"{b} \\in {v.name}" for v in self.of("set") for b in bound]
+        options += [f"{v.name} = {{}}" for v in self.of("set")]
+        options += [f"{v.name} = <<>>" for v in self.of("seq")]
+        options.append(f"Small({left})")
+        if depth < 2:
+            sub = self.boolean(bound, depth + 1)
+            inner = self.boolean([*bound, "q"] if "q" not in bound else bound, depth + 1)
+            options += [f"~({sub})", f"({sub} /\\ {self.boolean(bound, depth + 1)})",
+                        f"({sub} \\/ {self.boolean(bound, depth + 1)})", f"({sub} => {self.boolean(bound, depth + 1)})"]
+            if "q" not in bound:
+                options += [f"(\\A q \\in Proc : {inner})", f"(\\E q \\in Proc : {inner})"]
+        expression = self.pick(options)
+        self._note(expression)
+        return expression
+
+    def _note(self, expression: str) -> None:
+        for marker, construct in (("\\E", "exists"), ("\\A", "forall"), ("IF ", "if"), ("LET ", "let"),
+                                  ("Bump(", "operator with parameters"), ("Small(", "operator with parameters"),
+                                  ("Total(", "recursive operator"), ("SeqSum(", "recursive operator")):
+            if marker in expression:
+                self.used.add(construct)
+
+    def modular(self, bound: list[str]) -> str:
+        return f"({self.integer(bound)}) % {self.top + 1}"
+
+    def update(self, variable: Variable, bound: list[str]) -> str:
+        """``x' = ...`` (or ``\\E``/``\\in`` choices) keeping ``variable`` in its domain."""
+        x, m = variable.name, self.top + 1
+        p = bound[0] if bound else None
+        options: list[tuple[str, str]]
+        if variable.kind == "int":
+            options = [("assign", f"{x}' = {self.modular(bound)}"),
+                       ("if", f"{x}' = IF {self.boolean(bound)} THEN {self.modular(bound)} ELSE {x}"),
+                       ("case", f"{x}' = CASE {self.boolean(bound)} -> {self.modular(bound)} "
+                                f"[] {self.boolean(bound)} -> {self.draw(st.integers(0, self.top))} [] OTHER -> {x}"),
+                       ("exists", f"\\E v \\in 0..{self.top} : v # {x} /\\ {x}' = v")]
+        elif variable.kind == "bool":
+            options = [("assign", f"{x}' = ~{x}"), ("assign", f"{x}' = ({self.boolean(bound)})"),
+                       ("in", f"{x}' \\in BOOLEAN")]
+        elif variable.kind == "set":
+            options = [("assign", f"{x}' = {{q \\in Proc : {self.boolean(['q'])}}}"), ("assign", f"{x}' = {{}}")]
+            if p:
+                options += [("assign", f"{x}' = {x} \\cup {{{p}}}"), ("assign", f"{x}' = {x} \\ {{{p}}}"),
+                            ("if", f"{x}' = IF {p} \\in {x} THEN {x} \\ {{{p}}} ELSE {x} \\cup {{{p}}}")]
+        elif variable.kind == "fun":
+            options = [("assign", f"{x}' = [q \\in Proc |-> ({x}[q] + 1) % {m}]"),
+                       ("except", f"\\E q \\in Proc : {x}' = [{x} EXCEPT ![q] = 0]")]
+            if p:
+                options += [("except", f"{x}' = [{x} EXCEPT ![{p}] = (@ + 1) % {m}]"),
+                            ("except", f"{x}' = [{x} EXCEPT ![{p}] = {self.modular(bound)}]")]
+        elif variable.kind == "rec":
+            options = [("except", f"{x}' = [{x} EXCEPT !.n = (@ + 1) % {m}]"),
+                       ("except", f"{x}' = [{x} EXCEPT !.b = ~@]"),
+                       ("assign", f"{x}' = [n |-> {self.modular(bound)}, b |-> {self.boolean(bound)}]")]
+        else:
+            options = [("assign", f"Len({x}) < {self.length} /\\ {x}' = Append({x}, {self.modular(bound)})"),
+                       ("assign", f"{x} # <<>> /\\ {x}' = Tail({x})"),
+                       ("if", f"{x}' = IF Len({x}) > 0 THEN SubSeq({x}, 1, Len({x}) - 1) ELSE {x}"),
+                       ("function", f"{x}' = [i \\in 1..Len({x}) |-> ({x}[i] + 1) % {m}]")]
+        construct, text = self.draw(st.sampled_from(options))
+        self.used.add(construct)
+        return text
+
+    def typing(self, variable: Variable) -> str:
+        """``variable`` is in its kind's domain."""
+        x, top = variable.name, self.top
+        return {
+            "int": f"{x} \\in 0..{top}",
+            "bool": f"{x} \\in BOOLEAN",
+            "set": f"{x} \\subseteq Proc",
+            "fun": f"{x} \\in [Proc -> 0..{top}]",
+            "rec": f"{x} \\in [n: 0..{top}, b: BOOLEAN]",
+            "seq": f"{x} \\in Seq(0..{top}) /\\ Len({x}) <= {self.length}",
+        }[variable.kind]
+
+    def initial(self, variable: Variable) -> str:
+        x, top = variable.name, self.top
+        fixed, chosen = {
+            "int": (f"{x} = {self.draw(st.integers(0, top))}", f"{x} \\in 0..{top}"),
+            "bool": (f"{x} = FALSE", f"{x} \\in BOOLEAN"),
+            "set": (f"{x} = {{}}", f"{x} \\in SUBSET Proc"),
+            "fun": (f"{x} = [q \\in Proc |-> 0]", f"{x} \\in [Proc -> 0..{top}]"),
+            "rec": (f"{x} = [n |-> 0, b |-> FALSE]", f"{x} \\in [n: 0..{top}, b: BOOLEAN]"),
+            "seq": (f"{x} = <<>>", f"{x} = <<>>"),
+        }[variable.kind]
+        return self.draw(st.sampled_from([fixed, chosen]))
+
+
+@st.composite
+def specs(draw: st.DrawFn) -> GeneratedSpec:
+    """A random model (module ``Fuzz`` and its config)."""
+    kinds = draw(st.lists(st.sampled_from(KINDS), min_size=2, max_size=4))
+    # At most one function and one sequence: they have the largest domains.
+    for big in ("fun", "seq"):
+        while kinds.count(big) > 1:
+            kinds.remove(big)
+    variables = [Variable(f"{kind[0]}{i}", kind) for i, kind in enumerate(kinds)]
+    top = draw(st.integers(1, 2))
+    length = 2
+    size = draw(st.integers(2, 3))
+    symmetric = draw(st.booleans())
+    liveness = not symmetric and draw(st.booleans())
+    builder = _Builder(draw, variables, top, length)
+    names = [v.name for v in variables]
+    funs, seqs = builder.of("fun"), builder.of("seq")
+
+    actions: list[tuple[str, bool]] = []
+    bodies = []
+    for index in range(draw(st.integers(1, 3))):
+        parameter = draw(st.booleans())
+        bound = ["p"] if parameter else []
+        changed = draw(st.lists(st.sampled_from(variables), min_size=1, max_size=len(variables), unique=True))
+        guards = draw(st.sampled_from([0, 0, 1, 1, 2]))  # a guard too many disables most actions
+        conjuncts = [builder.boolean(bound) for _ in range(guards)]
+        conjuncts += [builder.update(v, bound) for v in changed]
+        untouched = [v.name for v in variables if v not in changed]
+        if untouched:
+            conjuncts.append(f"UNCHANGED <<{', '.join(untouched)}>>")
+            builder.used.add("unchanged")
+        name = f"A{index}"
+        head = f"{name}(p)" if parameter else name
+        bodies.append(f"{head} ==\n" + "\n".join(f"    /\\ {c}" for c in conjuncts))
+        actions.append((name, parameter))
+
+    calls = [f"(\\E p \\in Proc : {name}(p))" if parameter else name for name, parameter in actions]
+    fairness = []
+    if liveness:
+        for name, parameter in actions:
+            kind = draw(st.sampled_from(["", "WF", "SF"]))
+            if kind:
+                builder.used.add(kind)
+                call = f"{kind}_vars({name}(p))" if parameter else f"{kind}_vars({name})"
+                # Parenthesised: a second "\\A p" inside the first one's scope would redefine p.
+                fairness.append(f"(\\A p \\in Proc : {call})" if parameter else call)
+    # The type invariant holds unless a checker evaluates an update wrongly; the random ones are
+    # often broken (in an initial state or deeper), sometimes an implication that holds.
+    invariants = [" /\\ ".join(builder.typing(v) for v in variables)] if draw(st.booleans()) else []
+    for _ in range(draw(st.sampled_from([0, 0, 1, 1, 2]))):
+        invariants.append(draw(st.sampled_from([builder.boolean([]),
+                                                f"({builder.boolean([])}) => ({builder.boolean([])})"])))
+    properties = []
+    if liveness:
+        for _ in range(draw(st.integers(1, 2))):
+            a, b = builder.boolean([]), builder.boolean([])
+            form = draw(st.sampled_from(["[]<>({a})", "<>[]({a})", "({a}) ~> ({b})", "<>({a})", "[]({a})"]))
+            builder.used.add(form.replace("({a})", "P").replace("({b})", "Q"))
+            properties.append(form.format(a=a, b=b))
+
+    lines = ["---- MODULE Fuzz ----", "EXTENDS Integers, Sequences, FiniteSets, TLC",
+             "CONSTANT Proc", f"VARIABLES {', '.join(names)}", f"vars == <<{', '.join(names)}>>",
+             f"Bump(v) == (v + 1) % {top + 1}", f"Small(v) == v <= {top}"]
+    if funs:
+        f = funs[0].name
+        lines += ["RECURSIVE Total(_)",
+                  f"Total(S) == IF S = {{}} THEN 0 ELSE LET e == CHOOSE e \\in S : TRUE IN {f}[e] + Total(S \\ {{e}})"]
+    if seqs:
+        lines += ["RECURSIVE SeqSum(_)", "SeqSum(s) == IF s = <<>> THEN 0 ELSE Head(s) + SeqSum(Tail(s))"]
+    lines.append("Init ==\n" + "\n".join(f"    /\\ {builder.initial(v)}" for v in variables))
+    lines += bodies
+    lines.append("Next == " + " \\/ ".join(calls))
+    lines.append("Spec == Init /\\ [][Next]_vars" + "".join(f" /\\ {f}" for f in fairness))
+    lines += [f"Inv{i} == {text}" for i, text in enumerate(invariants)]
+    lines += [f"Prop{i} == {text}" for i, text in enumerate(properties)]
+    if symmetric:
+        lines.append("Sym == Permutations(Proc)")
+    lines.append("====")
+
+    elements = ", ".join(f"p{i}" for i in range(size))
+    config = ["SPECIFICATION Spec", f"CONSTANT Proc = {{{elements}}}"]
+    config += [f"INVARIANT Inv{i}" for i in range(len(invariants))]
+    config += [f"PROPERTY Prop{i}" for i in range(len(properties))]
+    if symmetric:
+        config.append("SYMMETRY Sym")
+        builder.used.add("symmetry")
+    if not draw(st.booleans()):
+        config.append("CHECK_DEADLOCK FALSE")
+        builder.used.add("deadlock off")
+    if invariants:
+        builder.used.add("invariant")
+    builder.used.update(f"variable {v.kind}" for v in variables)
+    if any(parameter for _, parameter in actions):
+        builder.used.add("action with parameter")
+    return GeneratedSpec("\n".join(lines) + "\n", "\n".join(config) + "\n", builder.used)

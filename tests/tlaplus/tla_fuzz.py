@@ -1,0 +1,185 @@
+"""Differential fuzzing of the embedded TLA+ checker against TLC (``make tla-fuzz``).
+
+Random specs from :mod:`specgen` run under both engines (TLC in one long-lived JVM,
+:class:`kvoffload.tla.tlc_batch.TlcSession`); any difference in the verdict, distinct states,
+depth, the violated invariant or property, or the counterexample's length is a disagreement.
+Prints one JSON object: specs run, disagreements (with the spec and config text), specs TLC
+rejected (a generator bug), verdicts, and how often each construct appeared::
+
+    python tests/tlaplus/tla_fuzz.py --specs 2000 --jar ../shared/tlc/tla2tools.jar
+
+Exit status 0 when every spec agreed, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hypothesis_seed
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from specgen import GeneratedSpec, specs
+
+from kvoffload.commands.tla import result_differences
+from kvoffload.statemachine.checkresult import CheckResult
+from kvoffload.tla import check_model
+from kvoffload.tla.tlc_batch import TlcSession
+
+# TLC statuses that mean the generator wrote something TLC cannot read (parse or semantic error,
+# a crash): a bug of the generator, not of a checker. (A config error both engines report, such
+# as a constant invariant that is FALSE, is an agreement.)
+REJECTED = {150, 255, 1}
+
+
+# Both engines found a liveness violation with lassos of different lengths: TLC's lasso is the
+# first bad cycle its own search order meets, not the shortest, and the embedded checker does
+# not reproduce that order. Counted apart (docs/tla.md), not as a disagreement.
+LASSO = "liveness counterexample length"
+
+
+@dataclass
+class Verdict:
+    """Both engines' answers on one spec, and what they differ in."""
+
+    tlc: CheckResult
+    embedded: CheckResult
+    differences: list[str]
+    rejected: bool
+
+
+def run_both(spec: GeneratedSpec, session: TlcSession, folder: Path) -> Verdict:
+    """Write the spec into ``folder`` and check it under both engines."""
+    module, config = folder / "Fuzz.tla", folder / "Fuzz.cfg"
+    module.write_text(spec.module)
+    config.write_text(spec.config)
+    tlc = session.check(module, config)
+    embedded = check_model(module, config, max_memory_mb=None)
+    rejected = tlc.exit_code in REJECTED
+    both_errors = tlc.result == "error" and embedded.result == "error"
+    differences = [] if both_errors else result_differences(tlc, embedded)
+    if tlc.result == embedded.result == "liveness failure":
+        differences = [LASSO if d.startswith("trace length") else d for d in differences]
+    return Verdict(tlc, embedded, differences, rejected)
+
+
+@dataclass
+class Campaign:
+    """Counts over a fuzzing run."""
+
+    specs: int = 0
+    constructs: Counter[str] = field(default_factory=Counter)
+    verdicts: Counter[str] = field(default_factory=Counter)
+    disagreements: list[dict[str, Any]] = field(default_factory=list)
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+    tlc_seconds: float = 0.0
+    embedded_seconds: float = 0.0
+    distinct_states: list[int] = field(default_factory=list)
+    unique: set[str] = field(default_factory=set)
+    repeats: int = 0
+    lasso_lengths: list[dict[str, Any]] = field(default_factory=list)
+
+    def record(self, spec: GeneratedSpec, verdict: Verdict) -> None:
+        self.specs += 1
+        self.unique.add(spec.module + spec.config)
+        self.constructs.update(spec.constructs)
+        self.verdicts[verdict.tlc.result] += 1
+        self.tlc_seconds += verdict.tlc.seconds
+        self.embedded_seconds += verdict.embedded.seconds
+        self.distinct_states.append(verdict.tlc.distinct_states)
+        case = {"module": spec.module, "config": spec.config,
+                "tlc": f"{verdict.tlc.result} ({verdict.tlc.exit_code}): {verdict.tlc.message[:300]}",
+                "embedded": f"{verdict.embedded.result} ({verdict.embedded.exit_code}): "
+                            f"{verdict.embedded.message[:300]}"}
+        if verdict.rejected:
+            self.rejected.append(case)
+        elif verdict.differences == [LASSO]:
+            self.lasso_lengths.append({**case, "differences": verdict.differences})
+        elif verdict.differences:
+            self.disagreements.append({**case, "differences": verdict.differences})
+
+    def to_json(self) -> dict[str, Any]:
+        states = sorted(self.distinct_states) or [0]
+        return {
+            "specs": self.specs,
+            "repeats_skipped": self.repeats,
+            "disagreements": len(self.disagreements),
+            "rejected_by_tlc": len(self.rejected),
+            "liveness_counterexample_lengths_differ": len(self.lasso_lengths),
+            "verdicts": dict(self.verdicts.most_common()),
+            "constructs": dict(sorted(self.constructs.items())),
+            "distinct_states": {"median": states[len(states) // 2], "max": states[-1]},
+            "tlc_seconds": round(self.tlc_seconds, 1),
+            "embedded_seconds": round(self.embedded_seconds, 1),
+            "disagreement_cases": self.disagreements,
+            "rejected_cases": self.rejected[:5],
+            "lasso_length_cases": self.lasso_lengths[:5],
+        }
+
+
+class _Done(BaseException):
+    """Ends the campaign (enough specs, the time is up, or SIGTERM). A BaseException, so that
+    hypothesis passes it on at once instead of replaying the example as a failure."""
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise _Done
+
+
+def fuzz(count: int, seed: int, jar: str | None, seconds: float | None = None) -> Campaign:
+    """Check ``count`` distinct random specs under both engines (hypothesis draws some specs
+    more than once: a repeat is skipped), or as many as ``seconds`` allow."""
+    campaign = Campaign()
+    deadline = None if seconds is None else time.monotonic() + seconds
+    with TlcSession(jar) as session, tempfile.TemporaryDirectory(prefix="kvoffload-fuzz-") as tmp:
+
+        @hypothesis_seed(seed)
+        @settings(max_examples=count * 4, database=None, deadline=None, phases=[Phase.generate],
+                  suppress_health_check=list(HealthCheck))
+        @given(specs())
+        def one(spec: GeneratedSpec) -> None:
+            if campaign.specs >= count or (deadline is not None and time.monotonic() > deadline):
+                raise _Done
+            if spec.module + spec.config in campaign.unique:
+                campaign.repeats += 1
+                return
+            campaign.record(spec, run_both(spec, session, Path(tmp)))
+            if campaign.specs % 100 == 0:
+                print(f"{campaign.specs} specs, {len(campaign.disagreements)} disagreements, "
+                      f"{len(campaign.rejected)} rejected", file=sys.stderr, flush=True)
+
+        previous = signal.signal(signal.SIGTERM, _stop)
+        try:
+            one()
+        except _Done:
+            pass
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    return campaign
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--specs", type=int, default=2000, help="how many random specs (default 2000)")
+    parser.add_argument("--seed", type=int, default=0, help="hypothesis seed (default 0)")
+    parser.add_argument("--jar", help="tla2tools.jar (default: $TLA2TOOLS_JAR, else the cache)")
+    parser.add_argument("--seconds", type=float, help="stop after this long, with fewer specs (default: no limit)")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    campaign = fuzz(args.specs, args.seed, args.jar, args.seconds)
+    print(json.dumps({**campaign.to_json(), "seconds": round(time.perf_counter() - started, 1)}, indent=2))
+    return 0 if not campaign.disagreements and not campaign.rejected else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
