@@ -17,8 +17,8 @@ chunk: the pipeline stays in step) and stays on the server until a cascade overw
 that is down, restarted, refuses the password or lacks the database gives ``fault``s (logged once
 per outage, counted in ``stats``) and then misses: the request recomputes, nothing is raised, no
 wrong block is served. The URL may carry a password and use TLS (``rediss://:password@host:port/0``).
-In a cluster the same holds per master, and a key whose slot moved (MOVED, ASK) is a miss of that
-chunk until the slot table is refreshed (kvoffload.tiers.redis_cluster).
+In a cluster the same holds per master; a key answered MOVED is asked again of its new master in the
+same job (once), and one whose slot is still migrating (ASK) is a miss (kvoffload.tiers.redis_cluster).
 """
 
 from __future__ import annotations
@@ -249,8 +249,29 @@ class RedisTier:
         like also count as an outage of that server). A server that cannot be reached, or breaks
         off, makes all its keys ``fault``: nothing is raised."""
         results = [FAULT] * len(names)  # a key no server serves stays a fault
+        moved = self._round(list(range(len(names))), names, command, receive, redirected, wrong_type, results)
+        if moved:
+            # Each MOVED reply taught the slot table its key's new master: one more round for those
+            # keys, so a finished resharding costs no miss. ASK (a slot still migrating) stays a miss.
+            self._round(moved, names, command, receive, redirected, wrong_type, results)
+        return results
+
+    def _round(
+        self,
+        wanted: list[int],
+        names: Sequence[bytes],
+        command: Callable[[int], Sequence[bytes | memoryview]],
+        receive: Callable[[ReplyReader, int], str],
+        redirected: str,
+        wrong_type: str,
+        results: list[str],
+    ) -> list[int]:
+        """One pipelined round over the keys ``wanted`` (indices into ``names``), results written
+        into ``results``; returns the keys answered MOVED."""
+        moved: list[int] = []
         sent = []
-        for node, indices in self.routes.assign(names):
+        for node, positions in self.routes.assign([names[index] for index in wanted]):
+            indices = [wanted[position] for position in positions]
             connection = self._send(node, [buffer for index in indices for buffer in command(index)])
             if connection is not None:
                 sent.append((node, indices, connection))
@@ -264,6 +285,8 @@ class RedisTier:
                     except ErrorReply as error:
                         results[index], reason = self._refused(error, redirected, wrong_type)
                         outage = outage or reason
+                        if str(error).startswith("MOVED ") and results[index] == redirected:
+                            moved.append(index)
             except (*UNAVAILABLE, RespError, ValueError) as error:
                 connection.disconnect()  # its stream is in an unknown state
                 for index in indices:
@@ -276,7 +299,7 @@ class RedisTier:
                 node.health.succeeded()
             else:
                 node.health.failed(outage)
-        return results
+        return moved
 
     def _send(self, node: Node, buffers: list[bytes | memoryview]) -> Connection | None:
         """A pooled connection of ``node`` with ``buffers`` sent on it, None if it is unavailable."""
