@@ -71,8 +71,10 @@ $(VLLM_STAMP): pyproject.toml
 	$(VLLM_VENV)/bin/python -m pip install -q -e '.[test]'
 	touch $(VLLM_STAMP)
 
+# The tier tests run in check-vllm-tiers, which installs the tiers' extra.
 check-vllm-engine: $(VLLM_STAMP)
-	$(VLLM_VENV)/bin/python -m pytest -q tests/vllm_engine
+	$(VLLM_VENV)/bin/python -m pytest -q tests/vllm_engine \
+	  --ignore=tests/vllm_engine/test_vllm_tiers.py --ignore=tests/vllm_engine/test_vllm_tiers_tp.py
 
 # The file, Redis and Redis Cluster tiers behind KVOffloadConnector in real engines, tensor
 # parallelism included: the tiers' extra (redis, xxhash) into .venv-vllm, and redis-server and
