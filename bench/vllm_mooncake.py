@@ -16,6 +16,11 @@ always computes (the replay's model of a request). Requests run one at a time, e
 and drained, with one output token: the sequential model of ``kvoffload replay``. The GPU prefix
 cache has ``--gpu-blocks`` usable blocks, the CPU tier ``--cpu-blocks`` chunks of one block.
 
+``--policies`` names kvoffload policies, run through kvoffload's integration (``--integration``),
+and ``vllm-lru`` / ``vllm-arc``: vLLM's own CPU manager with its LRU or ARC through vLLM's
+``OffloadingConnector`` (``vllm_own_spec.py``: vLLM's spec with a CPU-capable worker). The replay
+runs only kvoffload's policies, so vLLM's own get ``"replay": null`` and no violations or leaks.
+
 Prints one JSON object: per policy, vLLM's own counters (prefix-cache hits, external = offload-tier
 hits, in blocks and as a share of all full prompt blocks), kvoffload's violations and leaks, and the
 replay's prediction for the same requests and sizes.
@@ -32,6 +37,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vllm_own_spec import VLLM_POLICIES, vllm_own_transfer_config
+
+from kvoffload.offload.policies import POLICIES
 from kvoffload.sim.bounds import infinite_cache
 from kvoffload.sim.mooncake import MOONCAKE_BLOCK_TOKENS, TraceRequest, block_chains, read_trace
 from kvoffload.sim.trace_replay import replay_trace
@@ -45,6 +53,8 @@ from kvoffload.vllm.harness import (
 
 DEFAULT_TRACE = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
 VOCAB = 1000
+# Policies run by vLLM's own CPU manager (vllm_own_spec.VllmOwnCPUSpec), named "vllm-<its name>".
+VLLM_OWN_PREFIX = "vllm-"
 
 
 def prompt_tokens(request: TraceRequest, block_size: int) -> list[int]:
@@ -60,7 +70,10 @@ def prompt_tokens(request: TraceRequest, block_size: int) -> list[int]:
 def run_engine(
     model_dir: Path, requests: list[TraceRequest], args: argparse.Namespace, policy: str
 ) -> dict[str, Any]:
-    if args.integration == "connector":
+    vllm_own = policy.startswith(VLLM_OWN_PREFIX)
+    if vllm_own:
+        config = vllm_own_transfer_config(args.cpu_blocks, policy.removeprefix(VLLM_OWN_PREFIX))
+    elif args.integration == "connector":
         config = connector_transfer_config(args.cpu_blocks, policy)
     else:
         config = spec_transfer_config(args.cpu_blocks, policy)
@@ -72,7 +85,8 @@ def run_engine(
             engine.generate([prompt_tokens(request, args.block_size)], max_tokens=1)
             engine.drain()
         local, external, _ = engine.counters()
-        violations, leaks, counters = kvoffload_state(engine.scheduler_connector)
+        # vLLM's own manager keeps no violation or leak record: None, not an empty list.
+        violations, leaks, counters = (None, None, {}) if vllm_own else kvoffload_state(engine.scheduler_connector)
     finally:
         engine.shutdown()
     blocks = sum(r.full_blocks() for r in requests)
@@ -88,7 +102,10 @@ def run_engine(
     }
 
 
-def predicted(requests: list[TraceRequest], args: argparse.Namespace, policy: str) -> dict[str, Any]:
+def predicted(requests: list[TraceRequest], args: argparse.Namespace, policy: str) -> dict[str, Any] | None:
+    """The replay's hits for a kvoffload policy; None for vLLM's own (the replay runs kvoffload's)."""
+    if policy.startswith(VLLM_OWN_PREFIX):
+        return None
     result = replay_trace(requests, args.gpu_blocks, args.cpu_blocks, policy, bounds=False)
     return {
         "prefix_cache_hit_blocks": result.gpu_hits,
@@ -108,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu-blocks", type=int, default=256)
     parser.add_argument("--cpu-blocks", type=int, default=2048)
     parser.add_argument("--block-size", type=int, default=32, help="tokens per engine block (one hash id)")
-    parser.add_argument("--policies", default="doorkeeper_lfu,lru,arc")
+    parser.add_argument("--policies", default="doorkeeper_lfu,lru,arc,vllm-lru,vllm-arc")
     parser.add_argument("--integration", choices=("connector", "spec"), default="connector")
     args = parser.parse_args(argv)
     if not args.trace.exists():
@@ -117,6 +134,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.start < 0 or args.requests < 1:
         print(f"vllm_mooncake: --start {args.start} --requests {args.requests}: need START >= 0 and N >= 1",
               file=sys.stderr)
+        return 2
+    policies = args.policies.split(",")
+    unknown = [p for p in policies if p not in POLICIES and p.removeprefix(VLLM_OWN_PREFIX) not in VLLM_POLICIES]
+    if unknown:
+        print(f"vllm_mooncake: --policies {','.join(unknown)}: not a kvoffload policy nor "
+              f"{', '.join(VLLM_OWN_PREFIX + p for p in VLLM_POLICIES)}", file=sys.stderr)
         return 2
     requests = read_trace(args.trace).requests[args.start : args.start + args.requests]
     if not requests:
@@ -140,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     with tempfile.TemporaryDirectory() as directory:
         model_dir = build_tiny_model(Path(directory))
-        for policy in args.policies.split(","):
+        for policy in policies:
             report["policies"][policy] = {
                 "vllm": run_engine(model_dir, requests, args, policy),
                 "replay": predicted(requests, args, policy),
