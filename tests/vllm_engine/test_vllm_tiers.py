@@ -237,10 +237,10 @@ def test_another_tenants_values_and_a_rotated_password(
     try:
         scope = Namespace(run.engine.scheduler_connector.model_name, run.engine.scheduler_connector.layout).scope("")
         assert scope != other_scope
-        foreign = [key for key in client.keys("*") if key.startswith(other_scope)]
+        foreign = [key for key in client.keys("*") if _tag_and_scope(key)[1] == other_scope]
         assert len(foreign) >= SERVED_CHUNKS, "the other deployment cascaded nothing"
         for key in foreign:
-            client.set(scope + key[len(other_scope):], client.get(key))
+            client.set(_tag_and_scope(key)[0] + scope, client.get(key))
         assert run.batch([REUSED[0]]) == [0], "another deployment's KV was served"
         assert run.tiers()["redis"]["checksum_failures"] >= 1
         # The password rotates under the running engine: its connections are dropped and re-authenticate in vain.
@@ -255,6 +255,12 @@ def test_another_tenants_values_and_a_rotated_password(
     finally:
         violations, leaks = run.close()
     assert violations == [] and leaks == []
+
+
+def _tag_and_scope(name: bytes) -> tuple[bytes, bytes]:
+    """A Redis key name's two parts: its hash tag (the chunk key in hex, in braces), then its scope."""
+    tag, _, scope = name.partition(b"}")
+    return tag + b"}", scope
 
 
 def _engine_process(model_dir: Path, config: dict, batches: list[list[list[int]]]) -> dict:
