@@ -22,9 +22,9 @@ pytest_plugins = ["tlc_fakes"]
 
 # The embedded TLA+ checker caches parsed modules; the suite (and the commands it starts) keeps
 # them in a folder of its own rather than in the user's ~/.cache.
-if "KVOFFLOAD_TLA_CACHE" not in os.environ:
-    _tree_cache = tempfile.mkdtemp(prefix="kvoffload-tla-trees-")
-    os.environ["KVOFFLOAD_TLA_CACHE"] = _tree_cache
+if "TLACHECK_CACHE" not in os.environ:
+    _tree_cache = tempfile.mkdtemp(prefix="tlacheck-trees-")
+    os.environ["TLACHECK_CACHE"] = _tree_cache
     atexit.register(shutil.rmtree, _tree_cache, ignore_errors=True)
 
 settings.register_profile(

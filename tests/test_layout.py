@@ -4,8 +4,11 @@ Every package under ``src/kvoffload`` has a rule in :data:`ALLOWED`, the kvofflo
 import (lazy imports inside functions included); the rules form layers, so no two packages import
 each other:
 
-- ``statemachine`` (the framework) imports nothing else of kvoffload; ``tla`` (the TLA+ front-end,
-  embedded checker and TLC runner) only the framework;
+- ``statemachine`` (the framework) imports nothing else of kvoffload;
+- the TLA+ checker is its own distribution, ``tlacheck`` (packages/tlacheck), which never imports
+  kvoffload (its own tests say so); of kvoffload, only the checkers' layers import it
+  (:data:`MAY_IMPORT_THE_CHECKER`: ``verify``, ``vllm.check``, ``vllm.live``, ``benchmarks``,
+  ``commands``), never the framework or the product;
 - ``spec`` (what must hold) does not depend on the code it judges;
 - ``offload``, ``dataplane`` and ``tiers`` (the product) import no checker, simulator or command,
   and the CPU tier knows nothing of the tiers below it;
@@ -38,16 +41,15 @@ PRODUCT = ("offload", "dataplane", "tiers", "spec", *FRAMEWORK)
 ALLOWED: dict[str, tuple[str, ...]] = {
     "": (),
     "statemachine": (),
-    "tla": FRAMEWORK,
     "spec": FRAMEWORK,
     "offload": ("spec", *FRAMEWORK),
     "dataplane": ("offload",),
     "tiers": ("offload", "spec", *FRAMEWORK),
     "sim": PRODUCT,
-    "verify": ("tla", *PRODUCT),
-    "vllm": ("sim", "verify", "tla", *PRODUCT),
-    "benchmarks": ("sim", "tla", *PRODUCT),
-    "commands": ("benchmarks", "vllm", "sim", "verify", "tla", *PRODUCT),
+    "verify": PRODUCT,
+    "vllm": ("sim", "verify", *PRODUCT),
+    "benchmarks": ("sim", *PRODUCT),
+    "commands": ("benchmarks", "vllm", "sim", "verify", *PRODUCT),
     "cli": ("commands",),
 }
 # (module, imported module) that breaks ALLOWED until its owner moves it, each with its reason.
@@ -210,9 +212,6 @@ PRIVATE_READS_ALLOWED = {
     # shared-memory region, and the copy module's dispatch table is the only hook for types it
     # cannot copy.
     ("kvoffload.vllm.check.explorer", "_deepcopy_dispatch"),
-    # os._exit is public API despite its name: a forked successor worker must leave without
-    # running the parent's cleanup (atexit handlers, flushing the parent's buffers twice).
-    ("kvoffload.tla.parallel", "_exit"),
 }
 
 
@@ -243,8 +242,34 @@ def test_the_rule_sees_a_forbidden_import(tmp_path: Path) -> None:
     assert _package(imported[0]) not in ALLOWED["offload"]
 
 
-def test_the_checker_may_import_only_the_framework(tmp_path: Path) -> None:
+# The TLA+ checker's distribution, and the kvoffload modules that may import it (a module, or a
+# package and everything under it): the checkers' layers, never the framework or the product.
+CHECKER = "tlacheck"
+MAY_IMPORT_THE_CHECKER = ("kvoffload.verify", "kvoffload.vllm.check", "kvoffload.vllm.live", "kvoffload.benchmarks",
+                          "kvoffload.commands")
+
+
+def _may_import_the_checker(module: str) -> bool:
+    return any(module == allowed or module.startswith(allowed + ".") for allowed in MAY_IMPORT_THE_CHECKER)
+
+
+def _checker_imports(module: str, path: Path) -> list[str]:
+    return [f"{path}:{line}: {module} imports {imported} (only {', '.join(MAY_IMPORT_THE_CHECKER)} may)"
+            for line, imported, _ in _imports(module, path)
+            if imported.split(".")[0] == CHECKER and not _may_import_the_checker(module)]
+
+
+@pytest.mark.parametrize(("module", "path"), MODULES, ids=[module for module, _ in MODULES])
+def test_only_the_checkers_layers_import_the_tla_checker(module: str, path: Path) -> None:
+    wrong = _checker_imports(module, path)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_checker_rule_sees_the_framework_and_the_product_import_it(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
-    bad.write_text("from kvoffload.offload import manager\nfrom kvoffload.statemachine import checkresult\n")
-    imported = [_package(name) for _, name, _ in _imports("kvoffload.tla.bad", bad)]
-    assert [target for target in imported if target not in ALLOWED["tla"]] == ["offload"]
+    bad.write_text("import tlacheck\n\ndef f():\n    from tlacheck.result import CheckResult\n    return CheckResult\n")
+    for module in ("kvoffload.statemachine.bad", "kvoffload.offload.bad", "kvoffload.vllm.connector_bad",
+                   "kvoffload.verifyx"):
+        assert len(_checker_imports(module, bad)) == 2, module
+    assert _checker_imports("kvoffload.vllm.live.bad", bad) == []
+    assert _checker_imports("kvoffload.commands.tla", bad) == []

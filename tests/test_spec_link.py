@@ -12,8 +12,8 @@ import pytest
 from kvoffload.cli import main
 from kvoffload.spec import JOB_LIFECYCLE, REQUEST_LIFECYCLE
 from kvoffload.statemachine.declaration import LifecycleDeclaration, TransitionDecl
-from kvoffload.tla import check_model
 from kvoffload.verify.spec_link import DECLARATIONS, check_link, coverage_problems, refinement_problems, stale_modules
+from tlacheck import check_model
 
 TLA = Path(__file__).resolve().parents[1] / "tla"
 

@@ -11,8 +11,11 @@ from typing import Any
 import pytest
 
 from kvoffload import cli
-from kvoffload.commands import tla as tla_command
-from kvoffload.statemachine.checkresult import (
+from tlacheck import cli as tlacheck_cli
+from tlacheck import expectation as checker_expectation
+from tlacheck.engine import UsageError, format_tla_error
+from tlacheck.report import format_report
+from tlacheck.result import (
     EXIT_ERROR_CONFIG_PARSE,
     EXIT_ERROR_SPEC_PARSE,
     EXIT_SUCCESS,
@@ -136,7 +139,7 @@ def test_auto_falls_back_to_embedded_and_says_so_on_stderr(
         seen.append(engine)
         return _fake_result()
 
-    monkeypatch.setattr(tla_command, "run_engine", fake_run_engine)
+    monkeypatch.setattr(tlacheck_cli, "run_engine", fake_run_engine)
     code, out, err = run_cli(["tla", "check", str(TLA_DIR / "KVOffload.tla"), "--json"], capsys)
     assert seen == ["embedded"]
     assert code == EXIT_VIOLATION_SAFETY
@@ -144,7 +147,7 @@ def test_auto_falls_back_to_embedded_and_says_so_on_stderr(
     # One line: where it looked, and how to get the jar.
     note = [line for line in err.splitlines() if "tla2tools.jar" in line]
     assert len(note) == 1
-    assert f"{no_tlc}/.cache/kvoffload/tla2tools.jar (missing)" in note[0] and "$TLA2TOOLS_JAR (unset)" in note[0]
+    assert f"{no_tlc}/.cache/tlacheck/tla2tools.jar (missing)" in note[0] and "$TLA2TOOLS_JAR (unset)" in note[0]
     assert "https://github.com/tlaplus/tlaplus/releases" in note[0]
     data = json.loads(out)  # stdout is clean JSON
     assert data["engine"] == "embedded"
@@ -158,7 +161,7 @@ def test_auto_falls_back_to_embedded_and_says_so_on_stderr(
 def test_human_report_lists_changed_variables(
     no_tlc: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(tla_command, "run_engine", lambda *a, **k: _fake_result())
+    monkeypatch.setattr(tlacheck_cli, "run_engine", lambda *a, **k: _fake_result())
     code, out, _ = run_cli(["tla", "check", str(TLA_DIR / "KVOffload.tla")], capsys)
     assert code == EXIT_VIOLATION_SAFETY
     assert "Error: Invariant NoManagerCallAfterSignal is violated." in out
@@ -169,7 +172,7 @@ def test_human_report_lists_changed_variables(
 
 
 def test_human_report_lasso() -> None:
-    report = tla_command.format_report(
+    report = format_report(
         _fake_result(result="liveness failure", violated="EventuallyCleaned", loop_back_to=1)
     )
     assert "Temporal property EventuallyCleaned is violated." in report
@@ -208,22 +211,22 @@ def test_check_with_tlc_engine(fake_tlc: FakeTlc, capsys: pytest.CaptureFixture[
     ],
 )
 def test_parse_expectation(text: str, result: str, violated: str | None) -> None:
-    expectation = tla_command.parse_expectation(text)
+    expectation = checker_expectation.parse_expectation(text)
     assert (expectation.result, expectation.violated) == (result, violated)
 
 
 @pytest.mark.parametrize("text", ["succes", "success TypeOK", "safety failure A B", "crash"])
 def test_parse_expectation_rejects(text: str) -> None:
     with pytest.raises(ValueError, match="unknown expectation"):
-        tla_command.parse_expectation(text)
+        checker_expectation.parse_expectation(text)
 
 
 def test_expectation_met_by() -> None:
-    expectation = tla_command.parse_expectation("safety failure NoManagerCallAfterSignal")
+    expectation = checker_expectation.parse_expectation("safety failure NoManagerCallAfterSignal")
     assert expectation.met_by(_fake_result())
     assert not expectation.met_by(_fake_result(violated="TypeOK"))
     assert not expectation.met_by(_fake_result(result="success", violated=None))
-    assert tla_command.parse_expectation("safety failure").met_by(_fake_result(violated="TypeOK"))
+    assert checker_expectation.parse_expectation("safety failure").met_by(_fake_result(violated="TypeOK"))
 
 
 # The models of KVOffload.tla and of its refinement of the declared lifecycles (the tier models of
@@ -232,13 +235,13 @@ PROTOCOL_CFGS = [TLA_DIR / "KVOffload.cfg", *TLA_DIR.glob("KVOffload_*.cfg"), TL
 
 
 def test_project_models_state_their_expectations() -> None:
-    assert str(tla_command.read_expectation(TLA_DIR / "KVOffload.cfg")) == "success"
+    assert str(checker_expectation.read_expectation(TLA_DIR / "KVOffload.cfg")) == "success"
     assert (
-        str(tla_command.read_expectation(TLA_DIR / "KVOffload_EagerSignal.cfg"))
+        str(checker_expectation.read_expectation(TLA_DIR / "KVOffload_EagerSignal.cfg"))
         == "safety failure NoManagerCallAfterSignal"
     )
     for config in PROTOCOL_CFGS:
-        spec = tla_command.spec_for_config(config)
+        spec = checker_expectation.spec_for_config(config)
         # The refinement of the declared lifecycles extends KVOffload.tla.
         assert spec in (TLA_DIR / "KVOffload.tla", TLA_DIR / "KVOffloadRefinement.tla")
         assert "EXTENDS KVOffload\n" in spec.read_text() or spec.name == "KVOffload.tla"
@@ -270,16 +273,16 @@ def test_spec_for_config_resolution(tmp_path: Path) -> None:
     (tmp_path / "B.tla").write_text("")
     named = tmp_path / "X_1.cfg"
     named.write_text("\\* spec: B.tla\n")
-    assert tla_command.spec_for_config(named) == tmp_path / "B.tla"
+    assert checker_expectation.spec_for_config(named) == tmp_path / "B.tla"
     by_prefix = tmp_path / "A_variant.cfg"
     by_prefix.write_text("")
-    assert tla_command.spec_for_config(by_prefix) == tmp_path / "A.tla"
+    assert checker_expectation.spec_for_config(by_prefix) == tmp_path / "A.tla"
     ambiguous = tmp_path / "C.cfg"
     ambiguous.write_text("")
-    with pytest.raises(cli.CommandError, match=r"spec: X\.tla"):
-        tla_command.spec_for_config(ambiguous)
+    with pytest.raises(UsageError, match=r"spec: X\.tla"):
+        checker_expectation.spec_for_config(ambiguous)
     (tmp_path / "B.tla").unlink()
-    assert tla_command.spec_for_config(ambiguous) == tmp_path / "A.tla"  # the only .tla
+    assert checker_expectation.spec_for_config(ambiguous) == tmp_path / "A.tla"  # the only .tla
 
 
 def _model_dir(tmp_path: Path) -> Path:
@@ -300,7 +303,7 @@ def test_check_all_all_met(
             return CheckResult(engine="embedded", result="success", distinct_states=10, seconds=0.5)
         return CheckResult(engine="embedded", result="safety failure", violated="Inv", exit_code=12)
 
-    monkeypatch.setattr(tla_command, "run_engine", fake)
+    monkeypatch.setattr(checker_expectation, "run_engine", fake)
     code, out, err = run_cli(["tla", "check-all", str(directory)], capsys)
     assert code == 0, out
     lines = out.splitlines()
@@ -322,7 +325,7 @@ def test_check_all_unmet_and_errors(
     (directory / "M_NoExpect.cfg").write_text("SPECIFICATION Spec\n")
     (directory / "M_Odd.cfg").write_text("\\* expect: exploded\n")
     monkeypatch.setattr(
-        tla_command,
+        checker_expectation,
         "run_engine",
         lambda *a, **k: CheckResult(engine="embedded", result="success", exit_code=EXIT_SUCCESS),
     )
@@ -351,7 +354,7 @@ def test_format_tla_error() -> None:
             super().__init__("Unknown operator Foo\n(in an invariant)")
             self.file, self.line, self.column = "M.cfg", 3, 5
 
-    assert tla_command.format_tla_error(Located()) == "M.cfg:3:5: Unknown operator Foo (in an invariant)"
+    assert format_tla_error(Located()) == "M.cfg:3:5: Unknown operator Foo (in an invariant)"
 
 
 # --- the project models on the embedded checker ----------------------------------------------
@@ -455,7 +458,7 @@ SPEC_MUTANTS = [
 
 @pytest.mark.parametrize(("old", "new", "result", "violated"), SPEC_MUTANTS)
 def test_spec_mutants_are_caught(tmp_path: Path, old: str, new: str, result: str, violated: str) -> None:
-    from kvoffload.tla import check_model
+    from tlacheck import check_model
 
     text = (TLA_DIR / "KVOffload.tla").read_text()
     assert text.count(old) == 1, old
@@ -475,7 +478,7 @@ def test_check_all_both_fails_when_the_engines_disagree(
             return CheckResult(engine=engine, result="success", distinct_states=12 if engine == "tlc" else 10)
         return CheckResult(engine=engine, result="safety failure", violated="Inv", exit_code=12, distinct_states=3)
 
-    monkeypatch.setattr(tla_command, "run_engine", fake)
+    monkeypatch.setattr(checker_expectation, "run_engine", fake)
     code, out, _ = run_cli(["tla", "check-all", str(directory), "--both"], capsys)
     assert code == 1
     assert re.search(r"^M\.cfg +ENGINES DISAGREE: distinct states: TLC 12 / embedded 10$", out, re.MULTILINE)

@@ -13,7 +13,7 @@ from tlc_fakes import REAL_JAR, requires_tlc
 
 
 def test_bench_reports_rates_and_skips_missing_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KVOFFLOAD_TLA_CACHE", "off")
+    monkeypatch.setenv("TLACHECK_CACHE", "off")
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
     args = parser.parse_args(["--tla-dir", str(tmp_path), "--corpus-models", "0", "--tlc", "off"])

@@ -16,10 +16,10 @@ from kvoffload.spec import JOB_LIFECYCLE, REQUEST_LIFECYCLE
 from kvoffload.statemachine.runtime import TransitionEvent
 from kvoffload.statemachine.trace import TraceWriter
 from kvoffload.statemachine.trace_tla import write_trace_module
-from kvoffload.tla import check_model
 from kvoffload.verify.bugzoo import MUTANTS, Mutant
 from kvoffload.verify.mirror import MalformedTrace, check_trace_file, check_trace_lines
 from kvoffload.verify.trace_tla_rules import check_trace_module, write_product_trace_module
+from tlacheck import check_model
 
 
 def run_engine(config: EngineConfig, writer: TraceWriter | None = None, users: int = 4, turns: int = 2) -> Engine:

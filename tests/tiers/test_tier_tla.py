@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.commands import tla as tla_command
 from kvoffload.tiers.invariants import TIER_INVARIANTS
-from kvoffload.tla import check_model
+from tlacheck import check_model, expectation
 
 TLA_DIR = Path(__file__).resolve().parents[2] / "tla"
 SPEC = TLA_DIR / "KVOffloadTiers.tla"
@@ -20,7 +19,7 @@ CFGS = sorted(TLA_DIR.glob("KVOffloadTiers*.cfg"))
 def test_both_tier_models_exist_and_name_their_spec() -> None:
     assert [c.name for c in CFGS] == ["KVOffloadTiers.cfg", "KVOffloadTiers_EagerFinalise.cfg"]
     for config in CFGS:
-        assert tla_command.spec_for_config(config) == SPEC
+        assert expectation.spec_for_config(config) == SPEC
 
 
 def test_the_spec_defines_the_simulators_invariants_and_every_cfg_name() -> None:
@@ -35,7 +34,7 @@ def test_the_spec_defines_the_simulators_invariants_and_every_cfg_name() -> None
 @pytest.mark.parametrize("config", CFGS, ids=lambda c: c.name)
 def test_each_tier_model_meets_its_expectation(config: Path) -> None:
     result = check_model(SPEC, config)
-    assert tla_command.read_expectation(config).met_by(result), (result.result, result.violated)
+    assert expectation.read_expectation(config).met_by(result), (result.result, result.violated)
     if result.result != "success":
         # The crash itself: a store completing after the early drop cascades for a dropped request.
         assert result.violated == "NoTierCallAfterFinalise"

@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-import kvoffload.tla.action as action_mod
-import kvoffload.tla.check as check_mod
-from kvoffload.tla import TlaError, check_model, load_model
-from kvoffload.tla.check import Checker
-from kvoffload.tla.monitor import Monitor
-from kvoffload.tla.syntax import EMPTY, UNSET, Ctx
+import tlacheck.action as action_mod
+import tlacheck.check as check_mod
+from tlacheck import TlaError, check_model, load_model
+from tlacheck.check import Checker
+from tlacheck.monitor import Monitor
+from tlacheck.syntax import EMPTY, UNSET, Ctx
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 KV = ROOT / "tla" / "KVOffload.tla"
 KV_CFG = ROOT / "tla" / "KVOffload.cfg"
 

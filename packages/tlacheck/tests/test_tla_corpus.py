@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from kvoffload.commands.tla import result_differences
-from kvoffload.statemachine.checkresult import EXIT_SUCCESS
-from kvoffload.tla import check_model, tlc
+from tlacheck import check_model, tlc
+from tlacheck.expectation import result_differences
+from tlacheck.result import EXIT_SUCCESS
 from tlc_fakes import REAL_JAR, SHARED_TLC
 
 CORPUS = Path(__file__).parent / "corpus"

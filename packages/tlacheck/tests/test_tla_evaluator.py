@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.statemachine.checkresult import EXIT_FAILURE_SPEC_EVAL
-from kvoffload.tla import check_model
-from kvoffload.tla.order import canonical, least
-from kvoffload.tla.symmetry import Canonicaliser
-from kvoffload.tla.values import BOOLEAN, Fn, FnSet, ModelValue, ProductSet, SubsetSet, sortkey
+from tlacheck import check_model
+from tlacheck.order import canonical, least
+from tlacheck.result import EXIT_FAILURE_SPEC_EVAL
+from tlacheck.symmetry import Canonicaliser
+from tlacheck.values import BOOLEAN, Fn, FnSet, ModelValue, ProductSet, SubsetSet, sortkey
 
 
 def model(tmp_path: Path, name: str, text: str, cfg: str = "INIT Init\nNEXT Next\n") -> Path:

@@ -12,19 +12,19 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
+
 from specgen import GeneratedSpec, specs
 from tla_fuzz import LASSO, run_both
-
-from kvoffload.cli import main
-from kvoffload.tla import check_model, tlc
-from kvoffload.tla.tlc_batch import TlcSession
+from tlacheck import check_model, tlc
+from tlacheck.cli import main
+from tlacheck.tlc_batch import TlcSession
 from tlc_fakes import REAL_JAR, requires_tlc
 
 REGRESSIONS = Path(__file__).parent / "fuzz_regressions"
 
 
 def test_regressions_meet_tlcs_answers_embedded(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["tla", "check-all", str(REGRESSIONS), "--engine", "embedded", "--quiet"]) == 0
+    assert main(["check-all", str(REGRESSIONS), "--engine", "embedded", "--quiet"]) == 0
     assert f"{len(list(REGRESSIONS.glob('*.cfg')))}/" in capsys.readouterr().out
 
 
@@ -44,7 +44,7 @@ def test_regressions_meet_tlcs_counts_embedded(config: Path) -> None:
 
 @requires_tlc
 def test_regressions_both_engines_agree(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["tla", "check-all", str(REGRESSIONS), "--both", "--jar", REAL_JAR, "--quiet"]) == 0
+    assert main(["check-all", str(REGRESSIONS), "--both", "--jar", REAL_JAR, "--quiet"]) == 0
     assert "the engines agree on" in capsys.readouterr().out
 
 

@@ -1,4 +1,4 @@
-"""The community modules shipped in kvoffload/tla/library, each operator against a Python
+"""The community modules shipped in tlacheck/library, each operator against a Python
 reference of its definition (random small inputs, compared through ASSUME)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.statemachine.checkresult import EXIT_SUCCESS, EXIT_VIOLATION_ASSUMPTION
-from kvoffload.tla import check_model
+from tlacheck import check_model
+from tlacheck.result import EXIT_SUCCESS, EXIT_VIOLATION_ASSUMPTION
 
 RNG = random.Random(13)
 

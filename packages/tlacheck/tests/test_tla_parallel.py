@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.tla import check, check_model, parallel
+from tlacheck import check, check_model, parallel
 
 GRID = """---- MODULE Grid ----
 EXTENDS Naturals
@@ -145,7 +145,7 @@ def test_a_violation_with_large_jobs_in_flight_stops_the_workers(tmp_path: Path)
     # beyond a pipe's buffer). Run in a child process, so that a hang fails instead of blocking.
     (tmp_path / "Wide.tla").write_text(WIDE)
     (tmp_path / "Wide.cfg").write_text("INIT Init\nNEXT Next\nINVARIANT Inv\nCHECK_DEADLOCK FALSE\n")
-    code = ("import json, sys; from dataclasses import asdict; from kvoffload.tla import check_model; "
+    code = ("import json, sys; from dataclasses import asdict; from tlacheck import check_model; "
             "r = asdict(check_model(sys.argv[1], sys.argv[2], workers=int(sys.argv[3]))); r.pop('seconds'); "
             "print(json.dumps(r))")
     answers = [subprocess.run([sys.executable, "-c", code, str(tmp_path / "Wide.tla"), str(tmp_path / "Wide.cfg"),

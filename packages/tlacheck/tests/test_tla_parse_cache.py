@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.tla import parse
+from tlacheck import parse
 
 MODULE = """---- MODULE Counter ----
 EXTENDS Naturals
@@ -32,7 +32,7 @@ def count_parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_a_parsed_module_is_read_back_from_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KVOFFLOAD_TLA_CACHE", str(tmp_path / "trees"))
+    monkeypatch.setenv("TLACHECK_CACHE", str(tmp_path / "trees"))
     calls = count_parses(monkeypatch)
     first = parse.parse_module_text(MODULE, "Counter.tla")
     second = parse.parse_module_text(MODULE, "Counter.tla")
@@ -46,7 +46,7 @@ def test_a_parsed_module_is_read_back_from_the_cache(tmp_path: Path, monkeypatch
 
 def test_a_damaged_or_foreign_cache_file_is_parsed_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = tmp_path / "trees"
-    monkeypatch.setenv("KVOFFLOAD_TLA_CACHE", str(folder))
+    monkeypatch.setenv("TLACHECK_CACHE", str(folder))
     expected = parse.parse_module_text(MODULE, "Counter.tla")
     (entry,) = folder.glob("*.pickle")
     calls = count_parses(monkeypatch)
@@ -54,11 +54,11 @@ def test_a_damaged_or_foreign_cache_file_is_parsed_again(tmp_path: Path, monkeyp
     assert parse.parse_module_text(MODULE, "Counter.tla") == expected
     # The tree of another text stored under this text's name is not taken for it.
     other = folder / "other"
-    monkeypatch.setenv("KVOFFLOAD_TLA_CACHE", str(other))
+    monkeypatch.setenv("TLACHECK_CACHE", str(other))
     parse.parse_module_text(MODULE.replace("x < 3", "x < 4"), "Counter.tla")
     (foreign,) = other.glob("*.pickle")
     foreign.replace(entry)
-    monkeypatch.setenv("KVOFFLOAD_TLA_CACHE", str(folder))
+    monkeypatch.setenv("TLACHECK_CACHE", str(folder))
     assert parse.parse_module_text(MODULE, "Counter.tla") == expected
     assert len(calls) == 3
 
@@ -66,10 +66,10 @@ def test_a_damaged_or_foreign_cache_file_is_parsed_again(tmp_path: Path, monkeyp
 def test_an_unwritable_or_disabled_cache_only_parses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
-    monkeypatch.setenv("KVOFFLOAD_TLA_CACHE", str(blocker / "trees"))
+    monkeypatch.setenv("TLACHECK_CACHE", str(blocker / "trees"))
     calls = count_parses(monkeypatch)
     assert parse.parse_module_text(MODULE, "Counter.tla").name == "Counter"
-    monkeypatch.setenv("KVOFFLOAD_TLA_CACHE", "off")
+    monkeypatch.setenv("TLACHECK_CACHE", "off")
     assert parse.tree_cache_dir() is None
     assert parse.parse_module_text(MODULE, "Counter.tla").name == "Counter"
     assert len(calls) == 2
@@ -77,7 +77,7 @@ def test_an_unwritable_or_disabled_cache_only_parses(tmp_path: Path, monkeypatch
 
 def test_parse_errors_are_not_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = tmp_path / "trees"
-    monkeypatch.setenv("KVOFFLOAD_TLA_CACHE", str(folder))
+    monkeypatch.setenv("TLACHECK_CACHE", str(folder))
     broken = MODULE.replace("x' = x + 1", "x' = (x + 1")
     for _ in range(2):
         with pytest.raises(parse.TlaError, match="parse error"):
@@ -87,7 +87,7 @@ def test_parse_errors_are_not_cached(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 def test_the_cache_keeps_the_newest_trees(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = tmp_path / "trees"
-    monkeypatch.setenv("KVOFFLOAD_TLA_CACHE", str(folder))
+    monkeypatch.setenv("TLACHECK_CACHE", str(folder))
     monkeypatch.setattr(parse, "CACHED_TREES", 2)
     for bound in range(4):
         parse.parse_module_text(MODULE.replace("x < 3", f"x < {bound}"), "Counter.tla")

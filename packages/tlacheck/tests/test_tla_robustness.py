@@ -6,14 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload import cli
-from kvoffload.statemachine.checkresult import (
+from tlacheck import check_model, cli
+from tlacheck.monitor import EXIT_INTERRUPTED, Halt, Monitor
+from tlacheck.result import (
     EXIT_ERROR_SPEC_PARSE,
     EXIT_ERROR_STATESPACE_TOO_LARGE,
     EXIT_VIOLATION_ASSUMPTION,
 )
-from kvoffload.tla import check_model
-from kvoffload.tla.monitor import EXIT_INTERRUPTED, Halt, Monitor
 
 COUNTER = "---- MODULE {name} ----\nEXTENDS Naturals\nVARIABLE x\nInit == x = 0\nNext == x' = x + 1\n====\n"
 
@@ -105,14 +104,14 @@ def test_config_without_behaviour_evaluates_assumes_only(tmp_path: Path) -> None
 def test_max_states_must_be_positive(value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = model(tmp_path, "C", COUNTER.format(name="C"))
     with pytest.raises(SystemExit) as info:
-        cli.main(["tla", "check", str(spec), "--engine", "embedded", f"--max-states={value}"])
+        cli.main(["check", str(spec), "--engine", "embedded", f"--max-states={value}"])
     assert info.value.code == 2
     assert "--max-states" in capsys.readouterr().err
 
 
 def test_cli_reports_non_utf8_as_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = model(tmp_path, "Bin", b"---- MODULE Bin ----\n\xff\xfe\n====\n")
-    code = cli.main(["tla", "check", str(spec), "--engine", "embedded"])
+    code = cli.main(["check", str(spec), "--engine", "embedded"])
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and "Bin.tla:2:1: not UTF-8" in err
@@ -123,7 +122,7 @@ def test_eval_error_report_has_one_error_prefix_and_one_summary(
 ) -> None:
     spec = model(tmp_path, "V", "---- MODULE V ----\nEXTENDS Naturals\nVARIABLE x\nInit == x = 0\n"
                                 "Next == x' = x + {1}\n====\n")
-    code = cli.main(["tla", "check", str(spec), "--engine", "embedded", "--quiet"])
+    code = cli.main(["check", str(spec), "--engine", "embedded", "--quiet"])
     out = capsys.readouterr().out
     assert code == 75
     assert "Error: Error:" not in out and out.count("states generated") == 1

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.statemachine.checkresult import (
+from tlacheck import TlaError, check_model, load_model
+from tlacheck.result import (
     EXIT_ERROR_CONFIG_PARSE,
     EXIT_ERROR_SPEC_PARSE,
     EXIT_ERROR_STATESPACE_TOO_LARGE,
     EXIT_FAILURE_SPEC_EVAL,
     EXIT_VIOLATION_ASSUMPTION,
 )
-from kvoffload.tla import TlaError, check_model, load_model
 
 GOOD = """---- MODULE M ----
 EXTENDS Naturals

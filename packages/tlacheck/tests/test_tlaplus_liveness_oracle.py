@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import random
 
-from kvoffload.tla.liveness import FairInfo, LivenessSearch, tarjan
+from tlacheck.liveness import FairInfo, LivenessSearch, tarjan
 
 
 def strongly_connected(nodes: frozenset[int], succ: list[list[tuple[int, str]]]) -> bool:

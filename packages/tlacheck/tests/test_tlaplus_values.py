@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.tla import check_model
-from kvoffload.tla.values import (
+from tlacheck import check_model
+from tlacheck.values import (
     Fn,
     FnSet,
     ModelValue,

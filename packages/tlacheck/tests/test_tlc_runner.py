@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.statemachine.checkresult import (
+from tlacheck import tlc
+from tlacheck.result import (
     EXIT_ERROR_CONFIG_PARSE,
     EXIT_ERROR_SPEC_PARSE,
     EXIT_SUCCESS,
@@ -17,10 +18,9 @@ from kvoffload.statemachine.checkresult import (
     EXIT_VIOLATION_LIVENESS,
     EXIT_VIOLATION_SAFETY,
 )
-from kvoffload.tla import tlc
 from tlc_fakes import FIXTURES, REAL_JAR, SHARED_TLC, FakeTlc, fixture, requires_tlc, touch_jar
 
-REPO = Path(__file__).parent.parent
+REPO = Path(__file__).resolve().parents[3]
 TLA_DIR = REPO / "tla"
 
 
@@ -235,7 +235,7 @@ def test_missing_jar_message(no_tlc: Path) -> None:
     message = str(info.value)
     assert "tla2tools.jar" in message
     assert "github.com/tlaplus/tlaplus/releases" in message
-    assert "~/.cache/kvoffload/tla2tools.jar" in message
+    assert "~/.cache/tlacheck/tla2tools.jar" in message
     assert "TLA2TOOLS_JAR" in message
     assert not tlc.tlc_available()
 
@@ -487,7 +487,7 @@ def test_temporal_properties_named() -> None:
 
 @requires_tlc
 def test_session_gives_what_one_run_gives(tmp_path: Path) -> None:
-    from kvoffload.tla.tlc_batch import TlcSession
+    from tlacheck.tlc_batch import TlcSession
 
     for name in ("Counter.tla", "Counter.cfg"):
         (tmp_path / name).write_text(fixture(name))

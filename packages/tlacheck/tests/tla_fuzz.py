@@ -1,7 +1,7 @@
 """Differential fuzzing of the embedded TLA+ checker against TLC (``make tla-fuzz``).
 
 Random specs from :mod:`specgen` run under both engines (TLC in one long-lived JVM,
-:class:`kvoffload.tla.tlc_batch.TlcSession`); any difference in the verdict, distinct states,
+:class:`tlacheck.tlc_batch.TlcSession`); any difference in the verdict, distinct states,
 depth, the violated invariant or property, or the counterexample's length is a disagreement.
 Prints one JSON object: specs run, disagreements (with the spec and config text), specs TLC
 rejected (a generator bug), verdicts, and how often each construct appeared::
@@ -30,11 +30,10 @@ from hypothesis import seed as hypothesis_seed
 sys.path.insert(0, str(Path(__file__).parent))
 
 from specgen import GeneratedSpec, specs
-
-from kvoffload.commands.tla import result_differences
-from kvoffload.statemachine.checkresult import CheckResult
-from kvoffload.tla import check_model
-from kvoffload.tla.tlc_batch import TlcSession
+from tlacheck import check_model
+from tlacheck.expectation import result_differences
+from tlacheck.result import CheckResult
+from tlacheck.tlc_batch import TlcSession
 
 # TLC statuses that mean the generator wrote something TLC cannot read (parse or semantic error,
 # a crash): a bug of the generator, not of a checker. (A config error both engines report, such
@@ -141,7 +140,7 @@ def fuzz(count: int, seed: int, jar: str | None, seconds: float | None = None) -
     more than once: a repeat is skipped), or as many as ``seconds`` allow."""
     campaign = Campaign()
     deadline = None if seconds is None else time.monotonic() + seconds
-    with TlcSession(jar) as session, tempfile.TemporaryDirectory(prefix="kvoffload-fuzz-") as tmp:
+    with TlcSession(jar) as session, tempfile.TemporaryDirectory(prefix="tlacheck-fuzz-") as tmp:
 
         @hypothesis_seed(seed)
         @settings(max_examples=count * 4, database=None, deadline=None, phases=[Phase.generate],

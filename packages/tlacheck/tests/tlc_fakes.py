@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from kvoffload.tla import tlc
+from tlacheck import tlc
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tlc"
 # The jar TLA2TOOLS_JAR names, else the one this project's CI machines share beside the checkout.
-SHARED_TLC = Path(__file__).resolve().parents[1].parent / "shared" / "tlc"
+SHARED_TLC = Path(__file__).resolve().parents[4] / "shared" / "tlc"
 REAL_JAR = os.environ.get(tlc.JAR_ENV) or str(SHARED_TLC / "tla2tools.jar")
 requires_tlc = pytest.mark.skipif(not tlc.tlc_available(REAL_JAR), reason="tla2tools.jar not found: set TLA2TOOLS_JAR")
 
@@ -29,8 +29,8 @@ def fixture(name: str) -> str:
 
 
 def touch_jar(home: Path) -> Path:
-    """A (fake) tla2tools.jar in ``home``'s kvoffload cache."""
-    path = home / ".cache" / "kvoffload" / "tla2tools.jar"
+    """A (fake) tla2tools.jar in ``home``'s tlacheck cache."""
+    path = home / ".cache" / "tlacheck" / "tla2tools.jar"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"PK")
     return path

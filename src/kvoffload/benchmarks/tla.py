@@ -1,6 +1,6 @@
 """Embedded TLA+ checker throughput: distinct states per second on the project's model, on the
 largest conformance spec (two-phase commit with four resource managers), and on the largest
-models of the public corpus (tests/tlaplus/corpus) next to TLC's recorded runtime.
+models of the public corpus (packages/tlacheck/tests/corpus) next to TLC's recorded runtime.
 
 Times the whole check (parse, compile, BFS, invariants, liveness). The figures are wall-clock
 seconds, CPU seconds of this process and of its worker processes (``--workers``); compare runs on
@@ -8,9 +8,9 @@ the same machine only. Where TLC can run (a jar and java; ``--tlc off`` skips it
 holds TLC's run of the same model with as many workers (``-workers 1`` next to the embedded
 checker's one process, ``-workers N`` next to ``--workers N``; at most ``--tlc-seconds`` each) and
 the ratio of wall times, embedded / TLC. TLC takes its module folders, jars and JVM options from
-``$KVOFFLOAD_TLA_LIBRARY``, ``$KVOFFLOAD_TLC_CLASSPATH`` and ``$KVOFFLOAD_TLC_JVM_OPTIONS``.
+``$TLACHECK_TLA_LIBRARY``, ``$TLACHECK_TLC_CLASSPATH`` and ``$TLACHECK_TLC_JVM_OPTIONS``.
 Parsed modules come from the tree cache after their first parse
-(``tree_cache`` in the JSON; ``KVOFFLOAD_TLA_CACHE=off`` parses every module in every run).
+(``tree_cache`` in the JSON; ``TLACHECK_CACHE=off`` parses every module in every run).
 """
 
 from __future__ import annotations
@@ -23,20 +23,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kvoffload.tla import check_model, tlc
-from kvoffload.tla.parse import tree_cache_dir
+from tlacheck import check_model, tlc
+from tlacheck.parse import tree_cache_dir
 
 _REPO = Path(__file__).resolve().parents[3]
+# tlacheck's conformance specs and public corpus, beside its tests.
+_CHECKER_TESTS = Path("packages/tlacheck/tests")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tla-dir", type=Path, default=None,
                         help="directory holding KVOffload.tla/.cfg (default: ./tla, else the repository's tla/)")
     parser.add_argument("--specs-dir", type=Path, default=None,
-                        help="conformance specs (default: ./tests/tlaplus/specs, else the repository's)")
+                        help="conformance specs (default: ./packages/tlacheck/tests/specs, else the repository's)")
     parser.add_argument("--max-states", type=int, default=None, help="stop each model after this many states")
     parser.add_argument("--corpus-dir", type=Path, default=None,
-                        help="public corpus with corpus.json (default: ./tests/tlaplus/corpus, else the repository's)")
+                        help="public corpus with corpus.json (default: ./packages/tlacheck/tests/corpus, else the "
+                             "repository's)")
     parser.add_argument("--corpus-models", type=int, default=3,
                         help="how many of the corpus's largest models (by TLC's distinct-state count) to run")
     parser.add_argument("--workers", type=int, default=2,
@@ -110,7 +113,7 @@ def _measure(name: str, spec: Path, cfg: Path, max_states: int | None, workers: 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     tla_dir = args.tla_dir or _first_existing(Path("tla"), _REPO / "tla")
-    specs = args.specs_dir or _first_existing(Path("tests/tlaplus/specs"), _REPO / "tests/tlaplus/specs")
+    specs = args.specs_dir or _first_existing(_CHECKER_TESTS / "specs", _REPO / _CHECKER_TESTS / "specs")
     jar: Path | bool | None = False
     if args.tlc == "auto" and tlc.tlc_available(args.jar):
         jar = tlc.find_jar(args.jar)
@@ -125,7 +128,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
           if args.workers > 1 else []),
         measure("TwoPhaseBench.cfg (conformance)", specs / "TwoPhase.tla", specs / "TwoPhaseBench.cfg"),
     ]
-    corpus = args.corpus_dir or _first_existing(Path("tests/tlaplus/corpus"), _REPO / "tests/tlaplus/corpus")
+    corpus = args.corpus_dir or _first_existing(_CHECKER_TESTS / "corpus", _REPO / _CHECKER_TESTS / "corpus")
     results += _corpus(corpus, args.corpus_models, args.max_states, jar, limit)
     cache = tree_cache_dir()
     return {"benchmark": "tla", "engine": "embedded", "tlc": str(jar) if jar else "off",

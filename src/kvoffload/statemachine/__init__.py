@@ -11,10 +11,8 @@ TLA+ module and the explorer all work from the same declaration. Public API:
 - traces: :class:`TraceWriter` (``kvoffload.statemachine.trace``) and ``trace_tla``;
 - diagrams: :func:`render` (mermaid or dot);
 - explorer: :func:`explore`, :class:`ExploreResult`, :class:`Counterexample`, :func:`format_result`;
-- results of model checkers: :class:`CheckResult` (``kvoffload.statemachine.checkresult``).
 """
 
-from kvoffload.statemachine.checkresult import CheckResult
 from kvoffload.statemachine.declaration import DeclarationError, LifecycleDeclaration, StateDecl, TransitionDecl
 from kvoffload.statemachine.diagram import render
 from kvoffload.statemachine.explore import Counterexample, ExploreResult, explore, format_result
@@ -28,7 +26,6 @@ from kvoffload.statemachine.runtime import (
 from kvoffload.statemachine.trace import TraceWriter
 
 __all__ = [
-    "CheckResult",
     "Counterexample",
     "DeclarationError",
     "DeclaredMachine",

@@ -105,7 +105,7 @@ def _workspace(declarations: Sequence[LifecycleDeclaration], tla_dir: Path, into
 
 def refinement_problems(declarations: Sequence[LifecycleDeclaration], tla_dir: Path) -> list[str]:
     """Check ``KVOffloadRefinement.cfg`` against modules rendered from ``declarations``."""
-    from kvoffload.tla import check_model
+    from tlacheck import check_model
 
     with tempfile.TemporaryDirectory() as scratch:
         spec = _workspace(declarations, tla_dir, Path(scratch))
@@ -123,7 +123,7 @@ def refinement_problems(declarations: Sequence[LifecycleDeclaration], tla_dir: P
 
 def _edge_check(spec: Path, source: str, trigger: str, dest: str, listed_check: bool) -> str:
     """The outcome of one coverage run: ``listed``, ``taken`` or ``never taken``."""
-    from kvoffload.tla import check_model
+    from tlacheck import check_model
 
     edge = f'<<"{source}", "{trigger}", "{dest}">>'
     spec.with_name("LinkCheck.tla").write_text(

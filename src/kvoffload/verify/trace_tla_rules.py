@@ -147,7 +147,7 @@ class TraceVerdict:
 
 def check_trace_module(tla_path: Path) -> TraceVerdict:
     """Check a generated trace module with the embedded TLA+ checker."""
-    from kvoffload.tla import check_model
+    from tlacheck import check_model
 
     result = check_model(tla_path)
     if result.result == "success":

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvoffload.statemachine.checkresult import (
+from tlacheck.result import (
     EXIT_ERROR_CONFIG_PARSE,
     EXIT_ERROR_SPEC_PARSE,
     EXIT_ERROR_STATESPACE_TOO_LARGE,

@@ -1,6 +1,6 @@
 """Generate Python source for actions, compiled once per model.
 
-:class:`~kvoffload.tla.action.Compiler` turns an action into a tree of closures, one call (and
+:class:`~tlacheck.action.Compiler` turns an action into a tree of closures, one call (and
 often one generator) per syntax node. This module writes the same action as the source of a few
 Python generator functions instead: guards become ``if`` statements, ``\\E`` a ``for`` loop,
 ``x' = e`` a store into the next state followed by the rest of the action and the undo, calls of

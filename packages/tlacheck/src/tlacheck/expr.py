@@ -1,7 +1,7 @@
 """Compile TLA+ expressions to Python closures ``f(c, e) -> value``, once.
 
 Constant sub-expressions (no state, no bound names) are evaluated once and cached. Actions are
-compiled by :mod:`kvoffload.tla.action`, which extends this compiler.
+compiled by :mod:`tlacheck.action`, which extends this compiler.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def bound_operator(body: Fun, params: list[str]) -> Fun:
 
 class ExprCompiler:
     """Compiles expressions (values and state predicates) of a loaded root scope against a model's
-    constants; :class:`~kvoffload.tla.action.Compiler` adds actions."""
+    constants; :class:`~tlacheck.action.Compiler` adds actions."""
 
     def __init__(self, root: Scope, constants: dict[str, Value]) -> None:
         self.root = root
@@ -1128,7 +1128,7 @@ class ExprCompiler:
         return rcall
 
     def memoised_call(self, target: OpDef, body: Fun, names: list[str], fns: list[Fun]) -> Fun:
-        """A call of a pure, expensive operator (see :mod:`~kvoffload.tla.purity`): its values
+        """A call of a pure, expensive operator (see :mod:`~tlacheck.purity`): its values
         are memoised on the argument values, one memo per definition shared by every call site
         (TLC re-evaluates; ``Children(dag, v)`` or a RECURSIVE ``Linearize`` recur across states)."""
         memo = self.op_memos.setdefault(id(target), {})

@@ -15,7 +15,7 @@ import threading
 import time
 from typing import TextIO
 
-from kvoffload.statemachine.checkresult import EXIT_ERROR_STATESPACE_TOO_LARGE
+from tlacheck.result import EXIT_ERROR_STATESPACE_TOO_LARGE
 
 
 def _default_max_memory_mb() -> int:

@@ -1,4 +1,4 @@
-"""The canonical order of values (:func:`~kvoffload.tla.values.sortkey`), fast for the common
+"""The canonical order of values (:func:`~tlacheck.values.sortkey`), fast for the common
 homogeneous sets: for integers, strings, model values and same-length tuples of integers
 Python's own order is the canonical one, and comparing without building sortkeys is several
 times faster (CHOOSE over a set, quantifiers enumerated in canonical order); sets of functions,

@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
-from kvoffload.statemachine.checkresult import EXIT_ERROR_SYSTEM
+from tlacheck.result import EXIT_ERROR_SYSTEM
 
 from .monitor import Halt
 from .syntax import EMPTY, UNSET, Ctx, Gen

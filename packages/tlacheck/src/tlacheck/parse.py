@@ -2,7 +2,7 @@
 
 The parser builds its LR tables each time a process first parses (about 0.1 s), then needs about
 0.04 s per 400-line module; unpickling the tree takes 2 ms. So the trees of modules that parsed
-are kept in a cache folder (``$KVOFFLOAD_TLA_CACHE``, else ``~/.cache/kvoffload/tla-trees``; ``off``
+are kept in a cache folder (``$TLACHECK_CACHE``, else ``~/.cache/tlacheck/tla-trees``; ``off``
 disables it), one file per module text, named by a hash of the text and of the ``tla`` package's
 version. The cache is only a shortcut: a file that is missing, unreadable or does not hold the
 tree of that exact text is ignored (and rewritten), and a folder that cannot be written is skipped.
@@ -50,14 +50,14 @@ CACHED_TREES = 256
 
 
 def tree_cache_dir() -> Path | None:
-    """The folder of cached syntax trees, or None when ``$KVOFFLOAD_TLA_CACHE`` is ``off``."""
-    configured = os.environ.get("KVOFFLOAD_TLA_CACHE")
+    """The folder of cached syntax trees, or None when ``$TLACHECK_CACHE`` is ``off``."""
+    configured = os.environ.get("TLACHECK_CACHE")
     if configured == "off":
         return None
     if configured:
         return Path(configured)
     try:
-        return Path.home() / ".cache" / "kvoffload" / "tla-trees"
+        return Path.home() / ".cache" / "tlacheck" / "tla-trees"
     except RuntimeError:  # no home folder: no cache
         return None
 

@@ -1,6 +1,6 @@
 """The result of a model-checking run, shared by the TLC runner and the embedded TLA+ checker.
 
-Both engines return a :class:`CheckResult`, so ``kvoffload tla check`` prints the same JSON and
+Both engines return a :class:`CheckResult`, so ``tlacheck check`` prints the same JSON and
 exits with the same status whichever engine ran (TLC's own exit codes, the ``EXIT_*`` constants).
 """
 

@@ -1,7 +1,7 @@
 """Symmetry reduction: the representative of a state's orbit under the SYMMETRY permutations.
 
 Any representative that depends on the orbit only gives the same distinct-state count, so the
-one chosen is the image of least hash (ties broken by :func:`~kvoffload.tla.values.sortkey`):
+one chosen is the image of least hash (ties broken by :func:`~tlacheck.values.sortkey`):
 hashes are far cheaper than sortkeys, which sort every set and function of every image.
 """
 

@@ -1,13 +1,13 @@
 """Run the TLC model checker (``tla2tools.jar``) by subprocess and read its result.
 
 TLC is found from, in this order: an explicit jar path, the ``TLA2TOOLS_JAR`` environment variable,
-then ``~/.cache/kvoffload/tla2tools.jar``; ``java`` from ``PATH`` (or ``$JAVA_HOME/bin``). The run
+then ``~/.cache/tlacheck/tla2tools.jar``; ``java`` from ``PATH`` (or ``$JAVA_HOME/bin``). The run
 is ``java [JVM OPTIONS] [-DTLA-Library=DIRS] -cp JAR[:JARS] tlc2.TLC -config MODEL.cfg -dumpTrace json
 TRACE -workers 1 ... SPEC.tla`` in the spec's directory, so modules named by ``EXTENDS``/``INSTANCE``
 are found beside it, and in the library folders (:class:`TlcOptions`: the proof modules a spec that
 ``EXTENDS TLAPS`` needs, the community modules) and jars (``CommunityModules.jar``) given.
 
-The outcome comes from TLC's exit code (see :mod:`kvoffload.statemachine.checkresult`); counts,
+The outcome comes from TLC's exit code (see :mod:`tlacheck.result`); counts,
 depth, the violated invariant and the counterexample come from TLC's standard output, and the
 counterexample preferably from the ``-dumpTrace json`` file (TLC's ``CounterExample`` record
 serialised by its ``Json`` module), falling back to the textual ``State N: <Action ...>`` blocks.
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvoffload.statemachine.checkresult import (
+from tlacheck.result import (
     EXIT_ERROR,
     EXIT_ERROR_CONFIG_PARSE,
     EXIT_ERROR_SPEC_PARSE,
@@ -54,14 +54,14 @@ STUTTERING_ACTION = "Stuttering"
 
 HOW_TO_GET_JAR = (
     "download tla2tools.jar from the TLA+ GitHub releases "
-    "(https://github.com/tlaplus/tlaplus/releases) and put it at ~/.cache/kvoffload/tla2tools.jar "
+    "(https://github.com/tlaplus/tlaplus/releases) and put it at ~/.cache/tlacheck/tla2tools.jar "
     f"or set {JAR_ENV}=/path/to/tla2tools.jar (or use --engine embedded)"
 )
 
 
-LIBRARY_ENV = "KVOFFLOAD_TLA_LIBRARY"
-CLASS_PATH_ENV = "KVOFFLOAD_TLC_CLASSPATH"
-JVM_OPTIONS_ENV = "KVOFFLOAD_TLC_JVM_OPTIONS"
+LIBRARY_ENV = "TLACHECK_TLA_LIBRARY"
+CLASS_PATH_ENV = "TLACHECK_TLC_CLASSPATH"
+JVM_OPTIONS_ENV = "TLACHECK_TLC_JVM_OPTIONS"
 
 
 @dataclass(frozen=True)
@@ -77,8 +77,8 @@ class TlcOptions:
     @classmethod
     def from_env(cls, jvm_options: Sequence[str] = (), library_paths: Sequence[str | os.PathLike[str]] = (),
                  class_path: Sequence[str | os.PathLike[str]] = ()) -> TlcOptions:
-        """These, after those of ``$KVOFFLOAD_TLC_JVM_OPTIONS`` (split on spaces),
-        ``$KVOFFLOAD_TLA_LIBRARY`` and ``$KVOFFLOAD_TLC_CLASSPATH`` (both split on ``os.pathsep``).
+        """These, after those of ``$TLACHECK_TLC_JVM_OPTIONS`` (split on spaces),
+        ``$TLACHECK_TLA_LIBRARY`` and ``$TLACHECK_TLC_CLASSPATH`` (both split on ``os.pathsep``).
         Paths are made absolute: TLC runs in the spec's directory."""
 
         def paths(env: str, given: Sequence[str | os.PathLike[str]]) -> tuple[Path, ...]:
@@ -94,8 +94,8 @@ class TlcNotFound(RuntimeError):
 
 
 def default_jar_path() -> Path:
-    """Where ``kvoffload`` looks for the jar when neither a path nor ``TLA2TOOLS_JAR`` is given."""
-    return Path.home() / ".cache" / "kvoffload" / JAR_NAME
+    """Where ``tlacheck`` looks for the jar when neither a path nor ``TLA2TOOLS_JAR`` is given."""
+    return Path.home() / ".cache" / "tlacheck" / JAR_NAME
 
 
 def find_jar(explicit: str | os.PathLike[str] | None = None) -> Path:
@@ -227,7 +227,7 @@ def run_tlc(
             raise FileNotFoundError(f"{path}: no such file")
     jar_path = find_jar(jar)
     java_exe = java if java is not None else find_java()
-    with tempfile.TemporaryDirectory(prefix="kvoffload-tlc-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="tlacheck-tlc-") as tmp:
         trace_file = Path(tmp) / "trace.json"
         command = build_command(
             java_exe,

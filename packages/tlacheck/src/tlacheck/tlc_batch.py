@@ -4,10 +4,10 @@ start-up (~1 s here) for each.
 Each run gets TLC in a class loader of its own, so no static state (TLC keeps plenty: globals,
 the interned-string table, the output streams) carries from one model to the next; what is shared
 is the JVM and its compiled JDK code. The driver is a small Java class kept here as source and
-compiled once with ``javac`` into ``~/.cache/kvoffload/tlc-batch/``. It reads one run per line
+compiled once with ``javac`` into ``~/.cache/tlacheck/tlc-batch/``. It reads one run per line
 (the directory, then TLC's arguments, tab-separated), runs ``tlc2.TLC`` as its ``main`` would
 (the spec's folder as the module resolver) and prints TLC's output, then a line with the exit
-status. Without ``javac`` each run falls back to :func:`kvoffload.tla.tlc.run_tlc`.
+status. Without ``javac`` each run falls back to :func:`tlacheck.tlc.run_tlc`.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from kvoffload.statemachine.checkresult import CheckResult
+from tlacheck.result import CheckResult
 
 from . import tlc
 
-_END = "@@kvoffload-tlc-batch-end "
+_END = "@@tlacheck-tlc-batch-end "
 # A fresh JVM after this many runs: unloaded class loaders still cost the JVM some memory.
 RUNS_PER_JVM = 200
 
@@ -76,7 +76,7 @@ public final class TlcBatch {
             capture.flush();
             System.setOut(realOut);
             realOut.write(captured.toByteArray());
-            realOut.print("\n@@kvoffload-tlc-batch-end " + status + "\n");
+            realOut.print("\n@@tlacheck-tlc-batch-end " + status + "\n");
             realOut.flush();
         }
     }
@@ -90,7 +90,7 @@ def _driver_dir() -> Path | None:
     if javac is None:
         return None
     digest = hashlib.sha256(DRIVER_SOURCE.encode()).hexdigest()[:16]
-    folder = Path.home() / ".cache" / "kvoffload" / "tlc-batch" / digest
+    folder = Path.home() / ".cache" / "tlacheck" / "tlc-batch" / digest
     if (folder / "TlcBatch.class").is_file():
         return folder
     folder.mkdir(parents=True, exist_ok=True)
@@ -108,7 +108,7 @@ def _driver_dir() -> Path | None:
 class TlcSession:
     """A JVM that runs TLC on model after model (``with TlcSession(jar) as session: ...``).
 
-    :meth:`check` gives the same :class:`CheckResult` as :func:`kvoffload.tla.tlc.run_tlc`. Runs
+    :meth:`check` gives the same :class:`CheckResult` as :func:`tlacheck.tlc.run_tlc`. Runs
     are one at a time; the session is not shared between threads.
     """
 
@@ -164,7 +164,7 @@ class TlcSession:
             self._process = self._start()
             self._runs = 0
         self._runs += 1
-        with tempfile.TemporaryDirectory(prefix="kvoffload-tlc-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="tlacheck-tlc-") as tmp:
             trace_file = Path(tmp) / "trace.json"
             arguments = tlc.build_command("java", self.jar, spec, config, trace_file, metadir=Path(tmp) / "states",
                                           check_deadlock=check_deadlock)

@@ -51,7 +51,7 @@ def check_live_trace(path: Path, tlc_jar: str | None) -> list[TraceVerdict]:
 
 
 def _tlc(tla_path: Path, jar: str) -> TraceVerdict:
-    from kvoffload.tla.tlc import run_tlc
+    from tlacheck.tlc import run_tlc
 
     result = run_tlc(tla_path, jar=jar, check_deadlock=False, timeout=300)
     if result.result == "success":
