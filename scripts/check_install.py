@@ -1,11 +1,18 @@
-"""``make check-install``: the built wheel, installed as a user installs it, alone and with each extra.
+"""``make check-install``: the built wheels, installed as a user installs them, alone and with each extra.
 
 ``python scripts/check_install.py [--cache DIR] [--torch REQUIREMENT] [--installs NAME,...]`` builds
-the wheel (``pip wheel --no-deps`` of a clean copy of the tree), checks that it holds only files of
-src/ (no script of scripts/), and for each install (the base package, then each extra alone:
-tiers, vllm, plot, fast-cpu) makes a fresh venv with the torch requirement (default
-``torch==2.13.0``, the CPU build) and then the wheel with that extra. From an empty folder it then
-runs, with that venv's ``kvoffload``:
+the wheels of the TLA+ checker (packages/tlacheck) and of kvoffload (``pip wheel --no-deps`` of a
+clean copy of each tree) and checks that each holds only files of its src/ (no script of scripts/,
+no checker module in kvoffload's).
+
+The checker alone (install ``tlacheck``): its wheel in a fresh venv without torch, then, from an
+empty folder, ``tlacheck --help``, every action's ``--help``, ``tlacheck check`` and ``tlacheck
+check-all`` of a tiny model (which must pass), and a probe that neither kvoffload nor torch came in.
+
+kvoffload, for each install (the base package, then each extra alone: tiers, vllm, plot, fast-cpu):
+a fresh venv with the torch requirement (default ``torch==2.13.0``, the CPU build), then the wheel
+with that extra, its ``tlacheck`` dependency found beside it (``--find-links``). From an empty
+folder it then runs, with that venv's ``kvoffload``:
 
 - ``kvoffload --help`` and every command's and subcommand's ``--help``;
 - one small run of each command; a run that needs an extra this install lacks must answer one
@@ -34,7 +41,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parents[1]
-INSTALLS: tuple[str, ...] = ("base", "tiers", "vllm", "plot", "fast-cpu")
+CHECKER = "tlacheck"
+KVOFFLOAD_INSTALLS: tuple[str, ...] = ("base", "tiers", "vllm", "plot", "fast-cpu")
+INSTALLS: tuple[str, ...] = (CHECKER, *KVOFFLOAD_INSTALLS)
 # Modules that only an extra installs: each must be importable exactly when its extra is.
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "tiers": ("xxhash", "redis"),
@@ -50,11 +59,11 @@ Next == x' = (x + 1) % 3
 Small == x < 3
 ====
 """
-TINY_CONFIG = "INIT Init\nNEXT Next\nINVARIANT Small\n"
-# Every command path of the parser, printed one per line by the installed package itself.
+TINY_CONFIG = "\\* expect: success\nINIT Init\nNEXT Next\nINVARIANT Small\n"
+# Every command path of the parser of the CLI module (%s), printed one per line by the installed package.
 COMMAND_PATHS = """
 import argparse
-from kvoffload.cli import build_parser
+from %s import build_parser
 
 def walk(parser, path):
     for action in parser._actions:
@@ -65,10 +74,10 @@ def walk(parser, path):
 
 walk(build_parser(), [])
 """
-# Runs ``kvoffload PATH --help`` in this process for each path on stdin; prints the failing ones.
+# Runs the CLI module's (%s) ``PATH --help`` in this process for each path on stdin; prints the failing ones.
 HELP_ALL = """
 import contextlib, io, sys
-from kvoffload.cli import main
+from %s import main
 
 for line in sys.stdin.read().splitlines():
     out = io.StringIO()
@@ -162,22 +171,24 @@ NOT_BUILT = shutil.ignore_patterns(".git", ".venv*", ".cache", "build", "dist", 
                                    ".pytest_cache", ".ruff_cache", ".hypothesis", ".live", ".fuzz", "out", ".whl")
 
 
-def build_wheel(cache: Path) -> tuple[Path | None, list[str]]:
-    """The wheel of the project (built from a clean copy of the tree), and what is wrong with its
-    contents: a file that is not a module of src/ (a script of scripts/, a stale build)."""
-    dist, tree = cache / "dist", cache / "tree"
+def build_wheel(cache: Path, distribution: str) -> tuple[Path | None, list[str]]:
+    """The wheel of ``distribution`` (kvoffload, or the checker: packages/tlacheck), built from a clean copy of
+    its tree into ``CACHE/dist/DISTRIBUTION``, and what is wrong with its contents: a file that is not a
+    module of its src/ (a script of scripts/, a stale build, a checker module in kvoffload's)."""
+    root = PROJECT if distribution == "kvoffload" else PROJECT / "packages" / distribution
+    dist, tree = cache / "dist" / distribution, cache / f"tree-{distribution}"
     shutil.rmtree(dist, ignore_errors=True)
     shutil.rmtree(tree, ignore_errors=True)
-    shutil.copytree(PROJECT, tree, ignore=NOT_BUILT)
+    shutil.copytree(root, tree, ignore=NOT_BUILT)
     done = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(tree)])
     shutil.rmtree(tree, ignore_errors=True)
-    wheels = sorted(dist.glob("kvoffload-*.whl"))
+    wheels = sorted(dist.glob(f"{distribution}-*.whl"))
     if done.returncode or not wheels:
-        return None, [f"pip wheel exited {done.returncode}: {_last_line(done)}"]
+        return None, [f"{distribution}: pip wheel exited {done.returncode}: {_last_line(done)}"]
     with zipfile.ZipFile(wheels[0]) as archive:
         names = [name for name in archive.namelist() if not name.split("/")[0].endswith(".dist-info")]
-    return wheels[0], [f"wheel: {name} is not a file of src/" for name in names
-                       if not (PROJECT / "src" / name).is_file()]
+    return wheels[0], [f"{distribution} wheel: {name} is not a file of its src/" for name in names
+                       if not (root / "src" / name).is_file()]
 
 
 def torch_venv(cache: Path, torch: str) -> tuple[Path, list[str]]:
@@ -196,18 +207,35 @@ def torch_venv(cache: Path, torch: str) -> tuple[Path, list[str]]:
     return venv, []
 
 
-def install(cache: Path, base: Path, wheel: Path, name: str) -> tuple[Path, list[str]]:
-    """A fresh venv for install ``name``: a hard-linked copy of the torch venv, then the wheel."""
+def install(cache: Path, base: Path, wheel: Path, checker_wheels: Path, name: str) -> tuple[Path, list[str]]:
+    """A fresh venv for install ``name``: a hard-linked copy of the torch venv, then the wheel (its
+    ``tlacheck`` dependency from the folder ``checker_wheels``, which no index serves)."""
     venv = cache / f"venv-{name}"
     shutil.rmtree(venv, ignore_errors=True)
     copied = _run(["cp", "-al", str(base), str(venv)])
     if copied.returncode:
         shutil.copytree(base, venv, symlinks=True)
     requirement = str(wheel) if name == "base" else f"kvoffload[{name}] @ {wheel.as_uri()}"
-    done = _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", requirement])
+    done = _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--find-links", str(checker_wheels),
+                 requirement])
     if done.returncode:
         return venv, [f"{name}: pip install {requirement} exited {done.returncode}: {_last_line(done)}"]
     return venv, []
+
+
+def _help_problems(name: str, program: str, python: str, folder: Path, listed: str) -> list[str]:
+    """``PROGRAM --help`` (which must list ``listed``) and every command's and subcommand's ``--help``,
+    the paths read from the installed package's own parser (``PROGRAM.cli``); the problems."""
+    command = Path(program).name
+    problems: list[str] = []
+    usage = _run([program, "--help"], cwd=folder)
+    if usage.returncode or listed not in usage.stdout:
+        problems.append(f"{name}: {command} --help: exit {usage.returncode}: {_last_line(usage)}")
+    paths = _run([python, "-c", COMMAND_PATHS % f"{command}.cli"], cwd=folder)
+    helped = _run([python, "-c", HELP_ALL % f"{command}.cli"], cwd=folder, stdin=paths.stdout)
+    if paths.returncode or not paths.stdout.strip() or helped.returncode or helped.stdout.strip():
+        problems.append(f"{name}: --help: {helped.stdout.strip() or _last_line(helped) or _last_line(paths)}")
+    return problems
 
 
 def check_install(venv: Path, name: str) -> list[str]:
@@ -217,13 +245,7 @@ def check_install(venv: Path, name: str) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="kvoffload-check-install-") as empty:
         folder = Path(empty)
         _write_inputs(folder)
-        usage = _run([kvoffload, "--help"], cwd=folder)
-        if usage.returncode or "simulate" not in usage.stdout:
-            problems.append(f"{name}: kvoffload --help: exit {usage.returncode}: {_last_line(usage)}")
-        paths = _run([python, "-c", COMMAND_PATHS], cwd=folder)
-        helped = _run([python, "-c", HELP_ALL], cwd=folder, stdin=paths.stdout)
-        if paths.returncode or helped.returncode or helped.stdout.strip():
-            problems.append(f"{name}: --help: {helped.stdout.strip() or _last_line(helped) or _last_line(paths)}")
+        problems += _help_problems(name, kvoffload, python, folder, "simulate")
         for run in _runs(folder):
             if run.only in (None, name):
                 problems += _small_run(kvoffload, folder, name, run)
@@ -235,6 +257,38 @@ def check_install(venv: Path, name: str) -> list[str]:
                 if found.get(module) != (extra == name):
                     problems.append(f"{name}: module {module} of the {extra!r} extra is "
                                     f"{'present' if found.get(module) else 'missing'}")
+    return problems
+
+
+def check_checker_alone(cache: Path, wheel: Path) -> list[str]:
+    """The checker's wheel alone in a fresh venv (no torch): its command's and actions' --help, a check
+    and a check-all of the tiny model, and neither kvoffload nor torch installed with it; the problems."""
+    venv = cache / f"venv-{CHECKER}"
+    shutil.rmtree(venv, ignore_errors=True)
+    python, tlacheck = str(venv / "bin" / "python"), str(venv / "bin" / CHECKER)
+    for args in ([sys.executable, "-m", "venv", str(venv)], [python, "-m", "pip", "install", "-q", str(wheel)]):
+        done = _run(args)
+        if done.returncode:
+            return [f"{CHECKER}: `{' '.join(args[1:])}` exited {done.returncode}: {_last_line(done)}"]
+    problems: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="tlacheck-check-install-") as empty:
+        folder = Path(empty)
+        _write_inputs(folder)
+        problems += _help_problems(CHECKER, tlacheck, python, folder, "check-all")
+        for args, shows in ((("check", "Tiny.tla", "--engine", "embedded"), "No error has been found"),
+                            (("check-all", ".", "--engine", "embedded"), "1/1 models met their expectation")):
+            began = time.perf_counter()
+            done = _run([tlacheck, *args], cwd=folder)
+            print(f"{CHECKER}: tlacheck {' '.join(args)} -> exit {done.returncode} "
+                  f"({time.perf_counter() - began:.1f} s)", flush=True)
+            if done.returncode or shows not in done.stdout:
+                problems.append(f"{CHECKER}: tlacheck {' '.join(args)}: exit {done.returncode}, wanted 0 and "
+                                f"{shows!r}: {done.stdout.strip()[-300:]} {_last_line(done)}")
+        probe = "import importlib.util as u; print([m for m in ('kvoffload', 'torch') if u.find_spec(m)])"
+        found = _run([python, "-c", probe], cwd=folder).stdout.strip()
+        if found != "[]":
+            problems.append(f"{CHECKER}: installed alone, it brought in {found}")
+    shutil.rmtree(venv, ignore_errors=True)
     return problems
 
 
@@ -258,6 +312,31 @@ def _small_run(kvoffload: str, folder: Path, name: str, run: Run) -> list[str]:
     return []
 
 
+def check_kvoffload_installs(cache: Path, torch: str, names: list[str], checker_wheels: Path,
+                             seconds: dict[str, float]) -> list[str]:
+    """kvoffload's wheel, then each install ``names`` in turn (its seconds added to ``seconds``); the problems."""
+    began = time.perf_counter()
+    wheel, problems = build_wheel(cache, "kvoffload")
+    built = time.perf_counter()
+    seconds["wheel"] = round(built - began, 1)
+    base, failed = torch_venv(cache, torch)
+    problems += failed
+    seconds["torch venv"] = round(time.perf_counter() - built, 1)
+    print(f"check-install: wheel in {seconds['wheel']} s, torch venv in {seconds['torch venv']} s", flush=True)
+    if wheel is None or failed:
+        return problems
+    for name in names:
+        began = time.perf_counter()
+        venv, failed = install(cache, base, wheel, checker_wheels, name)
+        installed = time.perf_counter() - began
+        problems += failed or check_install(venv, name)
+        shutil.rmtree(venv, ignore_errors=True)
+        seconds[name] = round(time.perf_counter() - began, 1)
+        print(f"check-install: {name}: installed in {installed:.0f} s, checked in "
+              f"{seconds[name] - installed:.0f} s", flush=True)
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cache", type=Path, default=PROJECT / ".cache" / "check-install",
@@ -274,23 +353,16 @@ def main(argv: list[str] | None = None) -> int:
     cache.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     seconds: dict[str, float] = {}
-    wheel, problems = build_wheel(cache)
-    built = time.perf_counter()
-    seconds["wheel"] = round(built - started, 1)
-    base, failed = torch_venv(cache, args.torch)
-    problems += failed
-    seconds["torch venv"] = round(time.perf_counter() - built, 1)
-    print(f"check-install: wheel in {seconds['wheel']} s, torch venv in {seconds['torch venv']} s", flush=True)
-    if wheel is not None and not failed:
-        for name in names:
-            began = time.perf_counter()
-            venv, failed = install(cache, base, wheel, name)
-            installed = time.perf_counter() - began
-            problems += failed or check_install(venv, name)
-            shutil.rmtree(venv, ignore_errors=True)
-            seconds[name] = round(time.perf_counter() - began, 1)
-            print(f"check-install: {name}: installed in {installed:.0f} s, checked in "
-                  f"{seconds[name] - installed:.0f} s", flush=True)
+    checker_wheel, problems = build_wheel(cache, CHECKER)
+    seconds[f"{CHECKER} wheel"] = round(time.perf_counter() - started, 1)
+    if CHECKER in names and checker_wheel is not None:
+        began = time.perf_counter()
+        problems += check_checker_alone(cache, checker_wheel)
+        seconds[CHECKER] = round(time.perf_counter() - began, 1)
+        print(f"check-install: {CHECKER} alone: installed and checked in {seconds[CHECKER]} s", flush=True)
+    kvoffload_installs = [name for name in names if name != CHECKER]
+    if kvoffload_installs and checker_wheel is not None:
+        problems += check_kvoffload_installs(cache, args.torch, kvoffload_installs, checker_wheel.parent, seconds)
     for problem in problems:
         print(f"FAIL: {problem}")
     total = round(time.perf_counter() - started, 1)

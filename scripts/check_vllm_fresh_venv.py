@@ -2,8 +2,9 @@
 
 ``python scripts/check_vllm_fresh_venv.py CACHE_DIR [--project DIR] [--torch REQUIREMENT]``
 creates ``CACHE_DIR/venv-vllm-extra`` anew and installs into it the torch requirement (default
-``torch==2.13.0``, the CPU build: a bare ``torch`` would pull a CUDA build of several GB), then the
-project with only its ``[vllm]`` extra, not editable (as a user installs it), then xgrammar without
+``torch==2.13.0``, the CPU build: a bare ``torch`` would pull a CUDA build of several GB), then
+kvoffload's TLA+ checker (packages/tlacheck, which no index serves), then the project with only its
+``[vllm]`` extra, not editable (as a user installs it), then xgrammar without
 its dependencies (as docs/vllm-check.md says). From an empty folder it then runs what a vLLM user runs:
 ``kvoffload --help``, ``kvoffload vllm check --help``, a ``--vllm-src`` that holds no vLLM (exit 2,
 one line), one real check against the newest release in ``CACHE_DIR`` (fetched by scripts/check_vllm_release.py
@@ -39,6 +40,8 @@ def _install(venv: Path, project: Path, torch: str) -> str | None:
     steps = [
         [sys.executable, "-m", "venv", str(venv)],
         [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", torch],
+        # kvoffload's TLA+ checker, a distribution of this repository that no index serves.
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(project / "packages" / "tlacheck")],
         [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", f"{project}[vllm]"],
         [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "xgrammar<1", "apache-tvm-ffi"],
     ]

@@ -1,5 +1,6 @@
 """docs/design.md and the code agree: every path and module it names exists, and its layout table
-lists exactly the modules of each package, with the import rules of tests/test_layout.py."""
+lists exactly the modules of each package (kvoffload's, and the TLA+ checker's distribution,
+tlacheck), with the import rules of tests/test_layout.py."""
 
 from __future__ import annotations
 
@@ -9,18 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from test_layout import ALLOWED
+from test_layout import ALLOWED, CHECKER, MAY_IMPORT_THE_CHECKER
 
 REPO = Path(__file__).parents[1]
 SRC = REPO / "src" / "kvoffload"
+CHECKER_SRC = REPO / "packages" / CHECKER / "src" / CHECKER
 DESIGN = REPO / "docs" / "design.md"
 TEXT = DESIGN.read_text(encoding="utf-8")
 
 # A path from the repository's root (src/..., tests/..., tla/KVOffload.tla), or a module path
 # inside a package (check/adapter.py).
-ROOTED_PATH = re.compile(r"(?<![\w./-])((?:src|tests|tla|scripts|docs|bench)/[\w./-]*\w)")
+ROOTED_PATH = re.compile(r"(?<![\w./-])((?:src|tests|tla|scripts|docs|bench|packages)/[\w./-]*\w)")
 PACKAGE_PATH = re.compile(r"(?<![\w./-])((?:\w+/)+\w+\.py)\b")
-DOTTED = re.compile(r"(?<![\w.])(kvoffload(?:\.\w+)+)")
+DOTTED = re.compile(r"(?<![\w.])((?:kvoffload|tlacheck)(?:\.\w+)+)")
 # A module or subpackage named in the layout table: scheduler.py, library/, README.md.
 TABLE_MODULE = re.compile(r"(?<![\w./-])(\w+\.(?:py|md)|\w+/)(?![\w/])")
 
@@ -38,17 +40,19 @@ def _defines(path: Path, name: str) -> bool:
 
 
 def _resolves(dotted: str) -> bool:
-    """``kvoffload.a.b`` is a module or package, or a name a module of it defines at top level."""
+    """``kvoffload.a.b`` (or ``tlacheck.a.b``) is a module or package, or a name a module of it
+    defines at top level."""
+    root = CHECKER_SRC if dotted.split(".")[0] == CHECKER else SRC
     parts = dotted.split(".")[1:]
     for cut in range(len(parts), 0, -1):
-        base = SRC.joinpath(*parts[:cut])
+        base = root.joinpath(*parts[:cut])
         module = base.with_suffix(".py") if base.suffix != ".py" else base
         init = base / "__init__.py"
         found = module if module.is_file() else init if init.is_file() else None
         if found is not None:
             rest = parts[cut:]
             return not rest or (len(rest) == 1 and _defines(found, rest[0]))
-    return SRC.joinpath("__init__.py").is_file() and not parts
+    return root.joinpath("__init__.py").is_file() and not parts
 
 
 def test_every_path_design_md_names_exists() -> None:
@@ -79,28 +83,40 @@ ROWS = _layout_rows()
 
 def test_the_layout_table_has_a_row_per_package() -> None:
     packages = {path.name for path in SRC.iterdir() if (path / "__init__.py").is_file()} | {"cli"}
-    assert set(ROWS) == packages
+    assert set(ROWS) == packages | {CHECKER}
 
 
 @pytest.mark.parametrize("package", sorted(set(ROWS) - {"cli"}))
 def test_the_layout_table_lists_exactly_the_modules_of_each_package(package: str) -> None:
-    folder = SRC / package
+    folder = CHECKER_SRC if package == CHECKER else SRC / package
     named = {name.rstrip("/") for name in TABLE_MODULE.findall(ROWS[package][0])}
-    present = {path.name for path in folder.iterdir() if path.name not in ("__init__.py", "__pycache__")}
+    present = {path.name for path in folder.iterdir() if path.name not in ("__init__.py", "__pycache__", "py.typed")}
     assert named - present == set(), f"{package}: the table names modules that do not exist"
     assert present - named == set(), f"{package}: modules missing from the table"
 
 
-@pytest.mark.parametrize("package", sorted(ROWS))
+def _may_import_the_checker(package: str) -> bool:
+    """Whether test_layout lets ``package``, or a subpackage of it, import the checker."""
+    return any(module == f"kvoffload.{package}" or module.startswith(f"kvoffload.{package}.")
+               for module in MAY_IMPORT_THE_CHECKER)
+
+
+@pytest.mark.parametrize("package", sorted(set(ROWS) - {CHECKER}))
 def test_the_layout_table_gives_the_import_rules_of_test_layout(package: str) -> None:
     column = ROWS[package][1]
+    named = set(re.findall(r"`(\w+)`", column))
     if column == "nothing":
         allowed = set()
-    elif column == "every package but `cli`":
+    elif column.startswith("every package but `cli`"):
         allowed = set(ALLOWED) - {"", "cli", package}
     else:
-        allowed = set(re.findall(r"`(\w+)`", column))
+        allowed = named - {CHECKER}
     assert allowed == set(ALLOWED[package])
+    assert (CHECKER in named) == _may_import_the_checker(package)
+
+
+def test_the_checker_imports_nothing_of_kvoffload_in_the_table() -> None:
+    assert ROWS[CHECKER][1] == "nothing of kvoffload"
 
 
 def test_the_checks_see_what_is_missing() -> None:
