@@ -627,6 +627,13 @@ class Checker:
 
     # ---- the search --------------------------------------------------------------------------
     def run(self) -> None:
+        self.initial_states()
+        self.pool = (parallel.Pool(self.expansion(), self.workers - 1, self.keys, _OWN_SHARE)
+                     if self.workers > 1 else None)
+        self.search()
+
+    def initial_states(self) -> None:
+        """Store and check the initial states (the init properties too) that satisfy the constraints."""
         nv = len(self.m.variables)
         variables = self.m.variables
         c = Ctx(None, [UNSET] * nv)
@@ -654,21 +661,13 @@ class Checker:
                 self.check_limit()
             else:
                 self.check_state(t, -1, "Initial predicate", False)
-        succ = self.succ
-        suffix_edges = self.suffix_edges
-        nxt = self.m.next
-        unset_id = id(UNSET)
+
+    def search(self) -> None:
+        """Expand the queued states in order, here or from the worker processes' records."""
+        nv = len(self.m.variables)
         monitor = self.monitor
         heap = self.heap
-        pool = self.pool = (parallel.Pool(self.expansion(), self.workers - 1, self.keys, _OWN_SHARE)
-                            if self.workers > 1 else None)
-        visit = self.visit
-        fair = bool(self.fair_conditions)
-        # With fairness conditions: each successor of the state being expanded, as generated, and
-        # its index. The fairness actions' successors are replayed from the memos that Next's
-        # enumeration filled, so they hold the same objects and are found by identity.
-        found: dict[State, int] = {}
-        join = pool.expansion.values.join if pool is not None else None
+        pool = self.pool
         expanded = 0
         while self.queue:
             i = self.queue.popleft()
@@ -676,63 +675,9 @@ class Checker:
             d = self.depth[i]
             self.current = i  # for the trace of an evaluation error in Next
             c = Ctx(s, [UNSET] * nv)
-            any_succ = False
-            records = None
-            stored: list[int] = []
-            if pool is not None:
-                self.hand_out(pool, i)
-                batches = self.batches
-                if batches and batches[0].start <= i:
-                    batch = batches[0]
-                    records = batch.take(i)
-                    stored = batch.stored
-                    if i == batch.end - 1:
-                        batches.popleft()
-            if records is None:
-                for lab in nxt(c, EMPTY):
-                    t = tuple(c.n)  # type: ignore[arg-type]
-                    # Identity test via id(): `UNSET in t` would call __eq__ on every value.
-                    if unset_id in map(id, t):
-                        raise self.unassigned(i, t.index(UNSET), lab)
-                    any_succ = True
-                    self.generated += 1
-                    j = visit(i, d, c, t, lab or "Next", None)
-                    if fair:
-                        found.setdefault(t, j)
-                if fair:
-                    self.record_fair_steps(i, self.fair_steps(s, found), None)
-                    found = {}
-            else:
-                targets: list[int] = []  # per successor record, the successor's index (-1: not stored)
-                for rec in records:
-                    kind = rec[0]
-                    if kind == parallel.KNOWN or kind == parallel.AGAIN:
-                        any_succ = True
-                        self.generated += 1
-                        j = rec[2] if kind == parallel.KNOWN else stored[rec[2]]
-                        targets.append(j)
-                        if succ is not None:
-                            succ[i].append((j, rec[1] or "Next"))
-                            if rec[3]:
-                                suffix_edges.add((i, j))
-                    elif kind == parallel.OUTSIDE:
-                        any_succ = True
-                        self.generated += 1
-                        targets.append(-1)
-                    elif kind == parallel.FULL:
-                        any_succ = True
-                        self.generated += 1
-                        t = join(rec[2], rec[3])
-                        c.n = list(t)
-                        j = visit(i, d, c, t, rec[1] or "Next", rec[4])
-                        stored.append(j)
-                        targets.append(j)
-                    elif kind == parallel.FAIR:
-                        self.record_fair_steps(i, rec[1], targets)
-                    elif kind == parallel.UNASSIGNED:
-                        raise self.unassigned(i, rec[2], rec[1])
-                    else:
-                        raise rec[1]
+            taken = self.worker_records(pool, i) if pool is not None else None
+            any_succ = (self.expand(i, s, d, c) if pool is None or taken is None
+                        else self.replay(pool, i, d, c, *taken))
             if not any_succ and self.m.check_deadlock:
                 raise _Stop("deadlock failure", "Deadlock", self.path_to(i), None, "", "Deadlock reached.",
                             EXIT_VIOLATION_DEADLOCK)
@@ -741,6 +686,85 @@ class Checker:
                 if heap is not None:
                     heap.step()
                 monitor.tick(self.generated, len(self.states), len(self.queue), d)
+
+    def worker_records(self, pool: parallel.Pool, i: int) -> tuple[parallel.Successors, list[int]] | None:
+        """The successor records of state ``i`` from the worker process whose run holds it, and the
+        indices of the successors that run stored so far; None when this process expands ``i``."""
+        self.hand_out(pool, i)
+        batches = self.batches
+        if not batches or batches[0].start > i:
+            return None
+        batch = batches[0]
+        records = batch.take(i)
+        if i == batch.end - 1:
+            batches.popleft()
+        return records, batch.stored
+
+    def expand(self, i: int, s: State, d: int, c: Ctx) -> bool:
+        """Generate and visit the successors of state ``i`` (``s``, at depth ``d``) in this process;
+        whether it has any."""
+        visit = self.visit
+        unset_id = id(UNSET)
+        fair = bool(self.fair_conditions)
+        # With fairness conditions: each successor, as generated, and its index. The fairness
+        # actions' successors are replayed from the memos that Next's enumeration filled, so they
+        # hold the same objects and are found by identity.
+        found: dict[State, int] = {}
+        any_succ = False
+        for lab in self.m.next(c, EMPTY):
+            t = tuple(c.n)  # type: ignore[arg-type]
+            # Identity test via id(): `UNSET in t` would call __eq__ on every value.
+            if unset_id in map(id, t):
+                raise self.unassigned(i, t.index(UNSET), lab)
+            any_succ = True
+            self.generated += 1
+            j = visit(i, d, c, t, lab or "Next", None)
+            if fair:
+                found.setdefault(t, j)
+        if fair:
+            self.record_fair_steps(i, self.fair_steps(s, found), None)
+        return any_succ
+
+    def replay(
+        self, pool: parallel.Pool, i: int, d: int, c: Ctx, records: parallel.Successors, stored: list[int]
+    ) -> bool:
+        """Take a worker process's successor records of state ``i`` (at depth ``d``) in order;
+        ``stored`` indexes the successors its batch stored so far. Whether ``i`` has any successor."""
+        succ = self.succ
+        suffix_edges = self.suffix_edges
+        join = pool.expansion.values.join
+        any_succ = False
+        targets: list[int] = []  # per successor record, the successor's index (-1: not stored)
+        for rec in records:
+            kind = rec[0]
+            if kind == parallel.KNOWN or kind == parallel.AGAIN:
+                any_succ = True
+                self.generated += 1
+                j = rec[2] if kind == parallel.KNOWN else stored[rec[2]]
+                targets.append(j)
+                if succ is not None:
+                    succ[i].append((j, rec[1] or "Next"))
+                    if rec[3]:
+                        suffix_edges.add((i, j))
+            elif kind == parallel.OUTSIDE:
+                any_succ = True
+                self.generated += 1
+                targets.append(-1)
+            elif kind == parallel.FULL:
+                any_succ = True
+                self.generated += 1
+                t = join(rec[2], rec[3])
+                c.n = list(t)
+                j = self.visit(i, d, c, t, rec[1] or "Next", rec[4])
+                stored.append(j)
+                targets.append(j)
+            elif kind == parallel.FAIR:
+                self.record_fair_steps(i, rec[1], targets)
+            elif kind == parallel.UNASSIGNED:
+                raise self.unassigned(i, rec[2], rec[1])
+            else:
+                raise rec[1]
+        return any_succ
 
     def hand_out(self, pool: parallel.Pool, i: int) -> None:
         """Keep each of the ``workers - 1`` worker processes up to ``parallel.DEPTH`` runs of the
