@@ -1153,8 +1153,38 @@ def _check(
     config_path = Path(config_path) if config_path is not None else spec_path.with_suffix(".cfg")
     start = time.monotonic()
     base = {"engine": "embedded", "spec": str(spec_path), "config": str(config_path)}
+    model = _load_or_error(spec_path, config_path, start, base)
+    if isinstance(model, CheckResult):
+        return model
+    if not model.has_behaviour:
+        return CheckResult(result="success", seconds=time.monotonic() - start,
+                           message="No SPECIFICATION or INIT/NEXT in the config: the constants and ASSUMEs "
+                                   "were evaluated, no state was explored.\n0 states generated, 0 distinct "
+                                   "states found, 0 states left on queue.", **base)  # type: ignore[arg-type]
+    monitor.header(str(spec_path), str(config_path))
+    heap = SearchHeap()
+    checker = Checker(model, monitor=monitor, max_states=max_states, workers=workers, heap=heap)
+    stop, lasso_loop = _search(checker, heap)
+    checker.release_memos()
+    result = CheckResult(
+        distinct_states=len(checker.states),
+        states_generated=checker.generated,
+        states_left_on_queue=len(checker.queue),
+        depth=checker.max_depth,
+        seconds=time.monotonic() - start,
+        result="success",
+        **base,  # type: ignore[arg-type]
+    )
+    _report(result, checker, stop, lasso_loop)
+    return result
+
+
+def _load_or_error(
+    spec_path: Path, config_path: Path, start: float, base: dict[str, str]
+) -> Compiled | CheckResult:
+    """The compiled model, or the error result that says why there is none."""
     try:
-        model = load_model(spec_path, config_path)
+        return load_model(spec_path, config_path)
     except TlaError as exc:
         return CheckResult(result="error", message=str(exc), exit_code=_KIND_EXIT.get(exc.kind, 255),
                            seconds=time.monotonic() - start, **base)  # type: ignore[arg-type]
@@ -1167,14 +1197,12 @@ def _check(
         return CheckResult(result="error", message=f"{spec_path}:0:0: expression nested too deeply to compile",
                            exit_code=EXIT_ERROR_SPEC_PARSE, seconds=time.monotonic() - start,
                            **base)  # type: ignore[arg-type]
-    if not model.has_behaviour:
-        return CheckResult(result="success", seconds=time.monotonic() - start,
-                           message="No SPECIFICATION or INIT/NEXT in the config: the constants and ASSUMEs "
-                                   "were evaluated, no state was explored.\n0 states generated, 0 distinct "
-                                   "states found, 0 states left on queue.", **base)  # type: ignore[arg-type]
-    monitor.header(str(spec_path), str(config_path))
-    heap = SearchHeap()
-    checker = Checker(model, monitor=monitor, max_states=max_states, workers=workers, heap=heap)
+
+
+def _search(checker: Checker, heap: SearchHeap) -> tuple[_Stop | None, int | None]:
+    """Run the search, then the liveness checks: why it stopped (None: nothing found) and, for a
+    liveness counterexample, the index in its trace where the cycle starts."""
+    model = checker.m
     stop: _Stop | None = None
     lasso_loop: int | None = None
     try:
@@ -1205,35 +1233,29 @@ def _check(
         where = checker.path_to(checker.current) if checker.current >= 0 else []
         stop = _Stop("error", None, where, None, "", f"evaluation error: {type(exc).__name__}: {exc}",
                      EXIT_FAILURE_SPEC_EVAL)
-    checker.release_memos()
+    return stop, lasso_loop
+
+
+def _report(result: CheckResult, checker: Checker, stop: _Stop | None, lasso_loop: int | None) -> None:
+    """Fill in ``result``'s verdict, message and trace from why the search stopped."""
     summary = (f"{checker.generated} states generated, {len(checker.states)} distinct states found, "
                f"{len(checker.queue)} states left on queue.")
-    result = CheckResult(
-        distinct_states=len(checker.states),
-        states_generated=checker.generated,
-        states_left_on_queue=len(checker.queue),
-        depth=checker.max_depth,
-        seconds=time.monotonic() - start,
-        result="success",
-        **base,  # type: ignore[arg-type]
-    )
     if stop is None or stop.result == "success":
         warning = ""
         if not checker.states:
             # TLC warns too: a spec without initial states satisfies every property vacuously.
             warning = "Warning: no state satisfies the initial predicate, so nothing was checked.\n"
-            monitor.say(warning.strip())
+            checker.monitor.say(warning.strip())
         result.message = warning + (stop.message + "\n" if stop is not None else "") + \
             "Model checking completed. No error has been found.\n" + summary + \
             f"\nThe depth of the complete state graph search is {checker.max_depth}."
-        return result
+        return
     result.result = stop.result  # type: ignore[assignment]
     result.violated = stop.violated
     result.exit_code = stop.exit_code
     result.trace = _trace(checker, stop, lasso_loop is not None) if (stop.trace_idx or stop.extra) else []
     result.loop_back_to = lasso_loop
     result.message = f"Error: {stop.message}\n{summary}"
-    return result
 
 
 def load_model(spec_path: Path, config_path: Path | None = None) -> Compiled:
