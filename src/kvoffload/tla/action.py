@@ -68,6 +68,7 @@ class Compiler(ExprCompiler):
         return fn
 
     def act(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[str, Any]:
+        """``("act", generator)``, or ``("pred", fn)`` for a node that assigns no variable."""
         t = tname(node) if not isinstance(node, str) else "str"
         if t == "Parentheses":
             return self.act(node.expression, scope, lc, pr)
@@ -75,178 +76,227 @@ class Compiler(ExprCompiler):
             items = [it.expression for it in node.arguments]
             op = B.ALIASES.get(node.operator, node.operator)
             return self.act_junction(op, items, scope, lc, pr)
+        found: tuple[str, Any] | None = None
         if t == "OperatorApplication":
-            op = B.ALIASES.get(node.operator, node.operator)
-            args = node.arguments or []
-            if op in ("/\\", "\\/") and args:
-                return self.act_junction(op, flatten(op, node), scope, lc, pr)
-            if op in ("=", "\\in") and len(args) == 2:
-                lhs, lscope, llc = self.substituted(args[0], scope, lc)
-                idx = None
-                if pr:
-                    idx = self.assignable(lhs, lscope, llc)
-                elif tname(lhs) == "OperatorApplication" and lhs.operator == "'" and lhs.arguments:
-                    idx = self.assignable(lhs.arguments[0], lscope, llc)
-                if idx is not None:
-                    # In Init (pr) the right-hand side reads the partially assigned new state.
-                    rhs, _ = self.expr(args[1], scope, lc, pr)
-                    return "act", (assign(idx, rhs) if op == "=" else assign_in(idx, rhs))
-            if op == "\\cdot" and len(args) == 2 and not pr:
-                return "act", self.composition(args[0], args[1], scope, lc)
-            if op == "UNCHANGED" and len(args) == 1 and not pr:
-                idxs = self.unchanged_vars(args[0], scope, lc)
-                if idxs is not None:
-                    return "act", unchanged(idxs)
-            if op not in B.BINARY and op not in B.UNARY and op not in ("'", "~", "=>", "<=>", "ENABLED", "UNCHANGED"):
-                target = lc.get(op) if op in lc else scope.defs.get(op)
-                if isinstance(target, OpDef):
-                    return self.act_call(target, args, scope, lc, pr, node)
-                if isinstance(target, Decl) and args and target.scope.subst is not None:
-                    sub, outer = target.scope.subst[target.name]
-                    resolved = outer.defs.get(sub.operator) if tname(sub) == "OperatorApplication" else None
-                    if isinstance(resolved, OpDef) and not sub.arguments:
-                        # An operator constant replaced by an operator of the instantiating module.
-                        return self.act_call(resolved, args, scope, lc, pr, node)
-                if isinstance(target, Local) and target.kind == "subst" and not args:
-                    return self.act(target.body, target.scope or scope, target.locals, pr)
-                if isinstance(target, Local) and target.kind == "thunk" and not args:
-                    assert target.body is not None
-                    return self.act(target.body.definiens, target.scope or scope, lc, pr)
-                if isinstance(target, Local) and target.kind == "letop":
-                    return self.act_letcall(target, args, scope, lc, pr)
+            found = self.act_application(node, scope, lc, pr)
         elif t == "SubexpressionReference":
-            opdef, _target, argnodes = self.resolve_instance_path(node, scope)
-            if isinstance(opdef, OpDef):
-                return self.act_call(opdef, argnodes, scope, lc, pr, node)
+            found = self.act_instance_path(node, scope, lc, pr)
         elif t == "Quantification" and node.quantifier == "\\A":
-            binds, _ = self.bounds(node.declarations, scope, lc, pr)
-            kind, body = self.act(node.predicate, scope, self.with_bound(lc, binds), pr)
-            if kind == "act":
-                if len(binds) != 1 or not isinstance(binds[0][0], str):
-                    raise self.unsupported("\\A over an action with several bindings", node)
-                (name, sfn), = binds
-
-                def forall(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-                    # \A x \in S : A(x) is the conjunction of A(v) for every v in S.
-                    vals = ordered(sfn(c, e))
-
-                    def rec(k: int) -> Iterator[str | None]:
-                        if k == len(vals):
-                            yield None
-                            return
-                        e2 = dict(e)
-                        e2[name] = vals[k]
-                        for _ in body(c, e2):
-                            yield from rec(k + 1)
-
-                    yield from rec(0)
-
-                return "act", forall
+            found = self.act_forall(node, scope, lc, pr)
         elif t == "Quantification" and node.quantifier == "\\E":
-            binds, _ = self.bounds(node.declarations, scope, lc, pr)
-            kind, body = self.act(node.predicate, scope, self.with_bound(lc, binds), pr)
-            if kind == "act":
-                it = self.env_iter(binds, canonical=True)
-                hit = self.const_sets.get(id(binds[0][1])) if len(binds) == 1 else None
-                if hit is not None and hit[0] is binds[0][1] and isinstance(binds[0][0], str):
-                    # \E x \in <constant set>: one generator layer less per action instance.
-                    values, name = hit[1], binds[0][0]
-
-                    def exists_const(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-                        for v in values:
-                            e2 = dict(e)
-                            e2[name] = v
-                            yield from body(c, e2)
-
-                    return "act", exists_const
-
-                def exists(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-                    for e2 in it(c, e):
-                        yield from body(c, e2)
-
-                return "act", exists
+            found = self.act_exists(node, scope, lc, pr)
         elif t == "If":
-            p, _ = self.expr(node.predicate, scope, lc, pr)
-            k1, a = self.act(node.then, scope, lc, pr)
-            k2, b = self.act(node.else_, scope, lc, pr)
-            if k1 == "act" or k2 == "act":
-                ga = a if k1 == "act" else pred_gen(a)
-                gb = b if k2 == "act" else pred_gen(b)
-
-                def ite(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-                    if as_bool(p(c, e), "IF condition"):
-                        yield from ga(c, e)
-                    else:
-                        yield from gb(c, e)
-
-                return "act", ite
+            found = self.act_if(node, scope, lc, pr)
         elif t == "Cases":
-            arms = []
-            any_act = False
-            for item in node.cases:
-                p, _ = self.expr(item.predicate, scope, lc, pr)
-                k, a = self.act(item.expression, scope, lc, pr)
-                any_act |= k == "act"
-                arms.append((p, a if k == "act" else pred_gen(a)))
-            other = None
-            if node.other is not None:
-                k, o = self.act(node.other, scope, lc, pr)
-                any_act |= k == "act"
-                other = o if k == "act" else pred_gen(o)
-            if any_act:
-                where = self.where(node)
-
-                def case(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-                    for p, a in arms:
-                        if as_bool(p(c, e), "CASE guard"):
-                            yield from a(c, e)
-                            return
-                    if other is None:
-                        raise EvalError("no CASE arm applies and there is no OTHER", where)
-                    yield from other(c, e)
-
-                return "act", case
+            found = self.act_cases(node, scope, lc, pr)
         elif t == "Let":
-            inner, thunks, _ = self.let_locals(node.definitions, scope, lc, pr)
-            kind, body = self.act(node.expression, scope, inner, pr)
-            if kind == "act":
-                enter = self.enter_let
-
-                def let(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-                    yield from body(c, enter(thunks, c, e))
-
-                if getattr(body, "guard", None) is not None and getattr(body, "prep", None) is None:
-                    # Expose the body's leading guard (with the LET bindings as an env step) so
-                    # that a disabled action costs no generator at all (see act_call).
-                    let.prep = lambda c, e: enter(thunks, c, e)  # type: ignore[attr-defined]
-                    let.guard = body.guard  # type: ignore[attr-defined]
-                    let.rest = body.rest  # type: ignore[attr-defined]
-                return "act", let
+            found = self.act_let(node, scope, lc, pr)
         elif t == "SubscriptedAction":
-            kind, a = self.act(node.action, scope, lc, pr)
-            ga = a if kind == "act" else pred_gen(a)
-            v, _ = self.expr(node.subscript, scope, lc, False)
-            vp, _ = self.expr(node.subscript, scope, lc, True)
-            if node.operator == "[":
-                idxs = self.unchanged_vars(node.subscript, scope, lc)
-                if idxs is None:
-                    raise self.unsupported("[A]_e where e is not a tuple of variables", node)
-                unch = unchanged(idxs)
-
-                def box(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-                    yield from ga(c, e)
-                    yield from unch(c, e)
-
-                return "act", box
-
-            def angle(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-                for lab in ga(c, e):
-                    if vp(c, e) != v(c, e):
-                        yield lab
-
-            return "act", angle
+            found = self.act_subscripted(node, scope, lc, pr)
+        if found is not None:
+            return found
         fn, _ = self.expr(node, scope, lc, pr)
         return "pred", fn
+
+    def act_application(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[str, Any] | None:
+        """An operator application as an action: a junction, an assignment, ``\\cdot``, UNCHANGED
+        or a call; None when it is a predicate."""
+        op = B.ALIASES.get(node.operator, node.operator)
+        args = node.arguments or []
+        if op in ("/\\", "\\/") and args:
+            return self.act_junction(op, flatten(op, node), scope, lc, pr)
+        if op in ("=", "\\in") and len(args) == 2:
+            lhs, lscope, llc = self.substituted(args[0], scope, lc)
+            idx = None
+            if pr:
+                idx = self.assignable(lhs, lscope, llc)
+            elif tname(lhs) == "OperatorApplication" and lhs.operator == "'" and lhs.arguments:
+                idx = self.assignable(lhs.arguments[0], lscope, llc)
+            if idx is not None:
+                # In Init (pr) the right-hand side reads the partially assigned new state.
+                rhs, _ = self.expr(args[1], scope, lc, pr)
+                return "act", (assign(idx, rhs) if op == "=" else assign_in(idx, rhs))
+        if op == "\\cdot" and len(args) == 2 and not pr:
+            return "act", self.composition(args[0], args[1], scope, lc)
+        if op == "UNCHANGED" and len(args) == 1 and not pr:
+            idxs = self.unchanged_vars(args[0], scope, lc)
+            if idxs is not None:
+                return "act", unchanged(idxs)
+        if op not in B.BINARY and op not in B.UNARY and op not in ("'", "~", "=>", "<=>", "ENABLED", "UNCHANGED"):
+            return self.act_named(op, args, node, scope, lc, pr)
+        return None
+
+    def act_named(
+        self, op: str, args: list[Any], node: Any, scope: Scope, lc: dict[str, Local], pr: bool
+    ) -> tuple[str, Any] | None:
+        """``op(args)`` as an action, where ``op`` names a definition, a substituted operator
+        constant or a local; None when it is a predicate."""
+        target = lc.get(op) if op in lc else scope.defs.get(op)
+        if isinstance(target, OpDef):
+            return self.act_call(target, args, scope, lc, pr, node)
+        if isinstance(target, Decl) and args and target.scope.subst is not None:
+            sub, outer = target.scope.subst[target.name]
+            resolved = outer.defs.get(sub.operator) if tname(sub) == "OperatorApplication" else None
+            if isinstance(resolved, OpDef) and not sub.arguments:
+                # An operator constant replaced by an operator of the instantiating module.
+                return self.act_call(resolved, args, scope, lc, pr, node)
+        if isinstance(target, Local) and target.kind == "subst" and not args:
+            return self.act(target.body, target.scope or scope, target.locals, pr)
+        if isinstance(target, Local) and target.kind == "thunk" and not args:
+            assert target.body is not None
+            return self.act(target.body.definiens, target.scope or scope, lc, pr)
+        if isinstance(target, Local) and target.kind == "letop":
+            return self.act_letcall(target, args, scope, lc, pr)
+        return None
+
+    def act_instance_path(
+        self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool
+    ) -> tuple[str, Any] | None:
+        """``I!Op(args)``: a call of an instantiated module's operator."""
+        opdef, _target, argnodes = self.resolve_instance_path(node, scope)
+        if isinstance(opdef, OpDef):
+            return self.act_call(opdef, argnodes, scope, lc, pr, node)
+        return None
+
+    def act_forall(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[str, Any] | None:
+        binds, _ = self.bounds(node.declarations, scope, lc, pr)
+        kind, body = self.act(node.predicate, scope, self.with_bound(lc, binds), pr)
+        if kind != "act":
+            return None
+        if len(binds) != 1 or not isinstance(binds[0][0], str):
+            raise self.unsupported("\\A over an action with several bindings", node)
+        (name, sfn), = binds
+
+        def forall(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+            # \A x \in S : A(x) is the conjunction of A(v) for every v in S.
+            vals = ordered(sfn(c, e))
+
+            def rec(k: int) -> Iterator[str | None]:
+                if k == len(vals):
+                    yield None
+                    return
+                e2 = dict(e)
+                e2[name] = vals[k]
+                for _ in body(c, e2):
+                    yield from rec(k + 1)
+
+            yield from rec(0)
+
+        return "act", forall
+
+    def act_exists(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[str, Any] | None:
+        binds, _ = self.bounds(node.declarations, scope, lc, pr)
+        kind, body = self.act(node.predicate, scope, self.with_bound(lc, binds), pr)
+        if kind != "act":
+            return None
+        it = self.env_iter(binds, canonical=True)
+        hit = self.const_sets.get(id(binds[0][1])) if len(binds) == 1 else None
+        if hit is not None and hit[0] is binds[0][1] and isinstance(binds[0][0], str):
+            # \E x \in <constant set>: one generator layer less per action instance.
+            values, name = hit[1], binds[0][0]
+
+            def exists_const(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+                for v in values:
+                    e2 = dict(e)
+                    e2[name] = v
+                    yield from body(c, e2)
+
+            return "act", exists_const
+
+        def exists(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+            for e2 in it(c, e):
+                yield from body(c, e2)
+
+        return "act", exists
+
+    def act_if(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[str, Any] | None:
+        p, _ = self.expr(node.predicate, scope, lc, pr)
+        k1, a = self.act(node.then, scope, lc, pr)
+        k2, b = self.act(node.else_, scope, lc, pr)
+        if k1 != "act" and k2 != "act":
+            return None
+        ga = a if k1 == "act" else pred_gen(a)
+        gb = b if k2 == "act" else pred_gen(b)
+
+        def ite(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+            if as_bool(p(c, e), "IF condition"):
+                yield from ga(c, e)
+            else:
+                yield from gb(c, e)
+
+        return "act", ite
+
+    def act_cases(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[str, Any] | None:
+        arms = []
+        any_act = False
+        for item in node.cases:
+            p, _ = self.expr(item.predicate, scope, lc, pr)
+            k, a = self.act(item.expression, scope, lc, pr)
+            any_act |= k == "act"
+            arms.append((p, a if k == "act" else pred_gen(a)))
+        other = None
+        if node.other is not None:
+            k, o = self.act(node.other, scope, lc, pr)
+            any_act |= k == "act"
+            other = o if k == "act" else pred_gen(o)
+        if not any_act:
+            return None
+        where = self.where(node)
+
+        def case(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+            for p, a in arms:
+                if as_bool(p(c, e), "CASE guard"):
+                    yield from a(c, e)
+                    return
+            if other is None:
+                raise EvalError("no CASE arm applies and there is no OTHER", where)
+            yield from other(c, e)
+
+        return "act", case
+
+    def act_let(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[str, Any] | None:
+        inner, thunks, _ = self.let_locals(node.definitions, scope, lc, pr)
+        kind, body = self.act(node.expression, scope, inner, pr)
+        if kind != "act":
+            return None
+        enter = self.enter_let
+
+        def let(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+            yield from body(c, enter(thunks, c, e))
+
+        if getattr(body, "guard", None) is not None and getattr(body, "prep", None) is None:
+            # Expose the body's leading guard (with the LET bindings as an env step) so
+            # that a disabled action costs no generator at all (see act_call).
+            let.prep = lambda c, e: enter(thunks, c, e)  # type: ignore[attr-defined]
+            let.guard = body.guard  # type: ignore[attr-defined]
+            let.rest = body.rest  # type: ignore[attr-defined]
+        return "act", let
+
+    def act_subscripted(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[str, Any]:
+        """``[A]_v`` (A or an UNCHANGED v step) and ``<<A>>_v`` (an A step that changes v)."""
+        kind, a = self.act(node.action, scope, lc, pr)
+        ga = a if kind == "act" else pred_gen(a)
+        v, _ = self.expr(node.subscript, scope, lc, False)
+        vp, _ = self.expr(node.subscript, scope, lc, True)
+        if node.operator == "[":
+            idxs = self.unchanged_vars(node.subscript, scope, lc)
+            if idxs is None:
+                raise self.unsupported("[A]_e where e is not a tuple of variables", node)
+            unch = unchanged(idxs)
+
+            def box(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+                yield from ga(c, e)
+                yield from unch(c, e)
+
+            return "act", box
+
+        def angle(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+            for lab in ga(c, e):
+                if vp(c, e) != v(c, e):
+                    yield lab
+
+        return "act", angle
+
 
     def unchanged_vars(self, node: Any, scope: Scope, lc: dict[str, Local]) -> list[int] | None:
         """The variables of ``UNCHANGED e`` when e is (a definition of) a tuple of variables."""
