@@ -356,6 +356,29 @@ class Compiler(ExprCompiler):
             # An action argument (XAct(x, x')), or in Init a variable that the body may assign
             # (XInit(v) == v = 0): substitute the arguments, as TLA+ defines application.
             return self.act_inline(opdef, argnodes, scope, lc, pr)
+        kind, body = self.act_body(opdef, pr, node)
+        if kind == "pred":
+            fn, _ = self.call(opdef, argnodes, scope, lc, pr, node)
+            return "pred", fn
+        fns = []
+        for (_p, ar), a in zip(opdef.params, argnodes, strict=True):
+            f, _ = self.op_value(a, ar, scope, lc, pr) if ar else self.expr(a, scope, lc, pr)
+            fns.append(f)
+        # The successors of an operator's action depend only on the current state and the
+        # argument values when no primed variable is assigned on entry (the body sees its
+        # parameters only). Memoisable when no argument is an operator.
+        box: list[Any] | None = None
+        if not pr and not any(ar for _p, ar in opdef.params):
+            box = self.act_memos.setdefault(id(opdef), [None, False])
+            if self.collect_acts is not None:
+                self.collect_acts.add(id(opdef))
+        pairs = list(zip([p for p, _ in opdef.params], fns, strict=True))
+        where = f"{self.where(node)} ({opdef.name})"
+        return "act", _call_generator(opdef.name, body, pairs, box, len(self.variables), where)
+
+    def act_body(self, opdef: OpDef, pr: bool, node: Any) -> tuple[str, Any]:
+        """An operator's body compiled as an action once (its parameters bound by the caller's
+        env); a recursive action is refused."""
         key = ("act", id(opdef), pr)
         hit = self.cache.get(key)
         if hit is None:
@@ -369,92 +392,7 @@ class Compiler(ExprCompiler):
             self.cache[key] = hit
         elif hit[0] == "pending":
             raise self.unsupported(f"recursive action {opdef.name}", node)
-        kind, body = hit
-        if kind == "pred":
-            fn, _ = self.call(opdef, argnodes, scope, lc, pr, node)
-            return "pred", fn
-        name = opdef.name
-        fns = []
-        for (_p, ar), a in zip(opdef.params, argnodes, strict=True):
-            f, _ = self.op_value(a, ar, scope, lc, pr) if ar else self.expr(a, scope, lc, pr)
-            fns.append(f)
-        # The successors of an operator's action depend only on the current state and the
-        # argument values when no primed variable is assigned on entry (the body sees its
-        # parameters only). Memoisable when no argument is an operator.
-        box: list[Any] | None = None
-        if not pr and not any(ar for _p, ar in opdef.params):
-            box = self.act_memos.setdefault(id(opdef), [None, False])
-            if self.collect_acts is not None:
-                self.collect_acts.add(id(opdef))
-        nv = len(self.variables)
-        pairs = list(zip([p for p, _ in opdef.params], fns, strict=True))
-        where = f"{self.where(node)} ({name})"
-
-        n0, f0 = pairs[0] if len(pairs) == 1 else ("", None)
-        # A body that starts with a guard: test it before building the generator chain, since
-        # most actions are disabled in most states.
-        guard: Fun | None = getattr(body, "guard", None)
-        rest: Gen | None = getattr(body, "rest", None)
-        prep: Fun | None = getattr(body, "prep", None)
-        only_name = (name,)
-
-        def call(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-            # A plain function returning the iterator: no generator layer of its own.
-            if f0 is not None:
-                e2 = {n0: f0(c, e)}
-            elif pairs:
-                e2 = {}
-                for n, f in pairs:
-                    e2[n] = f(c, e)
-            else:
-                e2 = EMPTY
-            memo = box[0] if box is not None else None
-            rec_key = None
-            if memo is not None:
-                n, s = c.n, c.s
-                if n is not None and s is not None and n.count(UNSET) == nv:
-                    # Keyed by the state's identity (cheap); the entry keeps the state alive,
-                    # so the identity cannot be reused while the entry exists.
-                    key = (id(s), tuple(e2.values()))
-                    hit = memo.get(key)
-                    if hit is not None and hit[0] is s:
-                        return replay(n, hit[1])
-                    if box[1]:
-                        if guard is None:
-                            return record(c, memo, key, _labelled(body, c, e2))
-                        rec_key = key  # test the guard first: a disabled action records []
-            if guard is None:
-                return _labelled(body, c, e2)
-            # Test the guard right here: a disabled action costs no generator at all.
-            try:
-                if prep is not None:
-                    e2 = prep(c, e2)
-                v = guard(c, e2)
-                if v is not True:
-                    if v is not False:
-                        as_bool(v, "action guard")
-                    if rec_key is not None:
-                        memo[rec_key] = (c.s, [])  # type: ignore[index]
-                    return ()
-            except EvalError as exc:
-                exc.locate(where)
-                raise
-            if rec_key is not None:
-                return record(c, memo, rec_key, only_name if rest is None else _labelled(rest, c, e2))  # type: ignore[arg-type]
-            if rest is None:
-                return only_name
-            return _labelled(rest, c, e2)
-
-        def _labelled(gen: Gen, c: Ctx, e2: dict[str, Value]) -> Iterator[str | None]:
-            """``gen``'s steps, unnamed ones named after this action, errors located at the call."""
-            try:
-                for lab in gen(c, e2):
-                    yield lab or name
-            except EvalError as exc:
-                exc.locate(where)
-                raise
-
-        return "act", call
+        return hit
 
     def composition(self, a: Any, b: Any, scope: Scope, lc: dict[str, Local]) -> Gen:
         """``A \\cdot B``: a step of A to a middle state, then a step of B from it."""
@@ -540,6 +478,80 @@ class Compiler(ExprCompiler):
             yield from body(c, e2)
 
         return "act", call
+
+
+def _call_generator(
+    name: str, body: Gen, pairs: list[tuple[str, Fun]], box: list[Any] | None, nv: int, where: str
+) -> Gen:
+    """The successors of a call of the action ``name``: its parameters (``pairs``) bound to the
+    arguments' values, then ``body``'s steps, unnamed ones named ``name``. With ``box`` (the
+    operator's memo, see :meth:`Compiler.act_call`) they are recorded and replayed per state and
+    arguments while the memo is on."""
+    n0, f0 = pairs[0] if len(pairs) == 1 else ("", None)
+    # A body that starts with a guard: test it before building the generator chain, since
+    # most actions are disabled in most states.
+    guard: Fun | None = getattr(body, "guard", None)
+    rest: Gen | None = getattr(body, "rest", None)
+    prep: Fun | None = getattr(body, "prep", None)
+    only_name = (name,)
+
+    def call(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+        # A plain function returning the iterator: no generator layer of its own.
+        if f0 is not None:
+            e2 = {n0: f0(c, e)}
+        elif pairs:
+            e2 = {}
+            for n, f in pairs:
+                e2[n] = f(c, e)
+        else:
+            e2 = EMPTY
+        memo = box[0] if box is not None else None
+        rec_key = None
+        if memo is not None:
+            n, s = c.n, c.s
+            if n is not None and s is not None and n.count(UNSET) == nv:
+                # Keyed by the state's identity (cheap); the entry keeps the state alive,
+                # so the identity cannot be reused while the entry exists.
+                key = (id(s), tuple(e2.values()))
+                hit = memo.get(key)
+                if hit is not None and hit[0] is s:
+                    return replay(n, hit[1])
+                if box[1]:
+                    if guard is None:
+                        return record(c, memo, key, _labelled(body, c, e2))
+                    rec_key = key  # test the guard first: a disabled action records []
+        if guard is None:
+            return _labelled(body, c, e2)
+        # Test the guard right here: a disabled action costs no generator at all.
+        try:
+            if prep is not None:
+                e2 = prep(c, e2)
+            v = guard(c, e2)
+            if v is not True:
+                if v is not False:
+                    as_bool(v, "action guard")
+                if rec_key is not None:
+                    memo[rec_key] = (c.s, [])  # type: ignore[index]
+                return ()
+        except EvalError as exc:
+            exc.locate(where)
+            raise
+        if rec_key is not None:
+            return record(c, memo, rec_key, only_name if rest is None else _labelled(rest, c, e2))  # type: ignore[arg-type]
+        if rest is None:
+            return only_name
+        return _labelled(rest, c, e2)
+
+    def _labelled(gen: Gen, c: Ctx, e2: dict[str, Value]) -> Iterator[str | None]:
+        """``gen``'s steps, unnamed ones named after this action, errors located at the call."""
+        try:
+            for lab in gen(c, e2):
+                yield lab or name
+        except EvalError as exc:
+            exc.locate(where)
+            raise
+
+    return call
 
 
 def pred_gen(p: Fun) -> Gen:
