@@ -848,6 +848,34 @@ class ExprCompiler:
         op = B.ALIASES.get(op, op)
         if op in ("/\\", "\\/"):
             return self.junction(op, args, scope, lc, pr)
+        if op in ("=>", "<=>", "~"):
+            return self.connective(op, args, scope, lc, pr)
+        if op in ("'", "UNCHANGED", "ENABLED", "[]", "<>", "~>", "-+->", "\\cdot"):
+            return self.action_operator(op, args, node, scope, lc, pr)
+        if op == "\\X":
+            parts = flatten_product(node)
+            fns, deps = self.many(parts, scope, lc, pr)
+            return (lambda c, e: ProductSet([f(c, e) for f in fns])), deps
+        # User definitions (and LET / parameters) shadow the standard operators.
+        target = lc.get(op) or scope.defs.get(op)
+        if target is not None:
+            return self.call(target, args, scope, lc, pr, node)
+        if len(args) == 2 and op in B.BINARY:
+            return self.binary(op, args, scope, lc, pr)
+        if len(args) == 1 and op in B.UNARY:
+            f1 = B.UNARY[op]
+            a, ad = self.expr(args[0], scope, lc, pr)
+            return (lambda c, e: f1(a(c, e))), ad
+        if op in B.FUNCTIONS:
+            return self.call(("builtin", op), args, scope, lc, pr, node)
+        if op == "TLCEval" and len(args) == 1:
+            return self.expr(args[0], scope, lc, pr)
+        if op in UNSUPPORTED_OPS:
+            raise self.unsupported(f"operator {op}", node)
+        raise self.err(f"unknown operator {op}", node)
+
+    def connective(self, op: str, args: list[Any], scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        """``=>``, ``<=>`` and ``~``."""
         if op == "=>":
             a, ad = self.expr(args[0], scope, lc, pr)
             b, bd = self.expr(args[1], scope, lc, pr)
@@ -867,16 +895,20 @@ class ExprCompiler:
             a, ad = self.expr(args[0], scope, lc, pr)
             b, bd = self.expr(args[1], scope, lc, pr)
             return (lambda c, e: as_bool(a(c, e), "<=>") == as_bool(b(c, e), "<=>")), ad | bd
-        if op == "~":
-            a, ad = self.expr(args[0], scope, lc, pr)
+        a, ad = self.expr(args[0], scope, lc, pr)
 
-            def negation(c: Ctx, e: dict[str, Value]) -> Value:
-                v = a(c, e)
-                if v is True:
-                    return False
-                return True if v is False else not as_bool(v, "~")
+        def negation(c: Ctx, e: dict[str, Value]) -> Value:
+            v = a(c, e)
+            if v is True:
+                return False
+            return True if v is False else not as_bool(v, "~")
 
-            return negation, ad
+        return negation, ad
+
+    def action_operator(
+        self, op: str, args: list[Any], node: Any, scope: Scope, lc: dict[str, Local], pr: bool
+    ) -> tuple[Fun, int]:
+        """A prime, UNCHANGED or ENABLED as a value; a temporal operator is refused here."""
         if op == "'":
             if pr:
                 raise self.unsupported("double prime (x'')", node)
@@ -887,49 +919,31 @@ class ExprCompiler:
             return (lambda c, e: vp(c, e) == v(c, e)), vd | vpd
         if op == "ENABLED":
             return self.enabled(args[0], scope, lc)
-        if op in ("[]", "<>", "~>", "-+->", "\\cdot"):
-            raise self.unsupported(f"temporal operator {op} inside an expression", node)
-        if op == "\\X":
-            parts = flatten_product(node)
-            fns, deps = self.many(parts, scope, lc, pr)
-            return (lambda c, e: ProductSet([f(c, e) for f in fns])), deps
-        # User definitions (and LET / parameters) shadow the standard operators.
-        target = lc.get(op) or scope.defs.get(op)
-        if target is not None:
-            return self.call(target, args, scope, lc, pr, node)
-        if len(args) == 2 and op in B.BINARY:
-            f = B.BINARY[op]
-            a, ad = self.expr(args[0], scope, lc, pr)
-            b, bd = self.expr(args[1], scope, lc, pr)
-            if bd == 0 and ad != 0:
-                # Constant right operand (e.g. pc[p] = "cs"): bake the value in, saving a call.
-                ok, bv = const_value(b)
-                if ok:
-                    if op == "=":
-                        return (lambda c, e: a(c, e) == bv), ad
-                    if op == "#":
-                        return (lambda c, e: a(c, e) != bv), ad
-                    if op == "\\in":
-                        return (lambda c, e: a(c, e) in bv), ad
-                    return (lambda c, e: f(a(c, e), bv)), ad
-            if op == "=":
-                return (lambda c, e: a(c, e) == b(c, e)), ad | bd
-            if op == "#":
-                return (lambda c, e: a(c, e) != b(c, e)), ad | bd
-            if op == "\\in":
-                return (lambda c, e: a(c, e) in b(c, e)), ad | bd
-            return (lambda c, e: f(a(c, e), b(c, e))), ad | bd
-        if len(args) == 1 and op in B.UNARY:
-            f1 = B.UNARY[op]
-            a, ad = self.expr(args[0], scope, lc, pr)
-            return (lambda c, e: f1(a(c, e))), ad
-        if op in B.FUNCTIONS:
-            return self.call(("builtin", op), args, scope, lc, pr, node)
-        if op == "TLCEval" and len(args) == 1:
-            return self.expr(args[0], scope, lc, pr)
-        if op in UNSUPPORTED_OPS:
-            raise self.unsupported(f"operator {op}", node)
-        raise self.err(f"unknown operator {op}", node)
+        raise self.unsupported(f"temporal operator {op} inside an expression", node)
+
+    def binary(self, op: str, args: list[Any], scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        """A standard binary operator; the most common ones (=, #, \\in) inlined."""
+        f = B.BINARY[op]
+        a, ad = self.expr(args[0], scope, lc, pr)
+        b, bd = self.expr(args[1], scope, lc, pr)
+        if bd == 0 and ad != 0:
+            # Constant right operand (e.g. pc[p] = "cs"): bake the value in, saving a call.
+            ok, bv = const_value(b)
+            if ok:
+                if op == "=":
+                    return (lambda c, e: a(c, e) == bv), ad
+                if op == "#":
+                    return (lambda c, e: a(c, e) != bv), ad
+                if op == "\\in":
+                    return (lambda c, e: a(c, e) in bv), ad
+                return (lambda c, e: f(a(c, e), bv)), ad
+        if op == "=":
+            return (lambda c, e: a(c, e) == b(c, e)), ad | bd
+        if op == "#":
+            return (lambda c, e: a(c, e) != b(c, e)), ad | bd
+        if op == "\\in":
+            return (lambda c, e: a(c, e) in b(c, e)), ad | bd
+        return (lambda c, e: f(a(c, e), b(c, e))), ad | bd
 
     def ident(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
         name = node.operator
