@@ -87,6 +87,25 @@ def bound_operator(body: Fun, params: list[str]) -> Fun:
     return make
 
 
+def _applied(body: Fun, names: list[str], fns: list[Fun]) -> Fun:
+    """``body`` with its parameters ``names`` bound to the values of ``fns``; up to three
+    parameters without a loop (most calls have one or two)."""
+    if len(fns) == 1:
+        n0, f0 = names[0], fns[0]
+        return lambda c, e: body(c, {n0: f0(c, e)})
+    if len(fns) == 2:
+        n0, f0 = names[0], fns[0]
+        n1, f1 = names[1], fns[1]
+        return lambda c, e: body(c, {n0: f0(c, e), n1: f1(c, e)})
+    if len(fns) == 3:
+        n0, f0 = names[0], fns[0]
+        n1, f1 = names[1], fns[1]
+        n2, f2 = names[2], fns[2]
+        return lambda c, e: body(c, {n0: f0(c, e), n1: f1(c, e), n2: f2(c, e)})
+    pairs = list(zip(names, fns, strict=True))
+    return lambda c, e: body(c, {n: f(c, e) for n, f in pairs})
+
+
 class ExprCompiler:
     """Compiles expressions (values and state predicates) of a loaded root scope against a model's
     constants; :class:`~kvoffload.tla.action.Compiler` adds actions."""
@@ -1031,38 +1050,9 @@ class ExprCompiler:
         self, target: Any, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool, node: Any
     ) -> tuple[Fun, int]:
         if isinstance(target, tuple) and target[0] == "builtin":
-            name = target[1]
-            if name in B.CONSTANTS and not argnodes:
-                v = B.CONSTANTS[name]
-                return (lambda c, e: v), 0
-            if name in B.BINARY and len(argnodes) == 2:
-                bf = B.BINARY[name]
-                fns, deps = self.many(argnodes, scope, lc, pr)
-                a0, a1 = fns
-                return (lambda c, e: bf(a0(c, e), a1(c, e))), deps
-            arity, fn, opargs = B.FUNCTIONS[name]
-            if len(argnodes) != arity:
-                raise self.err(f"{name} expects {arity} arguments, got {len(argnodes)}", node)
-            fns, deps = [], 0
-            for i, a in enumerate(argnodes):
-                f, d = self.op_value(a, 1 if name == "SelectSeq" else 2, scope, lc, pr) if i in opargs else self.expr(
-                    a, scope, lc, pr
-                )
-                fns.append(f)
-                deps |= d
-            if name in ("Print", "PrintT", "Assert"):
-                deps |= ENV | IMPURE  # side effects / failures must happen each time, never folded
-            return self.builtin_call(fn, fns, node, name), deps
+            return self.call_builtin(target[1], argnodes, scope, lc, pr, node)
         if isinstance(target, Local):
-            if target.kind == "opparam":
-                fns, deps = self.many(argnodes, scope, lc, pr)
-                name = target.name
-                return (lambda c, e: e[name](c, tuple([f(c, e) for f in fns]))), deps | ENV
-            if target.kind == "letop":
-                return self.call_letop(target, argnodes, scope, lc, pr, node)
-            if target.kind in ("val", "thunk", "subst") and not argnodes:
-                return self.ident(node, scope, lc, pr)
-            raise self.err(f"{target.name} is not an operator", node)
+            return self.call_local(target, argnodes, scope, lc, pr, node)
         if isinstance(target, Decl):
             if argnodes and target.scope.subst is not None:
                 return self.call_substituted(target, argnodes, scope, lc, pr, node)
@@ -1073,6 +1063,52 @@ class ExprCompiler:
             raise self.err(f"{target.name} is a module instance; use {target.name}!Op", node)
         if not isinstance(target, OpDef):
             raise self.err(f"cannot apply {target!r}", node)
+        return self.call_operator(target, argnodes, scope, lc, pr, node)
+
+    def call_builtin(
+        self, name: str, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool, node: Any
+    ) -> tuple[Fun, int]:
+        """A call of a standard module's operator (:mod:`builtins`)."""
+        if name in B.CONSTANTS and not argnodes:
+            v = B.CONSTANTS[name]
+            return (lambda c, e: v), 0
+        if name in B.BINARY and len(argnodes) == 2:
+            bf = B.BINARY[name]
+            fns, deps = self.many(argnodes, scope, lc, pr)
+            a0, a1 = fns
+            return (lambda c, e: bf(a0(c, e), a1(c, e))), deps
+        arity, fn, opargs = B.FUNCTIONS[name]
+        if len(argnodes) != arity:
+            raise self.err(f"{name} expects {arity} arguments, got {len(argnodes)}", node)
+        fns, deps = [], 0
+        for i, a in enumerate(argnodes):
+            f, d = self.op_value(a, 1 if name == "SelectSeq" else 2, scope, lc, pr) if i in opargs else self.expr(
+                a, scope, lc, pr
+            )
+            fns.append(f)
+            deps |= d
+        if name in ("Print", "PrintT", "Assert"):
+            deps |= ENV | IMPURE  # side effects / failures must happen each time, never folded
+        return self.builtin_call(fn, fns, node, name), deps
+
+    def call_local(
+        self, target: Local, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool, node: Any
+    ) -> tuple[Fun, int]:
+        """A call of an operator parameter or a LET operator, or a bound name without arguments."""
+        if target.kind == "opparam":
+            fns, deps = self.many(argnodes, scope, lc, pr)
+            name = target.name
+            return (lambda c, e: e[name](c, tuple([f(c, e) for f in fns]))), deps | ENV
+        if target.kind == "letop":
+            return self.call_letop(target, argnodes, scope, lc, pr, node)
+        if target.kind in ("val", "thunk", "subst") and not argnodes:
+            return self.ident(node, scope, lc, pr)
+        raise self.err(f"{target.name} is not an operator", node)
+
+    def call_operator(
+        self, target: OpDef, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool, node: Any
+    ) -> tuple[Fun, int]:
+        """A call of a definition: memoised where it is pure or reads few variables."""
         if len(argnodes) != len(target.params):
             raise self.err(
                 f"operator {target.name} expects {len(target.params)} arguments, got {len(argnodes)}", node
@@ -1096,20 +1132,7 @@ class ExprCompiler:
                 return self.state_memoised_call(target, body, names, fns, idxs), deps
         if target.name in target.scope.recursive:
             return self.recursive_call(target, body, names, fns), deps
-        if len(fns) == 1:
-            n0, f0 = names[0], fns[0]
-            return (lambda c, e: body(c, {n0: f0(c, e)})), deps
-        if len(fns) == 2:
-            n0, f0 = names[0], fns[0]
-            n1, f1 = names[1], fns[1]
-            return (lambda c, e: body(c, {n0: f0(c, e), n1: f1(c, e)})), deps
-        if len(fns) == 3:
-            n0, f0 = names[0], fns[0]
-            n1, f1 = names[1], fns[1]
-            n2, f2 = names[2], fns[2]
-            return (lambda c, e: body(c, {n0: f0(c, e), n1: f1(c, e), n2: f2(c, e)})), deps
-        pairs = list(zip(names, fns, strict=True))
-        return (lambda c, e: body(c, {n: f(c, e) for n, f in pairs})), deps
+        return _applied(body, names, fns), deps
 
     @staticmethod
     def too_deep(where: str, what: str) -> EvalError:
