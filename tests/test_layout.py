@@ -24,6 +24,9 @@ each other:
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
@@ -146,6 +149,26 @@ def test_the_data_plane_rule_sees_the_scheduler(tmp_path: Path) -> None:
                for target in _control_plane_modules(imported, names)]
     assert [target for target in targets if target not in CONTROL_PLANE_SHARED] == [
         "kvoffload.offload.scheduler", "kvoffload.offload.manager"]
+
+
+def test_importing_the_control_planes_vocabulary_loads_nothing_else_of_it() -> None:
+    # What the data plane imports: kvoffload/offload/__init__.py runs first, and imports its public
+    # names on first use, so the scheduler, the manager and the policies stay unloaded.
+    code = ("import sys, kvoffload.offload.types, kvoffload.offload.errors\n"
+            "print(' '.join(m for m in sys.modules if m.startswith('kvoffload.offload')))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT.parent), os.environ.get("PYTHONPATH", "")])}
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            env=env).stdout.split()
+    assert set(loaded) <= {"kvoffload.offload", *CONTROL_PLANE_SHARED}, loaded
+
+
+def test_the_control_planes_public_names_resolve() -> None:
+    import kvoffload.offload as offload
+
+    missing = [name for name in offload.__all__ if name not in dir(offload) or getattr(offload, name, None) is None]
+    assert not missing
+    with pytest.raises(AttributeError):
+        offload.NoSuchName  # noqa: B018
 
 
 def _package_graph() -> dict[str, set[str]]:

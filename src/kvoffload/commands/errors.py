@@ -4,8 +4,9 @@ Its own module, so commands and benchmarks raise it without importing the CLI th
 to them (``kvoffload.cli`` imports every command module while it builds its parser).
 """
 
-# The shell's status for a command stopped by Ctrl-C (128 + SIGINT); every command exits with it.
-EXIT_INTERRUPTED = 130
+from tlacheck.result import EXIT_INTERRUPTED
+
+__all__ = ["EXIT_INTERRUPTED", "CommandError"]
 
 
 class CommandError(Exception):

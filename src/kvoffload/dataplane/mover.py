@@ -519,37 +519,11 @@ class BlockMover:
     ) -> None:
         if cuda_copy != "auto" and cuda_copy not in PATHS:
             raise ValueError(f"cuda_copy must be 'auto' or one of {', '.join(PATHS)}, got {cuda_copy!r}")
-        layers = list(gpu_layers)
-        if not layers:
-            raise ValueError("BlockMover needs at least one GPU layer tensor, got an empty list")
-        for i, layer in enumerate(layers):
-            if not isinstance(layer, torch.Tensor):
-                raise TypeError(f"gpu layer {i} is a {type(layer).__name__}, expected a torch.Tensor")
-            if layer.dim() < 1:
-                raise ValueError(f"gpu layer {i} is 0-dimensional; expected [num_gpu_blocks, ...]")
-            if not layer.is_contiguous():
-                raise ValueError(f"gpu layer {i} is not contiguous; blocks must be contiguous rows")
+        layers = self._validate_gpu_layers(list(gpu_layers))
         self._device = layers[0].device
         self.num_gpu_blocks = int(layers[0].shape[0])
-        for i, layer in enumerate(layers):
-            if layer.device != self._device:
-                raise ValueError(f"gpu layer {i} is on {layer.device}, layer 0 on {self._device}")
-            if layer.shape[0] != self.num_gpu_blocks:
-                raise ValueError(
-                    f"gpu layer {i} has {layer.shape[0]} blocks, layer 0 has {self.num_gpu_blocks}: "
-                    "all layers must have the same num_gpu_blocks"
-                )
         self._is_cuda = self._device.type == "cuda"
-        if cpu_layers is None:
-            if num_cpu_blocks is None:
-                raise ValueError("give num_cpu_blocks or cpu_layers")
-            self.num_cpu_blocks = operator.index(num_cpu_blocks)
-            if self.num_cpu_blocks < 0:
-                raise ValueError(f"num_cpu_blocks must be >= 0, got {num_cpu_blocks}")
-            cpu = self._allocate(layers, self.num_cpu_blocks, self._is_cuda if pin_memory is None else pin_memory)
-        else:
-            cpu = self._validate_cpu_layers(layers, list(cpu_layers), num_cpu_blocks)
-            self.num_cpu_blocks = int(cpu[0].shape[0])
+        self.num_cpu_blocks, cpu = self._cpu_pool(layers, num_cpu_blocks, cpu_layers, pin_memory)
         self.gpu_layers: list[torch.Tensor] = layers
         self.cpu_layers: list[torch.Tensor] = cpu
         self.layer_block_bytes: list[int] = [math.prod(layer.shape[1:]) * layer.element_size() for layer in layers]
@@ -577,19 +551,65 @@ class BlockMover:
         self.cuda_copy_unavailable: dict[str, str] = {}
         self._paths: dict[Direction, CopyPath] = {}
         if self._is_cuda:
-            self._streams: dict[Direction, Any] = {
-                "store": torch.cuda.Stream(device=self._device),
-                "load": torch.cuda.Stream(device=self._device),
-            }
-            rows = LayerRows(self._gpu_rows, self._cpu_rows, self._device_views(), self._device)
-            selection = cuda_copy_setup.select(cuda_copy, rows, copy_table, calibration_s)
-            self._paths = selection.paths
-            self.cuda_copy = {d: p.name for d, p in selection.paths.items()}
-            self.cuda_copy_reasons = selection.reasons
-            self.cuda_copy_details = {d: p.detail for d, p in selection.paths.items()}
-            self.cuda_copy_unavailable = selection.unavailable
+            self._select_cuda_paths(cuda_copy, copy_table, calibration_s)
 
     # ------------------------------------------------------------------ construction helpers
+
+    @staticmethod
+    def _validate_gpu_layers(layers: list[torch.Tensor]) -> list[torch.Tensor]:
+        """``layers``, once each is a contiguous tensor of blocks and all share a device and a
+        number of blocks."""
+        if not layers:
+            raise ValueError("BlockMover needs at least one GPU layer tensor, got an empty list")
+        for i, layer in enumerate(layers):
+            if not isinstance(layer, torch.Tensor):
+                raise TypeError(f"gpu layer {i} is a {type(layer).__name__}, expected a torch.Tensor")
+            if layer.dim() < 1:
+                raise ValueError(f"gpu layer {i} is 0-dimensional; expected [num_gpu_blocks, ...]")
+            if not layer.is_contiguous():
+                raise ValueError(f"gpu layer {i} is not contiguous; blocks must be contiguous rows")
+        device, num_gpu_blocks = layers[0].device, int(layers[0].shape[0])
+        for i, layer in enumerate(layers):
+            if layer.device != device:
+                raise ValueError(f"gpu layer {i} is on {layer.device}, layer 0 on {device}")
+            if layer.shape[0] != num_gpu_blocks:
+                raise ValueError(
+                    f"gpu layer {i} has {layer.shape[0]} blocks, layer 0 has {num_gpu_blocks}: "
+                    "all layers must have the same num_gpu_blocks"
+                )
+        return layers
+
+    def _cpu_pool(
+        self, layers: list[torch.Tensor], num_cpu_blocks: int | None, cpu_layers: Sequence[torch.Tensor] | None,
+        pin_memory: bool | None,
+    ) -> tuple[int, list[torch.Tensor]]:
+        """The CPU pool's size in blocks and its per-layer tensors: the caller's, checked, or
+        allocated (pinned by default on CUDA)."""
+        if cpu_layers is not None:
+            cpu = self._validate_cpu_layers(layers, list(cpu_layers), num_cpu_blocks)
+            return int(cpu[0].shape[0]), cpu
+        if num_cpu_blocks is None:
+            raise ValueError("give num_cpu_blocks or cpu_layers")
+        n = operator.index(num_cpu_blocks)
+        if n < 0:
+            raise ValueError(f"num_cpu_blocks must be >= 0, got {num_cpu_blocks}")
+        return n, self._allocate(layers, n, self._is_cuda if pin_memory is None else pin_memory)
+
+    def _select_cuda_paths(
+        self, cuda_copy: CudaCopy, copy_table: cuda_copy_setup.CopyTable | None, calibration_s: float
+    ) -> None:
+        """The copy streams, and the copy path per direction (see ``cuda_copy`` in the class doc)."""
+        self._streams: dict[Direction, Any] = {
+            "store": torch.cuda.Stream(device=self._device),
+            "load": torch.cuda.Stream(device=self._device),
+        }
+        rows = LayerRows(self._gpu_rows, self._cpu_rows, self._device_views(), self._device)
+        selection = cuda_copy_setup.select(cuda_copy, rows, copy_table, calibration_s)
+        self._paths = selection.paths
+        self.cuda_copy = {d: p.name for d, p in selection.paths.items()}
+        self.cuda_copy_reasons = selection.reasons
+        self.cuda_copy_details = {d: p.detail for d, p in selection.paths.items()}
+        self.cuda_copy_unavailable = selection.unavailable
 
     def _device_views(self) -> list[torch.Tensor] | None:
         """CUDA views of every layer's CPU rows (for the SM paths), or None when one cannot be
@@ -613,7 +633,7 @@ class BlockMover:
                         f"pinning {n} CPU blocks failed ({exc}); using pageable memory, "
                         "host<->device copies will be slower and synchronous",
                         RuntimeWarning,
-                        stacklevel=3,
+                        stacklevel=4,  # _allocate, _cpu_pool, __init__, then the caller
                     )
                     pin = False
             if t is None:

@@ -68,6 +68,7 @@ class Compiler(ExprCompiler):
         return fn
 
     def act(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[str, Any]:
+        """``("act", generator)``, or ``("pred", fn)`` for a node that assigns no variable."""
         t = tname(node) if not isinstance(node, str) else "str"
         if t == "Parentheses":
             return self.act(node.expression, scope, lc, pr)
@@ -75,178 +76,227 @@ class Compiler(ExprCompiler):
             items = [it.expression for it in node.arguments]
             op = B.ALIASES.get(node.operator, node.operator)
             return self.act_junction(op, items, scope, lc, pr)
+        found: tuple[str, Any] | None = None
         if t == "OperatorApplication":
-            op = B.ALIASES.get(node.operator, node.operator)
-            args = node.arguments or []
-            if op in ("/\\", "\\/") and args:
-                return self.act_junction(op, flatten(op, node), scope, lc, pr)
-            if op in ("=", "\\in") and len(args) == 2:
-                lhs, lscope, llc = self.substituted(args[0], scope, lc)
-                idx = None
-                if pr:
-                    idx = self.assignable(lhs, lscope, llc)
-                elif tname(lhs) == "OperatorApplication" and lhs.operator == "'" and lhs.arguments:
-                    idx = self.assignable(lhs.arguments[0], lscope, llc)
-                if idx is not None:
-                    # In Init (pr) the right-hand side reads the partially assigned new state.
-                    rhs, _ = self.expr(args[1], scope, lc, pr)
-                    return "act", (assign(idx, rhs) if op == "=" else assign_in(idx, rhs))
-            if op == "\\cdot" and len(args) == 2 and not pr:
-                return "act", self.composition(args[0], args[1], scope, lc)
-            if op == "UNCHANGED" and len(args) == 1 and not pr:
-                idxs = self.unchanged_vars(args[0], scope, lc)
-                if idxs is not None:
-                    return "act", unchanged(idxs)
-            if op not in B.BINARY and op not in B.UNARY and op not in ("'", "~", "=>", "<=>", "ENABLED", "UNCHANGED"):
-                target = lc.get(op) if op in lc else scope.defs.get(op)
-                if isinstance(target, OpDef):
-                    return self.act_call(target, args, scope, lc, pr, node)
-                if isinstance(target, Decl) and args and target.scope.subst is not None:
-                    sub, outer = target.scope.subst[target.name]
-                    resolved = outer.defs.get(sub.operator) if tname(sub) == "OperatorApplication" else None
-                    if isinstance(resolved, OpDef) and not sub.arguments:
-                        # An operator constant replaced by an operator of the instantiating module.
-                        return self.act_call(resolved, args, scope, lc, pr, node)
-                if isinstance(target, Local) and target.kind == "subst" and not args:
-                    return self.act(target.body, target.scope or scope, target.locals, pr)
-                if isinstance(target, Local) and target.kind == "thunk" and not args:
-                    assert target.body is not None
-                    return self.act(target.body.definiens, target.scope or scope, lc, pr)
-                if isinstance(target, Local) and target.kind == "letop":
-                    return self.act_letcall(target, args, scope, lc, pr)
+            found = self.act_application(node, scope, lc, pr)
         elif t == "SubexpressionReference":
-            opdef, _target, argnodes = self.resolve_instance_path(node, scope)
-            if isinstance(opdef, OpDef):
-                return self.act_call(opdef, argnodes, scope, lc, pr, node)
+            found = self.act_instance_path(node, scope, lc, pr)
         elif t == "Quantification" and node.quantifier == "\\A":
-            binds, _ = self.bounds(node.declarations, scope, lc, pr)
-            kind, body = self.act(node.predicate, scope, self.with_bound(lc, binds), pr)
-            if kind == "act":
-                if len(binds) != 1 or not isinstance(binds[0][0], str):
-                    raise self.unsupported("\\A over an action with several bindings", node)
-                (name, sfn), = binds
-
-                def forall(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-                    # \A x \in S : A(x) is the conjunction of A(v) for every v in S.
-                    vals = ordered(sfn(c, e))
-
-                    def rec(k: int) -> Iterator[str | None]:
-                        if k == len(vals):
-                            yield None
-                            return
-                        e2 = dict(e)
-                        e2[name] = vals[k]
-                        for _ in body(c, e2):
-                            yield from rec(k + 1)
-
-                    yield from rec(0)
-
-                return "act", forall
+            found = self.act_forall(node, scope, lc, pr)
         elif t == "Quantification" and node.quantifier == "\\E":
-            binds, _ = self.bounds(node.declarations, scope, lc, pr)
-            kind, body = self.act(node.predicate, scope, self.with_bound(lc, binds), pr)
-            if kind == "act":
-                it = self.env_iter(binds, canonical=True)
-                hit = self.const_sets.get(id(binds[0][1])) if len(binds) == 1 else None
-                if hit is not None and hit[0] is binds[0][1] and isinstance(binds[0][0], str):
-                    # \E x \in <constant set>: one generator layer less per action instance.
-                    values, name = hit[1], binds[0][0]
-
-                    def exists_const(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-                        for v in values:
-                            e2 = dict(e)
-                            e2[name] = v
-                            yield from body(c, e2)
-
-                    return "act", exists_const
-
-                def exists(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-                    for e2 in it(c, e):
-                        yield from body(c, e2)
-
-                return "act", exists
+            found = self.act_exists(node, scope, lc, pr)
         elif t == "If":
-            p, _ = self.expr(node.predicate, scope, lc, pr)
-            k1, a = self.act(node.then, scope, lc, pr)
-            k2, b = self.act(node.else_, scope, lc, pr)
-            if k1 == "act" or k2 == "act":
-                ga = a if k1 == "act" else pred_gen(a)
-                gb = b if k2 == "act" else pred_gen(b)
-
-                def ite(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-                    if as_bool(p(c, e), "IF condition"):
-                        yield from ga(c, e)
-                    else:
-                        yield from gb(c, e)
-
-                return "act", ite
+            found = self.act_if(node, scope, lc, pr)
         elif t == "Cases":
-            arms = []
-            any_act = False
-            for item in node.cases:
-                p, _ = self.expr(item.predicate, scope, lc, pr)
-                k, a = self.act(item.expression, scope, lc, pr)
-                any_act |= k == "act"
-                arms.append((p, a if k == "act" else pred_gen(a)))
-            other = None
-            if node.other is not None:
-                k, o = self.act(node.other, scope, lc, pr)
-                any_act |= k == "act"
-                other = o if k == "act" else pred_gen(o)
-            if any_act:
-                where = self.where(node)
-
-                def case(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-                    for p, a in arms:
-                        if as_bool(p(c, e), "CASE guard"):
-                            yield from a(c, e)
-                            return
-                    if other is None:
-                        raise EvalError("no CASE arm applies and there is no OTHER", where)
-                    yield from other(c, e)
-
-                return "act", case
+            found = self.act_cases(node, scope, lc, pr)
         elif t == "Let":
-            inner, thunks, _ = self.let_locals(node.definitions, scope, lc, pr)
-            kind, body = self.act(node.expression, scope, inner, pr)
-            if kind == "act":
-                enter = self.enter_let
-
-                def let(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-                    yield from body(c, enter(thunks, c, e))
-
-                if getattr(body, "guard", None) is not None and getattr(body, "prep", None) is None:
-                    # Expose the body's leading guard (with the LET bindings as an env step) so
-                    # that a disabled action costs no generator at all (see act_call).
-                    let.prep = lambda c, e: enter(thunks, c, e)  # type: ignore[attr-defined]
-                    let.guard = body.guard  # type: ignore[attr-defined]
-                    let.rest = body.rest  # type: ignore[attr-defined]
-                return "act", let
+            found = self.act_let(node, scope, lc, pr)
         elif t == "SubscriptedAction":
-            kind, a = self.act(node.action, scope, lc, pr)
-            ga = a if kind == "act" else pred_gen(a)
-            v, _ = self.expr(node.subscript, scope, lc, False)
-            vp, _ = self.expr(node.subscript, scope, lc, True)
-            if node.operator == "[":
-                idxs = self.unchanged_vars(node.subscript, scope, lc)
-                if idxs is None:
-                    raise self.unsupported("[A]_e where e is not a tuple of variables", node)
-                unch = unchanged(idxs)
-
-                def box(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-                    yield from ga(c, e)
-                    yield from unch(c, e)
-
-                return "act", box
-
-            def angle(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-                for lab in ga(c, e):
-                    if vp(c, e) != v(c, e):
-                        yield lab
-
-            return "act", angle
+            found = self.act_subscripted(node, scope, lc, pr)
+        if found is not None:
+            return found
         fn, _ = self.expr(node, scope, lc, pr)
         return "pred", fn
+
+    def act_application(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[str, Any] | None:
+        """An operator application as an action: a junction, an assignment, ``\\cdot``, UNCHANGED
+        or a call; None when it is a predicate."""
+        op = B.ALIASES.get(node.operator, node.operator)
+        args = node.arguments or []
+        if op in ("/\\", "\\/") and args:
+            return self.act_junction(op, flatten(op, node), scope, lc, pr)
+        if op in ("=", "\\in") and len(args) == 2:
+            lhs, lscope, llc = self.substituted(args[0], scope, lc)
+            idx = None
+            if pr:
+                idx = self.assignable(lhs, lscope, llc)
+            elif tname(lhs) == "OperatorApplication" and lhs.operator == "'" and lhs.arguments:
+                idx = self.assignable(lhs.arguments[0], lscope, llc)
+            if idx is not None:
+                # In Init (pr) the right-hand side reads the partially assigned new state.
+                rhs, _ = self.expr(args[1], scope, lc, pr)
+                return "act", (assign(idx, rhs) if op == "=" else assign_in(idx, rhs))
+        if op == "\\cdot" and len(args) == 2 and not pr:
+            return "act", self.composition(args[0], args[1], scope, lc)
+        if op == "UNCHANGED" and len(args) == 1 and not pr:
+            idxs = self.unchanged_vars(args[0], scope, lc)
+            if idxs is not None:
+                return "act", unchanged(idxs)
+        if op not in B.BINARY and op not in B.UNARY and op not in ("'", "~", "=>", "<=>", "ENABLED", "UNCHANGED"):
+            return self.act_named(op, args, node, scope, lc, pr)
+        return None
+
+    def act_named(
+        self, op: str, args: list[Any], node: Any, scope: Scope, lc: dict[str, Local], pr: bool
+    ) -> tuple[str, Any] | None:
+        """``op(args)`` as an action, where ``op`` names a definition, a substituted operator
+        constant or a local; None when it is a predicate."""
+        target = lc.get(op) if op in lc else scope.defs.get(op)
+        if isinstance(target, OpDef):
+            return self.act_call(target, args, scope, lc, pr, node)
+        if isinstance(target, Decl) and args and target.scope.subst is not None:
+            sub, outer = target.scope.subst[target.name]
+            resolved = outer.defs.get(sub.operator) if tname(sub) == "OperatorApplication" else None
+            if isinstance(resolved, OpDef) and not sub.arguments:
+                # An operator constant replaced by an operator of the instantiating module.
+                return self.act_call(resolved, args, scope, lc, pr, node)
+        if isinstance(target, Local) and target.kind == "subst" and not args:
+            return self.act(target.body, target.scope or scope, target.locals, pr)
+        if isinstance(target, Local) and target.kind == "thunk" and not args:
+            assert target.body is not None
+            return self.act(target.body.definiens, target.scope or scope, lc, pr)
+        if isinstance(target, Local) and target.kind == "letop":
+            return self.act_letcall(target, args, scope, lc, pr)
+        return None
+
+    def act_instance_path(
+        self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool
+    ) -> tuple[str, Any] | None:
+        """``I!Op(args)``: a call of an instantiated module's operator."""
+        opdef, _target, argnodes = self.resolve_instance_path(node, scope)
+        if isinstance(opdef, OpDef):
+            return self.act_call(opdef, argnodes, scope, lc, pr, node)
+        return None
+
+    def act_forall(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[str, Any] | None:
+        binds, _ = self.bounds(node.declarations, scope, lc, pr)
+        kind, body = self.act(node.predicate, scope, self.with_bound(lc, binds), pr)
+        if kind != "act":
+            return None
+        if len(binds) != 1 or not isinstance(binds[0][0], str):
+            raise self.unsupported("\\A over an action with several bindings", node)
+        (name, sfn), = binds
+
+        def forall(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+            # \A x \in S : A(x) is the conjunction of A(v) for every v in S.
+            vals = ordered(sfn(c, e))
+
+            def rec(k: int) -> Iterator[str | None]:
+                if k == len(vals):
+                    yield None
+                    return
+                e2 = dict(e)
+                e2[name] = vals[k]
+                for _ in body(c, e2):
+                    yield from rec(k + 1)
+
+            yield from rec(0)
+
+        return "act", forall
+
+    def act_exists(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[str, Any] | None:
+        binds, _ = self.bounds(node.declarations, scope, lc, pr)
+        kind, body = self.act(node.predicate, scope, self.with_bound(lc, binds), pr)
+        if kind != "act":
+            return None
+        it = self.env_iter(binds, canonical=True)
+        hit = self.const_sets.get(id(binds[0][1])) if len(binds) == 1 else None
+        if hit is not None and hit[0] is binds[0][1] and isinstance(binds[0][0], str):
+            # \E x \in <constant set>: one generator layer less per action instance.
+            values, name = hit[1], binds[0][0]
+
+            def exists_const(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+                for v in values:
+                    e2 = dict(e)
+                    e2[name] = v
+                    yield from body(c, e2)
+
+            return "act", exists_const
+
+        def exists(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+            for e2 in it(c, e):
+                yield from body(c, e2)
+
+        return "act", exists
+
+    def act_if(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[str, Any] | None:
+        p, _ = self.expr(node.predicate, scope, lc, pr)
+        k1, a = self.act(node.then, scope, lc, pr)
+        k2, b = self.act(node.else_, scope, lc, pr)
+        if k1 != "act" and k2 != "act":
+            return None
+        ga = a if k1 == "act" else pred_gen(a)
+        gb = b if k2 == "act" else pred_gen(b)
+
+        def ite(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+            if as_bool(p(c, e), "IF condition"):
+                yield from ga(c, e)
+            else:
+                yield from gb(c, e)
+
+        return "act", ite
+
+    def act_cases(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[str, Any] | None:
+        arms = []
+        any_act = False
+        for item in node.cases:
+            p, _ = self.expr(item.predicate, scope, lc, pr)
+            k, a = self.act(item.expression, scope, lc, pr)
+            any_act |= k == "act"
+            arms.append((p, a if k == "act" else pred_gen(a)))
+        other = None
+        if node.other is not None:
+            k, o = self.act(node.other, scope, lc, pr)
+            any_act |= k == "act"
+            other = o if k == "act" else pred_gen(o)
+        if not any_act:
+            return None
+        where = self.where(node)
+
+        def case(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+            for p, a in arms:
+                if as_bool(p(c, e), "CASE guard"):
+                    yield from a(c, e)
+                    return
+            if other is None:
+                raise EvalError("no CASE arm applies and there is no OTHER", where)
+            yield from other(c, e)
+
+        return "act", case
+
+    def act_let(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[str, Any] | None:
+        inner, thunks, _ = self.let_locals(node.definitions, scope, lc, pr)
+        kind, body = self.act(node.expression, scope, inner, pr)
+        if kind != "act":
+            return None
+        enter = self.enter_let
+
+        def let(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+            yield from body(c, enter(thunks, c, e))
+
+        if getattr(body, "guard", None) is not None and getattr(body, "prep", None) is None:
+            # Expose the body's leading guard (with the LET bindings as an env step) so
+            # that a disabled action costs no generator at all (see act_call).
+            let.prep = lambda c, e: enter(thunks, c, e)  # type: ignore[attr-defined]
+            let.guard = body.guard  # type: ignore[attr-defined]
+            let.rest = body.rest  # type: ignore[attr-defined]
+        return "act", let
+
+    def act_subscripted(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[str, Any]:
+        """``[A]_v`` (A or an UNCHANGED v step) and ``<<A>>_v`` (an A step that changes v)."""
+        kind, a = self.act(node.action, scope, lc, pr)
+        ga = a if kind == "act" else pred_gen(a)
+        v, _ = self.expr(node.subscript, scope, lc, False)
+        vp, _ = self.expr(node.subscript, scope, lc, True)
+        if node.operator == "[":
+            idxs = self.unchanged_vars(node.subscript, scope, lc)
+            if idxs is None:
+                raise self.unsupported("[A]_e where e is not a tuple of variables", node)
+            unch = unchanged(idxs)
+
+            def box(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+                yield from ga(c, e)
+                yield from unch(c, e)
+
+            return "act", box
+
+        def angle(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+            for lab in ga(c, e):
+                if vp(c, e) != v(c, e):
+                    yield lab
+
+        return "act", angle
+
 
     def unchanged_vars(self, node: Any, scope: Scope, lc: dict[str, Local]) -> list[int] | None:
         """The variables of ``UNCHANGED e`` when e is (a definition of) a tuple of variables."""
@@ -306,6 +356,29 @@ class Compiler(ExprCompiler):
             # An action argument (XAct(x, x')), or in Init a variable that the body may assign
             # (XInit(v) == v = 0): substitute the arguments, as TLA+ defines application.
             return self.act_inline(opdef, argnodes, scope, lc, pr)
+        kind, body = self.act_body(opdef, pr, node)
+        if kind == "pred":
+            fn, _ = self.call(opdef, argnodes, scope, lc, pr, node)
+            return "pred", fn
+        fns = []
+        for (_p, ar), a in zip(opdef.params, argnodes, strict=True):
+            f, _ = self.op_value(a, ar, scope, lc, pr) if ar else self.expr(a, scope, lc, pr)
+            fns.append(f)
+        # The successors of an operator's action depend only on the current state and the
+        # argument values when no primed variable is assigned on entry (the body sees its
+        # parameters only). Memoisable when no argument is an operator.
+        box: list[Any] | None = None
+        if not pr and not any(ar for _p, ar in opdef.params):
+            box = self.act_memos.setdefault(id(opdef), [None, False])
+            if self.collect_acts is not None:
+                self.collect_acts.add(id(opdef))
+        pairs = list(zip([p for p, _ in opdef.params], fns, strict=True))
+        where = f"{self.where(node)} ({opdef.name})"
+        return "act", _call_generator(opdef.name, body, pairs, box, len(self.variables), where)
+
+    def act_body(self, opdef: OpDef, pr: bool, node: Any) -> tuple[str, Any]:
+        """An operator's body compiled as an action once (its parameters bound by the caller's
+        env); a recursive action is refused."""
         key = ("act", id(opdef), pr)
         hit = self.cache.get(key)
         if hit is None:
@@ -319,92 +392,7 @@ class Compiler(ExprCompiler):
             self.cache[key] = hit
         elif hit[0] == "pending":
             raise self.unsupported(f"recursive action {opdef.name}", node)
-        kind, body = hit
-        if kind == "pred":
-            fn, _ = self.call(opdef, argnodes, scope, lc, pr, node)
-            return "pred", fn
-        name = opdef.name
-        fns = []
-        for (_p, ar), a in zip(opdef.params, argnodes, strict=True):
-            f, _ = self.op_value(a, ar, scope, lc, pr) if ar else self.expr(a, scope, lc, pr)
-            fns.append(f)
-        # The successors of an operator's action depend only on the current state and the
-        # argument values when no primed variable is assigned on entry (the body sees its
-        # parameters only). Memoisable when no argument is an operator.
-        box: list[Any] | None = None
-        if not pr and not any(ar for _p, ar in opdef.params):
-            box = self.act_memos.setdefault(id(opdef), [None, False])
-            if self.collect_acts is not None:
-                self.collect_acts.add(id(opdef))
-        nv = len(self.variables)
-        pairs = list(zip([p for p, _ in opdef.params], fns, strict=True))
-        where = f"{self.where(node)} ({name})"
-
-        n0, f0 = pairs[0] if len(pairs) == 1 else ("", None)
-        # A body that starts with a guard: test it before building the generator chain, since
-        # most actions are disabled in most states.
-        guard: Fun | None = getattr(body, "guard", None)
-        rest: Gen | None = getattr(body, "rest", None)
-        prep: Fun | None = getattr(body, "prep", None)
-        only_name = (name,)
-
-        def call(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
-            # A plain function returning the iterator: no generator layer of its own.
-            if f0 is not None:
-                e2 = {n0: f0(c, e)}
-            elif pairs:
-                e2 = {}
-                for n, f in pairs:
-                    e2[n] = f(c, e)
-            else:
-                e2 = EMPTY
-            memo = box[0] if box is not None else None
-            rec_key = None
-            if memo is not None:
-                n, s = c.n, c.s
-                if n is not None and s is not None and n.count(UNSET) == nv:
-                    # Keyed by the state's identity (cheap); the entry keeps the state alive,
-                    # so the identity cannot be reused while the entry exists.
-                    key = (id(s), tuple(e2.values()))
-                    hit = memo.get(key)
-                    if hit is not None and hit[0] is s:
-                        return replay(n, hit[1])
-                    if box[1]:
-                        if guard is None:
-                            return record(c, memo, key, _labelled(body, c, e2))
-                        rec_key = key  # test the guard first: a disabled action records []
-            if guard is None:
-                return _labelled(body, c, e2)
-            # Test the guard right here: a disabled action costs no generator at all.
-            try:
-                if prep is not None:
-                    e2 = prep(c, e2)
-                v = guard(c, e2)
-                if v is not True:
-                    if v is not False:
-                        as_bool(v, "action guard")
-                    if rec_key is not None:
-                        memo[rec_key] = (c.s, [])  # type: ignore[index]
-                    return ()
-            except EvalError as exc:
-                exc.locate(where)
-                raise
-            if rec_key is not None:
-                return record(c, memo, rec_key, only_name if rest is None else _labelled(rest, c, e2))  # type: ignore[arg-type]
-            if rest is None:
-                return only_name
-            return _labelled(rest, c, e2)
-
-        def _labelled(gen: Gen, c: Ctx, e2: dict[str, Value]) -> Iterator[str | None]:
-            """``gen``'s steps, unnamed ones named after this action, errors located at the call."""
-            try:
-                for lab in gen(c, e2):
-                    yield lab or name
-            except EvalError as exc:
-                exc.locate(where)
-                raise
-
-        return "act", call
+        return hit
 
     def composition(self, a: Any, b: Any, scope: Scope, lc: dict[str, Local]) -> Gen:
         """``A \\cdot B``: a step of A to a middle state, then a step of B from it."""
@@ -490,6 +478,80 @@ class Compiler(ExprCompiler):
             yield from body(c, e2)
 
         return "act", call
+
+
+def _call_generator(
+    name: str, body: Gen, pairs: list[tuple[str, Fun]], box: list[Any] | None, nv: int, where: str
+) -> Gen:
+    """The successors of a call of the action ``name``: its parameters (``pairs``) bound to the
+    arguments' values, then ``body``'s steps, unnamed ones named ``name``. With ``box`` (the
+    operator's memo, see :meth:`Compiler.act_call`) they are recorded and replayed per state and
+    arguments while the memo is on."""
+    n0, f0 = pairs[0] if len(pairs) == 1 else ("", None)
+    # A body that starts with a guard: test it before building the generator chain, since
+    # most actions are disabled in most states.
+    guard: Fun | None = getattr(body, "guard", None)
+    rest: Gen | None = getattr(body, "rest", None)
+    prep: Fun | None = getattr(body, "prep", None)
+    only_name = (name,)
+
+    def call(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
+        # A plain function returning the iterator: no generator layer of its own.
+        if f0 is not None:
+            e2 = {n0: f0(c, e)}
+        elif pairs:
+            e2 = {}
+            for n, f in pairs:
+                e2[n] = f(c, e)
+        else:
+            e2 = EMPTY
+        memo = box[0] if box is not None else None
+        rec_key = None
+        if memo is not None:
+            n, s = c.n, c.s
+            if n is not None and s is not None and n.count(UNSET) == nv:
+                # Keyed by the state's identity (cheap); the entry keeps the state alive,
+                # so the identity cannot be reused while the entry exists.
+                key = (id(s), tuple(e2.values()))
+                hit = memo.get(key)
+                if hit is not None and hit[0] is s:
+                    return replay(n, hit[1])
+                if box[1]:
+                    if guard is None:
+                        return record(c, memo, key, _labelled(body, c, e2))
+                    rec_key = key  # test the guard first: a disabled action records []
+        if guard is None:
+            return _labelled(body, c, e2)
+        # Test the guard right here: a disabled action costs no generator at all.
+        try:
+            if prep is not None:
+                e2 = prep(c, e2)
+            v = guard(c, e2)
+            if v is not True:
+                if v is not False:
+                    as_bool(v, "action guard")
+                if rec_key is not None:
+                    memo[rec_key] = (c.s, [])  # type: ignore[index]
+                return ()
+        except EvalError as exc:
+            exc.locate(where)
+            raise
+        if rec_key is not None:
+            return record(c, memo, rec_key, only_name if rest is None else _labelled(rest, c, e2))  # type: ignore[arg-type]
+        if rest is None:
+            return only_name
+        return _labelled(rest, c, e2)
+
+    def _labelled(gen: Gen, c: Ctx, e2: dict[str, Value]) -> Iterator[str | None]:
+        """``gen``'s steps, unnamed ones named after this action, errors located at the call."""
+        try:
+            for lab in gen(c, e2):
+                yield lab or name
+        except EvalError as exc:
+            exc.locate(where)
+            raise
+
+    return call
 
 
 def pred_gen(p: Fun) -> Gen:

@@ -36,7 +36,7 @@ from .monitor import DEFAULT_MAX_MEMORY_MB, Halt, Monitor
 from .order import forget_sortkeys
 from .symmetry import Canonicaliser
 from .syntax import EMPTY, NEXT, STATE, UNSET, Ctx, Gen, VarRef, as_bool, state_memo
-from .temporal import Piece, TemporalAnalyzer
+from .temporal import Fairness, Liveness, Piece, TemporalAnalyzer
 from .values import Fn, Value, rank_model_values, render, to_set
 
 State = tuple[Value, ...]
@@ -131,9 +131,57 @@ def _ident(name: str, node: Any) -> Any:
 
 
 def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
+    """Compile the spec at ``spec_path`` against the model ``cfg`` in TLC's order: substitutions and
+    constants, ASSUMEs, the behaviour, then what is checked. Raises :class:`TlaError`."""
     loader = ModuleLoader(spec_path.parent)
     root = loader.load_root(spec_path)
-    # CONST <- Def substitutions replace the constant by a definition of the spec.
+    _substitute(root, cfg)
+    if cfg.alias is not None:
+        _named(root, cfg, cfg.alias, "ALIAS")
+    constants = _config_constants(root, cfg)
+    comp = Compiler(root, constants)
+    _check_every_constant_assigned(root, cfg, constants)
+    _check_assumptions(root, comp)
+    ta = TemporalAnalyzer(comp)
+    behaviour = _behaviour(root, cfg, comp, ta)
+    if behaviour is None:
+        return Compiled(
+            comp=comp, variables=comp.variables, init=_no_steps, next=_no_steps, invariants=[], implied_actions=[],
+            constraints=[], action_constraints=[], liveness=[], fairness=[], has_behaviour=False,
+        )
+    init = _init_generator(comp, behaviour.inits)
+    nxt = _next_generator(comp, behaviour.next, behaviour.next_node)
+    invariants = _config_invariants(root, cfg, comp, ta)
+    claims = _property_claims(root, cfg, comp, ta)
+    fairness = _spec_fairness(comp, behaviour.fairness)
+    constraints = [_config_predicate(root, cfg, comp, item, "constraint") for item in cfg.constraints]
+    action_constraints = [_config_predicate(root, cfg, comp, item, "action constraint")
+                          for item in cfg.action_constraints]
+    symmetry = _symmetry(root, cfg, comp, bool(claims.liveness or claims.fair_claims))
+    return Compiled(
+        comp=comp,
+        variables=comp.variables,
+        init=init,
+        next=nxt,
+        invariants=invariants + claims.invariants,
+        implied_actions=claims.implied_actions,
+        constraints=constraints,
+        action_constraints=action_constraints,
+        liveness=claims.liveness,
+        fairness=fairness.conditions,
+        symmetry=symmetry,
+        check_deadlock=cfg.check_deadlock,
+        init_props=claims.init_props,
+        fairness_all_vars=fairness.all_vars,
+        fairness_ops=fairness.ops,
+        suffix_actions=behaviour.suffix_actions,
+        fair_claims=claims.fair_claims,
+    )
+
+
+def _substitute(root: Scope, cfg: ModelConfig) -> None:
+    """Apply the config's ``CONST <- Def`` substitutions (also ``<- [Module]``): the constant is
+    replaced by a definition of the spec."""
     for name, target in cfg.substitutions.items():
         d = root.defs.get(target)
         if d is None:
@@ -148,8 +196,10 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
             raise TlaError(f"substitution {name} <- [{module}] {target}: {what}", cfg.path, line, 1, kind="config")
         for s in scopes:
             s.defs[name] = d
-    if cfg.alias is not None:
-        _named(root, cfg, cfg.alias, "ALIAS")
+
+
+def _config_constants(root: Scope, cfg: ModelConfig) -> dict[str, Value]:
+    """The values the config assigns, each checked against the spec's declarations."""
     constants: dict[str, Value] = {}
     for name, v in cfg.constants.items():
         d = root.defs.get(name)
@@ -163,7 +213,10 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
             # Like TLC, a value in the config overrides a definition of the spec (Ballot == Nat).
             root.defs[name] = Decl("const", name, root, d.node)
         constants[name] = v
-    comp = Compiler(root, constants)
+    return constants
+
+
+def _check_every_constant_assigned(root: Scope, cfg: ModelConfig, constants: dict[str, Value]) -> None:
     for name in root.constants:
         decl = root.defs[name]
         if getattr(decl, "node", None) is not None and getattr(decl.node, "arguments", None) and (
@@ -174,7 +227,10 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
         if name not in constants and name not in cfg.substitutions:
             raise TlaError(f"constant {name} is not assigned a value in {cfg.path}", root.file, *pos(decl.node),
                            kind="config")
-    # ASSUME: checked before anything else, like TLC.
+
+
+def _check_assumptions(root: Scope, comp: Compiler) -> None:
+    """ASSUME: checked before anything else, like TLC."""
     for node, scope in root.assumes:
         fn, _ = comp.expr(node, scope, {}, False)
         try:
@@ -184,7 +240,20 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
         if ok is not True:
             raise TlaError("ASSUME is violated", scope.file, *pos(node), kind="assume")
 
-    ta = TemporalAnalyzer(comp)
+
+@dataclass
+class _Behaviour:
+    """The behaviours a model explores: from SPECIFICATION, or from INIT and NEXT."""
+
+    inits: list[Piece]
+    next: Piece
+    next_node: Any
+    fairness: list[Fairness]
+    suffix_actions: list[tuple[Pred, dict[str, Value]]]
+
+
+def _behaviour(root: Scope, cfg: ModelConfig, comp: Compiler, ta: TemporalAnalyzer) -> _Behaviour | None:
+    """The model's behaviours; None for a config without SPECIFICATION or INIT/NEXT."""
     if cfg.specification is not None:
         spec_def = _named(root, cfg, cfg.specification, "SPECIFICATION")
         dec = ta.decompose(spec_def.body, spec_def.scope, cfg.specification.name, is_spec=True)
@@ -197,26 +266,23 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
             raise TlaError(f"unsupported conjunct in SPECIFICATION {cfg.specification.name}", cfg.path,
                            cfg.specification.line, 1, kind="unsupported")
         suffix_actions = [(comp.expr(pc.node, pc.scope, pc.locals, False)[0], pc.env) for pc in dec.suffix_actions]
-        init_pieces = dec.inits
-        next_piece = dec.nexts[0]
-        next_node = next_piece.node.action
-        fair = dec.fairness
-    elif cfg.init is None and cfg.next is None:
+        return _Behaviour(dec.inits, dec.nexts[0], dec.nexts[0].node.action, dec.fairness, suffix_actions)
+    if cfg.init is None and cfg.next is None:
         if cfg.invariants or cfg.properties:
             raise TlaError("config lists invariants or properties but no SPECIFICATION or INIT/NEXT",
                            cfg.path, 1, 1, kind="config")
-        return Compiled(comp, comp.variables, _no_steps, _no_steps, [], [], [], [], [], [], has_behaviour=False)
-    else:
-        if cfg.init is None or cfg.next is None:
-            raise TlaError("config needs SPECIFICATION or both INIT and NEXT", cfg.path, 1, 1, kind="config")
-        idef = _named(root, cfg, cfg.init, "INIT")
-        ndef = _named(root, cfg, cfg.next, "NEXT")
-        init_pieces = [Piece(_ident(idef.name, idef.node), root, {}, {}, idef.name)]
-        next_piece = Piece(_ident(ndef.name, ndef.node), root, {}, {}, ndef.name)
-        next_node = next_piece.node
-        fair = []
-        suffix_actions = []
+        return None
+    if cfg.init is None or cfg.next is None:
+        raise TlaError("config needs SPECIFICATION or both INIT and NEXT", cfg.path, 1, 1, kind="config")
+    idef = _named(root, cfg, cfg.init, "INIT")
+    ndef = _named(root, cfg, cfg.next, "NEXT")
+    next_piece = Piece(_ident(ndef.name, ndef.node), root, {}, {}, ndef.name)
+    return _Behaviour([Piece(_ident(idef.name, idef.node), root, {}, {}, idef.name)], next_piece,
+                      next_piece.node, [], [])
 
+
+def _init_generator(comp: Compiler, init_pieces: list[Piece]) -> Gen:
+    """The initial states: every conjunct of Init in turn, each extending the assignment."""
     init_gens = [comp.action(p.node, p.scope, p.locals, True) for p in init_pieces]
     init_envs = [p.env for p in init_pieces]
 
@@ -230,12 +296,23 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
 
         yield from rec(0)
 
+    return init
+
+
+def _next_generator(comp: Compiler, next_piece: Piece, next_node: Any) -> Gen:
     next_gen = comp.action(next_node, next_piece.scope, next_piece.locals, False)
     next_env = next_piece.env
 
     def nxt(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
         return next_gen(c, next_env)
 
+    return nxt
+
+
+def _config_invariants(
+    root: Scope, cfg: ModelConfig, comp: Compiler, ta: TemporalAnalyzer
+) -> list[tuple[str, Pred, dict[str, Value]]]:
+    """The config's INVARIANTs, compiled (generated code where it can), located and memoised."""
     invariants = []
     for item in cfg.invariants:
         d = _named(root, cfg, item, "invariant")
@@ -255,10 +332,22 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
         # the memo sits outside the error wrapper, so a hit costs one call.
         fn = state_memo(fn, deps, len(comp.variables))
         invariants.append((item.name, fn, EMPTY))
-    implied: list[tuple[str, Pred, dict[str, Value]]] = []
-    init_props: list[tuple[str, Pred, dict[str, Value]]] = []
-    liveness: list[Live] = []
-    fair_claims: list[FairClaim] = []
+    return invariants
+
+
+@dataclass
+class _Claims:
+    """What the config's PROPERTYs claim, by the kind of check that verifies each part."""
+
+    init_props: list[tuple[str, Pred, dict[str, Value]]] = field(default_factory=list)
+    invariants: list[tuple[str, Pred, dict[str, Value]]] = field(default_factory=list)
+    implied_actions: list[tuple[str, Pred, dict[str, Value]]] = field(default_factory=list)
+    fair_claims: list[FairClaim] = field(default_factory=list)
+    liveness: list[Live] = field(default_factory=list)
+
+
+def _property_claims(root: Scope, cfg: ModelConfig, comp: Compiler, ta: TemporalAnalyzer) -> _Claims:
+    claims = _Claims()
     for item in cfg.properties:
         d = _named(root, cfg, item, "property")
         dec = ta.decompose(d.body, d.scope, item.name, is_spec=False)
@@ -268,72 +357,89 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
                 raise TlaError(f"unsupported PROPERTY {item.name}: action outside [][...]_v",
                                cfg.path, item.line, 1, kind="unsupported")
             fn, _ = comp.expr(pc.node, pc.scope, pc.locals, False)
-            init_props.append((item.name, fn, pc.env))
+            claims.init_props.append((item.name, fn, pc.env))
         for pc in dec.invariants:
             fn, _ = comp.expr(pc.node, pc.scope, pc.locals, False)
-            invariants.append((item.name, fn, pc.env))
+            claims.invariants.append((item.name, fn, pc.env))
         for pc in dec.actions:
             fn, _ = comp.expr(pc.node, pc.scope, pc.locals, False)
-            implied.append((item.name, fn, pc.env))
-        for f in dec.fairness:
-            gen = comp.action(f.action.node, f.action.scope, f.action.locals, False)
-            v, _ = comp.expr(f.subscript.node, f.subscript.scope, f.subscript.locals, False)
-            vp, _ = comp.expr(f.subscript.node, f.subscript.scope, f.subscript.locals, True)
-            step, _ = comp.expr(f.action.node, f.action.scope, f.action.locals, False)
-            fair_claims.append(FairClaim(item.name, f.kind, gen, v, vp, f.action.env, step))
-        for lv in dec.liveness:
-            p, _ = comp.expr(lv.p.node, lv.p.scope, lv.p.locals, False)
-            q = None
-            if lv.q is not None:
-                q, _ = comp.expr(lv.q.node, lv.q.scope, lv.q.locals, False)
-            premise = None
-            if lv.premise is not None:
-                premise = (comp.expr(lv.premise.node, lv.premise.scope, lv.premise.locals, False)[0], lv.premise.env)
-            liveness.append(Live(item.name, lv.kind, p, q, lv.p.env, premise))
-    fairness = []
-    fairness_all_vars = []
-    fairness_ops: set[int] = set()
+            claims.implied_actions.append((item.name, fn, pc.env))
+        claims.fair_claims.extend(_fair_claim(comp, item.name, f) for f in dec.fairness)
+        claims.liveness.extend(_live(comp, item.name, lv) for lv in dec.liveness)
+    return claims
+
+
+def _fair_claim(comp: Compiler, name: str, f: Fairness) -> FairClaim:
+    gen = comp.action(f.action.node, f.action.scope, f.action.locals, False)
+    v, _ = comp.expr(f.subscript.node, f.subscript.scope, f.subscript.locals, False)
+    vp, _ = comp.expr(f.subscript.node, f.subscript.scope, f.subscript.locals, True)
+    step, _ = comp.expr(f.action.node, f.action.scope, f.action.locals, False)
+    return FairClaim(name, f.kind, gen, v, vp, f.action.env, step)
+
+
+def _live(comp: Compiler, name: str, lv: Liveness) -> Live:
+    p, _ = comp.expr(lv.p.node, lv.p.scope, lv.p.locals, False)
+    q = None
+    if lv.q is not None:
+        q, _ = comp.expr(lv.q.node, lv.q.scope, lv.q.locals, False)
+    premise = None
+    if lv.premise is not None:
+        premise = (comp.expr(lv.premise.node, lv.premise.scope, lv.premise.locals, False)[0], lv.premise.env)
+    return Live(name, lv.kind, p, q, lv.p.env, premise)
+
+
+@dataclass
+class _SpecFairness:
+    """The SPECIFICATION's fairness conditions, as :class:`Compiled` holds them."""
+
+    conditions: list[tuple[str, Gen, Pred, Pred, dict[str, Value]]] = field(default_factory=list)
+    all_vars: list[bool] = field(default_factory=list)
+    ops: set[int] = field(default_factory=set)
+
+
+def _spec_fairness(comp: Compiler, fair: list[Fairness]) -> _SpecFairness:
+    out = _SpecFairness()
     for f in fair:
-        comp.collect_acts = fairness_ops
+        comp.collect_acts = out.ops
         try:
             gen = comp.action(f.action.node, f.action.scope, f.action.locals, False)
         finally:
             comp.collect_acts = None
         v, _ = comp.expr(f.subscript.node, f.subscript.scope, f.subscript.locals, False)
         vp, _ = comp.expr(f.subscript.node, f.subscript.scope, f.subscript.locals, True)
-        fairness.append((f.kind, gen, v, vp, f.action.env))
+        out.conditions.append((f.kind, gen, v, vp, f.action.env))
         idxs = comp.unchanged_vars(f.subscript.node, f.subscript.scope, f.subscript.locals)
-        fairness_all_vars.append(idxs is not None and set(idxs) == set(range(len(comp.variables))))
-    constraints = []
-    for item in cfg.constraints:
-        d = _named(root, cfg, item, "constraint")
-        constraints.append(comp.expr(_ident(item.name, d.node), root, {}, False)[0])
-    action_constraints = []
-    for item in cfg.action_constraints:
-        d = _named(root, cfg, item, "action constraint")
-        action_constraints.append(comp.expr(_ident(item.name, d.node), root, {}, False)[0])
+        out.all_vars.append(idxs is not None and set(idxs) == set(range(len(comp.variables))))
+    return out
+
+
+def _config_predicate(root: Scope, cfg: ModelConfig, comp: Compiler, item: Named, what: str) -> Pred:
+    """A CONSTRAINT or ACTION_CONSTRAINT of the config, compiled."""
+    d = _named(root, cfg, item, what)
+    return comp.expr(_ident(item.name, d.node), root, {}, False)[0]
+
+
+def _symmetry(root: Scope, cfg: ModelConfig, comp: Compiler, has_liveness: bool) -> list[dict[Value, Value]]:
+    """The permutations of the config's SYMMETRY, each as a map of values."""
     symmetry: list[dict[Value, Value]] = []
-    if cfg.symmetry is not None:
-        d = _named(root, cfg, cfg.symmetry, "symmetry")
-        fn, _ = comp.expr(_ident(cfg.symmetry.name, d.node), root, {}, False)
-        try:
-            perms = to_set(fn(Ctx(None, None), EMPTY))
-        except EvalError as exc:
-            raise TlaError(f"evaluating SYMMETRY {cfg.symmetry.name}: {exc}", cfg.path, cfg.symmetry.line, 1,
-                           kind="eval") from exc
-        for p in perms:
-            if type(p) is Fn:
-                symmetry.append(dict(p.d))
-            elif type(p) is tuple:
-                symmetry.append({i + 1: x for i, x in enumerate(p)})
-        if liveness or fair_claims:
-            raise TlaError("SYMMETRY together with liveness PROPERTY is unsupported (TLC may also miss "
-                           "violations in this case)", cfg.path, cfg.symmetry.line, 1, kind="unsupported")
-    return Compiled(
-        comp, comp.variables, init, nxt, invariants, implied, constraints, action_constraints, liveness,
-        fairness, symmetry, cfg.check_deadlock, init_props, fairness_all_vars, fairness_ops,
-        suffix_actions=suffix_actions, fair_claims=fair_claims,
-    )
+    if cfg.symmetry is None:
+        return symmetry
+    d = _named(root, cfg, cfg.symmetry, "symmetry")
+    fn, _ = comp.expr(_ident(cfg.symmetry.name, d.node), root, {}, False)
+    try:
+        perms = to_set(fn(Ctx(None, None), EMPTY))
+    except EvalError as exc:
+        raise TlaError(f"evaluating SYMMETRY {cfg.symmetry.name}: {exc}", cfg.path, cfg.symmetry.line, 1,
+                       kind="eval") from exc
+    for p in perms:
+        if type(p) is Fn:
+            symmetry.append(dict(p.d))
+        elif type(p) is tuple:
+            symmetry.append({i + 1: x for i, x in enumerate(p)})
+    if has_liveness:
+        raise TlaError("SYMMETRY together with liveness PROPERTY is unsupported (TLC may also miss "
+                       "violations in this case)", cfg.path, cfg.symmetry.line, 1, kind="unsupported")
+    return symmetry
 
 
 def _no_steps(c: Ctx, e: dict[str, Value]) -> Iterator[str | None]:
@@ -521,6 +627,13 @@ class Checker:
 
     # ---- the search --------------------------------------------------------------------------
     def run(self) -> None:
+        self.initial_states()
+        self.pool = (parallel.Pool(self.expansion(), self.workers - 1, self.keys, _OWN_SHARE)
+                     if self.workers > 1 else None)
+        self.search()
+
+    def initial_states(self) -> None:
+        """Store and check the initial states (the init properties too) that satisfy the constraints."""
         nv = len(self.m.variables)
         variables = self.m.variables
         c = Ctx(None, [UNSET] * nv)
@@ -548,21 +661,13 @@ class Checker:
                 self.check_limit()
             else:
                 self.check_state(t, -1, "Initial predicate", False)
-        succ = self.succ
-        suffix_edges = self.suffix_edges
-        nxt = self.m.next
-        unset_id = id(UNSET)
+
+    def search(self) -> None:
+        """Expand the queued states in order, here or from the worker processes' records."""
+        nv = len(self.m.variables)
         monitor = self.monitor
         heap = self.heap
-        pool = self.pool = (parallel.Pool(self.expansion(), self.workers - 1, self.keys, _OWN_SHARE)
-                            if self.workers > 1 else None)
-        visit = self.visit
-        fair = bool(self.fair_conditions)
-        # With fairness conditions: each successor of the state being expanded, as generated, and
-        # its index. The fairness actions' successors are replayed from the memos that Next's
-        # enumeration filled, so they hold the same objects and are found by identity.
-        found: dict[State, int] = {}
-        join = pool.expansion.values.join if pool is not None else None
+        pool = self.pool
         expanded = 0
         while self.queue:
             i = self.queue.popleft()
@@ -570,63 +675,9 @@ class Checker:
             d = self.depth[i]
             self.current = i  # for the trace of an evaluation error in Next
             c = Ctx(s, [UNSET] * nv)
-            any_succ = False
-            records = None
-            stored: list[int] = []
-            if pool is not None:
-                self.hand_out(pool, i)
-                batches = self.batches
-                if batches and batches[0].start <= i:
-                    batch = batches[0]
-                    records = batch.take(i)
-                    stored = batch.stored
-                    if i == batch.end - 1:
-                        batches.popleft()
-            if records is None:
-                for lab in nxt(c, EMPTY):
-                    t = tuple(c.n)  # type: ignore[arg-type]
-                    # Identity test via id(): `UNSET in t` would call __eq__ on every value.
-                    if unset_id in map(id, t):
-                        raise self.unassigned(i, t.index(UNSET), lab)
-                    any_succ = True
-                    self.generated += 1
-                    j = visit(i, d, c, t, lab or "Next", None)
-                    if fair:
-                        found.setdefault(t, j)
-                if fair:
-                    self.record_fair_steps(i, self.fair_steps(s, found), None)
-                    found = {}
-            else:
-                targets: list[int] = []  # per successor record, the successor's index (-1: not stored)
-                for rec in records:
-                    kind = rec[0]
-                    if kind == parallel.KNOWN or kind == parallel.AGAIN:
-                        any_succ = True
-                        self.generated += 1
-                        j = rec[2] if kind == parallel.KNOWN else stored[rec[2]]
-                        targets.append(j)
-                        if succ is not None:
-                            succ[i].append((j, rec[1] or "Next"))
-                            if rec[3]:
-                                suffix_edges.add((i, j))
-                    elif kind == parallel.OUTSIDE:
-                        any_succ = True
-                        self.generated += 1
-                        targets.append(-1)
-                    elif kind == parallel.FULL:
-                        any_succ = True
-                        self.generated += 1
-                        t = join(rec[2], rec[3])
-                        c.n = list(t)
-                        j = visit(i, d, c, t, rec[1] or "Next", rec[4])
-                        stored.append(j)
-                        targets.append(j)
-                    elif kind == parallel.FAIR:
-                        self.record_fair_steps(i, rec[1], targets)
-                    elif kind == parallel.UNASSIGNED:
-                        raise self.unassigned(i, rec[2], rec[1])
-                    else:
-                        raise rec[1]
+            taken = self.worker_records(pool, i) if pool is not None else None
+            any_succ = (self.expand(i, s, d, c) if pool is None or taken is None
+                        else self.replay(pool, i, d, c, *taken))
             if not any_succ and self.m.check_deadlock:
                 raise _Stop("deadlock failure", "Deadlock", self.path_to(i), None, "", "Deadlock reached.",
                             EXIT_VIOLATION_DEADLOCK)
@@ -635,6 +686,85 @@ class Checker:
                 if heap is not None:
                     heap.step()
                 monitor.tick(self.generated, len(self.states), len(self.queue), d)
+
+    def worker_records(self, pool: parallel.Pool, i: int) -> tuple[parallel.Successors, list[int]] | None:
+        """The successor records of state ``i`` from the worker process whose run holds it, and the
+        indices of the successors that run stored so far; None when this process expands ``i``."""
+        self.hand_out(pool, i)
+        batches = self.batches
+        if not batches or batches[0].start > i:
+            return None
+        batch = batches[0]
+        records = batch.take(i)
+        if i == batch.end - 1:
+            batches.popleft()
+        return records, batch.stored
+
+    def expand(self, i: int, s: State, d: int, c: Ctx) -> bool:
+        """Generate and visit the successors of state ``i`` (``s``, at depth ``d``) in this process;
+        whether it has any."""
+        visit = self.visit
+        unset_id = id(UNSET)
+        fair = bool(self.fair_conditions)
+        # With fairness conditions: each successor, as generated, and its index. The fairness
+        # actions' successors are replayed from the memos that Next's enumeration filled, so they
+        # hold the same objects and are found by identity.
+        found: dict[State, int] = {}
+        any_succ = False
+        for lab in self.m.next(c, EMPTY):
+            t = tuple(c.n)  # type: ignore[arg-type]
+            # Identity test via id(): `UNSET in t` would call __eq__ on every value.
+            if unset_id in map(id, t):
+                raise self.unassigned(i, t.index(UNSET), lab)
+            any_succ = True
+            self.generated += 1
+            j = visit(i, d, c, t, lab or "Next", None)
+            if fair:
+                found.setdefault(t, j)
+        if fair:
+            self.record_fair_steps(i, self.fair_steps(s, found), None)
+        return any_succ
+
+    def replay(
+        self, pool: parallel.Pool, i: int, d: int, c: Ctx, records: parallel.Successors, stored: list[int]
+    ) -> bool:
+        """Take a worker process's successor records of state ``i`` (at depth ``d``) in order;
+        ``stored`` indexes the successors its batch stored so far. Whether ``i`` has any successor."""
+        succ = self.succ
+        suffix_edges = self.suffix_edges
+        join = pool.expansion.values.join
+        any_succ = False
+        targets: list[int] = []  # per successor record, the successor's index (-1: not stored)
+        for rec in records:
+            kind = rec[0]
+            if kind == parallel.KNOWN or kind == parallel.AGAIN:
+                any_succ = True
+                self.generated += 1
+                j = rec[2] if kind == parallel.KNOWN else stored[rec[2]]
+                targets.append(j)
+                if succ is not None:
+                    succ[i].append((j, rec[1] or "Next"))
+                    if rec[3]:
+                        suffix_edges.add((i, j))
+            elif kind == parallel.OUTSIDE:
+                any_succ = True
+                self.generated += 1
+                targets.append(-1)
+            elif kind == parallel.FULL:
+                any_succ = True
+                self.generated += 1
+                t = join(rec[2], rec[3])
+                c.n = list(t)
+                j = self.visit(i, d, c, t, rec[1] or "Next", rec[4])
+                stored.append(j)
+                targets.append(j)
+            elif kind == parallel.FAIR:
+                self.record_fair_steps(i, rec[1], targets)
+            elif kind == parallel.UNASSIGNED:
+                raise self.unassigned(i, rec[2], rec[1])
+            else:
+                raise rec[1]
+        return any_succ
 
     def hand_out(self, pool: parallel.Pool, i: int) -> None:
         """Keep each of the ``workers - 1`` worker processes up to ``parallel.DEPTH`` runs of the
@@ -1023,8 +1153,38 @@ def _check(
     config_path = Path(config_path) if config_path is not None else spec_path.with_suffix(".cfg")
     start = time.monotonic()
     base = {"engine": "embedded", "spec": str(spec_path), "config": str(config_path)}
+    model = _load_or_error(spec_path, config_path, start, base)
+    if isinstance(model, CheckResult):
+        return model
+    if not model.has_behaviour:
+        return CheckResult(result="success", seconds=time.monotonic() - start,
+                           message="No SPECIFICATION or INIT/NEXT in the config: the constants and ASSUMEs "
+                                   "were evaluated, no state was explored.\n0 states generated, 0 distinct "
+                                   "states found, 0 states left on queue.", **base)  # type: ignore[arg-type]
+    monitor.header(str(spec_path), str(config_path))
+    heap = SearchHeap()
+    checker = Checker(model, monitor=monitor, max_states=max_states, workers=workers, heap=heap)
+    stop, lasso_loop = _search(checker, heap)
+    checker.release_memos()
+    result = CheckResult(
+        distinct_states=len(checker.states),
+        states_generated=checker.generated,
+        states_left_on_queue=len(checker.queue),
+        depth=checker.max_depth,
+        seconds=time.monotonic() - start,
+        result="success",
+        **base,  # type: ignore[arg-type]
+    )
+    _report(result, checker, stop, lasso_loop)
+    return result
+
+
+def _load_or_error(
+    spec_path: Path, config_path: Path, start: float, base: dict[str, str]
+) -> Compiled | CheckResult:
+    """The compiled model, or the error result that says why there is none."""
     try:
-        model = load_model(spec_path, config_path)
+        return load_model(spec_path, config_path)
     except TlaError as exc:
         return CheckResult(result="error", message=str(exc), exit_code=_KIND_EXIT.get(exc.kind, 255),
                            seconds=time.monotonic() - start, **base)  # type: ignore[arg-type]
@@ -1037,14 +1197,12 @@ def _check(
         return CheckResult(result="error", message=f"{spec_path}:0:0: expression nested too deeply to compile",
                            exit_code=EXIT_ERROR_SPEC_PARSE, seconds=time.monotonic() - start,
                            **base)  # type: ignore[arg-type]
-    if not model.has_behaviour:
-        return CheckResult(result="success", seconds=time.monotonic() - start,
-                           message="No SPECIFICATION or INIT/NEXT in the config: the constants and ASSUMEs "
-                                   "were evaluated, no state was explored.\n0 states generated, 0 distinct "
-                                   "states found, 0 states left on queue.", **base)  # type: ignore[arg-type]
-    monitor.header(str(spec_path), str(config_path))
-    heap = SearchHeap()
-    checker = Checker(model, monitor=monitor, max_states=max_states, workers=workers, heap=heap)
+
+
+def _search(checker: Checker, heap: SearchHeap) -> tuple[_Stop | None, int | None]:
+    """Run the search, then the liveness checks: why it stopped (None: nothing found) and, for a
+    liveness counterexample, the index in its trace where the cycle starts."""
+    model = checker.m
     stop: _Stop | None = None
     lasso_loop: int | None = None
     try:
@@ -1075,35 +1233,29 @@ def _check(
         where = checker.path_to(checker.current) if checker.current >= 0 else []
         stop = _Stop("error", None, where, None, "", f"evaluation error: {type(exc).__name__}: {exc}",
                      EXIT_FAILURE_SPEC_EVAL)
-    checker.release_memos()
+    return stop, lasso_loop
+
+
+def _report(result: CheckResult, checker: Checker, stop: _Stop | None, lasso_loop: int | None) -> None:
+    """Fill in ``result``'s verdict, message and trace from why the search stopped."""
     summary = (f"{checker.generated} states generated, {len(checker.states)} distinct states found, "
                f"{len(checker.queue)} states left on queue.")
-    result = CheckResult(
-        distinct_states=len(checker.states),
-        states_generated=checker.generated,
-        states_left_on_queue=len(checker.queue),
-        depth=checker.max_depth,
-        seconds=time.monotonic() - start,
-        result="success",
-        **base,  # type: ignore[arg-type]
-    )
     if stop is None or stop.result == "success":
         warning = ""
         if not checker.states:
             # TLC warns too: a spec without initial states satisfies every property vacuously.
             warning = "Warning: no state satisfies the initial predicate, so nothing was checked.\n"
-            monitor.say(warning.strip())
+            checker.monitor.say(warning.strip())
         result.message = warning + (stop.message + "\n" if stop is not None else "") + \
             "Model checking completed. No error has been found.\n" + summary + \
             f"\nThe depth of the complete state graph search is {checker.max_depth}."
-        return result
+        return
     result.result = stop.result  # type: ignore[assignment]
     result.violated = stop.violated
     result.exit_code = stop.exit_code
     result.trace = _trace(checker, stop, lasso_loop is not None) if (stop.trace_idx or stop.extra) else []
     result.loop_back_to = lasso_loop
     result.message = f"Error: {stop.message}\n{summary}"
-    return result
 
 
 def load_model(spec_path: Path, config_path: Path | None = None) -> Compiled:

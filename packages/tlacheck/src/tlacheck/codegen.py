@@ -722,17 +722,7 @@ class Source:
         box = comp.act_memos.get(id(opdef))
         pad = "    " * ind
         e2, v, it, rec = self.fresh("env"), self.fresh("v"), self.fresh("it"), self.fresh("rec")
-        # The argument values, in order, as Python names or cheap reads: the body reads its
-        # parameters from them, and they are the successor memo's key.
-        body: list[str] = []
-        values: list[str] = []
-        for a in argnodes:
-            src = self.expr(a, scope, lc, env)
-            if not SIMPLE.fullmatch(src):
-                tmp = self.fresh("a")
-                body.append(f"{pad}{tmp} = {src}")
-                src = tmp
-            values.append(src)
+        body, values = self.argument_values(argnodes, scope, lc, env, pad)
         params = [p for p, _ar in opdef.params]
         self.direct[e2] = dict(zip(params, values, strict=True))
         decl = "{" + ", ".join(f"{p!r}: {x}" for p, x in zip(params, values, strict=True)) + "}" if params else "EMPTY"
@@ -747,6 +737,35 @@ class Source:
             prep, guard, rest = self.split_body(opdef, inner_lc, where, e2, v, ind + 2, rest_k)
         finally:
             comp.file_stack.pop()
+        fast = self.guarded_rest(prep, guard, rest, where, e2, v, it, pad)
+        if box is None:
+            out = [f"{pad}if True:", *fast]
+            return body + self.declare(e2, decl, out + self.loop(it, k, ind) if isinstance(rest, str) else out, ind)
+        return body + self.declare(e2, decl, self.memoised_rest(box, values, rest, fast, k, it, rec, ind), ind)
+
+    def argument_values(
+        self, argnodes: list[Any], scope: Scope, lc: dict[str, Local], env: str, pad: str
+    ) -> tuple[list[str], list[str]]:
+        """The lines that compute a call's argument values, and the values, in order, as Python
+        names or cheap reads: the body reads its parameters from them, and they are the successor
+        memo's key."""
+        body: list[str] = []
+        values: list[str] = []
+        for a in argnodes:
+            src = self.expr(a, scope, lc, env)
+            if not SIMPLE.fullmatch(src):
+                tmp = self.fresh("a")
+                body.append(f"{pad}{tmp} = {src}")
+                src = tmp
+            values.append(src)
+        return body, values
+
+    @staticmethod
+    def guarded_rest(
+        prep: list[str], guard: list[str], rest: str | list[str], where: str, e2: str, v: str, it: str, pad: str
+    ) -> list[str]:
+        """The called body's bindings and guard (errors located at the call), then its rest: in
+        place, or (``rest`` a name) the generator ``it`` over it."""
         if isinstance(rest, str):
             run = [f"{pad}    {it} = {rest}(c, {e2}) if {v} is True else ()"] if guard else [
                 f"{pad}    {it} = {rest}(c, {e2})"]
@@ -757,15 +776,19 @@ class Source:
         if prep and not guard:
             fast = [f"{pad}    try:", *prep, f"{pad}    except EvalError as exc:",
                     f"{pad}        exc.locate({where!r})", f"{pad}        raise", *fast]
-        if box is None:
-            out = [f"{pad}if True:", *fast]
-            return body + self.declare(e2, decl, out + self.loop(it, k, ind) if isinstance(rest, str) else out, ind)
-        # The successor memo of the closure (act_call): replay a recorded call, else enumerate
-        # and record (a disabled call records no successor). Recorded in the loop itself (as
-        # :func:`record` does, without its generator layer per successor): only a complete
-        # enumeration reaches the store after the loop.
+        return fast
+
+    def memoised_rest(
+        self, box: list[Any], values: list[str], rest: str | list[str], fast: list[str], k: Cont, it: str, rec: str,
+        ind: int,
+    ) -> list[str]:
+        """The successor memo of the closure (act_call) around the call: replay a recorded call,
+        else enumerate and record (a disabled call records no successor). Recorded in the loop
+        itself (as :func:`record` does, without its generator layer per successor): only a
+        complete enumeration reaches the store after the loop."""
+        pad = "    " * ind
         bx, memo, key, hit = self.obj(box, "box"), self.fresh("m"), self.fresh("key"), self.fresh("hit")
-        nv = len(comp.variables)
+        nv = len(self.comp.variables)
         memo_key = "(" + "".join(f"{x}, " for x in values) + ")"
         entry = "" if len(self.unset) == nv else f" and n.count(UNSET) == {nv}"
         pre = [f"{pad}{rec} = {hit} = None",
@@ -778,16 +801,15 @@ class Source:
                f"{pad}        {rec} = []"]
         store = [f"{pad}if {rec} is not None:", f"{pad}    {memo}[{key}] = (s, {rec})"]
         if not isinstance(rest, str):
-            return body + self.declare(e2, decl, [
-                *pre, f"{pad}if {hit} is not None:", *self.loop(f"replay(n, {hit}[1])", k, ind + 1),
-                f"{pad}else:", *fast, *store], ind)
+            return [*pre, f"{pad}if {hit} is not None:", *self.loop(f"replay(n, {hit}[1])", k, ind + 1),
+                    f"{pad}else:", *fast, *store]
         lab = self.fresh("l")
-        return body + self.declare(e2, decl, [
+        return [
             *pre, f"{pad}if {hit} is not None:", f"{pad}    {it} = replay(n, {hit}[1])", f"{pad}else:", *fast,
             f"{pad}for {lab} in {it}:",
             f"{pad}    if {rec} is not None:",
             f"{pad}        {rec}.append(({lab}, n[:]))",
-            *self.within(frozenset(), k, lab, ind + 1), *store], ind)
+            *self.within(frozenset(), k, lab, ind + 1), *store]
 
     @staticmethod
     def declare(env: str, value: str, lines: list[str], ind: int) -> list[str]:

@@ -87,6 +87,25 @@ def bound_operator(body: Fun, params: list[str]) -> Fun:
     return make
 
 
+def _applied(body: Fun, names: list[str], fns: list[Fun]) -> Fun:
+    """``body`` with its parameters ``names`` bound to the values of ``fns``; up to three
+    parameters without a loop (most calls have one or two)."""
+    if len(fns) == 1:
+        n0, f0 = names[0], fns[0]
+        return lambda c, e: body(c, {n0: f0(c, e)})
+    if len(fns) == 2:
+        n0, f0 = names[0], fns[0]
+        n1, f1 = names[1], fns[1]
+        return lambda c, e: body(c, {n0: f0(c, e), n1: f1(c, e)})
+    if len(fns) == 3:
+        n0, f0 = names[0], fns[0]
+        n1, f1 = names[1], fns[1]
+        n2, f2 = names[2], fns[2]
+        return lambda c, e: body(c, {n0: f0(c, e), n1: f1(c, e), n2: f2(c, e)})
+    pairs = list(zip(names, fns, strict=True))
+    return lambda c, e: body(c, {n: f(c, e) for n, f in pairs})
+
+
 class ExprCompiler:
     """Compiles expressions (values and state predicates) of a loaded root scope against a model's
     constants; :class:`~tlacheck.action.Compiler` adds actions."""
@@ -848,6 +867,34 @@ class ExprCompiler:
         op = B.ALIASES.get(op, op)
         if op in ("/\\", "\\/"):
             return self.junction(op, args, scope, lc, pr)
+        if op in ("=>", "<=>", "~"):
+            return self.connective(op, args, scope, lc, pr)
+        if op in ("'", "UNCHANGED", "ENABLED", "[]", "<>", "~>", "-+->", "\\cdot"):
+            return self.action_operator(op, args, node, scope, lc, pr)
+        if op == "\\X":
+            parts = flatten_product(node)
+            fns, deps = self.many(parts, scope, lc, pr)
+            return (lambda c, e: ProductSet([f(c, e) for f in fns])), deps
+        # User definitions (and LET / parameters) shadow the standard operators.
+        target = lc.get(op) or scope.defs.get(op)
+        if target is not None:
+            return self.call(target, args, scope, lc, pr, node)
+        if len(args) == 2 and op in B.BINARY:
+            return self.binary(op, args, scope, lc, pr)
+        if len(args) == 1 and op in B.UNARY:
+            f1 = B.UNARY[op]
+            a, ad = self.expr(args[0], scope, lc, pr)
+            return (lambda c, e: f1(a(c, e))), ad
+        if op in B.FUNCTIONS:
+            return self.call(("builtin", op), args, scope, lc, pr, node)
+        if op == "TLCEval" and len(args) == 1:
+            return self.expr(args[0], scope, lc, pr)
+        if op in UNSUPPORTED_OPS:
+            raise self.unsupported(f"operator {op}", node)
+        raise self.err(f"unknown operator {op}", node)
+
+    def connective(self, op: str, args: list[Any], scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        """``=>``, ``<=>`` and ``~``."""
         if op == "=>":
             a, ad = self.expr(args[0], scope, lc, pr)
             b, bd = self.expr(args[1], scope, lc, pr)
@@ -867,16 +914,20 @@ class ExprCompiler:
             a, ad = self.expr(args[0], scope, lc, pr)
             b, bd = self.expr(args[1], scope, lc, pr)
             return (lambda c, e: as_bool(a(c, e), "<=>") == as_bool(b(c, e), "<=>")), ad | bd
-        if op == "~":
-            a, ad = self.expr(args[0], scope, lc, pr)
+        a, ad = self.expr(args[0], scope, lc, pr)
 
-            def negation(c: Ctx, e: dict[str, Value]) -> Value:
-                v = a(c, e)
-                if v is True:
-                    return False
-                return True if v is False else not as_bool(v, "~")
+        def negation(c: Ctx, e: dict[str, Value]) -> Value:
+            v = a(c, e)
+            if v is True:
+                return False
+            return True if v is False else not as_bool(v, "~")
 
-            return negation, ad
+        return negation, ad
+
+    def action_operator(
+        self, op: str, args: list[Any], node: Any, scope: Scope, lc: dict[str, Local], pr: bool
+    ) -> tuple[Fun, int]:
+        """A prime, UNCHANGED or ENABLED as a value; a temporal operator is refused here."""
         if op == "'":
             if pr:
                 raise self.unsupported("double prime (x'')", node)
@@ -887,49 +938,31 @@ class ExprCompiler:
             return (lambda c, e: vp(c, e) == v(c, e)), vd | vpd
         if op == "ENABLED":
             return self.enabled(args[0], scope, lc)
-        if op in ("[]", "<>", "~>", "-+->", "\\cdot"):
-            raise self.unsupported(f"temporal operator {op} inside an expression", node)
-        if op == "\\X":
-            parts = flatten_product(node)
-            fns, deps = self.many(parts, scope, lc, pr)
-            return (lambda c, e: ProductSet([f(c, e) for f in fns])), deps
-        # User definitions (and LET / parameters) shadow the standard operators.
-        target = lc.get(op) or scope.defs.get(op)
-        if target is not None:
-            return self.call(target, args, scope, lc, pr, node)
-        if len(args) == 2 and op in B.BINARY:
-            f = B.BINARY[op]
-            a, ad = self.expr(args[0], scope, lc, pr)
-            b, bd = self.expr(args[1], scope, lc, pr)
-            if bd == 0 and ad != 0:
-                # Constant right operand (e.g. pc[p] = "cs"): bake the value in, saving a call.
-                ok, bv = const_value(b)
-                if ok:
-                    if op == "=":
-                        return (lambda c, e: a(c, e) == bv), ad
-                    if op == "#":
-                        return (lambda c, e: a(c, e) != bv), ad
-                    if op == "\\in":
-                        return (lambda c, e: a(c, e) in bv), ad
-                    return (lambda c, e: f(a(c, e), bv)), ad
-            if op == "=":
-                return (lambda c, e: a(c, e) == b(c, e)), ad | bd
-            if op == "#":
-                return (lambda c, e: a(c, e) != b(c, e)), ad | bd
-            if op == "\\in":
-                return (lambda c, e: a(c, e) in b(c, e)), ad | bd
-            return (lambda c, e: f(a(c, e), b(c, e))), ad | bd
-        if len(args) == 1 and op in B.UNARY:
-            f1 = B.UNARY[op]
-            a, ad = self.expr(args[0], scope, lc, pr)
-            return (lambda c, e: f1(a(c, e))), ad
-        if op in B.FUNCTIONS:
-            return self.call(("builtin", op), args, scope, lc, pr, node)
-        if op == "TLCEval" and len(args) == 1:
-            return self.expr(args[0], scope, lc, pr)
-        if op in UNSUPPORTED_OPS:
-            raise self.unsupported(f"operator {op}", node)
-        raise self.err(f"unknown operator {op}", node)
+        raise self.unsupported(f"temporal operator {op} inside an expression", node)
+
+    def binary(self, op: str, args: list[Any], scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+        """A standard binary operator; the most common ones (=, #, \\in) inlined."""
+        f = B.BINARY[op]
+        a, ad = self.expr(args[0], scope, lc, pr)
+        b, bd = self.expr(args[1], scope, lc, pr)
+        if bd == 0 and ad != 0:
+            # Constant right operand (e.g. pc[p] = "cs"): bake the value in, saving a call.
+            ok, bv = const_value(b)
+            if ok:
+                if op == "=":
+                    return (lambda c, e: a(c, e) == bv), ad
+                if op == "#":
+                    return (lambda c, e: a(c, e) != bv), ad
+                if op == "\\in":
+                    return (lambda c, e: a(c, e) in bv), ad
+                return (lambda c, e: f(a(c, e), bv)), ad
+        if op == "=":
+            return (lambda c, e: a(c, e) == b(c, e)), ad | bd
+        if op == "#":
+            return (lambda c, e: a(c, e) != b(c, e)), ad | bd
+        if op == "\\in":
+            return (lambda c, e: a(c, e) in b(c, e)), ad | bd
+        return (lambda c, e: f(a(c, e), b(c, e))), ad | bd
 
     def ident(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
         name = node.operator
@@ -1017,38 +1050,9 @@ class ExprCompiler:
         self, target: Any, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool, node: Any
     ) -> tuple[Fun, int]:
         if isinstance(target, tuple) and target[0] == "builtin":
-            name = target[1]
-            if name in B.CONSTANTS and not argnodes:
-                v = B.CONSTANTS[name]
-                return (lambda c, e: v), 0
-            if name in B.BINARY and len(argnodes) == 2:
-                bf = B.BINARY[name]
-                fns, deps = self.many(argnodes, scope, lc, pr)
-                a0, a1 = fns
-                return (lambda c, e: bf(a0(c, e), a1(c, e))), deps
-            arity, fn, opargs = B.FUNCTIONS[name]
-            if len(argnodes) != arity:
-                raise self.err(f"{name} expects {arity} arguments, got {len(argnodes)}", node)
-            fns, deps = [], 0
-            for i, a in enumerate(argnodes):
-                f, d = self.op_value(a, 1 if name == "SelectSeq" else 2, scope, lc, pr) if i in opargs else self.expr(
-                    a, scope, lc, pr
-                )
-                fns.append(f)
-                deps |= d
-            if name in ("Print", "PrintT", "Assert"):
-                deps |= ENV | IMPURE  # side effects / failures must happen each time, never folded
-            return self.builtin_call(fn, fns, node, name), deps
+            return self.call_builtin(target[1], argnodes, scope, lc, pr, node)
         if isinstance(target, Local):
-            if target.kind == "opparam":
-                fns, deps = self.many(argnodes, scope, lc, pr)
-                name = target.name
-                return (lambda c, e: e[name](c, tuple([f(c, e) for f in fns]))), deps | ENV
-            if target.kind == "letop":
-                return self.call_letop(target, argnodes, scope, lc, pr, node)
-            if target.kind in ("val", "thunk", "subst") and not argnodes:
-                return self.ident(node, scope, lc, pr)
-            raise self.err(f"{target.name} is not an operator", node)
+            return self.call_local(target, argnodes, scope, lc, pr, node)
         if isinstance(target, Decl):
             if argnodes and target.scope.subst is not None:
                 return self.call_substituted(target, argnodes, scope, lc, pr, node)
@@ -1059,6 +1063,52 @@ class ExprCompiler:
             raise self.err(f"{target.name} is a module instance; use {target.name}!Op", node)
         if not isinstance(target, OpDef):
             raise self.err(f"cannot apply {target!r}", node)
+        return self.call_operator(target, argnodes, scope, lc, pr, node)
+
+    def call_builtin(
+        self, name: str, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool, node: Any
+    ) -> tuple[Fun, int]:
+        """A call of a standard module's operator (:mod:`builtins`)."""
+        if name in B.CONSTANTS and not argnodes:
+            v = B.CONSTANTS[name]
+            return (lambda c, e: v), 0
+        if name in B.BINARY and len(argnodes) == 2:
+            bf = B.BINARY[name]
+            fns, deps = self.many(argnodes, scope, lc, pr)
+            a0, a1 = fns
+            return (lambda c, e: bf(a0(c, e), a1(c, e))), deps
+        arity, fn, opargs = B.FUNCTIONS[name]
+        if len(argnodes) != arity:
+            raise self.err(f"{name} expects {arity} arguments, got {len(argnodes)}", node)
+        fns, deps = [], 0
+        for i, a in enumerate(argnodes):
+            f, d = self.op_value(a, 1 if name == "SelectSeq" else 2, scope, lc, pr) if i in opargs else self.expr(
+                a, scope, lc, pr
+            )
+            fns.append(f)
+            deps |= d
+        if name in ("Print", "PrintT", "Assert"):
+            deps |= ENV | IMPURE  # side effects / failures must happen each time, never folded
+        return self.builtin_call(fn, fns, node, name), deps
+
+    def call_local(
+        self, target: Local, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool, node: Any
+    ) -> tuple[Fun, int]:
+        """A call of an operator parameter or a LET operator, or a bound name without arguments."""
+        if target.kind == "opparam":
+            fns, deps = self.many(argnodes, scope, lc, pr)
+            name = target.name
+            return (lambda c, e: e[name](c, tuple([f(c, e) for f in fns]))), deps | ENV
+        if target.kind == "letop":
+            return self.call_letop(target, argnodes, scope, lc, pr, node)
+        if target.kind in ("val", "thunk", "subst") and not argnodes:
+            return self.ident(node, scope, lc, pr)
+        raise self.err(f"{target.name} is not an operator", node)
+
+    def call_operator(
+        self, target: OpDef, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool, node: Any
+    ) -> tuple[Fun, int]:
+        """A call of a definition: memoised where it is pure or reads few variables."""
         if len(argnodes) != len(target.params):
             raise self.err(
                 f"operator {target.name} expects {len(target.params)} arguments, got {len(argnodes)}", node
@@ -1082,20 +1132,7 @@ class ExprCompiler:
                 return self.state_memoised_call(target, body, names, fns, idxs), deps
         if target.name in target.scope.recursive:
             return self.recursive_call(target, body, names, fns), deps
-        if len(fns) == 1:
-            n0, f0 = names[0], fns[0]
-            return (lambda c, e: body(c, {n0: f0(c, e)})), deps
-        if len(fns) == 2:
-            n0, f0 = names[0], fns[0]
-            n1, f1 = names[1], fns[1]
-            return (lambda c, e: body(c, {n0: f0(c, e), n1: f1(c, e)})), deps
-        if len(fns) == 3:
-            n0, f0 = names[0], fns[0]
-            n1, f1 = names[1], fns[1]
-            n2, f2 = names[2], fns[2]
-            return (lambda c, e: body(c, {n0: f0(c, e), n1: f1(c, e), n2: f2(c, e)})), deps
-        pairs = list(zip(names, fns, strict=True))
-        return (lambda c, e: body(c, {n: f(c, e) for n, f in pairs})), deps
+        return _applied(body, names, fns), deps
 
     @staticmethod
     def too_deep(where: str, what: str) -> EvalError:

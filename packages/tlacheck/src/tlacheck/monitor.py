@@ -15,7 +15,7 @@ import threading
 import time
 from typing import TextIO
 
-from tlacheck.result import EXIT_ERROR_STATESPACE_TOO_LARGE
+from tlacheck.result import EXIT_ERROR_STATESPACE_TOO_LARGE, EXIT_INTERRUPTED
 
 
 def _default_max_memory_mb() -> int:
@@ -29,7 +29,6 @@ def _default_max_memory_mb() -> int:
 
 
 DEFAULT_MAX_MEMORY_MB = _default_max_memory_mb()
-EXIT_INTERRUPTED = 130
 
 
 class Halt(Exception):

@@ -26,6 +26,9 @@ EXIT_ERROR_CONFIG_PARSE = 151
 EXIT_ERROR_STATESPACE_TOO_LARGE = 152
 EXIT_ERROR_SYSTEM = 153
 EXIT_ERROR = 255
+# Not TLC's: the shell's status for a run stopped by Ctrl-C (128 + SIGINT), which the embedded
+# checker and every kvoffload command exit with.
+EXIT_INTERRUPTED = 130
 
 @dataclass
 class TraceStep:

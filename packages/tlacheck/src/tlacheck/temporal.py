@@ -182,92 +182,119 @@ class TemporalAnalyzer:
         if not self.is_temporal(n, sc):
             out.inits.append(pc)
             return
+        placed = False
         if t == "OperatorApplication" and n.operator == "[]":
-            arg = self.unwrap(Piece(n.arguments[0], sc, pc.locals, pc.env, pc.label))
-            at = tname(arg.node)
-            if at == "SubscriptedAction" and arg.node.operator == "[":
-                (out.nexts if is_spec and not out.nexts else out.actions).append(arg)
-                return
-            if not self.is_temporal(arg.node, arg.scope):
-                out.invariants.append(arg)
-                return
-            if at == "OperatorApplication" and arg.node.operator == "=>":
-                lhs, rhs = arg.node.arguments
-                r = self.unwrap(Piece(rhs, arg.scope, arg.locals, arg.env, pc.label))
-                if (
-                    not self.is_temporal(lhs, arg.scope)
-                    and tname(r.node) == "OperatorApplication"
-                    and r.node.operator == "<>"
-                    and not self.is_temporal(r.node.arguments[0], r.scope)
-                ):
-                    out.liveness.append(
-                        Liveness(
-                            "~>",
-                            Piece(lhs, arg.scope, arg.locals, arg.env, pc.label),
-                            Piece(r.node.arguments[0], r.scope, r.locals, r.env, pc.label),
-                            pc.label,
-                        )
-                    )
-                    return
-            if at == "OperatorApplication" and arg.node.operator == "<>":
-                inner = self.unwrap(Piece(arg.node.arguments[0], arg.scope, arg.locals, arg.env, pc.label))
-                if tname(inner.node) == "SubscriptedAction" and inner.node.operator == "<<":
-                    out.liveness.append(Liveness("[]<>step", inner, None, pc.label))  # infinitely many A steps
-                    return
-                if not self.is_temporal(inner.node, inner.scope):
-                    out.liveness.append(Liveness("[]<>", inner, None, pc.label))
-                    return
+            placed = self.sort_always(out, pc, is_spec)
         elif t == "OperatorApplication" and n.operator == "<>":
-            arg = self.unwrap(Piece(n.arguments[0], sc, pc.locals, pc.env, pc.label))
-            if is_spec and tname(arg.node) == "OperatorApplication" and arg.node.operator == "[]":
-                inner = self.unwrap(Piece(arg.node.arguments[0], arg.scope, arg.locals, arg.env, pc.label))
-                if tname(inner.node) == "SubscriptedAction" and inner.node.operator == "[":
-                    out.suffix_actions.append(inner)
-                    return
-            if not self.is_temporal(arg.node, arg.scope):
-                out.liveness.append(Liveness("<>", arg, None, pc.label))
-                return
-            if tname(arg.node) == "OperatorApplication" and arg.node.operator == "[]":
-                inner = self.unwrap(Piece(arg.node.arguments[0], arg.scope, arg.locals, arg.env, pc.label))
-                if not self.is_temporal(inner.node, inner.scope):
-                    out.liveness.append(Liveness("<>[]", inner, None, pc.label))
-                    return
+            placed = self.sort_eventually(out, pc, is_spec)
         elif t == "OperatorApplication" and n.operator == "=>" and not self.is_temporal(n.arguments[0], sc):
-            # P => F with P a state predicate and F one of the forms above: F over the
-            # behaviours whose initial state satisfies P ([]Q included).
-            premise = Piece(n.arguments[0], sc, pc.locals, pc.env, pc.label)
-            rhs = self.unwrap(Piece(n.arguments[1], sc, pc.locals, pc.env, pc.label))
-            rn = rhs.node
-            if (
-                tname(rn) == "OperatorApplication"
-                and rn.operator == "[]"
-                and not self.is_temporal(rn.arguments[0], rhs.scope)
-            ):
-                q = Piece(rn.arguments[0], rhs.scope, rhs.locals, rhs.env, pc.label)
-                out.liveness.append(Liveness("[]", q, None, pc.label, premise))
-                return
-            inner = self.decompose_piece(rhs)
-            if inner.liveness and len(inner.liveness) == 1 and not (inner.inits or inner.invariants
-                                                                    or inner.actions or inner.fairness):
-                lv = inner.liveness[0]
-                out.liveness.append(Liveness(lv.kind, lv.p, lv.q, pc.label, premise))
-                return
+            placed = self.sort_premised(out, pc)
         elif t == "OperatorApplication" and n.operator == "~>":
-            lhs, rhs = n.arguments
-            if not self.is_temporal(lhs, sc) and not self.is_temporal(rhs, sc):
-                out.liveness.append(
-                    Liveness(
-                        "~>",
-                        Piece(lhs, sc, pc.locals, pc.env, pc.label),
-                        Piece(rhs, sc, pc.locals, pc.env, pc.label),
-                        pc.label,
-                    )
-                )
-                return
+            placed = self.sort_leads_to(out, pc)
+        if placed:
+            return
         raise self.err(
             "unsupported temporal formula (supported: []P, [][A]_v, <>P, []<>P, <>[]P, P ~> Q, P => <>Q, P => []Q, "
             "WF/SF, conjunctions and \\A over constant sets of these)",
             n,
             sc,
         )
+
+    def sort_always(self, out: Decomposed, pc: Piece, is_spec: bool) -> bool:
+        """``[]F``: Next, an implied action, an invariant, ``P ~> Q`` as ``[](P => <>Q)``, or
+        ``[]<>``; whether it is one of these."""
+        n, sc = pc.node, pc.scope
+        arg = self.unwrap(Piece(n.arguments[0], sc, pc.locals, pc.env, pc.label))
+        at = tname(arg.node)
+        if at == "SubscriptedAction" and arg.node.operator == "[":
+            (out.nexts if is_spec and not out.nexts else out.actions).append(arg)
+            return True
+        if not self.is_temporal(arg.node, arg.scope):
+            out.invariants.append(arg)
+            return True
+        if at == "OperatorApplication" and arg.node.operator == "=>":
+            lhs, rhs = arg.node.arguments
+            r = self.unwrap(Piece(rhs, arg.scope, arg.locals, arg.env, pc.label))
+            if (
+                not self.is_temporal(lhs, arg.scope)
+                and tname(r.node) == "OperatorApplication"
+                and r.node.operator == "<>"
+                and not self.is_temporal(r.node.arguments[0], r.scope)
+            ):
+                out.liveness.append(
+                    Liveness(
+                        "~>",
+                        Piece(lhs, arg.scope, arg.locals, arg.env, pc.label),
+                        Piece(r.node.arguments[0], r.scope, r.locals, r.env, pc.label),
+                        pc.label,
+                    )
+                )
+                return True
+        if at == "OperatorApplication" and arg.node.operator == "<>":
+            inner = self.unwrap(Piece(arg.node.arguments[0], arg.scope, arg.locals, arg.env, pc.label))
+            if tname(inner.node) == "SubscriptedAction" and inner.node.operator == "<<":
+                out.liveness.append(Liveness("[]<>step", inner, None, pc.label))  # infinitely many A steps
+                return True
+            if not self.is_temporal(inner.node, inner.scope):
+                out.liveness.append(Liveness("[]<>", inner, None, pc.label))
+                return True
+        return False
+
+    def sort_eventually(self, out: Decomposed, pc: Piece, is_spec: bool) -> bool:
+        """``<>F``: a SPECIFICATION's ``<>[][A]_v``, ``<>P`` or ``<>[]P``; whether it is one of these."""
+        n, sc = pc.node, pc.scope
+        arg = self.unwrap(Piece(n.arguments[0], sc, pc.locals, pc.env, pc.label))
+        if is_spec and tname(arg.node) == "OperatorApplication" and arg.node.operator == "[]":
+            inner = self.unwrap(Piece(arg.node.arguments[0], arg.scope, arg.locals, arg.env, pc.label))
+            if tname(inner.node) == "SubscriptedAction" and inner.node.operator == "[":
+                out.suffix_actions.append(inner)
+                return True
+        if not self.is_temporal(arg.node, arg.scope):
+            out.liveness.append(Liveness("<>", arg, None, pc.label))
+            return True
+        if tname(arg.node) == "OperatorApplication" and arg.node.operator == "[]":
+            inner = self.unwrap(Piece(arg.node.arguments[0], arg.scope, arg.locals, arg.env, pc.label))
+            if not self.is_temporal(inner.node, inner.scope):
+                out.liveness.append(Liveness("<>[]", inner, None, pc.label))
+                return True
+        return False
+
+    def sort_premised(self, out: Decomposed, pc: Piece) -> bool:
+        """``P => F`` with P a state predicate and F one of the forms above: F over the behaviours
+        whose initial state satisfies P (``[]Q`` included); whether F is one of them."""
+        n, sc = pc.node, pc.scope
+        premise = Piece(n.arguments[0], sc, pc.locals, pc.env, pc.label)
+        rhs = self.unwrap(Piece(n.arguments[1], sc, pc.locals, pc.env, pc.label))
+        rn = rhs.node
+        if (
+            tname(rn) == "OperatorApplication"
+            and rn.operator == "[]"
+            and not self.is_temporal(rn.arguments[0], rhs.scope)
+        ):
+            q = Piece(rn.arguments[0], rhs.scope, rhs.locals, rhs.env, pc.label)
+            out.liveness.append(Liveness("[]", q, None, pc.label, premise))
+            return True
+        inner = self.decompose_piece(rhs)
+        if inner.liveness and len(inner.liveness) == 1 and not (inner.inits or inner.invariants
+                                                                or inner.actions or inner.fairness):
+            lv = inner.liveness[0]
+            out.liveness.append(Liveness(lv.kind, lv.p, lv.q, pc.label, premise))
+            return True
+        return False
+
+    def sort_leads_to(self, out: Decomposed, pc: Piece) -> bool:
+        """``P ~> Q`` over state predicates; whether both are."""
+        n, sc = pc.node, pc.scope
+        lhs, rhs = n.arguments
+        if self.is_temporal(lhs, sc) or self.is_temporal(rhs, sc):
+            return False
+        out.liveness.append(
+            Liveness(
+                "~>",
+                Piece(lhs, sc, pc.locals, pc.env, pc.label),
+                Piece(rhs, sc, pc.locals, pc.env, pc.label),
+                pc.label,
+            )
+        )
+        return True
 
