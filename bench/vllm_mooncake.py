@@ -40,9 +40,9 @@ from typing import Any
 from vllm_own_spec import VLLM_POLICIES, vllm_own_transfer_config
 
 from kvoffload.offload.policies import POLICIES
-from kvoffload.sim.bounds import infinite_cache
-from kvoffload.sim.mooncake import MOONCAKE_BLOCK_TOKENS, TraceRequest, block_chains, read_trace
-from kvoffload.sim.trace_replay import replay_trace
+from kvoffload.tracestudy.bounds import infinite_cache
+from kvoffload.tracestudy.mooncake import MOONCAKE_BLOCK_TOKENS, TraceRequest, block_chains, read_trace
+from kvoffload.tracestudy.replay import replay_trace
 from kvoffload.vllm.harness import (
     Engine,
     build_tiny_model,
