@@ -14,7 +14,7 @@ from kvoffload.tracestudy.cpu_oracle import NEVER, BeladyCPUPolicy
 from kvoffload.tracestudy.mooncake import TraceRequest, block_chains
 from kvoffload.tracestudy.replay import ReplayError, TraceReplay, replay_trace
 
-TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
+TRACE = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
 
 
 def _request(ids: list[int], full: int, at: float = 0) -> TraceRequest:
