@@ -20,11 +20,11 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
 
+from kvoffload.lifecycles.request import FINISHED_PENDING_STORE, LOADING, PREEMPTED, RUNNING, SIGNALED, WAITING
 from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload.offload.types import ConnectorMetadata, OffloadConfig, SchedulerOutput, WorkerOutput
 from kvoffload.sim import Engine, EngineConfig
-from kvoffload.spec.lifecycle import FINISHED_PENDING_STORE, LOADING, PREEMPTED, RUNNING, SIGNALED, WAITING
 from support import full_state
 
 BLOCK_SIZE = 4

@@ -7,7 +7,7 @@ are shared and the CPU tier is hit), step the engine, abort requests, complete o
 call reset_cache, drop the GPU prefix cache; a small GPU pool makes the engine preempt. Each
 program starts from a "warm" CPU tier (one finished conversation offloaded), so loads are common.
 
-After every rule: every invariant of ``kvoffload.spec`` on the scheduler's snapshot, the engine's
+After every rule: every invariant of ``kvoffload.lifecycles`` on the scheduler's snapshot, the engine's
 own checks (GpuBlockFence, DataIntegrity of loaded blocks), DataIntegrity at the source (a store
 reads GPU blocks that hold its keys), and the lifecycle trace so far replays through the spec's
 mirror (``kvoffload.verify.mirror``). At the end the engine drains and nothing may be left (NoLeak,
@@ -45,12 +45,12 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from kvoffload.lifecycles import check_invariants
 from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload.offload.types import ConnectorMetadata, JobId, OffloadConfig, WorkerOutput
 from kvoffload.sim import Engine, EngineConfig
 from kvoffload.sim.kv_model import ModelWorker
-from kvoffload.spec import check_invariants
 from kvoffload.statemachine.explore import CRASH
 from kvoffload.statemachine.runtime import LifecycleError
 from kvoffload.statemachine.trace import TraceWriter

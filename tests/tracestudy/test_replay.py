@@ -188,8 +188,8 @@ def test_real_trace_prefix(policy: str, capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_errors_and_broken_invariants_are_counted_as_violations(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvoffload.lifecycles.invariants import Violation
     from kvoffload.offload.errors import LifecycleViolation
-    from kvoffload.spec.invariants import Violation
     from kvoffload.tracestudy import replay as trace_replay
 
     chains = block_chains([_request([1, 2, 3], 2), _request([1, 2, 4], 2)])

@@ -26,7 +26,7 @@ from kvoffload.commands.errors import CommandError
 
 
 def _lifecycle_choices() -> list[str]:
-    from kvoffload.spec import LIFECYCLES
+    from kvoffload.lifecycles import LIFECYCLES
 
     return sorted(LIFECYCLES)
 
@@ -59,7 +59,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _declarations(name: str | None) -> tuple[Any, ...]:
-    from kvoffload.spec import LIFECYCLES
+    from kvoffload.lifecycles import LIFECYCLES
     from kvoffload.verify.mirror import PRODUCT_LIFECYCLES
 
     return PRODUCT_LIFECYCLES if name is None else (LIFECYCLES[name],)

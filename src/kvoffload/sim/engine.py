@@ -28,12 +28,12 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from kvoffload.lifecycles.invariants import Violation, check_invariants
 from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload.offload.types import DEFAULT_POLICY, ConnectorUpdate, OffloadConfig, SchedulerOutput
 from kvoffload.sim.block_pool import BlockPool
 from kvoffload.sim.kv_model import KVBackend, ModelWorker
 from kvoffload.sim.request import SimRequest, chain_hash
-from kvoffload.spec.invariants import Violation, check_invariants
 
 VOCAB = 32000
 MAX_REPORTED_VIOLATIONS = 20

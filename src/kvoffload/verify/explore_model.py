@@ -71,11 +71,11 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
+from kvoffload.lifecycles.invariants import check_invariants
+from kvoffload.lifecycles.request import CLEANED
 from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.scheduler import OffloadingScheduler, SchedulerState
 from kvoffload.offload.types import OffloadConfig, SchedulerOutput, TransferJob, WorkerOutput
-from kvoffload.spec.invariants import check_invariants
-from kvoffload.spec.lifecycle import CLEANED
 
 # Keys are large so that no block id, count or job id can be mistaken for one when renaming.
 KEY_BASE = 1 << 20

@@ -20,7 +20,7 @@ from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from kvoffload.spec.invariants import Violation
+from kvoffload.lifecycles.invariants import Violation
 from kvoffload.statemachine.explore import explore
 from kvoffload.vllm.check.build import ConnectorShape
 from kvoffload.vllm.check.compat import PrivateReads
