@@ -7,7 +7,7 @@ vLLM's logic is replaced; the pieces here only observe, or do what vLLM's CPU pl
 - :mod:`.connector`: ``LiveCheckConnector``, vLLM's ``OffloadingConnector`` with every scheduler-side
   call recorded (a ``kvoffload trace`` file) and the manager behind the recording proxy of
   :mod:`kvoffload.vllm.check.proxy`, which checks the manager contract on every call;
-- :mod:`.spec`: vLLM's ``CPUOffloadingSpec`` / ``TieringOffloadingSpec`` whose worker is
+- :mod:`.offloading_spec`: vLLM's ``CPUOffloadingSpec`` / ``TieringOffloadingSpec`` whose worker is
   :class:`.worker.LiveWorker` (vLLM's own worker refuses the CPU platform);
 - :mod:`.worker`: torch copies between the engine's KV tensors and the CPU tier, and a digest
   check of every loaded block (``DataIntegrity``);
