@@ -134,7 +134,7 @@ def _figures(summary: dict[str, Any]) -> str:
 def _run_tiered(args: argparse.Namespace, options: Any, started: float) -> int:
     from dataclasses import replace
 
-    from kvoffload.sim.tiers.runner import TierSimOptions, print_summary, simulate_tiered
+    from kvoffload.sim.tiered.runner import TierSimOptions, print_summary, simulate_tiered
 
     if args.device != "cpu":
         raise CommandError(
