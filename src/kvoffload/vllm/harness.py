@@ -1,6 +1,6 @@
 """Runs token-id workloads through a real, in-process vLLM engine and reads back what happened.
 
-Used by the end-to-end tests, the Mooncake run (``bench/vllm_mooncake.py``) and the GPU check:
+Used by the end-to-end tests, the Mooncake run (``scripts/measure/vllm_mooncake.py``) and the GPU check:
 a tiny random-weight Llama built on the spot (no download), an ``LLM`` with prompts given as token
 ids, vLLM's own prefix-cache counters, and the kvoffload objects living inside the engine (the
 strict manager of :class:`~kvoffload.vllm.offloading_spec.KVOffloadSpec`, the scheduler of

@@ -1,6 +1,6 @@
 """The secondary tiers in a real vLLM engine: one workload, one engine run per configuration; prints JSON.
 
-Run with vLLM's environment (``.venv-vllm/bin/python bench/vllm_tiers.py``; set
+Run with vLLM's environment (``.venv-vllm/bin/python scripts/measure/vllm_tiers.py``; set
 ``KVOFFLOAD_REDIS_PORTS=LOW-HIGH`` to keep the private redis-server to those loopback ports).
 
 The workload: four prompts of 320 tokens, each run, then a flood of twelve unrelated prompts that
