@@ -26,7 +26,7 @@ from kvoffload.verify.bugzoo.scheduler_bugs import (
     ResetLeavesStaleJobsScheduler,
     StoreGpuHitEarlyScheduler,
 )
-from kvoffload.verify.bugzoo.spec_decode_bugs import StoreDraftsScheduler
+from kvoffload.verify.bugzoo.speculative_decoding_bugs import StoreDraftsScheduler
 from kvoffload.verify.bugzoo.worker_bugs import report_failure_as_done
 
 _ALL = (
