@@ -14,5 +14,5 @@ vLLM's logic is replaced; the pieces here only observe, or do what vLLM's CPU pl
 - :mod:`.tier`: vLLM's in-memory ``example`` secondary tier, made to keep the bytes it is given;
 - :mod:`.workloads` and :mod:`.driver`: the seeded workloads and the engine that runs them;
 - :mod:`.checker`: one run per manager x workload x mode, compared token for token with a run
-  without offloading, as :class:`~kvoffload.vllm.check.findings.CheckResult`.
+  without offloading, as :class:`~kvoffload.vllm.check.findings.CheckerVerdict`.
 """
