@@ -169,7 +169,7 @@ class OffloadMachine(RuleBasedStateMachine):
     make_manager: ClassVar[ManagerFactory | None] = None
     worker_report: ClassVar[WorkerReport | None] = None
     # Speculative decoding: draft tokens per decode step (half of them rejected on average).
-    spec_tokens: ClassVar[int] = 0
+    speculative_tokens: ClassVar[int] = 0
 
     prompts = Bundle("prompts")
 
@@ -219,8 +219,8 @@ class OffloadMachine(RuleBasedStateMachine):
             eos_probability=0.0,
             job_delay_steps=NEVER,
             seed=0,
-            spec_tokens=type(self).spec_tokens,
-            spec_acceptance=0.5,
+            speculative_tokens=type(self).speculative_tokens,
+            speculative_acceptance=0.5,
         )
         offload = config.offload_config()
         cls = type(self)
@@ -359,15 +359,15 @@ class OffloadMachine(RuleBasedStateMachine):
         assert replay.counts.instances["request"] == engine.scheduler.stats.cleaned
 
 
-class SpecDecodingMachine(OffloadMachine):
+class SpeculativeDecodingMachine(OffloadMachine):
     """The same programs with three draft tokens per decode step."""
 
-    spec_tokens = 3
+    speculative_tokens = 3
 
 
 @pytest.mark.slow
 def test_offload_machine_with_speculative_decoding() -> None:
-    run_state_machine_as_test(SpecDecodingMachine)
+    run_state_machine_as_test(SpeculativeDecodingMachine)
 
 
 @pytest.mark.slow
@@ -386,7 +386,7 @@ def machine_for(mutant: Mutant | None) -> type[OffloadMachine]:
         "make_manager": staticmethod(mutant.make_manager),
         "worker_report": staticmethod(mutant.worker_report) if mutant.worker_report else None,
         # A bug only speculative decoding reaches needs drafts, as the explorer does.
-        "spec_tokens": 3 if ("spec_decoding", True) in mutant.explore_options else 0,
+        "speculative_tokens": 3 if ("speculative_decoding", True) in mutant.explore_options else 0,
     }
     return type(f"OffloadMachine_{mutant.name}", (OffloadMachine,), attributes)
 

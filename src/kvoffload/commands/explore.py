@@ -33,7 +33,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--max-preemptions", type=int, default=1, help="preemptions per run (default 1)")
     parser.add_argument("--no-failures", action="store_true", help="transfers never fail")
     parser.add_argument(
-        "--spec-decoding", action="store_true",
+        "--speculative-decoding", action="store_true",
         help="add steps whose draft chunk verification rejects (speculative decoding)",
     )
     parser.add_argument(
@@ -92,8 +92,8 @@ def run(args: argparse.Namespace) -> int:
     }
     if args.cpu_blocks is not None:
         options["cpu_blocks"] = args.cpu_blocks
-    if args.spec_decoding:
-        options["spec_decoding"] = True
+    if args.speculative_decoding:
+        options["speculative_decoding"] = True
     try:
         model = explore_model_for(mutant, args.requests, args.chunks, **options)
     except ValueError as error:
