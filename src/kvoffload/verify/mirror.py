@@ -44,7 +44,7 @@ __all__ = [
     "check_trace_file",
     "check_trace_lines",
     "parse_line",
-    "read_trace",
+    "read_lifecycle_trace",
 ]
 
 PRODUCT_LIFECYCLES: tuple[LifecycleDeclaration, ...] = (REQUEST_LIFECYCLE, JOB_LIFECYCLE)
@@ -277,7 +277,7 @@ def _validate(record: Mapping[str, Any], line: int) -> None:
     validate_counts(record, line, COUNT_FIELDS, COUNT_LIST_FIELDS)
 
 
-def read_trace(lines: Iterable[str]) -> list[tuple[int, dict[str, Any]]]:
+def read_lifecycle_trace(lines: Iterable[str]) -> list[tuple[int, dict[str, Any]]]:
     """(line number, record) for every non-blank line; raises :class:`MalformedTrace`."""
     return [(number, parse_line(text, number)) for number, text in enumerate(lines, 1) if text.strip()]
 
