@@ -1,4 +1,4 @@
-"""The Python spec and the TLA+ spec use the same names (docs/design.md: one vocabulary everywhere)."""
+"""The declared lifecycles and invariants use the TLA+ spec's names (docs/design.md: one vocabulary everywhere)."""
 
 from __future__ import annotations
 
