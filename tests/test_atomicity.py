@@ -20,11 +20,11 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
 
+from kvoffload.lifecycles.request import FINISHED_PENDING_STORE, LOADING, PREEMPTED, RUNNING, SIGNALED, WAITING
 from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload.offload.types import ConnectorMetadata, OffloadConfig, SchedulerOutput, WorkerOutput
 from kvoffload.sim import Engine, EngineConfig
-from kvoffload.spec.lifecycle import FINISHED_PENDING_STORE, LOADING, PREEMPTED, RUNNING, SIGNALED, WAITING
 from support import full_state
 
 BLOCK_SIZE = 4
@@ -197,13 +197,13 @@ class AtomicityMachine(RuleBasedStateMachine):
         cpu_blocks=st.sampled_from([2, 4, 16]),
         delay=st.integers(0, 2),
         faults=st.sampled_from([0.0, 0.2]),
-        spec_tokens=st.sampled_from([0, 2]),
+        speculative_tokens=st.sampled_from([0, 2]),
     )
-    def build(self, blocks_per_chunk: int, cpu_blocks: int, delay: int, faults: float, spec_tokens: int) -> None:
+    def build(self, blocks_per_chunk: int, cpu_blocks: int, delay: int, faults: float, speculative_tokens: int) -> None:
         config = EngineConfig(
             num_gpu_blocks=GPU_BLOCKS, gpu_block_size=BLOCK_SIZE, blocks_per_chunk=blocks_per_chunk,
             num_cpu_blocks=cpu_blocks, policy="lru", max_num_batched_tokens=16, max_running=3,
-            eos_probability=0.0, fault_rate=faults, job_delay_steps=delay, spec_tokens=spec_tokens,
+            eos_probability=0.0, fault_rate=faults, job_delay_steps=delay, speculative_tokens=speculative_tokens,
         )
         offload = config.offload_config()
         self.engine = Engine(config, ProbedScheduler(offload, CPUOffloadingManager(cpu_blocks, "lru")))

@@ -62,7 +62,7 @@ def test_a_field_added_with_a_default_is_copied_too(cls: type) -> None:
 def _mid_run() -> Engine:
     """An engine in the middle of a run: jobs in flight and unverified draft tokens."""
     engine = Engine(EngineConfig(num_gpu_blocks=40, num_cpu_blocks=24, gpu_block_size=4, seed=3,
-                                 fault_rate=0.05, spec_tokens=3))
+                                 fault_rate=0.05, speculative_tokens=3))
     workload = MultiTurnWorkload(WorkloadConfig(users=12, turns=3, seed=3))
     workload.attach(engine)
     for _ in range(2000):

@@ -1,4 +1,4 @@
-"""bench/gpu_check.sh on a machine without a GPU: one clear line and exit 3, and a summary.json
+"""scripts/measure/gpu_check.sh on a machine without a GPU: one clear line and exit 3, and a summary.json
 that lists every step whatever fails (the GPU run itself is the script's job, not make test's)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "gpu_check.sh"
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "measure" / "gpu_check.sh"
 
 
 def run_check(out: Path, python: str, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -37,7 +37,7 @@ def test_no_gpu_is_one_line_exit_3_and_a_summary(tmp_path: Path) -> None:
 
 def test_more_than_one_argument_is_a_usage_error(tmp_path: Path) -> None:
     result = run_check(tmp_path / "a", sys.executable, str(tmp_path / "b"))
-    assert result.returncode == 2 and result.stderr.strip() == "usage: bash bench/gpu_check.sh [OUTDIR]"
+    assert result.returncode == 2 and result.stderr.strip() == "usage: bash scripts/measure/gpu_check.sh [OUTDIR]"
 
 
 def test_failing_steps_do_not_stop_the_run_and_all_land_in_the_summary(tmp_path: Path) -> None:

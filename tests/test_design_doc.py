@@ -20,7 +20,7 @@ TEXT = DESIGN.read_text(encoding="utf-8")
 
 # A path from the repository's root (src/..., tests/..., tla/KVOffload.tla), or a module path
 # inside a package (check/adapter.py).
-ROOTED_PATH = re.compile(r"(?<![\w./-])((?:src|tests|tla|scripts|docs|bench|packages)/[\w./-]*\w)")
+ROOTED_PATH = re.compile(r"(?<![\w./-])((?:src|tests|tla|scripts|docs|packages)/[\w./-]*\w)")
 PACKAGE_PATH = re.compile(r"(?<![\w./-])((?:\w+/)+\w+\.py)\b")
 DOTTED = re.compile(r"(?<![\w.])((?:kvoffload|tlacheck)(?:\.\w+)+)")
 # A module or subpackage named in the layout table: scheduler.py, library/, README.md.

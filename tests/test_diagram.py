@@ -7,7 +7,7 @@ import re
 import pytest
 
 from kvoffload.cli import main
-from kvoffload.spec import JOB_LIFECYCLE, REQUEST_LIFECYCLE
+from kvoffload.lifecycles import JOB_LIFECYCLE, REQUEST_LIFECYCLE
 from kvoffload.statemachine.declaration import LifecycleDeclaration, StateDecl, TransitionDecl
 from kvoffload.statemachine.diagram import edge_label, render, to_dot, to_mermaid
 from kvoffload.statemachine.lifecycle_tla import lifecycle_module

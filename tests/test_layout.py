@@ -9,7 +9,8 @@ each other:
   kvoffload (its own tests say so); of kvoffload, only the checkers' layers import it
   (:data:`MAY_IMPORT_THE_CHECKER`: ``verify``, ``vllm.check``, ``vllm.live``, ``benchmarks``,
   ``commands``), never the framework or the product;
-- ``spec`` (what must hold) does not depend on the code it judges;
+- ``lifecycles`` (what must hold: the lifecycles as data and the invariants) does not depend on
+  the code it judges;
 - ``offload``, ``dataplane`` and ``tiers`` (the product) import no checker, simulator or command,
   and the CPU tier knows nothing of the tiers below it;
 - ``dataplane`` (the worker, the mover and what moves bytes) sits above ``offload`` (the control
@@ -17,6 +18,8 @@ each other:
   manager or the policies; the control plane does not import the data plane;
 - ``sim`` (the engine simulator) and ``verify`` (the explorer's models, the bug zoo, the spec links)
   stand apart: a bug-zoo mutant's engine is assembled by the commands;
+- ``tracestudy`` (the Mooncake trace through the real scheduler, bounds, oracles) builds on the
+  simulator's GPU block pool; only the commands import it;
 - ``vllm`` builds on both; ``benchmarks`` raise their own error and do not import the commands;
 - ``commands`` import everything but the CLI, which imports only the commands.
 """
@@ -38,21 +41,22 @@ import kvoffload
 ROOT = Path(kvoffload.__file__).parent
 
 FRAMEWORK = ("statemachine",)
-PRODUCT = ("offload", "dataplane", "tiers", "spec", *FRAMEWORK)
+PRODUCT = ("offload", "dataplane", "tiers", "lifecycles", *FRAMEWORK)
 # package ("" is kvoffload/__init__.py, "cli" is kvoffload/cli.py) -> the packages it may import
 # besides itself.
 ALLOWED: dict[str, tuple[str, ...]] = {
     "": (),
     "statemachine": (),
-    "spec": FRAMEWORK,
-    "offload": ("spec", *FRAMEWORK),
+    "lifecycles": FRAMEWORK,
+    "offload": ("lifecycles", *FRAMEWORK),
     "dataplane": ("offload",),
-    "tiers": ("offload", "spec", *FRAMEWORK),
+    "tiers": ("offload", "lifecycles", *FRAMEWORK),
     "sim": PRODUCT,
+    "tracestudy": ("sim", *PRODUCT),
     "verify": PRODUCT,
     "vllm": ("sim", "verify", *PRODUCT),
     "benchmarks": ("sim", *PRODUCT),
-    "commands": ("benchmarks", "vllm", "sim", "verify", *PRODUCT),
+    "commands": ("benchmarks", "vllm", "tracestudy", "sim", "verify", *PRODUCT),
     "cli": ("commands",),
 }
 # (module, imported module) that breaks ALLOWED until its owner moves it, each with its reason.
@@ -96,7 +100,7 @@ def test_every_package_has_a_rule() -> None:
 def test_the_rules_are_layers() -> None:
     order = list(TopologicalSorter({package: set(allowed) for package, allowed in ALLOWED.items()}).static_order())
     assert order.index("statemachine") < order.index("offload") < order.index("dataplane") < order.index("sim")
-    assert order.index("sim") < order.index("commands")
+    assert order.index("sim") < order.index("tracestudy") < order.index("commands")
 
 
 @pytest.mark.parametrize(("module", "path"), MODULES, ids=[module for module, _ in MODULES])

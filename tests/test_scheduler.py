@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from kvoffload.lifecycles import check_invariants
 from kvoffload.offload import (
     ConnectorMetadata,
     ConnectorUpdate,
@@ -20,7 +21,6 @@ from kvoffload.offload import (
     UnknownJob,
     WorkerOutput,
 )
-from kvoffload.spec import check_invariants
 from kvoffload.statemachine.runtime import IllegalTransition
 from support import FakeRequest, request, scheduler
 

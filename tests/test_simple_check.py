@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kvoffload.cli import main
-from kvoffload.vllm.check.findings import CheckResult
+from kvoffload.vllm.check.findings import CheckerVerdict
 from kvoffload.vllm.check.runner import format_table
 from kvoffload.vllm.simple.backend import LateCopyBackend, LateEvent
 from kvoffload.vllm.simple.harness import collapse_idle_steps
@@ -102,10 +102,10 @@ def test_idle_steps_are_collapsed_into_one_line() -> None:
 
 
 def test_the_table_tells_losses_from_violations() -> None:
-    lossy = CheckResult("eager", "sim", "loss", "FinalBlockStored", "request 'r' lost block 1", ["step 1: r+4"])
-    both = CheckResult("eager", "explore", "violation", "NoLeak", "idle, holding GPU blocks [3]", ["step()"],
+    lossy = CheckerVerdict("eager", "sim", "loss", "FinalBlockStored", "request 'r' lost block 1", ["step 1: r+4"])
+    both = CheckerVerdict("eager", "explore", "violation", "NoLeak", "idle, holding GPU blocks [3]", ["step()"],
                        details={"loss": {"invariant": "FinalBlockStored", "error": "block 1 lost", "trace": ["add"]}})
-    clean = CheckResult("lazy", "sim")
+    clean = CheckerVerdict("lazy", "sim")
     table = format_table("0.27.0", [lossy, both, clean], "simple")
     assert "SimpleCPUOffloadConnector" in table and table.splitlines()[2].startswith("offload")
     assert "LOSS FinalBlockStored" in table and "VIOLATION NoLeak + LOSS" in table
@@ -115,7 +115,7 @@ def test_the_table_tells_losses_from_violations() -> None:
 
 
 def test_a_long_step_list_keeps_its_setting_and_its_end() -> None:
-    long = CheckResult("eager", "sim", "violation", "NoLeak", "x", ["seed 0"] + [f"step {n}" for n in range(100)])
+    long = CheckerVerdict("eager", "sim", "violation", "NoLeak", "x", ["seed 0"] + [f"step {n}" for n in range(100)])
     lines = format_table("0.30.0", [long], "simple").splitlines()
     assert "  1. seed 0" in lines and "  101. step 99" in lines and "  2. step 0" not in lines
     assert any("left out" in line for line in lines)

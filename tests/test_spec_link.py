@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kvoffload.cli import main
-from kvoffload.spec import JOB_LIFECYCLE, REQUEST_LIFECYCLE
+from kvoffload.lifecycles import JOB_LIFECYCLE, REQUEST_LIFECYCLE
 from kvoffload.statemachine.declaration import LifecycleDeclaration, TransitionDecl
 from kvoffload.verify.spec_link import DECLARATIONS, check_link, coverage_problems, refinement_problems, stale_modules
 from tlacheck import check_model
@@ -77,7 +77,7 @@ def test_a_stale_module_fails_and_write_repairs_it(tmp_path: Path, capsys: pytes
     module = copy / "RequestLifecycle.tla"
     module.write_text(module.read_text().replace('<<"preempted", "resume", "waiting">>,\n', ""))
     assert stale_modules(DECLARATIONS, copy) == [
-        f"{module}: differs from the request declaration (src/kvoffload/spec/lifecycle.py); regenerate it with "
+        f"{module}: differs from the request declaration (src/kvoffload/lifecycles/request.py); regenerate it with "
         f"`kvoffload link {copy} --write`"
     ]
     assert main(["link", str(copy)]) == 1

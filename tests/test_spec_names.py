@@ -1,12 +1,12 @@
-"""The Python spec and the TLA+ spec use the same names (docs/design.md: one vocabulary everywhere)."""
+"""The declared lifecycles and invariants use the TLA+ spec's names (docs/design.md: one vocabulary everywhere)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from kvoffload.spec.invariants import INVARIANTS, OTHER_PROPERTIES
-from kvoffload.spec.lifecycle import REQUEST_LIFECYCLE
+from kvoffload.lifecycles.invariants import INVARIANTS, OTHER_PROPERTIES
+from kvoffload.lifecycles.request import REQUEST_LIFECYCLE
 
 TLA = Path(__file__).resolve().parent.parent / "tla" / "KVOffload.tla"
 
@@ -21,7 +21,7 @@ def tla_definitions() -> set[str]:
 
 def test_every_python_invariant_is_defined_in_the_tla_spec() -> None:
     missing = sorted(set(INVARIANTS) - tla_definitions())
-    assert missing == [], f"define these in {TLA.name} (or rename them in spec/invariants.py): {missing}"
+    assert missing == [], f"define these in {TLA.name} (or rename them in lifecycles/invariants.py): {missing}"
 
 
 def test_liveness_property_is_defined_in_the_tla_spec() -> None:

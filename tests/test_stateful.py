@@ -7,7 +7,7 @@ are shared and the CPU tier is hit), step the engine, abort requests, complete o
 call reset_cache, drop the GPU prefix cache; a small GPU pool makes the engine preempt. Each
 program starts from a "warm" CPU tier (one finished conversation offloaded), so loads are common.
 
-After every rule: every invariant of ``kvoffload.spec`` on the scheduler's snapshot, the engine's
+After every rule: every invariant of ``kvoffload.lifecycles`` on the scheduler's snapshot, the engine's
 own checks (GpuBlockFence, DataIntegrity of loaded blocks), DataIntegrity at the source (a store
 reads GPU blocks that hold its keys), and the lifecycle trace so far replays through the spec's
 mirror (``kvoffload.verify.mirror``). At the end the engine drains and nothing may be left (NoLeak,
@@ -45,12 +45,12 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from kvoffload.lifecycles import check_invariants
 from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload.offload.types import ConnectorMetadata, JobId, OffloadConfig, WorkerOutput
 from kvoffload.sim import Engine, EngineConfig
 from kvoffload.sim.kv_model import ModelWorker
-from kvoffload.spec import check_invariants
 from kvoffload.statemachine.explore import CRASH
 from kvoffload.statemachine.runtime import LifecycleError
 from kvoffload.statemachine.trace import TraceWriter
@@ -169,7 +169,7 @@ class OffloadMachine(RuleBasedStateMachine):
     make_manager: ClassVar[ManagerFactory | None] = None
     worker_report: ClassVar[WorkerReport | None] = None
     # Speculative decoding: draft tokens per decode step (half of them rejected on average).
-    spec_tokens: ClassVar[int] = 0
+    speculative_tokens: ClassVar[int] = 0
 
     prompts = Bundle("prompts")
 
@@ -219,8 +219,8 @@ class OffloadMachine(RuleBasedStateMachine):
             eos_probability=0.0,
             job_delay_steps=NEVER,
             seed=0,
-            spec_tokens=type(self).spec_tokens,
-            spec_acceptance=0.5,
+            speculative_tokens=type(self).speculative_tokens,
+            speculative_acceptance=0.5,
         )
         offload = config.offload_config()
         cls = type(self)
@@ -359,15 +359,15 @@ class OffloadMachine(RuleBasedStateMachine):
         assert replay.counts.instances["request"] == engine.scheduler.stats.cleaned
 
 
-class SpecDecodingMachine(OffloadMachine):
+class SpeculativeDecodingMachine(OffloadMachine):
     """The same programs with three draft tokens per decode step."""
 
-    spec_tokens = 3
+    speculative_tokens = 3
 
 
 @pytest.mark.slow
 def test_offload_machine_with_speculative_decoding() -> None:
-    run_state_machine_as_test(SpecDecodingMachine)
+    run_state_machine_as_test(SpeculativeDecodingMachine)
 
 
 @pytest.mark.slow
@@ -386,7 +386,7 @@ def machine_for(mutant: Mutant | None) -> type[OffloadMachine]:
         "make_manager": staticmethod(mutant.make_manager),
         "worker_report": staticmethod(mutant.worker_report) if mutant.worker_report else None,
         # A bug only speculative decoding reaches needs drafts, as the explorer does.
-        "spec_tokens": 3 if ("spec_decoding", True) in mutant.explore_options else 0,
+        "speculative_tokens": 3 if ("speculative_decoding", True) in mutant.explore_options else 0,
     }
     return type(f"OffloadMachine_{mutant.name}", (OffloadMachine,), attributes)
 

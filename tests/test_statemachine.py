@@ -7,7 +7,7 @@ import itertools
 import pytest
 from transitions import MachineError
 
-from kvoffload.spec.lifecycle import REQUEST_LIFECYCLE
+from kvoffload.lifecycles.request import REQUEST_LIFECYCLE
 from kvoffload.statemachine.declaration import (
     DeclarationError,
     LifecycleDeclaration,

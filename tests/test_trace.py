@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from kvoffload.cli import main
+from kvoffload.lifecycles import JOB_LIFECYCLE, REQUEST_LIFECYCLE
 from kvoffload.sim import Engine, EngineConfig, MultiTurnWorkload, WorkloadConfig
-from kvoffload.spec import JOB_LIFECYCLE, REQUEST_LIFECYCLE
 from kvoffload.statemachine.runtime import TransitionEvent
 from kvoffload.statemachine.trace import TraceWriter
 from kvoffload.statemachine.trace_tla import write_trace_module

@@ -189,12 +189,12 @@ def test_checkers_leave_no_shared_memory_file_in_dev_shm() -> None:
 
 
 def test_json_shape_and_table_of_a_violation() -> None:
-    from kvoffload.vllm.check.findings import CheckResult, requests_named
+    from kvoffload.vllm.check.findings import CheckerVerdict, requests_named
     from kvoffload.vllm.check.runner import format_table, to_json
 
-    bad = CheckResult("lru", "sim", "violation", "NoManagerCallAfterSignal", "prepare_store for 'req-0' after 'k3'",
+    bad = CheckerVerdict("lru", "sim", "violation", "NoManagerCallAfterSignal", "prepare_store for 'req-0' after 'k3'",
                       ["step 1: add req-0", "step 2: finish req-0"], 1.5)
-    good = CheckResult("arc", "sim", seconds=0.5)
+    good = CheckerVerdict("arc", "sim", seconds=0.5)
     out = to_json("0.26.0", [bad, good], 3.0)
     assert out["vllm_version"] == "0.26.0"
     keys = {"manager", "checker", "result", "invariant", "error", "trace", "seconds"}

@@ -1,5 +1,5 @@
 ---------------------------- MODULE JobLifecycle ----------------------------
-\* The job lifecycle, generated from its declaration (src/kvoffload/spec/job_lifecycle.py).
+\* The job lifecycle, generated from its declaration (src/kvoffload/lifecycles/job.py).
 \* Do not edit: regenerate it with `kvoffload link tla --write`.
 \* A spec that instances it states, as a property, that its actions move instances only along
 \* these edges.

@@ -38,8 +38,8 @@
 (* No SYMMETRY: TLC cannot soundly combine symmetry with the liveness      *)
 (* check, and the fixed model is small (about 12k states) without it.     *)
 (*                                                                         *)
-(* Invariant and state names are the ones of src/kvoffload/spec/; a test   *)
-(* cross-checks them.                                                      *)
+(* Invariant and state names are the ones of src/kvoffload/lifecycles/;    *)
+(* a test cross-checks them.                                               *)
 (***************************************************************************)
 EXTENDS Naturals, FiniteSets
 
@@ -55,7 +55,7 @@ ASSUME /\ NumChunks \in Nat /\ NumChunks > 0
 
 Chunks == 1..NumChunks
 
-\* The scheduler-side lifecycle of docs/design.md (spec/lifecycle.py).
+\* The scheduler-side lifecycle of docs/design.md (lifecycles/request.py).
 LifecycleStates == {"waiting", "loading", "running", "preempted",
                     "finished_pending_store", "signaled", "cleaned"}
 \* States from which the engine may still finish or abort the request.
@@ -344,7 +344,7 @@ Fairness == \A r \in Requests : WF_vars(BuildMeta(r)) /\ WF_vars(JobDoneOf(r))
 Spec == Init /\ [][Next]_vars /\ Fairness
 
 -----------------------------------------------------------------------------
-(* Invariants (names as in src/kvoffload/spec/invariants.py) *)
+(* Invariants (names as in src/kvoffload/lifecycles/invariants.py) *)
 
 TypeOK ==
     /\ DOMAIN sched = Requests /\ \A r \in Requests : sched[r] \in LifecycleStates

@@ -1,7 +1,8 @@
 ------------------------- MODULE KVOffloadRefinement -------------------------
 (***************************************************************************)
-(* KVOffload.tla refines the declared lifecycles (src/kvoffload/spec/,     *)
-(* generated into RequestLifecycle.tla and JobLifecycle.tla): every action *)
+(* KVOffload.tla refines the declared lifecycles                           *)
+(* (src/kvoffload/lifecycles/, generated into RequestLifecycle.tla and     *)
+(* JobLifecycle.tla): every action                                         *)
 (* moves every request and every job along a declared edge, along a        *)
 (* composite step named here, or not at all.  KVOffloadRefinement.cfg       *)
 (* checks both properties; `kvoffload link tla` also checks that every      *)

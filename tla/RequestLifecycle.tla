@@ -1,5 +1,5 @@
 ---------------------------- MODULE RequestLifecycle ----------------------------
-\* The request lifecycle, generated from its declaration (src/kvoffload/spec/lifecycle.py).
+\* The request lifecycle, generated from its declaration (src/kvoffload/lifecycles/request.py).
 \* Do not edit: regenerate it with `kvoffload link tla --write`.
 \* A spec that instances it states, as a property, that its actions move instances only along
 \* these edges.

@@ -1,6 +1,6 @@
 """kvoffload: offload LLM KV-cache blocks from GPU memory to pinned CPU memory and back.
 
-Every request's offload lifecycle is an explicit state machine (``kvoffload.spec``), driven by the
+Every request's offload lifecycle is an explicit state machine (``kvoffload.lifecycles``), driven by the
 scheduler (``kvoffload.offload.OffloadingScheduler``) and checked by TLA+, an explorer over the
 real code and hypothesis stateful tests.
 """

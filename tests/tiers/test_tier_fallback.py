@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tiers_support import tiering
 
-from kvoffload.sim.tiers.bytes_worker import ByteModelWorker
+from kvoffload.sim.tiered.bytes_worker import ByteModelWorker
 from kvoffload.tiers.driver import TierDriver
 from kvoffload.tiers.file_tier import FileTier
 from kvoffload.tiers.manager import TieringManager

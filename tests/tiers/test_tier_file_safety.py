@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.sim.tiers.bytes_worker import ByteModelWorker
+from kvoffload.sim.tiered.bytes_worker import ByteModelWorker
 from kvoffload.tiers.driver import TierDriver
 from kvoffload.tiers.file_tier import FileTier
 from kvoffload.tiers.index import LocalTierIndex

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvoffload.cli import main
-from kvoffload.spec.tier_lifecycles import TIER_LIFECYCLES
+from kvoffload.lifecycles.tier import TIER_LIFECYCLES
 from kvoffload.statemachine.declaration import LifecycleDeclaration
 from kvoffload.statemachine.diagram import edge_label
 

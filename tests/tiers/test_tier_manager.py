@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from tiers_support import all_ok, store, tiering
 
+from kvoffload.lifecycles.tier import PROMOTION, TIER_FINALISED, TIER_SIGNALED
 from kvoffload.offload import OffloadConfig, OffloadingScheduler
 from kvoffload.offload.errors import LifecycleViolation
-from kvoffload.spec.tier_lifecycles import PROMOTION, TIER_FINALISED, TIER_SIGNALED
 from kvoffload.statemachine.runtime import IllegalTransition
 from kvoffload.tiers.manager import TieringManager
 from kvoffload.tiers.protocol import CORRUPT, MISS, OK, TierOutcome

@@ -9,8 +9,8 @@ import pytest
 
 from kvoffload.cli import main
 from kvoffload.statemachine.explore import explore, format_counterexample
-from kvoffload.verify.tiers.explore_model import TierExploreModel
-from kvoffload.verify.tiers.mutants import TIER_MUTANTS, TierMutant
+from kvoffload.verify.tiering.explore_model import TierExploreModel
+from kvoffload.verify.tiering.mutants import TIER_MUTANTS, TierMutant
 
 MAX_TRACE = 15
 

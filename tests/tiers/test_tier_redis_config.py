@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from kvoffload.sim.tiers.bytes_worker import ByteModelWorker
+from kvoffload.sim.tiered.bytes_worker import ByteModelWorker
 from kvoffload.tiers.driver import TierDriver
 from kvoffload.tiers.protocol import CORRUPT, FAULT, OK, TierConfigError, TierJob
 from kvoffload.tiers.redis_server import RedisServer

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from kvoffload.cli import main
-from kvoffload.sim.mooncake import TraceRequest
-from kvoffload.sim.tiers.replay import replay_tiered
+from kvoffload.tracestudy.mooncake import TraceRequest
+from kvoffload.tracestudy.tiered_replay import replay_tiered
 
 
 def _request(ids: list[int], full: int) -> TraceRequest:

@@ -9,7 +9,7 @@ import pytest
 
 from kvoffload.cli import main
 from kvoffload.sim.runner import SimulationOptions
-from kvoffload.sim.tiers.runner import TierSimOptions, simulate_tiered
+from kvoffload.sim.tiered.runner import TierSimOptions, simulate_tiered
 from kvoffload.tiers.redis_server import RedisServer
 
 

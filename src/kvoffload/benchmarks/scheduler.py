@@ -25,9 +25,9 @@ from typing import Any
 
 from transitions import Machine
 
+from kvoffload.lifecycles.request import REQUEST_LIFECYCLE
 from kvoffload.offload import OffloadConfig, OffloadingScheduler, SchedulerOutput, WorkerOutput
 from kvoffload.offload.scheduler import RequestTracker, request_machine
-from kvoffload.spec.lifecycle import REQUEST_LIFECYCLE
 from kvoffload.statemachine.runtime import build_transitions_machine
 
 LIFETIME = ("load", "load_done", "finish", "signal", "clean")

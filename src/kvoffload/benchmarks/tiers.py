@@ -256,7 +256,7 @@ def bench_redis(url: str, port: int, size: int, mib: int, batch: int, repeats: i
 def bench_promotion_latency() -> dict[str, Any]:
     """Engine steps between a lookup answered "not yet" and the promoted chunks being ready."""
     from kvoffload.sim.runner import SimulationOptions
-    from kvoffload.sim.tiers.runner import TierSimOptions, simulate_tiered
+    from kvoffload.sim.tiered.runner import TierSimOptions, simulate_tiered
 
     base = SimulationOptions(users=16, turns=4, num_cpu_blocks=64, backend="model", seed=0)
     result = simulate_tiered(TierSimOptions(base, ("cpu", "file")))

@@ -9,7 +9,7 @@ from typing import Any
 
 def add_parser(subparsers: Any) -> None:
     """Register ``kvoffload diagram [--lifecycle NAME] [--format mermaid|dot|tla]``."""
-    from kvoffload.spec import LIFECYCLES
+    from kvoffload.lifecycles import LIFECYCLES
 
     parser = subparsers.add_parser(
         "diagram",
@@ -27,7 +27,7 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the diagram on stdout."""
-    from kvoffload.spec import LIFECYCLES
+    from kvoffload.lifecycles import LIFECYCLES
     from kvoffload.statemachine.diagram import render
     from kvoffload.statemachine.lifecycle_tla import lifecycle_module
 

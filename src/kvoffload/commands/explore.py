@@ -33,7 +33,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--max-preemptions", type=int, default=1, help="preemptions per run (default 1)")
     parser.add_argument("--no-failures", action="store_true", help="transfers never fail")
     parser.add_argument(
-        "--spec-decoding", action="store_true",
+        "--speculative-decoding", action="store_true",
         help="add steps whose draft chunk verification rejects (speculative decoding)",
     )
     parser.add_argument(
@@ -53,7 +53,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
         "--tiers", action="store_true",
-        help="explore the tiering manager with one file tier (mutants: kvoffload.verify.tiers.mutants)",
+        help="explore the tiering manager with one file tier (mutants: kvoffload.verify.tiering.mutants)",
     )
     parser.add_argument("--shared-tier", action="store_true", help="with --tiers: a shared (redis) tier instead")
     parser.set_defaults(func=run)
@@ -92,8 +92,8 @@ def run(args: argparse.Namespace) -> int:
     }
     if args.cpu_blocks is not None:
         options["cpu_blocks"] = args.cpu_blocks
-    if args.spec_decoding:
-        options["spec_decoding"] = True
+    if args.speculative_decoding:
+        options["speculative_decoding"] = True
     try:
         model = explore_model_for(mutant, args.requests, args.chunks, **options)
     except ValueError as error:
@@ -140,8 +140,8 @@ def run(args: argparse.Namespace) -> int:
 def _run_tiers(args: argparse.Namespace) -> int:
     """``kvoffload explore --tiers [--mutant NAME]``: exit 0 when nothing is violated, 1 otherwise."""
     from kvoffload.statemachine.explore import explore, format_result
-    from kvoffload.verify.tiers.explore_model import TierExploreModel
-    from kvoffload.verify.tiers.mutants import TIER_MUTANTS
+    from kvoffload.verify.tiering.explore_model import TierExploreModel
+    from kvoffload.verify.tiering.mutants import TIER_MUTANTS
 
     make_manager = None
     drain = args.drain

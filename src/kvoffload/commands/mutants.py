@@ -15,7 +15,7 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kvoffload.verify.bugzoo import MUTANTS
-    from kvoffload.verify.tiers.mutants import TIER_MUTANTS
+    from kvoffload.verify.tiering.mutants import TIER_MUTANTS
 
     entries = [mutant.to_json() for mutant in MUTANTS.values()]
     tier_entries = [mutant.to_json() for mutant in TIER_MUTANTS.values()]

@@ -189,12 +189,12 @@ def _plot_path(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvoffload.sim.mooncake import TraceError, read_trace
-    from kvoffload.sim.trace_replay import ReplayError
+    from kvoffload.tracestudy.mooncake import TraceError, read_trace
+    from kvoffload.tracestudy.replay import ReplayError
 
     plot = _plot_path(args)
     if args.sweep:
-        from kvoffload.sim.sweep import DEFAULT_CPU_SIZES
+        from kvoffload.tracestudy.sweep import DEFAULT_CPU_SIZES
 
         _check_sizes(args.gpu_blocks, max(args.cpu_sizes or DEFAULT_CPU_SIZES))
     else:
@@ -222,13 +222,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _single(args: argparse.Namespace, trace: Any) -> int:
-    from kvoffload.sim.trace_replay import replay_trace
+    from kvoffload.tracestudy.replay import replay_trace
 
     (policy,) = _policies(args.policy, ())
     if args.tier_blocks:
         if args.oracle_breakdown:
             raise CommandError("--oracle-breakdown does not combine with --tier-blocks")
-        from kvoffload.sim.tiers.replay import replay_tiered
+        from kvoffload.tracestudy.tiered_replay import replay_tiered
 
         data = {"trace": trace.path, **replay_tiered(
             trace.requests, args.gpu_blocks, args.cpu_blocks, policy, args.tier_blocks, args.check_every
@@ -241,8 +241,8 @@ def _single(args: argparse.Namespace, trace: Any) -> int:
         )
     data = {"trace": trace.path, **_window_field(args), **result.as_dict(), "skipped_lines": trace.skipped_lines}
     if args.oracle_breakdown:
-        from kvoffload.sim.mooncake import block_chains
-        from kvoffload.sim.oracle_breakdown import oracle_breakdown
+        from kvoffload.tracestudy.mooncake import block_chains
+        from kvoffload.tracestudy.oracle_breakdown import oracle_breakdown
 
         data["oracle_breakdown"] = oracle_breakdown(
             block_chains(trace.requests), args.gpu_blocks, args.cpu_blocks,
@@ -287,7 +287,7 @@ def _print_single(data: dict[str, Any]) -> None:
 
 
 def _sweep(args: argparse.Namespace, trace: Any, plot: str) -> int:
-    from kvoffload.sim.sweep import DEFAULT_CPU_SIZES, plot_sweep, run_sweep
+    from kvoffload.tracestudy.sweep import DEFAULT_CPU_SIZES, plot_sweep, run_sweep
 
     policies = _policies(args.policies, tuple(POLICIES))
     sizes = args.cpu_sizes or DEFAULT_CPU_SIZES

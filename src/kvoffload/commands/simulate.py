@@ -48,11 +48,11 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--max-steps", type=int, default=200_000)
     parser.add_argument("--mutant", metavar="NAME", help="run a bug-zoo mutant instead of our code (kvoffload mutants)")
     parser.add_argument(
-        "--spec-tokens", type=int, default=0, metavar="K",
+        "--speculative-tokens", type=int, default=0, metavar="K",
         help="speculative decoding: K draft tokens per decode step (default 0: off)",
     )
     parser.add_argument(
-        "--spec-acceptance", type=float, default=0.7, metavar="P",
+        "--speculative-acceptance", type=float, default=0.7, metavar="P",
         help="probability that verification accepts each draft, seeded by --seed (default 0.7)",
     )
     tiers = parser.add_argument_group("secondary tiers (kvoffload.tiers)")
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
             num_cpu_blocks=args.cpu_blocks, gpu_block_size=args.block_size, blocks_per_chunk=args.blocks_per_chunk,
             policy=args.policy, delay=args.delay, faults=args.faults, backend=args.backend, device=args.device,
             trace_path=args.trace and str(writable_file(args.trace, "--trace")), max_steps=args.max_steps,
-            spec_tokens=args.spec_tokens, spec_acceptance=args.spec_acceptance,
+            speculative_tokens=args.speculative_tokens, speculative_acceptance=args.speculative_acceptance,
         )
         make_engine = _mutant_engine_factory(args.mutant)
     except ValueError as error:
@@ -134,7 +134,7 @@ def _figures(summary: dict[str, Any]) -> str:
 def _run_tiered(args: argparse.Namespace, options: Any, started: float) -> int:
     from dataclasses import replace
 
-    from kvoffload.sim.tiers.runner import TierSimOptions, print_summary, simulate_tiered
+    from kvoffload.sim.tiered.runner import TierSimOptions, print_summary, simulate_tiered
 
     if args.device != "cpu":
         raise CommandError(

@@ -1,6 +1,6 @@
 """``kvoffload trace``: check recorded traces (``kvoffload simulate --trace FILE``).
 
-``kvoffload trace check FILE [--lifecycle NAME] [--json] [--partial]`` replays the trace through the
+``kvoffload trace check FILE [--lifecycle NAME] [--json] [--partial]`` checks the trace against the
 Python mirror of the spec (``kvoffload.verify.mirror``): every request and job transition along its
 declaration, and the protocol's ordering rules over transitions and manager calls. Exit 0 and
 counts when every line is explained and every instance reached a terminal state (a request
@@ -26,7 +26,7 @@ from kvoffload.commands.errors import CommandError
 
 
 def _lifecycle_choices() -> list[str]:
-    from kvoffload.spec import LIFECYCLES
+    from kvoffload.lifecycles import LIFECYCLES
 
     return sorted(LIFECYCLES)
 
@@ -40,7 +40,7 @@ def add_parser(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = parser.add_subparsers(dest="trace_command", required=True, metavar="ACTION")
-    check = actions.add_parser("check", help="replay a trace through the Python mirror of the spec")
+    check = actions.add_parser("check", help="check a lifecycle trace against the Python mirror of the TLA+ spec")
     check.add_argument("file", type=Path, help="the ndjson trace")
     check.add_argument("--json", action="store_true", help="print the result as one JSON object")
     check.add_argument(
@@ -59,7 +59,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _declarations(name: str | None) -> tuple[Any, ...]:
-    from kvoffload.spec import LIFECYCLES
+    from kvoffload.lifecycles import LIFECYCLES
     from kvoffload.verify.mirror import PRODUCT_LIFECYCLES
 
     return PRODUCT_LIFECYCLES if name is None else (LIFECYCLES[name],)
@@ -108,9 +108,9 @@ def run_check(args: argparse.Namespace) -> int:
 
 def _unfinished(result: Any) -> str | None:
     """What the trace leaves outside a terminal state, as one sentence; None if nothing."""
-    replay = result.replay
-    for name, declaration in replay.declarations.items():
-        left = replay.unfinished(name)
+    lifecycles = result.replay
+    for name, declaration in lifecycles.declarations.items():
+        left = lifecycles.unfinished(name)
         if left:
             listed = ", ".join(left[:5]) + (", ..." if len(left) > 5 else "")
             reached = "/".join(sorted(declaration.terminal))
@@ -123,12 +123,12 @@ def _unfinished(result: Any) -> str | None:
 
 def run_tla(args: argparse.Namespace) -> int:
     """``kvoffload trace tla``."""
-    from kvoffload.verify.mirror import MalformedTrace, read_trace
+    from kvoffload.verify.mirror import MalformedTrace, read_lifecycle_trace
     from kvoffload.verify.trace_tla_rules import check_trace_module, write_product_trace_module
 
     path: Path = args.file
     try:
-        numbered = read_trace(_read_lines(path))
+        numbered = read_lifecycle_trace(_read_lines(path))
     except MalformedTrace as error:
         raise CommandError(f"{path}:{error.line}: {error.reason}") from None
     if not numbered:

@@ -6,7 +6,7 @@ from __future__ import annotations
 class LifecycleViolation(RuntimeError):
     """A call that breaks the lifecycle contract between the scheduler and the manager.
 
-    ``invariant`` is the name (as in spec/invariants.py and tla/) of the rule the call would break,
+    ``invariant`` is the name (as in lifecycles/invariants.py and tla/) of the rule the call would break,
     so checkers report it the same way whether the manager or an invariant caught it.
     """
 

@@ -50,6 +50,19 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple, Self
 
+from kvoffload.lifecycles.invariants import JobView, ManagerEntryView, RequestView, SystemSnapshot
+from kvoffload.lifecycles.job import JOB_LIFECYCLE, REQUEST_NOT_SIGNALED
+from kvoffload.lifecycles.job import PREPARED as JOB_PREPARED
+from kvoffload.lifecycles.request import (
+    FINISHED_PENDING_STORE,
+    LOADING,
+    NO_JOBS_IN_FLIGHT,
+    PREEMPTED,
+    REQUEST_LIFECYCLE,
+    RUNNING,
+    SIGNALED,
+    WAITING,
+)
 from kvoffload.offload.errors import LifecycleViolation
 from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.types import (
@@ -64,19 +77,6 @@ from kvoffload.offload.types import (
     SchedulerOutput,
     TransferJob,
     WorkerOutput,
-)
-from kvoffload.spec.invariants import JobView, ManagerEntryView, RequestView, SystemSnapshot
-from kvoffload.spec.job_lifecycle import JOB_LIFECYCLE, REQUEST_NOT_SIGNALED
-from kvoffload.spec.job_lifecycle import PREPARED as JOB_PREPARED
-from kvoffload.spec.lifecycle import (
-    FINISHED_PENDING_STORE,
-    LOADING,
-    NO_JOBS_IN_FLIGHT,
-    PREEMPTED,
-    REQUEST_LIFECYCLE,
-    RUNNING,
-    SIGNALED,
-    WAITING,
 )
 from kvoffload.statemachine.runtime import DeclaredMachine, IllegalTransition
 from kvoffload.statemachine.trace import TraceWriter
@@ -1042,7 +1042,7 @@ class OffloadingScheduler:
         return found
 
     def snapshot(self, gpu_writes_under_store: Sequence[str] = ()) -> SystemSnapshot:
-        """The state the invariants of kvoffload.spec read."""
+        """The state the invariants of kvoffload.lifecycles read."""
         manager = self.manager
         requests = tuple(
             RequestView(

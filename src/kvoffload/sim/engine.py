@@ -11,9 +11,9 @@ forward pass has written it: a request admitted behind another in the same step 
 only this step's forward pass writes, after the worker ran the step's stores. Blocks an async load
 fills enter the cache only once the load completed (vLLM's ``delay_cache_blocks``).
 
-Speculative decoding (``spec_tokens`` K > 0): a decoding request is scheduled with its last token
+Speculative decoding (``speculative_tokens`` K > 0): a decoding request is scheduled with its last token
 plus K draft tokens; the model writes the drafts' KV, then verification accepts each draft with
-``spec_acceptance`` until the first rejection and samples one more token, as vLLM does. Rejected
+``speculative_acceptance`` until the first rejection and samples one more token, as vLLM does. Rejected
 drafts are no longer computed (vLLM lowers ``num_computed_tokens``) and the next SchedulerOutput
 reports them. A block holding a rejected draft's KV has content that differs from its key, so a
 connector that stores it fails the byte-for-byte integrity check when the block is loaded back.
@@ -28,12 +28,12 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from kvoffload.lifecycles.invariants import Violation, check_invariants
 from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload.offload.types import DEFAULT_POLICY, ConnectorUpdate, OffloadConfig, SchedulerOutput
 from kvoffload.sim.block_pool import BlockPool
 from kvoffload.sim.kv_model import KVBackend, ModelWorker
 from kvoffload.sim.request import SimRequest, chain_hash
-from kvoffload.spec.invariants import Violation, check_invariants
 
 VOCAB = 32000
 MAX_REPORTED_VIOLATIONS = 20
@@ -57,8 +57,8 @@ class EngineConfig:
     job_delay_steps: int = 1
     seed: int = 0
     check_invariants: bool = True
-    spec_tokens: int = 0
-    spec_acceptance: float = 0.7
+    speculative_tokens: int = 0
+    speculative_acceptance: float = 0.7
 
     def offload_config(self) -> OffloadConfig:
         return OffloadConfig(self.gpu_block_size, self.blocks_per_chunk, self.num_cpu_blocks, self.policy)
@@ -132,7 +132,7 @@ class Engine:
         # Blocks cached this step whose tokens the forward pass has not written yet.
         self._unwritten: set[int] = set()
         # Speculative decoding: its own random stream, so runs without drafts are unchanged.
-        self._spec_rng = random.Random(config.seed + 3)
+        self._speculative_rng = random.Random(config.seed + 3)
         self._drafts: dict[str, list[int]] = {}
         self._rejected: dict[str, int] = {}
 
@@ -261,7 +261,7 @@ class Engine:
             scheduled[request.request_id] = n
             self._cache_scheduled(request, n)
             if drafts:
-                self._drafts[request.request_id] = [self._spec_rng.randrange(VOCAB) for _ in range(drafts)]
+                self._drafts[request.request_id] = [self._speculative_rng.randrange(VOCAB) for _ in range(drafts)]
             budget -= n
         skipped: list[SimRequest] = []
         # As vLLM does: no admission in a step that preempted, so a preempted request is never
@@ -289,9 +289,9 @@ class Engine:
         """Draft tokens to schedule after ``request``'s last token: only when decoding, within the
         budget and the request's remaining output (every accepted draft becomes an output token)."""
         decoding = n == 1 and request.num_computed_tokens == request.num_tokens - 1 and bool(request.output)
-        if not self.config.spec_tokens or not decoding:
+        if not self.config.speculative_tokens or not decoding:
             return 0
-        return max(0, min(self.config.spec_tokens, budget - 1, request.max_tokens - len(request.output) - 1))
+        return max(0, min(self.config.speculative_tokens, budget - 1, request.max_tokens - len(request.output) - 1))
 
     def _admit(self, request: SimRequest, budget: int) -> int | None:
         """Admit ``request``: returns tokens scheduled (0 when it waits for a load), None when
@@ -438,7 +438,7 @@ class Engine:
         """Accept drafts until the first rejection, append the accepted ones; the rejected ones are
         no longer computed. Returns the first rejected draft (None if all were accepted)."""
         accepted = 0
-        while accepted < len(drafts) and self._spec_rng.random() < self.config.spec_acceptance:
+        while accepted < len(drafts) and self._speculative_rng.random() < self.config.speculative_acceptance:
             accepted += 1
         for token in drafts[:accepted]:
             request.append_output(token)

@@ -67,8 +67,8 @@ class SimulationOptions:
     device: str = "cpu"
     trace_path: str | None = None
     max_steps: int = 200_000
-    spec_tokens: int = 0
-    spec_acceptance: float = 0.7
+    speculative_tokens: int = 0
+    speculative_acceptance: float = 0.7
 
     def __post_init__(self) -> None:
         for name in ("users", "turns", "num_gpu_blocks", "num_cpu_blocks", "gpu_block_size", "blocks_per_chunk",
@@ -82,10 +82,10 @@ class SimulationOptions:
             raise ValueError(f"--arrival-spread must be >= 0, got {self.arrival_spread}")
         if not 0.0 <= self.faults <= 1.0:
             raise ValueError(f"--faults must be in [0, 1], got {self.faults}")
-        if self.spec_tokens < 0:
-            raise ValueError(f"--spec-tokens must be >= 0, got {self.spec_tokens}")
-        if not 0.0 <= self.spec_acceptance <= 1.0:
-            raise ValueError(f"--spec-acceptance must be in [0, 1], got {self.spec_acceptance}")
+        if self.speculative_tokens < 0:
+            raise ValueError(f"--speculative-tokens must be >= 0, got {self.speculative_tokens}")
+        if not 0.0 <= self.speculative_acceptance <= 1.0:
+            raise ValueError(f"--speculative-acceptance must be in [0, 1], got {self.speculative_acceptance}")
         if self.policy not in POLICIES:
             raise ValueError(f"--policy {self.policy!r} is unknown; known: {', '.join(sorted(POLICIES))}")
         if self.backend not in ("model", "torch"):
@@ -144,8 +144,8 @@ class SimulationOptions:
             reset_probability=self.faults / 10,
             job_delay_steps=self.delay,
             seed=self.seed,
-            spec_tokens=self.spec_tokens,
-            spec_acceptance=self.spec_acceptance,
+            speculative_tokens=self.speculative_tokens,
+            speculative_acceptance=self.speculative_acceptance,
         )
 
 

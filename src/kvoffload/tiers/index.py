@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
+from kvoffload.lifecycles.tier import CHUNK_RESIDENCY, READING, RESIDENT, WRITING
 from kvoffload.offload.policies import EvictionPolicy, make_policy
 from kvoffload.offload.types import OffloadKey
-from kvoffload.spec.tier_lifecycles import CHUNK_RESIDENCY, READING, RESIDENT, WRITING
 from kvoffload.statemachine.runtime import DeclaredMachine
 
 CHUNK_MACHINE = DeclaredMachine(CHUNK_RESIDENCY, guards={}, id_attribute="key")

@@ -11,9 +11,9 @@ tla/KVOffloadTiers.tla):
 
 from __future__ import annotations
 
+from kvoffload.lifecycles.invariants import Violation
+from kvoffload.lifecycles.tier import TIER_FINALISED
 from kvoffload.offload.scheduler import OffloadingScheduler
-from kvoffload.spec.invariants import Violation
-from kvoffload.spec.tier_lifecycles import TIER_FINALISED
 from kvoffload.tiers.manager import TieringManager
 
 TIER_INVARIANTS: tuple[str, ...] = (

@@ -24,7 +24,7 @@ unchanged. What it adds:
 Strict like the CPU manager: a completion of a tier job never handed out (or reported twice), a
 second ``on_request_finished``, or a lookup after it raises ``LifecycleViolation`` naming the rule
 and changes nothing. Promotions, cascade jobs, chunk residencies and request tier states are
-instances of the declared lifecycles of :mod:`kvoffload.spec.tier_lifecycles`.
+instances of the declared lifecycles of :mod:`kvoffload.lifecycles.tier`.
 """
 
 from __future__ import annotations
@@ -34,11 +34,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from kvoffload.offload.errors import LifecycleViolation
-from kvoffload.offload.manager import BlockEntry, CPUOffloadingManager, ManagerState, ManagerStats, RequestRecord
-from kvoffload.offload.policies import EvictionPolicy
-from kvoffload.offload.types import OffloadEvent, OffloadKey, RequestId, StorePlan
-from kvoffload.spec.tier_lifecycles import (
+from kvoffload.lifecycles.tier import (
     CASCADE,
     NO_TIER_JOBS,
     PROBE,
@@ -48,6 +44,10 @@ from kvoffload.spec.tier_lifecycles import (
     TIER_REQUEST,
     TIER_SIGNALED,
 )
+from kvoffload.offload.errors import LifecycleViolation
+from kvoffload.offload.manager import BlockEntry, CPUOffloadingManager, ManagerState, ManagerStats, RequestRecord
+from kvoffload.offload.policies import EvictionPolicy
+from kvoffload.offload.types import OffloadEvent, OffloadKey, RequestId, StorePlan
 from kvoffload.statemachine.runtime import DeclaredMachine
 from kvoffload.tiers.admission import PromotionAdmission
 from kvoffload.tiers.index import LocalTierIndex, TierIndex

@@ -6,7 +6,7 @@
   ``Mutant``, ``explore_model_for``).
 - :mod:`kvoffload.verify.mirror`: the spec's next-state relation replayed over recorded traces
   (``check_trace_file``, ``check_trace_lines``, ``TraceMirror``).
-- :mod:`kvoffload.verify.tiers`: the real scheduler + tiering manager as the explorer's model
+- :mod:`kvoffload.verify.tiering`: the real scheduler + tiering manager as the explorer's model
   (``TierExploreModel``) and the tiering bugs as mutants (``TIER_MUTANTS``).
 
 The product (``kvoffload.offload``, ``kvoffload.tiers``) never imports this package.

@@ -24,7 +24,7 @@ Every choice the engine and the worker can make is an action of the explorer
   right after its first lookup, before any GPU block was allocated; its GPU blocks are freed now,
   or when released if ``request_finished`` returned True;
 - ``reset_cache`` (at most ``max_resets`` times); preemptions are bounded by ``max_preemptions``;
-- with ``spec_decoding``: ``step(r drafts)``, a step in which running request ``r`` computes its
+- with ``speculative_decoding``: ``step(r drafts)``, a step in which running request ``r`` computes its
   next chunk plus a draft of the chunk after it, which verification rejects (the draft's KV stays in
   the block, marked DRAFT); the next step's SchedulerOutput reports the rejection.
 
@@ -71,11 +71,11 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
+from kvoffload.lifecycles.invariants import check_invariants
+from kvoffload.lifecycles.request import CLEANED
 from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.scheduler import OffloadingScheduler, SchedulerState
 from kvoffload.offload.types import OffloadConfig, SchedulerOutput, TransferJob, WorkerOutput
-from kvoffload.spec.invariants import check_invariants
-from kvoffload.spec.lifecycle import CLEANED
 
 # Keys are large so that no block id, count or job id can be mistaken for one when renaming.
 KEY_BASE = 1 << 20
@@ -221,7 +221,7 @@ class OffloadExploreModel:
         worker_report: WorkerReport | None = None,
         symmetry: bool = True,
         drain_steps: int | None = None,
-        spec_decoding: bool = False,
+        speculative_decoding: bool = False,
         gpu_prefix_cache: bool = True,
     ) -> None:
         if num_requests < 1 or chunks < 2:
@@ -246,7 +246,7 @@ class OffloadExploreModel:
         self.make_manager = make_manager or (lambda num_blocks, policy: CPUOffloadingManager(num_blocks, policy))
         self.worker_report = worker_report
         self.symmetry = symmetry
-        self.spec_decoding = spec_decoding
+        self.speculative_decoding = speculative_decoding
         self.gpu_prefix_cache = gpu_prefix_cache
         self.drain_steps = drain_steps if drain_steps is not None else 2 * chunks + 6
         self.config = OffloadConfig(gpu_block_size=1, blocks_per_chunk=1, num_cpu_blocks=self.cpu_blocks, policy=policy)
@@ -317,7 +317,7 @@ class OffloadExploreModel:
                 out.append(("admit", rid, False))
                 out.append(("admit", rid, True))
         out.append(("step", None, None, True))
-        if self.spec_decoding:
+        if self.speculative_decoding:
             for rid, er in w.requests.items():
                 if er.status == RUNNING and er.computed + 2 <= self.chunks:
                     out.append(("spec", rid))

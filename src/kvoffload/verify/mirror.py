@@ -8,12 +8,12 @@ returns the first line nothing explains:
   declared edges, initial and terminal states, guards evaluated on the recorded variables, ``seq``
   and ``step`` order), for each lifecycle it is given;
 - with both lifecycles, the protocol's ordering rules (:class:`ProtocolRules`), which span
-  requests, jobs and calls and carry the invariant names of ``kvoffload.spec``:
+  requests, jobs and calls and carry the invariant names of ``kvoffload.lifecycles``:
   ``SignalAfterFinalStore`` (the signal comes only from ``build_connector_meta``, after the step's
   stores, or ``reset_cache``, and only once every computed chunk was offered to ``prepare_store``,
   except while a ``reset_cache`` drops the cache: from its call until the manager's own),
   ``NoManagerCallAfterSignal`` (no lookup, touch or prepare after ``on_request_finished``, which
-  itself comes only after the signal, as in ``kvoffload.spec.invariants``), ``SignalExactlyOnce``,
+  itself comes only after the signal, as in ``kvoffload.lifecycles.invariants``), ``SignalExactlyOnce``,
   ``JobsExclusive``, ``CleanOnlyWhenDrained``;
   the signal comes at the latest in the step after the finish, from ``build_connector_meta`` or
   ``reset_cache``; a waiting request has nothing in flight and lists exactly its jobs in flight.
@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvoffload.spec.job_lifecycle import JOB_LIFECYCLE, STALE
-from kvoffload.spec.lifecycle import FINISHED_PENDING_STORE, LOADING, REQUEST_LIFECYCLE, RUNNING, SIGNALED, WAITING
+from kvoffload.lifecycles.job import JOB_LIFECYCLE, STALE
+from kvoffload.lifecycles.request import FINISHED_PENDING_STORE, LOADING, REQUEST_LIFECYCLE, RUNNING, SIGNALED, WAITING
 from kvoffload.statemachine.declaration import LifecycleDeclaration
 from kvoffload.statemachine.replay import LifecycleReplay, MalformedTrace, is_call, validate, validate_counts
 
@@ -44,7 +44,7 @@ __all__ = [
     "check_trace_file",
     "check_trace_lines",
     "parse_line",
-    "read_trace",
+    "read_lifecycle_trace",
 ]
 
 PRODUCT_LIFECYCLES: tuple[LifecycleDeclaration, ...] = (REQUEST_LIFECYCLE, JOB_LIFECYCLE)
@@ -277,7 +277,7 @@ def _validate(record: Mapping[str, Any], line: int) -> None:
     validate_counts(record, line, COUNT_FIELDS, COUNT_LIST_FIELDS)
 
 
-def read_trace(lines: Iterable[str]) -> list[tuple[int, dict[str, Any]]]:
+def read_lifecycle_trace(lines: Iterable[str]) -> list[tuple[int, dict[str, Any]]]:
     """(line number, record) for every non-blank line; raises :class:`MalformedTrace`."""
     return [(number, parse_line(text, number)) for number, text in enumerate(lines, 1) if text.strip()]
 

@@ -1,6 +1,6 @@
 """The link between the declared lifecycles and the TLA+ spec, as checks that can fail (``kvoffload link``).
 
-The declarations (``kvoffload.spec``) are rendered as TLA+ modules (``RequestLifecycle.tla``,
+The declarations (``kvoffload.lifecycles``) are rendered as TLA+ modules (``RequestLifecycle.tla``,
 ``JobLifecycle.tla``, by :mod:`kvoffload.statemachine.lifecycle_tla`) that
 ``tla/KVOffloadRefinement.tla`` instances; that module extends ``tla/KVOffload.tla`` and states how
 each of its actions moves requests and jobs. Three checks, all run by ``make tla``:
@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvoffload.spec.job_lifecycle import JOB_LIFECYCLE
-from kvoffload.spec.lifecycle import REQUEST_LIFECYCLE
+from kvoffload.lifecycles.job import JOB_LIFECYCLE
+from kvoffload.lifecycles.request import REQUEST_LIFECYCLE
 from kvoffload.statemachine.declaration import LifecycleDeclaration
 from kvoffload.statemachine.lifecycle_tla import lifecycle_module
 
@@ -36,8 +36,8 @@ LINK_CONFIG = "KVOffloadRefinement.cfg"
 REGENERATE = "kvoffload link tla --write"
 DECLARATIONS: tuple[LifecycleDeclaration, ...] = (REQUEST_LIFECYCLE, JOB_LIFECYCLE)
 SOURCES = {
-    REQUEST_LIFECYCLE.name: "src/kvoffload/spec/lifecycle.py",
-    JOB_LIFECYCLE.name: "src/kvoffload/spec/job_lifecycle.py",
+    REQUEST_LIFECYCLE.name: "src/kvoffload/lifecycles/request.py",
+    JOB_LIFECYCLE.name: "src/kvoffload/lifecycles/job.py",
 }
 # One request, one chunk, one CPU block: every request edge of the spec is reachable, in well
 # under a second per edge.
@@ -89,7 +89,7 @@ def stale_modules(declarations: Sequence[LifecycleDeclaration], tla_dir: Path) -
             problems.append(f"{path}: missing; write it with `kvoffload link {tla_dir} --write`")
         elif path.read_text(encoding="utf-8") != text:
             problems.append(
-                f"{path}: differs from the {declared} declaration ({SOURCES.get(declared, 'kvoffload.spec')}); "
+                f"{path}: differs from the {declared} declaration ({SOURCES.get(declared, 'kvoffload.lifecycles')}); "
                 f"regenerate it with `kvoffload link {tla_dir} --write`"
             )
     return problems

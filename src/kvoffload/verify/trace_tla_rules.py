@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvoffload.spec.job_lifecycle import JOB_LIFECYCLE, STALE
-from kvoffload.spec.lifecycle import (
+from kvoffload.lifecycles.job import JOB_LIFECYCLE, STALE
+from kvoffload.lifecycles.request import (
     CLEANED,
     FINISHED_PENDING_STORE,
     LOADING,

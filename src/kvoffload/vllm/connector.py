@@ -19,7 +19,7 @@ chunks cascade and promote), the worker side does their I/O on the CPU tier's by
 there. Tier jobs travel down in the step's metadata and their outcomes up in the worker's report,
 as GPU<->CPU jobs do, so the same code runs with vLLM's multiprocessing on or off.
 
-Unlike :class:`~kvoffload.vllm.spec.KVOffloadSpec` (kvoffload's manager and mover under vLLM's
+Unlike :class:`~kvoffload.vllm.offloading_spec.KVOffloadSpec` (kvoffload's manager and mover under vLLM's
 scheduler logic), here kvoffload's scheduler makes every decision: the declared lifecycle, the
 deferred ``on_request_finished`` signal, the GPU block fence, the preemption flush, the two-phase
 reset and failure handling. The two sides talk only through vLLM's connector metadata

@@ -26,11 +26,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from kvoffload.lifecycles.invariants import check_invariants
+from kvoffload.lifecycles.request import LOADING
 from kvoffload.offload.errors import LifecycleViolation
 from kvoffload.offload.scheduler import OffloadingScheduler, UnknownJob
 from kvoffload.offload.types import ConnectorMetadata, RequestId, SchedulerOutput, WorkerOutput
-from kvoffload.spec.invariants import check_invariants
-from kvoffload.spec.lifecycle import LOADING
 from kvoffload.statemachine.runtime import LifecycleError
 from kvoffload.tiers.invariants import check_tier_invariants
 from kvoffload.tiers.protocol import TierJob, TierOutcome
@@ -73,7 +73,7 @@ def kvoffload_scheduler_output(vllm_output: Any) -> SchedulerOutput:
 
 class SchedulerSide:
     """Holds the OffloadingScheduler and what vLLM must still be told. With ``check_invariants``
-    every invariant of :mod:`kvoffload.spec` is checked after every step (for tests: it costs a
+    every invariant of :mod:`kvoffload.lifecycles` is checked after every step (for tests: it costs a
     snapshot of the whole scheduler per step) and each violation recorded."""
 
     def __init__(self, scheduler: OffloadingScheduler, check_invariants: bool = False, world_size: int = 1) -> None:

@@ -26,7 +26,7 @@ from kvoffload.verify.bugzoo.scheduler_bugs import (
     ResetLeavesStaleJobsScheduler,
     StoreGpuHitEarlyScheduler,
 )
-from kvoffload.verify.bugzoo.spec_decode_bugs import StoreDraftsScheduler
+from kvoffload.verify.bugzoo.speculative_decoding_bugs import StoreDraftsScheduler
 from kvoffload.verify.bugzoo.worker_bugs import report_failure_as_done
 
 _ALL = (
@@ -119,7 +119,7 @@ _ALL = (
         "store_rejected_drafts", "speculative decoding (vLLM lowers num_computed_tokens)", "DataIntegrity",
         "draft tokens count as computed and rejections are ignored, so a chunk holding a rejected draft is stored",
         scheduler_class=StoreDraftsScheduler,
-        explore_options=(("spec_decoding", True),),
+        explore_options=(("speculative_decoding", True),),
         # The store still reads the draft's block when the next forward pass rewrites it.
         also_caught_by=("GpuBlockFence",),
     ),

@@ -16,7 +16,7 @@ from kvoffload.verify.explore_model import OffloadExploreModel, WorkerReport
 class Mutant:
     """One bug that a real offloading connector shipped, as a mutant of our scheduler/manager.
 
-    ``invariant`` names the invariant (spec/invariants.py, or ``DataIntegrity``, ``GpuBlockFence``,
+    ``invariant`` names the invariant (lifecycles/invariants.py, or ``DataIntegrity``, ``GpuBlockFence``,
     ``EventuallyCleaned``, ``NoLeak``, ``Crash``) expected to catch it; ``also_caught_by`` lists
     names a checker with a different schedule may legitimately report first (``DeclaredLifecycle``:
     the declared machine itself refused the move, with ``IllegalTransition`` or ``GuardRejected``).

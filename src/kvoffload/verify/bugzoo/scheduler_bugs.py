@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from kvoffload.lifecycles.request import CLEANED, FINISHED_PENDING_STORE, PREEMPTED, WAITING
 from kvoffload.offload.scheduler import OffloadingScheduler, RequestTracker
 from kvoffload.offload.types import EngineRequest
-from kvoffload.spec.lifecycle import CLEANED, FINISHED_PENDING_STORE, PREEMPTED, WAITING
 
 
 class EagerFinishSignalScheduler(OffloadingScheduler):

@@ -35,10 +35,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from typing import Any
 
+from kvoffload.lifecycles.invariants import SystemSnapshot
 from kvoffload.offload.types import ConnectorUpdate, SchedulerOutput
 from kvoffload.sim.engine import Engine, EngineConfig, StepReport
 from kvoffload.sim.request import SimRequest
-from kvoffload.spec.invariants import SystemSnapshot
 from kvoffload.vllm.check.build import ConnectorShape, build_connector, shutdown_connector
 from kvoffload.vllm.check.compat import PrivateReads
 from kvoffload.vllm.check.proxy import RecordingManager

@@ -20,11 +20,11 @@ from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from kvoffload.spec.invariants import Violation
+from kvoffload.lifecycles.invariants import Violation
 from kvoffload.statemachine.explore import explore
 from kvoffload.vllm.check.build import ConnectorShape
 from kvoffload.vllm.check.compat import PrivateReads
-from kvoffload.vllm.check.findings import CheckResult
+from kvoffload.vllm.check.findings import CheckerVerdict
 from kvoffload.vllm.check.harness import Harness, HarnessConfig
 
 REQUESTS = 2
@@ -151,7 +151,7 @@ class VllmExploreModel:
         )
 
 
-def run_explorer(manager: str, reads: PrivateReads) -> CheckResult:
+def run_explorer(manager: str, reads: PrivateReads) -> CheckerVerdict:
     """Explore within the bounds; the first violation found is a shortest one."""
     started = time.perf_counter()
     model = VllmExploreModel(manager, reads)
@@ -159,7 +159,7 @@ def run_explorer(manager: str, reads: PrivateReads) -> CheckResult:
         outcome = explore(model, max_depth=MAX_DEPTH, max_states=MAX_STATES, drain="final")
     finally:
         shutdown = model.close()
-    result = CheckResult(manager, "explore", details={
+    result = CheckerVerdict(manager, "explore", details={
         "requests": REQUESTS, "chunks": CHUNKS, "max_depth": MAX_DEPTH, "states": outcome.states,
         "transitions": outcome.transitions, "depth": outcome.depth, "complete": outcome.complete,
     })

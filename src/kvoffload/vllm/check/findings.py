@@ -12,7 +12,7 @@ MAX_TRACE_LINES = 60
 
 
 @dataclass
-class CheckResult:
+class CheckerVerdict:
     """One manager x checker verdict; ``trace`` is the step list that shows the violation."""
 
     manager: str

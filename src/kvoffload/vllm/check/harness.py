@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kvoffload.lifecycles.invariants import Violation
 from kvoffload.sim.engine import EngineConfig
-from kvoffload.spec.invariants import Violation
 from kvoffload.vllm.check.adapter import VllmConnector, VllmEngine
 from kvoffload.vllm.check.build import ConnectorShape
 from kvoffload.vllm.check.compat import PrivateReads

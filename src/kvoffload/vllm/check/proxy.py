@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvoffload.spec.invariants import Violation
+from kvoffload.lifecycles.invariants import Violation
 
 PER_REQUEST_QUERIES = frozenset({"lookup", "get_load_source", "prepare_load", "touch", "prepare_store"})
 

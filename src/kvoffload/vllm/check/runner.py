@@ -8,10 +8,10 @@ from typing import Any
 
 from kvoffload.vllm.check.build import MANAGERS
 from kvoffload.vllm.check.compat import PrivateReads
-from kvoffload.vllm.check.findings import MAX_TRACE_LINES, CheckResult
+from kvoffload.vllm.check.findings import MAX_TRACE_LINES, CheckerVerdict
 
 
-def _checker(name: str) -> Callable[[str, PrivateReads], CheckResult]:
+def _checker(name: str) -> Callable[[str, PrivateReads], CheckerVerdict]:
     if name == "sim":
         from kvoffload.vllm.check.sim import run_sim
 
@@ -25,7 +25,7 @@ def _checker(name: str) -> Callable[[str, PrivateReads], CheckResult]:
     return run_explorer
 
 
-def run_checks(managers: Sequence[str], checkers: Sequence[str], reads: PrivateReads) -> list[CheckResult]:
+def run_checks(managers: Sequence[str], checkers: Sequence[str], reads: PrivateReads) -> list[CheckerVerdict]:
     """Every manager x checker; an error of the harness itself is reported, not raised."""
     results = []
     for manager in managers:
@@ -38,7 +38,7 @@ def run_checks(managers: Sequence[str], checkers: Sequence[str], reads: PrivateR
     return results
 
 
-def to_json(version: str, results: Sequence[CheckResult], setup_seconds: float,
+def to_json(version: str, results: Sequence[CheckerVerdict], setup_seconds: float,
             connector: str = "offloading") -> dict[str, Any]:
     return {
         "vllm_version": version,
@@ -48,7 +48,7 @@ def to_json(version: str, results: Sequence[CheckResult], setup_seconds: float,
     }
 
 
-def _verdict(result: CheckResult) -> str:
+def _verdict(result: CheckerVerdict) -> str:
     if result.result == "success":
         return "ok"
     text = f"{'LOSS' if result.result == 'loss' else 'VIOLATION'} {result.invariant}"
@@ -64,7 +64,7 @@ def _steps(trace: Sequence[str]) -> list[str]:
     return [numbered[0], left_out, *numbered[-(MAX_TRACE_LINES - 1):]]
 
 
-def format_table(version: str, results: Sequence[CheckResult], connector: str = "offloading") -> str:
+def format_table(version: str, results: Sequence[CheckerVerdict], connector: str = "offloading") -> str:
     """manager (or offload mode) x checker -> verdict, then each finding with its invariant and step
     list: safety violations, and losses (blocks a connector dropped, safe but missed later)."""
     checkers = list(dict.fromkeys(r.checker for r in results))

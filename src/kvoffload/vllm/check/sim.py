@@ -15,7 +15,7 @@ from dataclasses import replace
 from kvoffload.sim.workload import MultiTurnWorkload, WorkloadConfig
 from kvoffload.vllm.check.build import ConnectorShape
 from kvoffload.vllm.check.compat import PrivateReads
-from kvoffload.vllm.check.findings import CheckResult, relevant_events, requests_named
+from kvoffload.vllm.check.findings import CheckerVerdict, relevant_events, requests_named
 from kvoffload.vllm.check.harness import Harness, HarnessConfig
 
 SEEDS = 20
@@ -30,10 +30,10 @@ def workload_config(seed: int) -> WorkloadConfig:
     )
 
 
-def run_sim(manager: str, reads: PrivateReads, seeds: int = SEEDS) -> CheckResult:
+def run_sim(manager: str, reads: PrivateReads, seeds: int = SEEDS) -> CheckerVerdict:
     """Run ``seeds`` seeded workloads; the first violation ends the check."""
     started = time.perf_counter()
-    result = CheckResult(manager, "sim")
+    result = CheckerVerdict(manager, "sim")
     steps = requests = 0
     base = HarnessConfig(shape=ConnectorShape(gpu_blocks=20, cpu_chunks=12), abort_probability=0.01)
     for seed in range(seeds):

@@ -29,7 +29,7 @@ from hypothesis.stateful import (
 
 from kvoffload.vllm.check.build import ConnectorShape
 from kvoffload.vllm.check.compat import PrivateReads
-from kvoffload.vllm.check.findings import CheckResult
+from kvoffload.vllm.check.findings import CheckerVerdict
 from kvoffload.vllm.check.harness import Harness, HarnessConfig
 
 EXAMPLES = 100
@@ -131,10 +131,10 @@ def search(machine: type[RuleBasedStateMachine], examples: int, steps: int) -> t
     return None
 
 
-def run_hypothesis(manager: str, reads: PrivateReads, examples: int = EXAMPLES) -> CheckResult:
+def run_hypothesis(manager: str, reads: PrivateReads, examples: int = EXAMPLES) -> CheckerVerdict:
     """Run the machine; a failure is reported with hypothesis' shrunk program as the step list."""
     started = time.perf_counter()
-    result = CheckResult(manager, "hypothesis", details={"examples": examples, "steps_per_example": STEPS})
+    result = CheckerVerdict(manager, "hypothesis", details={"examples": examples, "steps_per_example": STEPS})
     found = search(machine_for(manager, reads), examples, STEPS)
     if found is not None:
         finding, program = found

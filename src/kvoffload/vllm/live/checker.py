@@ -15,7 +15,7 @@ Separately, each trace is held against kvoffload's engine model (:mod:`.conforma
 model cannot produce is a gap of the model, not a violation of vLLM's, so it goes to the report
 (``model_gaps``, or ``explained_gaps`` when its cause is known), never into the verdict.
 
-Results are :class:`~kvoffload.vllm.check.findings.CheckResult` per manager x checker, the checker
+Results are :class:`~kvoffload.vllm.check.findings.CheckerVerdict` per manager x checker, the checker
 being ``engine`` / ``engine-mp`` for the workloads of :data:`.workloads.KINDS` and
 ``double-reset`` / ``double-reset-mp`` for the known finding, reported on its own.
 """
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvoffload.vllm.check.findings import CRASH, CheckResult, relevant_events, requests_named
+from kvoffload.vllm.check.findings import CRASH, CheckerVerdict, relevant_events, requests_named
 from kvoffload.vllm.live.conformance import BEHAVIOURS, EXPLAINED, check_conformance
 from kvoffload.vllm.live.driver import BASELINE
 from kvoffload.vllm.live.logs import DRAIN_FILE, FINDINGS_FILE, TRACE_FILE, read_drain, read_ndjson
@@ -186,7 +186,7 @@ def run_engine_checks(
     out: Path | None = None,
     python: str = sys.executable,
     timeout: float = 3000,
-) -> tuple[list[CheckResult], dict[str, Any]]:
+) -> tuple[list[CheckerVerdict], dict[str, Any]]:
     """Every manager x mode over the workloads of ``seeds`` (``kinds``; ``mp_kinds`` with
     multiprocessing, default the same); the results and a coverage report."""
     from kvoffload.vllm.harness import build_tiny_model
@@ -219,7 +219,7 @@ def run_engine_checks(
 
 
 def _results(verdicts: list[RunVerdict], managers: Sequence[str], modes: Sequence[str],
-             kinds: dict[str, tuple[str, ...]]) -> list[CheckResult]:
+             kinds: dict[str, tuple[str, ...]]) -> list[CheckerVerdict]:
     results = []
     for manager in managers:
         for mode in modes:
@@ -230,7 +230,7 @@ def _results(verdicts: list[RunVerdict], managers: Sequence[str], modes: Sequenc
                 name = checker_name(DOUBLE_RESET if double else "", mode)
                 mine = [v for v in verdicts if v.manager == manager and v.mode == mode
                         and (v.workload == DOUBLE_RESET) == double]
-                result = CheckResult(manager, name, seconds=sum(v.seconds for v in mine))
+                result = CheckerVerdict(manager, name, seconds=sum(v.seconds for v in mine))
                 failed = next((v for v in mine if v.invariant is not None), None)
                 if failed is not None:
                     result.result, result.invariant = "violation", failed.invariant

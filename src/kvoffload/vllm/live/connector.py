@@ -2,7 +2,7 @@
 
 Turn it on with ``kv_connector: "LiveCheckConnector"``, ``kv_connector_module_path:
 "kvoffload.vllm.live.connector"`` and ``kv_connector_extra_config["live_check_dir"]`` (plus
-vLLM's own keys, and ``spec_module_path: "kvoffload.vllm.live.spec"`` for a worker that runs on
+vLLM's own keys, and ``spec_module_path: "kvoffload.vllm.live.offloading_spec"`` for a worker that runs on
 the CPU platform). Every method is vLLM's; on the scheduler side each call is first written to
 ``live_check_dir/trace.ndjson`` (``object: "scheduler"``), and the connector scheduler's manager
 is put behind :class:`~kvoffload.vllm.check.proxy.RecordingManager`, whose calls go to the same

@@ -66,7 +66,7 @@ def transfer_config(manager: str, workload: Workload, folder: Path, engine_id: s
         raise ValueError(f"unknown manager {manager!r}; known: {', '.join(MANAGERS)}")
     extra: dict[str, Any] = {
         "live_check_dir": str(folder),
-        "spec_module_path": "kvoffload.vllm.live.spec",
+        "spec_module_path": "kvoffload.vllm.live.offloading_spec",
         "spec_name": "LiveTieringSpec" if manager == "tiering" else "LiveCPUSpec",
         "cpu_bytes_to_use": workload.cpu_chunks * BLOCK_BYTES,
         "eviction_policy": "arc" if manager == "arc" else "lru",

@@ -9,7 +9,7 @@ process (:mod:`.driver`) runs the workloads of :mod:`.workloads` (:data:`SIMPLE_
 whose prefixes come back from the CPU tier, and ``lazy_idle``, more computed blocks than the CPU
 tier holds) for every seed in fresh engines, each once without offloading too (the baseline, in
 process). It returns one
-:class:`~kvoffload.vllm.check.findings.CheckResult` per connector mode, checker ``engine``, over
+:class:`~kvoffload.vllm.check.findings.CheckerVerdict` per connector mode, checker ``engine``, over
 both run modes, and a JSON-able report (:func:`format_simple_report` prints it).
 
 What the engine records is :mod:`.simple_engine`'s.
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvoffload.vllm.check.findings import CheckResult, relevant_events, requests_named
+from kvoffload.vllm.check.findings import CheckerVerdict, relevant_events, requests_named
 from kvoffload.vllm.live.driver import BASELINE
 from kvoffload.vllm.live.logs import DRAIN_FILE, FINDINGS_FILE, TRACE_FILE, read_ndjson
 from kvoffload.vllm.live.simple_engine import LOSS, LOSSES_FILE, MODES, WORKER_FILE, read_json
@@ -135,12 +135,12 @@ def judge_simple(outcome: dict[str, Any], baseline: dict[str, Any], workload: Wo
     return verdict
 
 
-def simple_results(verdicts: list[SimpleVerdict], modes: Sequence[str]) -> list[CheckResult]:
+def simple_results(verdicts: list[SimpleVerdict], modes: Sequence[str]) -> list[CheckerVerdict]:
     """One ``engine`` result per connector mode: the first violation, else the first loss, else success."""
     results = []
     for mode in modes:
         mine = [v for v in verdicts if v.mode == mode]
-        result = CheckResult(mode, "engine", seconds=sum(v.seconds for v in mine))
+        result = CheckerVerdict(mode, "engine", seconds=sum(v.seconds for v in mine))
         failed = next((v for v in mine if v.invariant is not None), None)
         lossy = next((v for v in mine if v.losses), None)
         if failed is not None:
@@ -206,11 +206,11 @@ def run_simple_engine_checks(
     mp_kinds: Sequence[str] | None = None,
     python: str = sys.executable,
     timeout: float = 3000,
-) -> tuple[list[CheckResult], dict[str, Any]]:
+) -> tuple[list[CheckerVerdict], dict[str, Any]]:
     """vLLM's ``SimpleCPUOffloadConnector`` in live engines: every connector mode (``modes``: "eager",
     "lazy") x run mode (``run_modes``: "inproc", "mp") over the workloads ``kinds`` of ``seeds``, each
     compared with a run without offloading. Returns one ``engine``
-    :class:`~kvoffload.vllm.check.findings.CheckResult` per connector mode (``success``,
+    :class:`~kvoffload.vllm.check.findings.CheckerVerdict` per connector mode (``success``,
     ``violation`` or ``loss``; ``details["runs"]`` has every run) and a JSON-able report
     (:func:`format_simple_report`). The multiprocess runs take the workloads ``mp_kinds`` (default
     ``kinds``). ``python`` must run an installed vLLM whose engine starts here; every run's files are

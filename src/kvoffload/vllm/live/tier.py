@@ -5,7 +5,7 @@ primary tier "succeeds" without writing a byte, so the engine would compute on w
 chunk held before. This subclass keeps vLLM's bookkeeping (its lookups, job results and timing
 are the parent's) and copies each chunk's bytes out of the primary tier on a store and back into
 it on a load, so the live check's ``DataIntegrity`` and token comparison test vLLM's tiering
-manager and not the example tier's shortcut. :mod:`kvoffload.vllm.live.spec` registers it with
+manager and not the example tier's shortcut. :mod:`kvoffload.vllm.live.offloading_spec` registers it with
 vLLM's tier factory as ``{"type": "ByteKeepingTier"}``.
 """
 

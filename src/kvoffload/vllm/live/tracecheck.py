@@ -31,7 +31,7 @@ class TraceVerdict:
 
 def check_live_trace(path: Path, tlc_jar: str | None) -> list[TraceVerdict]:
     """The mirror's, the embedded checker's and (with ``tlc_jar``) TLC's verdict on ``path``."""
-    from kvoffload.verify.mirror import PRODUCT_LIFECYCLES, check_trace_lines, read_trace
+    from kvoffload.verify.mirror import PRODUCT_LIFECYCLES, check_trace_lines, read_lifecycle_trace
     from kvoffload.verify.trace_tla_rules import check_trace_module, write_product_trace_module
 
     lines = path.read_text(encoding="utf-8").splitlines()
@@ -40,7 +40,7 @@ def check_live_trace(path: Path, tlc_jar: str | None) -> list[TraceVerdict]:
         TraceVerdict("mirror", True) if mirror.error is None
         else TraceVerdict("mirror", False, mirror.error.line, mirror.error.reason)
     ]
-    numbered = read_trace(lines)
+    numbered = read_lifecycle_trace(lines)
     with tempfile.TemporaryDirectory(prefix="kvoffload-live-tla-") as folder:
         tla_path, _ = write_product_trace_module(numbered, PRODUCT_LIFECYCLES, Path(folder))
         embedded = check_trace_module(tla_path)

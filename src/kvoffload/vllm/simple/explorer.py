@@ -19,7 +19,7 @@ from collections.abc import Hashable
 from typing import Any
 
 from kvoffload.statemachine.explore import explore
-from kvoffload.vllm.check.findings import CheckResult
+from kvoffload.vllm.check.findings import CheckerVerdict
 from kvoffload.vllm.simple.build import SimpleShape
 from kvoffload.vllm.simple.compat import SimpleReads
 from kvoffload.vllm.simple.harness import LOSS, SimpleConfig, SimpleHarness
@@ -115,10 +115,10 @@ def _search(mode: str, reads: SimpleReads, losses: bool) -> Any:
                    drain="final", reduce=False)
 
 
-def run_explorer(mode: str, reads: SimpleReads) -> CheckResult:
+def run_explorer(mode: str, reads: SimpleReads) -> CheckerVerdict:
     """Explore within the bounds for a safety violation, then for a loss; each found is a shortest one."""
     started = time.perf_counter()
-    result = CheckResult(mode, "explore")
+    result = CheckerVerdict(mode, "explore")
     for losses in (False, True):
         outcome = _search(mode, reads, losses)
         if not losses:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvoffload.spec.invariants import Violation
+from kvoffload.lifecycles.invariants import Violation
 from kvoffload.vllm.check.findings import CRASH, crash_message
 from kvoffload.vllm.simple.build import SimpleShape, build_scheduler
 from kvoffload.vllm.simple.compat import SimpleReads

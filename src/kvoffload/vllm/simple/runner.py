@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from kvoffload.vllm.check.findings import CheckResult
+from kvoffload.vllm.check.findings import CheckerVerdict
 from kvoffload.vllm.simple.build import MODES
 from kvoffload.vllm.simple.compat import SimpleReads
 
 
-def _checker(name: str) -> Callable[[str, SimpleReads], CheckResult]:
+def _checker(name: str) -> Callable[[str, SimpleReads], CheckerVerdict]:
     if name == "sim":
         from kvoffload.vllm.simple.sim import run_sim
 
@@ -24,7 +24,7 @@ def _checker(name: str) -> Callable[[str, SimpleReads], CheckResult]:
     return run_explorer
 
 
-def run_simple_checks(modes: Sequence[str], checkers: Sequence[str], reads: SimpleReads) -> list[CheckResult]:
+def run_simple_checks(modes: Sequence[str], checkers: Sequence[str], reads: SimpleReads) -> list[CheckerVerdict]:
     """Every offload mode ("eager", "lazy") x checker ("sim", "hypothesis", "explore")."""
     results = []
     for mode in modes:

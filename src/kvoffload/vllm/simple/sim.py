@@ -13,7 +13,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from kvoffload.vllm.check.findings import CheckResult
+from kvoffload.vllm.check.findings import CheckerVerdict
 from kvoffload.vllm.simple.build import SimpleShape
 from kvoffload.vllm.simple.compat import SimpleReads
 from kvoffload.vllm.simple.harness import LOSS, SimpleConfig, SimpleHarness
@@ -98,12 +98,12 @@ def run_seed(seed: int, lazy: bool, reads: SimpleReads) -> SimpleHarness:
     return harness
 
 
-def run_sim(mode: str, reads: SimpleReads, seeds: int = SEEDS) -> CheckResult:
+def run_sim(mode: str, reads: SimpleReads, seeds: int = SEEDS) -> CheckerVerdict:
     """Run ``seeds`` seeded workloads: the first safety violation is the result, with its step list;
     lost blocks are counted over every seed (``details``), the first with its step list."""
     started = time.perf_counter()
     lazy = mode == "lazy"
-    result = CheckResult(mode, "sim")
+    result = CheckerVerdict(mode, "sim")
     steps = requests = violating = 0
     losses: list[str] = []
     lossy_seeds: list[int] = []

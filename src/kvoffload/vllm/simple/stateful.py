@@ -24,7 +24,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from kvoffload.vllm.check.findings import CheckResult
+from kvoffload.vllm.check.findings import CheckerVerdict
 from kvoffload.vllm.check.stateful import Finding, search
 from kvoffload.vllm.simple.build import SimpleShape
 from kvoffload.vllm.simple.compat import SimpleReads
@@ -101,11 +101,11 @@ def machine_for(mode: str, reads: SimpleReads, losses: bool) -> type[RuleBasedSt
     return SimpleConnectorMachine
 
 
-def run_hypothesis(mode: str, reads: SimpleReads, examples: int = EXAMPLES) -> CheckResult:
+def run_hypothesis(mode: str, reads: SimpleReads, examples: int = EXAMPLES) -> CheckerVerdict:
     """Search for a safety violation, then for a loss; each found is reported with its shrunk program
     (a loss beside a violation in ``details["loss"]``)."""
     started = time.perf_counter()
-    result = CheckResult(mode, "hypothesis", details={"examples": examples, "steps_per_example": STEPS})
+    result = CheckerVerdict(mode, "hypothesis", details={"examples": examples, "steps_per_example": STEPS})
     for losses in (False, True):
         found = search(machine_for(mode, reads, losses), examples, STEPS)
         if found is None:

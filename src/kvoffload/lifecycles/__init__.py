@@ -6,10 +6,10 @@ Public API: ``REQUEST_LIFECYCLE`` and ``JOB_LIFECYCLE`` (the offload protocol), 
 ``INVARIANTS``, ``check_invariants`` and ``Violation``. Nothing here imports the code it judges.
 """
 
-from kvoffload.spec.invariants import INVARIANTS, Violation, check_invariants
-from kvoffload.spec.job_lifecycle import JOB_LIFECYCLE
-from kvoffload.spec.lifecycle import REQUEST_LIFECYCLE
-from kvoffload.spec.tier_lifecycles import TIER_LIFECYCLES
+from kvoffload.lifecycles.invariants import INVARIANTS, Violation, check_invariants
+from kvoffload.lifecycles.job import JOB_LIFECYCLE
+from kvoffload.lifecycles.request import REQUEST_LIFECYCLE
+from kvoffload.lifecycles.tier import TIER_LIFECYCLES
 from kvoffload.statemachine.declaration import LifecycleDeclaration
 
 LIFECYCLES: dict[str, LifecycleDeclaration] = {

@@ -1,6 +1,6 @@
 """The secondary tiers in a real vLLM engine: one workload, one engine run per configuration; prints JSON.
 
-Run with vLLM's environment (``.venv-vllm/bin/python bench/vllm_tiers.py``; set
+Run with vLLM's environment (``.venv-vllm/bin/python scripts/measure/vllm_tiers.py``; set
 ``KVOFFLOAD_REDIS_PORTS=LOW-HIGH`` to keep the private redis-server to those loopback ports).
 
 The workload: four prompts of 320 tokens, each run, then a flood of twelve unrelated prompts that
@@ -42,7 +42,7 @@ from kvoffload.vllm.harness import (
     connector_transfer_config,
     spec_transfer_config,
 )
-from kvoffload.vllm.spec import KVOffloadSpec
+from kvoffload.vllm.offloading_spec import KVOffloadSpec
 
 BLOCK_SIZE = 32
 GPU_BLOCKS = 48

@@ -2,7 +2,7 @@
 an engine, worker and tier model (``TierExploreModel``, ``kvoffload explore --tiers``) and the
 tiering bugs as mutants (``TIER_MUTANTS``)."""
 
-from kvoffload.verify.tiers.explore_model import TierExploreModel
-from kvoffload.verify.tiers.mutants import TIER_MUTANTS, TierMutant
+from kvoffload.verify.tiering.explore_model import TierExploreModel
+from kvoffload.verify.tiering.mutants import TIER_MUTANTS, TierMutant
 
 __all__ = ["TIER_MUTANTS", "TierExploreModel", "TierMutant"]

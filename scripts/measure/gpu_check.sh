@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU check of the block mover (issue 27), one run of at most ~10 minutes on a CUDA machine:
-#   bash bench/gpu_check.sh OUTDIR
+#   bash scripts/measure/gpu_check.sh OUTDIR
 #
 # Steps (each under its own timeout; a failed step does not stop the later ones):
 #   env       torch imports and sees a CUDA device (else: one line, exit 3, nothing else runs);
@@ -32,9 +32,9 @@
 # 3 no CUDA device or no CUDA torch.
 set -euo pipefail
 
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 if [[ $# -gt 1 ]]; then
-    echo "usage: bash bench/gpu_check.sh [OUTDIR]" >&2
+    echo "usage: bash scripts/measure/gpu_check.sh [OUTDIR]" >&2
     exit 2
 fi
 OUT_DIR="${1:-${OUT:-out}}"

@@ -2,7 +2,7 @@
 
 Run with the vLLM venv (``make check-vllm-engine`` creates it)::
 
-    .venv-vllm/bin/python bench/vllm_mooncake.py [--start 9500] [--requests 1000] [--gpu-blocks 256] \
+    .venv-vllm/bin/python scripts/measure/vllm_mooncake.py [--start 9500] [--requests 1000] [--gpu-blocks 256] \
         [--cpu-blocks 2048]
 
 ``--start``/``--requests`` pick a window of the trace in arrival order; the JSON gives its
@@ -18,7 +18,7 @@ cache has ``--gpu-blocks`` usable blocks, the CPU tier ``--cpu-blocks`` chunks o
 
 ``--policies`` names kvoffload policies, run through kvoffload's integration (``--integration``),
 and ``vllm-lru`` / ``vllm-arc``: vLLM's own CPU manager with its LRU or ARC through vLLM's
-``OffloadingConnector`` (``vllm_own_spec.py``: vLLM's spec with a CPU-capable worker). The replay
+``OffloadingConnector`` (``vllm_own_offloading_spec.py``: vLLM's spec with a CPU-capable worker). The replay
 runs only kvoffload's policies, so vLLM's own get ``"replay": null`` and no violations or leaks.
 
 Prints one JSON object: per policy, vLLM's own counters (prefix-cache hits, external = offload-tier
@@ -37,12 +37,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vllm_own_spec import VLLM_POLICIES, vllm_own_transfer_config
+from vllm_own_offloading_spec import VLLM_POLICIES, vllm_own_transfer_config
 
 from kvoffload.offload.policies import POLICIES
-from kvoffload.sim.bounds import infinite_cache
-from kvoffload.sim.mooncake import MOONCAKE_BLOCK_TOKENS, TraceRequest, block_chains, read_trace
-from kvoffload.sim.trace_replay import replay_trace
+from kvoffload.tracestudy.bounds import infinite_cache
+from kvoffload.tracestudy.mooncake import MOONCAKE_BLOCK_TOKENS, TraceRequest, block_chains, read_trace
+from kvoffload.tracestudy.replay import replay_trace
 from kvoffload.vllm.harness import (
     Engine,
     build_tiny_model,
@@ -51,9 +51,9 @@ from kvoffload.vllm.harness import (
     spec_transfer_config,
 )
 
-DEFAULT_TRACE = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
+DEFAULT_TRACE = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
 VOCAB = 1000
-# Policies run by vLLM's own CPU manager (vllm_own_spec.VllmOwnCPUSpec), named "vllm-<its name>".
+# Policies run by vLLM's own CPU manager (vllm_own_offloading_spec.VllmOwnCPUSpec), named "vllm-<its name>".
 VLLM_OWN_PREFIX = "vllm-"
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from kvoffload.spec.lifecycle import (
+from kvoffload.lifecycles.request import (
     CLEANED,
     FINISHED_PENDING_STORE,
     LIVE_STATES,

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from kvoffload.offload.types import DEFAULT_POLICY
-from kvoffload.sim.bounds import belady, infinite_cache
-from kvoffload.sim.mooncake import TraceRequest, block_chains
-from kvoffload.sim.oracle_breakdown import oracle_breakdown
-from kvoffload.sim.trace_replay import ReplayResult, TraceReplay, cpu_oracle
+from kvoffload.tracestudy.bounds import belady, infinite_cache
+from kvoffload.tracestudy.mooncake import TraceRequest, block_chains
+from kvoffload.tracestudy.oracle_breakdown import oracle_breakdown
+from kvoffload.tracestudy.replay import ReplayResult, TraceReplay, cpu_oracle
 
 DEFAULT_CPU_SIZES: tuple[int, ...] = (1000, 2000, 4000, 8000, 16000)
 
@@ -29,7 +29,7 @@ class SweepResult:
     infinite_hit_ratio: float = 0.0
     belady_hit_ratio: dict[int, float] = field(default_factory=dict)
     cpu_oracle_hit_ratio: dict[int, float] = field(default_factory=dict)
-    # Per CPU size, the half-clairvoyant bounds (kvoffload.sim.oracle_breakdown), when asked for.
+    # Per CPU size, the half-clairvoyant bounds (kvoffload.tracestudy.oracle_breakdown), when asked for.
     oracle_breakdown: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     runs: list[ReplayResult] = field(default_factory=list)
 

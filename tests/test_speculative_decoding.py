@@ -90,7 +90,7 @@ def test_malformed_draft_reports_are_rejected_and_change_nothing(output: Schedul
 
 
 def test_simulation_with_drafts_and_faults_is_clean() -> None:
-    result = simulate(SimulationOptions(backend="model", spec_tokens=3, faults=0.05))
+    result = simulate(SimulationOptions(backend="model", speculative_tokens=3, faults=0.05))
     assert result["draft_tokens"] > 0 and 0 < result["accepted_draft_tokens"] < result["draft_tokens"]
     assert (result["violations"], result["leaks"], result["integrity_failures"]) == (0, 0, 0)
     assert result["integrity_checked_blocks"] > 0
@@ -98,7 +98,7 @@ def test_simulation_with_drafts_and_faults_is_clean() -> None:
 
 @pytest.mark.parametrize("delay", [0, 1])
 def test_the_integrity_check_catches_a_connector_that_stores_drafts(delay: int) -> None:
-    options = SimulationOptions(backend="model", spec_tokens=3, delay=delay)
+    options = SimulationOptions(backend="model", speculative_tokens=3, delay=delay)
     config = options.engine_config()
     mutant = MUTANTS["store_rejected_drafts"]
     engine = Engine(config, mutant.make_scheduler(config.offload_config(), CPUOffloadingManager(512, config.policy)))
@@ -113,7 +113,7 @@ def test_the_integrity_check_catches_a_connector_that_stores_drafts(delay: int) 
 def test_explorer_with_drafts_finds_no_violation_in_our_code() -> None:
     from kvoffload.verify.explore_model import OffloadExploreModel
 
-    result = explore(OffloadExploreModel(1, 3, spec_decoding=True))
+    result = explore(OffloadExploreModel(1, 3, speculative_decoding=True))
     assert result.ok, [format_counterexample(v) for v in result.violations]
     assert result.complete and result.states > 2315  # more than the same model without drafts
 
@@ -130,8 +130,8 @@ def test_explore_command_adds_draft_steps_on_request(capsys: pytest.CaptureFixtu
     from kvoffload.cli import main
 
     figures = []
-    for flags in ([], ["--spec-decoding"]):
+    for flags in ([], ["--speculative-decoding"]):
         assert main(["explore", "--requests", "1", "--chunks", "2", "--json", *flags]) == 0
         figures.append(json.loads(capsys.readouterr().out))
-    assert figures[1]["model"]["spec_decoding"] is True
+    assert figures[1]["model"]["speculative_decoding"] is True
     assert figures[1]["states"] > figures[0]["states"]

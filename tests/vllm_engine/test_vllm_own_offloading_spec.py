@@ -1,4 +1,4 @@
-"""bench/vllm_own_spec.py in a real vLLM engine: vLLM's own CPU manager (LRU, ARC) behind
+"""scripts/measure/vllm_own_offloading_spec.py in a real vLLM engine: vLLM's own CPU manager (LRU, ARC) behind
 vLLM's OffloadingConnector with kvoffload's mover as its worker gives the tokens of the run without
 offloading and serves the re-run prompt from the CPU tier (vLLM's own counters)."""
 
@@ -13,7 +13,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm
 
 from kvoffload.vllm.harness import Engine, build_tiny_model
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+MEASURE = Path(__file__).resolve().parents[2] / "scripts" / "measure"
 BLOCK_SIZE = 32
 GPU_BLOCKS = 48
 # Room for every block the workload writes, so plain LRU still holds the first prompt at the end.
@@ -65,8 +65,8 @@ def baseline(model_dir: Path) -> tuple[list[list[int]], list[int], int]:
 def test_vllm_own_manager_with_kvoffload_mover_matches_the_run_without_offloading(
     model_dir: Path, baseline: tuple[list[list[int]], list[int], int], policy: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.syspath_prepend(str(BENCH))
-    from vllm_own_spec import vllm_own_transfer_config
+    monkeypatch.syspath_prepend(str(MEASURE))
+    from vllm_own_offloading_spec import vllm_own_transfer_config
 
     outputs, cached, external = _run(model_dir, vllm_own_transfer_config(CPU_CHUNKS, policy))
     assert outputs == baseline[0], "greedy token ids differ from the run without offloading"

@@ -27,7 +27,7 @@ from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload.sim.engine import Engine, EngineConfig, StepReport
 from kvoffload.sim.request import SimRequest
 from kvoffload.sim.runner import SimulationOptions, summarise
-from kvoffload.sim.tiers.bytes_worker import ByteModelWorker
+from kvoffload.sim.tiered.bytes_worker import ByteModelWorker
 from kvoffload.sim.workload import MultiTurnWorkload
 from kvoffload.tiers.driver import TierBackend, TierDriver, TierFaults
 from kvoffload.tiers.index import LocalTierIndex, SharedTierIndex, TierIndex

@@ -1,6 +1,6 @@
 """Where the CPU oracle's advantage comes from: half-clairvoyant policies in the same replay.
 
-The CPU oracle (:mod:`kvoffload.sim.cpu_oracle`) knows, for every offered block, whether and when it
+The CPU oracle (:mod:`kvoffload.tracestudy.cpu_oracle`) knows, for every offered block, whether and when it
 is used again. These policies know only part of that, so the hit ratio of each one bounds what a
 class of online policies can reach (each is run by the real manager, through the same scheduler
 and GPU prefix cache):
@@ -23,8 +23,8 @@ from typing import Any
 
 from kvoffload.offload.policies import Evictable, EvictionPolicy, LRUPolicy
 from kvoffload.offload.types import OffloadKey
-from kvoffload.sim.cpu_oracle import NEVER, BeladyCPUPolicy, ClairvoyantPolicy
-from kvoffload.sim.trace_replay import TraceReplay, cpu_oracle
+from kvoffload.tracestudy.cpu_oracle import NEVER, BeladyCPUPolicy, ClairvoyantPolicy
+from kvoffload.tracestudy.replay import TraceReplay, cpu_oracle
 
 # How many keys the second-sighting admission remembers, per CPU block (the doorkeeper's default).
 GHOST_FACTOR = 4

@@ -10,11 +10,11 @@ import pytest
 from kvoffload.cli import main
 from kvoffload.offload.policies import POLICIES
 from kvoffload.sim.block_pool import BlockPool
-from kvoffload.sim.cpu_oracle import NEVER, BeladyCPUPolicy
-from kvoffload.sim.mooncake import TraceRequest, block_chains
-from kvoffload.sim.trace_replay import ReplayError, TraceReplay, replay_trace
+from kvoffload.tracestudy.cpu_oracle import NEVER, BeladyCPUPolicy
+from kvoffload.tracestudy.mooncake import TraceRequest, block_chains
+from kvoffload.tracestudy.replay import ReplayError, TraceReplay, replay_trace
 
-TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
+TRACE = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
 
 
 def _request(ids: list[int], full: int, at: float = 0) -> TraceRequest:
@@ -188,9 +188,9 @@ def test_real_trace_prefix(policy: str, capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_errors_and_broken_invariants_are_counted_as_violations(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvoffload.lifecycles.invariants import Violation
     from kvoffload.offload.errors import LifecycleViolation
-    from kvoffload.sim import trace_replay
-    from kvoffload.spec.invariants import Violation
+    from kvoffload.tracestudy import replay as trace_replay
 
     chains = block_chains([_request([1, 2, 3], 2), _request([1, 2, 4], 2)])
     replay = TraceReplay(8, 8, check_every=1)

@@ -3,7 +3,7 @@
 Turn it on with (``vllm serve ... --kv-transfer-config '<json>'``, or ``LLM(kv_transfer_config=...)``)::
 
     {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
-     "kv_connector_extra_config": {"spec_module_path": "kvoffload.vllm.spec",
+     "kv_connector_extra_config": {"spec_module_path": "kvoffload.vllm.offloading_spec",
                                    "spec_name": "KVOffloadSpec",
                                    "num_cpu_blocks": 4096, "eviction_policy": "doorkeeper_lfu",
                                    "block_size": 64}}

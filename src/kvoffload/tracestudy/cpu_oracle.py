@@ -1,7 +1,7 @@
 """The CPU-tier oracle: Belady's rule for the CPU tier, told the trace's future.
 
 A fair target for a CPU-tier policy is not Belady on one cache of G + C blocks (see
-:mod:`kvoffload.sim.bounds`): kvoffload's CPU tier is written through behind the engine's LRU GPU
+:mod:`kvoffload.tracestudy.bounds`): kvoffload's CPU tier is written through behind the engine's LRU GPU
 prefix cache, so what the CPU tier can serve depends on what the GPU cache keeps. The oracle keeps
 the hierarchy and changes only the CPU tier's decisions: it is an :class:`EvictionPolicy` run by the
 real manager in the same replay, through the same scheduler and the same GPU cache, that
@@ -32,7 +32,7 @@ class ClairvoyantPolicy:
     """The trace's future for a CPU-tier policy (a mixin next to :class:`EvictionPolicy`): every
     request's keys, in replay order. The replay calls :meth:`advance` before each request, so
     :meth:`next_use` is relative to it. Used only for bounds (this oracle and
-    :mod:`kvoffload.sim.oracle_breakdown`), never by an engine."""
+    :mod:`kvoffload.tracestudy.oracle_breakdown`), never by an engine."""
 
     def __init__(self, chains: Sequence[Sequence[OffloadKey]]) -> None:
         self._uses: dict[OffloadKey, list[int]] = {}

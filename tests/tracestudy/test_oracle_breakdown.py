@@ -8,8 +8,13 @@ from pathlib import Path
 import pytest
 
 from kvoffload.cli import main
-from kvoffload.sim.mooncake import TraceRequest, block_chains
-from kvoffload.sim.oracle_breakdown import DEFAULT_HORIZONS, ReuseKnowingLRU, SecondSightingBelady, oracle_breakdown
+from kvoffload.tracestudy.mooncake import TraceRequest, block_chains
+from kvoffload.tracestudy.oracle_breakdown import (
+    DEFAULT_HORIZONS,
+    ReuseKnowingLRU,
+    SecondSightingBelady,
+    oracle_breakdown,
+)
 
 
 def _request(ids: list[int], at: float) -> TraceRequest:

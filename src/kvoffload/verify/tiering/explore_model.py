@@ -20,7 +20,7 @@ what one request cascades another can promote. Actions, every one enabled in any
 
 Content is tracked by identity: a GPU block, CPU block or slot holds the key whose KV it has.
 ``DataIntegrity``: a finished load must have brought every chunk's own key. The protocol's
-invariants (kvoffload.spec) and the tiering invariants run after every action; the drain
+invariants (kvoffload.lifecycles) and the tiering invariants run after every action; the drain
 (no new requests, every job succeeds, steps run) must end quiescent within a bound, with no leak
 (``EventuallyCleaned`` / ``NoLeak``).
 """
@@ -32,10 +32,10 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvoffload.lifecycles.invariants import check_invariants
 from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload.offload.types import OffloadConfig, SchedulerOutput, TransferJob, WorkerOutput
-from kvoffload.spec.invariants import check_invariants
 from kvoffload.tiers.index import LocalTierIndex, SharedTierIndex, TierIndex
 from kvoffload.tiers.invariants import check_tier_invariants
 from kvoffload.tiers.manager import TieringManager

@@ -20,13 +20,13 @@ Model (fast mode, documented choices):
   free queue until reallocated; a request's blocks are freed tail first, so eviction eats a
   prefix from its end and the head stays servable.
 - CPU tier: the real ``CPUOffloadingManager`` of ``cpu_blocks`` blocks with the named policy (or
-  a policy object; a :class:`~kvoffload.sim.cpu_oracle.ClairvoyantPolicy`, such as the CPU oracle
-  :class:`~kvoffload.sim.cpu_oracle.BeladyCPUPolicy`, has its clock moved before each request).
+  a policy object; a :class:`~kvoffload.tracestudy.cpu_oracle.ClairvoyantPolicy`, such as the CPU oracle
+  :class:`~kvoffload.tracestudy.cpu_oracle.BeladyCPUPolicy`, has its clock moved before each request).
 - Worker: completes every job successfully ``worker_delay`` steps after the step that issued it
   (default 1), so stores are still in flight when the request finishes and the scheduler's
   hold-and-release path for GPU blocks is exercised.
 
-Invariants of ``kvoffload.spec`` are checked on a snapshot every ``check_every`` requests while
+Invariants of ``kvoffload.lifecycles`` are checked on a snapshot every ``check_every`` requests while
 stores are in flight, and once at the end (quiescent, so NoLeak too). A LifecycleViolation or any
 other error from the scheduler stops the replay and is reported as a violation.
 """
@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvoffload.lifecycles.invariants import check_invariants
 from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.policies import EvictionPolicy
 from kvoffload.offload.scheduler import OffloadingScheduler
@@ -50,10 +51,9 @@ from kvoffload.offload.types import (
     WorkerOutput,
 )
 from kvoffload.sim.block_pool import BlockPool
-from kvoffload.sim.bounds import belady, infinite_cache
-from kvoffload.sim.cpu_oracle import BeladyCPUPolicy, ClairvoyantPolicy
-from kvoffload.sim.mooncake import TraceRequest, block_chains
-from kvoffload.spec.invariants import check_invariants
+from kvoffload.tracestudy.bounds import belady, infinite_cache
+from kvoffload.tracestudy.cpu_oracle import BeladyCPUPolicy, ClairvoyantPolicy
+from kvoffload.tracestudy.mooncake import TraceRequest, block_chains
 
 # How many violation messages a result keeps (the count is always complete).
 MAX_MESSAGES = 20

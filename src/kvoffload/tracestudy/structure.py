@@ -8,7 +8,7 @@ figures say how well what a CPU tier could know at a block's first sighting (tur
 time since the previous turn), or once the request finished (its output length), predicts whether
 the conversation comes back, and whether it comes back soon (within ``SOON_REQUESTS`` requests).
 
-``python -m kvoffload.sim.trace_structure TRACE.jsonl`` prints them as JSON.
+``python -m kvoffload.tracestudy.structure TRACE.jsonl`` prints them as JSON.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from kvoffload.sim.mooncake import TraceRequest, read_trace
+from kvoffload.tracestudy.mooncake import TraceRequest, read_trace
 
 # Turns from this one on are counted together.
 LAST_TURN_BUCKET = 6
@@ -137,5 +137,5 @@ def conversation_structure(requests: Sequence[TraceRequest]) -> dict[str, Any]:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m kvoffload.sim.trace_structure TRACE.jsonl")
+        sys.exit("usage: python -m kvoffload.tracestudy.structure TRACE.jsonl")
     print(json.dumps(conversation_structure(read_trace(sys.argv[1]).requests), indent=2))

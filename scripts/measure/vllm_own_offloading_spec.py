@@ -13,8 +13,8 @@ kvoffload's :class:`~kvoffload.vllm.mover_worker.MoverWorker` on a torch-copy
 The CPU tier's size is ``num_cpu_blocks`` chunks, given directly rather than through
 ``cpu_bytes_to_use``, so that vLLM's manager has exactly as many chunks as kvoffload's.
 
-Loaded by vLLM's ``OffloadingSpecFactory`` by module name, so the ``bench/`` directory must be on
-``sys.path`` (it is when a script in ``bench/`` runs).
+Loaded by vLLM's ``OffloadingSpecFactory`` by module name, so the ``scripts/measure/`` directory must be on
+``sys.path`` (it is when a script in ``scripts/measure/`` runs).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``kvoffload replay TRACE --tier-blocks file=N[,redis=M]``: the trace replay with secondary tiers.
 
-The replay of kvoffload.sim.trace_replay (sequential, one 512-token block per scheduling unit),
+The replay of kvoffload.tracestudy.replay (sequential, one 512-token block per scheduling unit),
 with a :class:`TieringManager` as the CPU tier's manager and one LRU tier index per named tier of
 N blocks, in the order given. Tier I/O is not performed: every cascade and promotion succeeds at
 once (this measures where hits come from, not bandwidth). A lookup that starts a promotion is
@@ -16,11 +16,11 @@ from typing import Any
 from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload.offload.types import ConnectorUpdate, EngineRequest, WorkerOutput
-from kvoffload.sim.mooncake import TraceRequest, block_chains
-from kvoffload.sim.trace_replay import ReplayAnomaly, TraceReplay
 from kvoffload.tiers.index import LocalTierIndex
 from kvoffload.tiers.manager import TieringManager
 from kvoffload.tiers.protocol import OK, TierOutcome
+from kvoffload.tracestudy.mooncake import TraceRequest, block_chains
+from kvoffload.tracestudy.replay import ReplayAnomaly, TraceReplay
 
 # A lookup still deferred after this many promotions in a row is a scheduler that stopped progressing.
 MAX_PROMOTION_ROUNDS = 64
