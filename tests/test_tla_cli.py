@@ -492,3 +492,23 @@ def test_check_all_both_without_tlc_is_one_line(
     code, out, err = run_cli(["tla", "check-all", str(_model_dir(tmp_path)), "--both"], capsys)
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and "tla2tools.jar" in err
+
+
+def test_kvoffload_tla_is_the_tlacheck_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "Wrap.tla"
+    spec.write_text("---- MODULE Wrap ----\nEXTENDS Naturals\nVARIABLE x\nInit == x = 0\nNext == x' = (x + 1) % 5\n"
+                    "Small == x < 3\n====\n")
+    (tmp_path / "Wrap.cfg").write_text("INIT Init\nNEXT Next\nINVARIANT Small\n")
+    answers = []
+    for run in (lambda args: cli.main(["tla", *args]), tlacheck_cli.main):
+        code = run(["check", str(spec), "--engine", "embedded", "--json", "--quiet"])
+        answer = json.loads(capsys.readouterr().out)
+        answer.pop("seconds")
+        missing = run(["check", str(tmp_path / "Nope.tla")])
+        answers.append((code, answer, missing, capsys.readouterr().err))
+    (code, answer, missing, err), (tlacheck_code, tlacheck_answer, tlacheck_missing, tlacheck_err) = answers
+    assert (code, answer["violated"], len(answer["trace"])) == (EXIT_VIOLATION_SAFETY, "Small", 4)
+    assert (code, answer, missing) == (tlacheck_code, tlacheck_answer, tlacheck_missing) == (
+        EXIT_VIOLATION_SAFETY, answer, 2)
+    assert err == f"kvoffload tla: error: {tmp_path / 'Nope.tla'}: no such spec file\n"
+    assert tlacheck_err == err.replace("kvoffload tla:", "tlacheck:")

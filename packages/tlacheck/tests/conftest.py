@@ -24,8 +24,10 @@ if "TLACHECK_CACHE" not in os.environ:
     os.environ["TLACHECK_CACHE"] = _tree_cache
     atexit.register(shutil.rmtree, _tree_cache, ignore_errors=True)
 
-settings.register_profile("ci", max_examples=200, deadline=None, derandomize=True, database=None, print_blob=True,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("thorough", max_examples=1500, deadline=None, print_blob=True,
+# The same profiles as kvoffload's tests/conftest.py: the repository's whole suite loads both files,
+# and the one loaded last must not change the other's settings.
+settings.register_profile("ci", max_examples=200, stateful_step_count=30, deadline=None, derandomize=True,
+                          database=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("thorough", max_examples=1500, stateful_step_count=80, deadline=None, print_blob=True,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

@@ -1,4 +1,4 @@
-"""The embedded checker against TLC on the public corpus (tests/tlaplus/corpus, 36 models of the
+"""The embedded checker against TLC on the public corpus (tests/corpus, 36 models of the
 tlaplus/Examples repository with TLC's recorded verdict and distinct-state count).
 
 ``make test`` runs the models that finish in seconds here, against the recorded answers.

@@ -6,7 +6,7 @@ depth, the violated invariant or property, or the counterexample's length is a d
 Prints one JSON object: specs run, disagreements (with the spec and config text), specs TLC
 rejected (a generator bug), verdicts, and how often each construct appeared::
 
-    python tests/tlaplus/tla_fuzz.py --specs 2000 --jar ../shared/tlc/tla2tools.jar
+    python packages/tlacheck/tests/tla_fuzz.py --specs 2000 --jar ../shared/tlc/tla2tools.jar
 
 Exit status 0 when every spec agreed, 1 otherwise.
 """

@@ -1,4 +1,4 @@
-"""``kvoffload tla``: the TLA+ checker's command line (``tlacheck``, :mod:`tlacheck.cli`) under kvoffload's.
+"""``kvoffload tla``: the command of the TLA+ checker, tlacheck (``tlacheck.cli``), under kvoffload's.
 
 ``kvoffload tla check SPEC.tla [--config MODEL.cfg]`` checks one model and exits with TLC's exit
 code (0 success, 11 deadlock, 12 safety, 13 liveness, ...). ``kvoffload tla check-all DIR`` checks
