@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test test-fast test-thorough lint tla tla-corpus tla-fuzz bench check-install clean redis-server check-vllm-engine check-vllm fuzz-vllm-engine check-vllm-live check-vllm-tiers
+.PHONY: demo test test-fast test-thorough lint tla tla-corpus tla-corpus-live tla-fuzz bench check-install clean redis-server check-vllm-engine check-vllm fuzz-vllm-engine check-vllm-live check-vllm-tiers
 
 $(STAMP): pyproject.toml packages/tlacheck/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -159,6 +159,12 @@ clean:
 # answers; `make test` runs only the fast ones.
 tla-corpus: $(STAMP)
 	TLA_CORPUS_ALL=1 $(PY) -m pytest -q packages/tlacheck/tests/test_tla_corpus.py
+
+# The fast corpus models under live TLC too (TLC's answer here is the oracle, the recorded one a second
+# check); CI runs it.
+tla-corpus-live: $(STAMP)
+	@test -n "$(TLC_JAR)" || { echo "tla-corpus-live: TLC not found: set TLA2TOOLS_JAR to tla2tools.jar"; exit 2; }
+	TLA2TOOLS_JAR=$(abspath $(TLC_JAR)) TLA_CORPUS_LIVE=1 $(PY) -m pytest -q packages/tlacheck/tests/test_tla_corpus.py
 
 # Differential fuzzing: TLA_FUZZ_SPECS random specs under TLC (one JVM) and the embedded checker,
 # which must agree; prints JSON with the constructs' coverage and every disagreement.
