@@ -27,7 +27,13 @@ pytest.importorskip("xxhash", reason="the tiers' extra is not installed here: `m
 pytest.importorskip("redis", reason="the tiers' extra is not installed here: `make check-vllm-tiers` installs it")
 
 from kvoffload.tiers.record import Namespace
-from kvoffload.vllm.harness import Engine, build_tiny_model, connector_transfer_config, kvoffload_state
+from kvoffload.vllm.harness import (
+    Engine,
+    build_tiny_model,
+    connector_transfer_config,
+    kvoffload_state,
+    spec_transfer_config,
+)
 from loopback_servers import LoopbackCluster, LoopbackRedis, started_cluster
 
 BLOCK_SIZE = 32
@@ -72,10 +78,16 @@ def expected(model_dir: Path) -> dict[tuple[int, ...], list[int]]:
 
 
 class Run:
-    """One engine with tiers; every batch's outputs are checked against ``expected``."""
+    """One engine with tiers behind KVOffloadConnector (or, ``spec``, KVOffloadSpec in vLLM's
+    OffloadingConnector); every batch's outputs are checked against ``expected``."""
 
-    def __init__(self, model_dir: Path, tiers: dict, expected: dict[tuple[int, ...], list[int]]) -> None:
-        config = connector_transfer_config(CPU_CHUNKS, "lru", tiers=tiers)
+    def __init__(
+        self, model_dir: Path, tiers: dict, expected: dict[tuple[int, ...], list[int]], spec: bool = False
+    ) -> None:
+        if spec:
+            config = spec_transfer_config(CPU_CHUNKS, "lru", tiers=tiers)
+        else:
+            config = connector_transfer_config(CPU_CHUNKS, "lru", tiers=tiers)
         self.engine = Engine(model_dir, config, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS)
         self.expected = expected
 
