@@ -275,7 +275,7 @@ def _tag_and_scope(name: bytes) -> tuple[bytes, bytes]:
     return tag + b"}", scope
 
 
-def _engine_process(model_dir: Path, config: dict, batches: list[list[list[int]]]) -> dict:
+def engine_process(model_dir: Path, config: dict, batches: list[list[list[int]]]) -> dict:
     here = Path(__file__).parent
     done = subprocess.run(
         [sys.executable, str(here / "tier_engine_process.py"), str(model_dir), json.dumps(config),
@@ -293,9 +293,9 @@ def test_two_engines_in_two_processes_share_redis(
     (frontend, engine core and worker in three processes): the second serves the prefix the
     first computed, through Redis."""
     config = connector_transfer_config(CPU_CHUNKS, "lru", check_invariants=False, tiers=_redis_tiers(redis_server))
-    first = _engine_process(model_dir, config, [[REUSED[0]]])
+    first = engine_process(model_dir, config, [[REUSED[0]]])
     assert redis_server.client().dbsize() >= SERVED_CHUNKS, "the first engine cascaded nothing to Redis"
-    second = _engine_process(model_dir, config, [[REUSED[0]]])
+    second = engine_process(model_dir, config, [[REUSED[0]]])
     for report in (first, second):
         assert report["outputs"] == [expected[tuple(REUSED[0])]]
     assert first["cached"] == [0]

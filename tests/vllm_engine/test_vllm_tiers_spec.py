@@ -25,8 +25,20 @@ pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm
 pytest.importorskip("xxhash", reason="the tiers' extra is not installed here: `make check-vllm-tiers` installs it")
 pytest.importorskip("redis", reason="the tiers' extra is not installed here: `make check-vllm-tiers` installs it")
 
-from test_vllm_tiers import BLOCK_SIZE, FILE_TIER_BYTES, FLOODS, PROMPT_TOKENS, REUSED, Run, expected, model_dir
+from test_vllm_tiers import (
+    BLOCK_SIZE,
+    CPU_CHUNKS,
+    FILE_TIER_BYTES,
+    FLOODS,
+    PROMPT_TOKENS,
+    REUSED,
+    Run,
+    engine_process,
+    expected,
+    model_dir,
+)
 
+from kvoffload.vllm.harness import spec_transfer_config
 from loopback_servers import LoopbackRedis
 
 # vLLM's OffloadingConnector loads a cached prompt's every chunk.
@@ -120,3 +132,22 @@ def test_spec_redis_tier_serves_and_survives_a_killed_server(
     finally:
         violations, leaks = run.close()
     assert violations == [] and leaks == []
+
+
+@pytest.mark.slow
+def test_spec_two_engines_in_two_processes_share_redis(
+    model_dir: Path, expected: dict, redis_server: LoopbackRedis
+) -> None:
+    """Two engines one after the other, each in its own process with vLLM's multiprocessing on and
+    the ``mp`` executor (the worker's CPU pool reaches the engine core's tier I/O through
+    /dev/shm): the second serves the prefix the first computed, through Redis."""
+    config = spec_transfer_config(CPU_CHUNKS, "lru", tiers={"redis_tier": {"url": redis_server.url}})
+    first = engine_process(model_dir, config, [[REUSED[0]]])
+    assert redis_server.client().dbsize() >= SERVED_CHUNKS, "the first engine cascaded nothing to Redis"
+    second = engine_process(model_dir, config, [[REUSED[0]]])
+    for report in (first, second):
+        assert report["outputs"] == [expected[tuple(REUSED[0])]]
+    assert first["cached"] == [0]
+    # The second engine never computed the prompt and its CPU tier started empty.
+    assert second["cached"] == [SERVED]
+    assert second["external_hit_tokens"] >= SERVED
