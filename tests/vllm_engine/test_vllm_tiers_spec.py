@@ -33,9 +33,9 @@ from test_vllm_tiers import (
     PROMPT_TOKENS,
     REUSED,
     Run,
-    engine_process,
     expected,
     model_dir,
+    second_engine_served,
 )
 
 from kvoffload.vllm.harness import spec_transfer_config
@@ -142,12 +142,4 @@ def test_spec_two_engines_in_two_processes_share_redis(
     the ``mp`` executor (the worker's CPU pool reaches the engine core's tier I/O through
     /dev/shm): the second serves the prefix the first computed, through Redis."""
     config = spec_transfer_config(CPU_CHUNKS, "lru", tiers={"redis_tier": {"url": redis_server.url}})
-    first = engine_process(model_dir, config, [[REUSED[0]]])
-    assert redis_server.client().dbsize() >= SERVED_CHUNKS, "the first engine cascaded nothing to Redis"
-    second = engine_process(model_dir, config, [[REUSED[0]]])
-    for report in (first, second):
-        assert report["outputs"] == [expected[tuple(REUSED[0])]]
-    assert first["cached"] == [0]
-    # The second engine never computed the prompt and its CPU tier started empty.
-    assert second["cached"] == [SERVED]
-    assert second["external_hit_tokens"] >= SERVED
+    second_engine_served(model_dir, config, redis_server, expected, SERVED)
