@@ -106,7 +106,8 @@ def _store(manager: Any, worker: Any, key: bytes, gpu_block: int, context: ReqCo
     manager.complete_store([key], context)
 
 
-def test_a_chunk_comes_back_from_the_file_tier(tmp_path: Path) -> None:
+def _engine(tmp_path: Path) -> tuple[list[torch.Tensor], Any, Any, str]:
+    """The engine's KV layers, the spec's worker and its scheduler-side manager (a file tier)."""
     extra = {"file_tier": {"path": str(tmp_path / "kv.tier"), "size_bytes": 1 << 20}}
     engine_id = f"unit-{tmp_path.name}"
     worker_spec, scheduler_spec = KVOffloadSpec(_config(extra, engine_id)), KVOffloadSpec(_config(extra, engine_id))
@@ -117,7 +118,11 @@ def test_a_chunk_comes_back_from_the_file_tier(tmp_path: Path) -> None:
         [[CanonicalKVCacheRef(0, PAGE), CanonicalKVCacheRef(1, PAGE)]],
     )
     worker = worker_spec.get_worker(caches)
-    manager = scheduler_spec.get_manager()
+    return layers, worker, scheduler_spec.get_manager(), engine_id
+
+
+def test_a_chunk_comes_back_from_the_file_tier(tmp_path: Path) -> None:
+    layers, worker, manager, engine_id = _engine(tmp_path)
     context = ReqContext("r1")
     manager.on_new_request(context)
     keys = [make_offload_key(bytes([index]) * 32, 0) for index in range(3)]
@@ -150,3 +155,27 @@ def test_a_chunk_comes_back_from_the_file_tier(tmp_path: Path) -> None:
         manager.shutdown()
         worker.shutdown()
     assert not Path(pool_path(engine_id, 0)).exists()
+
+
+def test_a_reset_waits_for_the_cascade_in_flight(tmp_path: Path) -> None:
+    """vLLM's reset_cache while a cascade reads its CPU block: the reset waits for the cascade's
+    outcome (nothing is stored or hit meanwhile), then both tiers are empty."""
+    _, worker, manager, _ = _engine(tmp_path)
+    context = ReqContext("r1")
+    manager.on_new_request(context)
+    key = make_offload_key(bytes([7]) * 32, 0)
+    try:
+        _store(manager, worker, key, 3, context, 1)
+        manager.on_schedule_end(STEP)
+        assert manager.tiers.tier_jobs_in_flight, "the cascade is not in flight"
+        manager.reset_cache()
+        assert manager.lookup(key, context) == LookupResult.MISS
+        assert manager.prepare_store([make_offload_key(bytes([8]) * 32, 0)], context) is None
+        manager.on_schedule_end(STEP)
+        assert not manager.has_pending_work()
+        assert manager.lookup(key, context) == LookupResult.MISS
+        manager.on_request_finished(context)
+        assert manager.violations == [] and manager.leaks() == []
+    finally:
+        manager.shutdown()
+        worker.shutdown()
