@@ -107,7 +107,7 @@ class KVOffloadSpec(OffloadingSpec):
         self.cpu_kernel = flag(extra, "cpu_kernel", default=True)
         self._manager: StrictManagerAdapter | None = None
         self._worker: MoverWorker | None = None
-        # Tiers: the scheduler side's tier I/O reaches the workers' CPU pools through shared memory.
+        # Part of the tiers' namespace: chunks of another layout are never read as this one's.
         self.layout = spec_layout(config)
 
     def _num_chunks(self, extra: dict[str, Any], bytes_per_block: int) -> int:
