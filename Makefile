@@ -77,12 +77,15 @@ $(VLLM_STAMP): pyproject.toml packages/tlacheck/pyproject.toml
 # The tier tests run in check-vllm-tiers, which installs the tiers' extra.
 check-vllm-engine: $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/python -m pytest -q tests/vllm_engine \
-	  --ignore=tests/vllm_engine/test_vllm_tiers.py --ignore=tests/vllm_engine/test_vllm_tiers_tp.py
+	  --ignore=tests/vllm_engine/test_vllm_tiers.py --ignore=tests/vllm_engine/test_vllm_tiers_tp.py \
+	  --ignore=tests/vllm_engine/test_vllm_tiers_offloading_spec.py --ignore=tests/vllm_engine/test_vllm_offloading_spec_tiers_unit.py
 
-# The file, Redis and Redis Cluster tiers behind KVOffloadConnector in real engines, tensor
-# parallelism included: the tiers' extra (redis, xxhash) into .venv-vllm, and redis-server and
-# redis-cli, which the tests start on loopback ports and stop.
+# The file, Redis and Redis Cluster tiers behind KVOffloadConnector, and the file and Redis tiers
+# behind KVOffloadSpec, in real engines, tensor parallelism included: the tiers' extra (redis,
+# xxhash) into .venv-vllm, and redis-server and redis-cli, which the tests start on loopback ports
+# and stop.
 VLLM_TIER_TESTS := tests/vllm_engine/test_vllm_tiers.py tests/vllm_engine/test_vllm_tiers_tp.py \
+	tests/vllm_engine/test_vllm_tiers_offloading_spec.py tests/vllm_engine/test_vllm_offloading_spec_tiers_unit.py tests/test_vllm_shared_pool.py \
 	tests/test_vllm_tier_settings.py tests/test_vllm_rank_reports.py
 check-vllm-tiers: $(VLLM_STAMP) redis-server
 	$(VLLM_VENV)/bin/python -m pip install -q -e '.[test,tiers]'

@@ -27,7 +27,13 @@ pytest.importorskip("xxhash", reason="the tiers' extra is not installed here: `m
 pytest.importorskip("redis", reason="the tiers' extra is not installed here: `make check-vllm-tiers` installs it")
 
 from kvoffload.tiers.record import Namespace
-from kvoffload.vllm.harness import Engine, build_tiny_model, connector_transfer_config, kvoffload_state
+from kvoffload.vllm.harness import (
+    Engine,
+    build_tiny_model,
+    connector_transfer_config,
+    kvoffload_state,
+    spec_transfer_config,
+)
 from loopback_servers import LoopbackCluster, LoopbackRedis, started_cluster
 
 BLOCK_SIZE = 32
@@ -72,10 +78,16 @@ def expected(model_dir: Path) -> dict[tuple[int, ...], list[int]]:
 
 
 class Run:
-    """One engine with tiers; every batch's outputs are checked against ``expected``."""
+    """One engine with tiers behind KVOffloadConnector (or, ``spec``, KVOffloadSpec in vLLM's
+    OffloadingConnector); every batch's outputs are checked against ``expected``."""
 
-    def __init__(self, model_dir: Path, tiers: dict, expected: dict[tuple[int, ...], list[int]]) -> None:
-        config = connector_transfer_config(CPU_CHUNKS, "lru", tiers=tiers)
+    def __init__(
+        self, model_dir: Path, tiers: dict, expected: dict[tuple[int, ...], list[int]], spec: bool = False
+    ) -> None:
+        if spec:
+            config = spec_transfer_config(CPU_CHUNKS, "lru", tiers=tiers)
+        else:
+            config = connector_transfer_config(CPU_CHUNKS, "lru", tiers=tiers)
         self.engine = Engine(model_dir, config, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS)
         self.expected = expected
 
@@ -263,7 +275,7 @@ def _tag_and_scope(name: bytes) -> tuple[bytes, bytes]:
     return tag + b"}", scope
 
 
-def _engine_process(model_dir: Path, config: dict, batches: list[list[list[int]]]) -> dict:
+def engine_process(model_dir: Path, config: dict, batches: list[list[list[int]]]) -> dict:
     here = Path(__file__).parent
     done = subprocess.run(
         [sys.executable, str(here / "tier_engine_process.py"), str(model_dir), json.dumps(config),
@@ -281,16 +293,22 @@ def test_two_engines_in_two_processes_share_redis(
     (frontend, engine core and worker in three processes): the second serves the prefix the
     first computed, through Redis."""
     config = connector_transfer_config(CPU_CHUNKS, "lru", check_invariants=False, tiers=_redis_tiers(redis_server))
-    first = _engine_process(model_dir, config, [[REUSED[0]]])
-    assert redis_server.client().dbsize() >= SERVED_CHUNKS, "the first engine cascaded nothing to Redis"
-    second = _engine_process(model_dir, config, [[REUSED[0]]])
+    second_engine_served(model_dir, config, redis_server, expected, SERVED)
+
+
+def second_engine_served(
+    model_dir: Path, config: dict, redis_server: LoopbackRedis, expected: dict, served: int
+) -> None:
+    """Two engine processes on ``config`` run ``REUSED[0]`` in turn: the first computes it, the
+    second (its CPU tier empty) gets ``served`` tokens of it from the first's chunks in Redis."""
+    first = engine_process(model_dir, config, [[REUSED[0]]])
+    assert redis_server.client().dbsize() >= served // BLOCK_SIZE, "the first engine cascaded nothing to Redis"
+    second = engine_process(model_dir, config, [[REUSED[0]]])
     for report in (first, second):
         assert report["outputs"] == [expected[tuple(REUSED[0])]]
     assert first["cached"] == [0]
-    # The second engine never computed the prompt and its CPU tier started empty: the KV came
-    # from the first engine, through Redis.
-    assert second["cached"] == [SERVED]
-    assert second["external_hit_tokens"] >= SERVED
+    assert second["cached"] == [served]
+    assert second["external_hit_tokens"] >= served
 
 
 @pytest.fixture

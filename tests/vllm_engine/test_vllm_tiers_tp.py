@@ -69,3 +69,20 @@ def test_spec_under_tensor_parallelism(model_dir: Path, baseline: dict) -> None:
     assert report["outputs"] == baseline["outputs"], "greedy token ids differ from the TP=2 run without offloading"
     assert report["cached"][-1] == 320
     assert report["external_hit_tokens"] >= 320
+
+
+def test_spec_with_a_file_tier_under_tensor_parallelism(model_dir: Path, baseline: dict, tmp_path: Path) -> None:
+    """The scheduler (engine core) and the two workers in three processes: the tier I/O in the
+    engine core reaches each rank's CPU pool through /dev/shm, and each rank's shard goes to its
+    own file."""
+    pools_before = {name for name in os.listdir("/dev/shm") if name.startswith("kvoffload-pool-")}
+    tiers = {"file_tier": {"path": str(tmp_path / "kv.tier"), "size_bytes": FILE_TIER_BYTES}}
+    report = _tp_engine(model_dir, spec_transfer_config(CPU_CHUNKS, "lru", tiers=tiers))
+    assert report["outputs"] == baseline["outputs"], "greedy token ids differ from the TP=2 run without offloading"
+    # vLLM's OffloadingConnector loads every chunk of the prompt; the 16-chunk CPU tier lost them
+    # in the flood, so they came back from the files.
+    assert report["cached"][-1] == 320, "the re-run was not served from the file tier"
+    assert report["external_hit_tokens"] >= 320
+    for rank in (0, 1):
+        assert (tmp_path / f"kv.tier.rank{rank}").stat().st_size > 0
+    assert {name for name in os.listdir("/dev/shm") if name.startswith("kvoffload-pool-")} == pools_before

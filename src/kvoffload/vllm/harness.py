@@ -63,9 +63,11 @@ def spec_transfer_config(
     spec_module: str = "kvoffload.vllm.offloading_spec",
     spec_name: str = "KVOffloadSpec",
     verify_loads: bool = False,
+    tiers: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``kv_transfer_config`` for vLLM's OffloadingConnector with :class:`KVOffloadSpec`
-    (``verify_loads``: the worker checks every loaded block against what was stored for its key)."""
+    (``verify_loads``: the worker checks every loaded block against what was stored for its key;
+    ``tiers``: ``file_tier`` / ``redis_tier`` settings)."""
     extra: dict[str, Any] = {
         "spec_module_path": spec_module,
         "spec_name": spec_name,
@@ -73,6 +75,7 @@ def spec_transfer_config(
         "eviction_policy": policy,
         "verify_loads": verify_loads,
         **TORCH_COPIES,
+        **(tiers or {}),
     }
     if chunk_tokens is not None:
         extra["block_size"] = chunk_tokens
@@ -228,7 +231,11 @@ def kvoffload_state(connector: Any) -> tuple[list[str], list[str], dict[str, Any
             counters["tiers"] = {name: asdict(stats) for name, stats in own.tiers.tier_stats.items()}
         return own.violations, own.leaks(), counters
     manager = connector.connector_scheduler.manager
-    return manager.violations, manager.leaks(), {"manager": asdict(manager.manager.stats)}
+    counters = {"manager": asdict(manager.manager.stats)}
+    tiers = getattr(manager, "tiers", None)
+    if tiers is not None:
+        counters["tiers"] = {name: asdict(stats) for name, stats in tiers.tier_stats.items()}
+    return manager.violations, manager.leaks(), counters
 
 
 def run_batches(engine: Engine, batches: Sequence[Sequence[Sequence[int]]], max_tokens: int) -> EngineReport:

@@ -18,6 +18,8 @@ copy raises :class:`TransferFailed` naming the job, instead of letting vLLM serv
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from vllm.v1.kv_offload.base import GPULoadStoreSpec, LoadStoreSpec, OffloadingWorker, TransferResult
 from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec
 
@@ -33,8 +35,16 @@ class TransferFailed(RuntimeError):
 class MoverWorker(OffloadingWorker):
     """Runs vLLM's store and load jobs on a :class:`BlockMover`."""
 
-    def __init__(self, mover: BlockMover, blocks_per_chunk: int, verifier: LoadVerifier | None = None) -> None:
+    def __init__(
+        self,
+        mover: BlockMover,
+        blocks_per_chunk: int,
+        verifier: LoadVerifier | None = None,
+        release: Callable[[], None] | None = None,
+    ) -> None:
         self.mover = mover
+        # Called at shutdown, after the mover closed (the shared CPU pool's file name, with tiers).
+        self.release = release
         self.blocks_per_chunk = blocks_per_chunk
         self.verifier = verifier
         # (direction, GPU blocks, CPU blocks) of the jobs whose completion the verifier must see.
@@ -91,3 +101,5 @@ class MoverWorker(OffloadingWorker):
 
     def shutdown(self) -> None:
         self.mover.close()
+        if self.release is not None:
+            self.release()

@@ -14,9 +14,14 @@ default ``doorkeeper_lfu``), ``verify_loads`` (true: the worker checks every loa
 against the digest of what was stored, :mod:`kvoffload.dataplane.integrity`), ``cpu_kernel``
 (false: the mover copies with torch on CPU instead of the numba kernel); vLLM itself reads
 ``block_size`` (tokens per offloaded chunk, a multiple of the engine's block size).
+``file_tier`` and ``redis_tier`` add secondary tiers below the CPU tier, with the same settings and
+checks as :class:`~kvoffload.vllm.connector.KVOffloadConnector` (:mod:`kvoffload.vllm.tier_settings`).
 
 The scheduler side gets :class:`~kvoffload.vllm.manager_adapter.StrictManagerAdapter`; the worker
-side :class:`~kvoffload.vllm.mover_worker.MoverWorker` on the engine's KV tensors.
+side :class:`~kvoffload.vllm.mover_worker.MoverWorker` on the engine's KV tensors. With tiers the
+scheduler side gets :class:`~kvoffload.vllm.offloading_spec_tiers.TieredManagerAdapter`, which runs the tier
+I/O itself on the workers' CPU pools, shared through /dev/shm (:mod:`kvoffload.vllm.shared_pool`):
+vLLM's OffloadingConnector carries no tier jobs or outcomes between the processes.
 """
 
 from __future__ import annotations
@@ -36,6 +41,10 @@ from kvoffload.offload.types import DEFAULT_POLICY
 from kvoffload.vllm.manager_adapter import StrictManagerAdapter
 from kvoffload.vllm.mover_worker import MoverWorker
 from kvoffload.vllm.settings import ConfigError, flag
+from kvoffload.vllm.shared_pool import create_pool, open_pool, pool_path
+from kvoffload.vllm.tier_io import LayerChunks, WorkerTiers, open_backends, writer_id
+from kvoffload.vllm.tier_manager import tiering_manager
+from kvoffload.vllm.tier_settings import tier_settings
 
 
 def _positive_int(extra: dict[str, Any], key: str) -> int | None:
@@ -51,6 +60,16 @@ def _positive_int(extra: dict[str, Any], key: str) -> int | None:
     return number
 
 
+def spec_layout(config: OffloadingConfig) -> str:
+    """A name of the KV layout one chunk has in this engine, for the tiers' namespace (dtype,
+    layers, one worker's bytes per block, block tokens, blocks per chunk, tensor-parallel size)."""
+    group = config.groups[0]
+    return (
+        f"spec/{config.model.dtype}/l{len(group.layer_names)}/w{config.worker_kv_bytes_per_block}"
+        f"/b{group.tokens_per_block}x{config.cache.blocks_per_chunk}/tp{config.parallel.tp_size}"
+    )
+
+
 class KVOffloadSpec(OffloadingSpec):
     """An ``OffloadingSpec`` whose manager is kvoffload's strict manager and whose worker is
     kvoffload's block mover."""
@@ -62,13 +81,12 @@ class KVOffloadSpec(OffloadingSpec):
             raise ConfigError(
                 f"KVOffloadSpec supports models with one KV cache group; this one has {len(config.groups)}"
             )
-        tiers = sorted(key for key in ("file_tier", "redis_tier") if key in extra)
-        if tiers:
-            # vLLM's OffloadingConnector carries no metadata of ours to the worker, where the CPU
-            # tier's bytes are: tier I/O has no channel here yet (docs/design.md, vLLM tiers).
+        self.tier_settings = tier_settings(extra)
+        parallel = config.parallel
+        if self.tier_settings.any and parallel.world_size != parallel.tp_size:
             raise ConfigError(
-                f"kv_connector_extra_config[{tiers[0]!r}]: KVOffloadSpec has no secondary tiers yet; "
-                "use KVOffloadConnector for file and Redis tiers"
+                f"KVOffloadSpec with secondary tiers supports tensor parallelism only; {parallel.world_size} "
+                f"workers for tensor_parallel_size={parallel.tp_size}"
             )
         self.policy = str(extra.get("eviction_policy", DEFAULT_POLICY))
         if self.policy not in POLICIES:
@@ -79,9 +97,18 @@ class KVOffloadSpec(OffloadingSpec):
         self.num_cpu_blocks = self._num_chunks(extra, config.worker_kv_bytes_per_block)
         self.chunk_tokens = config.groups[0].tokens_per_block * self.blocks_per_chunk
         self.verify_loads = flag(extra, "verify_loads")
+        if self.verify_loads and self.tier_settings.any:
+            # The worker's digests come from its stores; a promotion writes the pool from the
+            # scheduler process, so a promoted chunk would be refused as damaged.
+            raise ConfigError(
+                "kv_connector_extra_config['verify_loads'] = true cannot be combined with secondary tiers in "
+                "KVOffloadSpec (every promoted chunk is verified against its record instead)"
+            )
         self.cpu_kernel = flag(extra, "cpu_kernel", default=True)
         self._manager: StrictManagerAdapter | None = None
         self._worker: MoverWorker | None = None
+        # Part of the tiers' namespace: chunks of another layout are never read as this one's.
+        self.layout = spec_layout(config)
 
     def _num_chunks(self, extra: dict[str, Any], bytes_per_block: int) -> int:
         chunks = _positive_int(extra, "num_cpu_blocks")
@@ -102,12 +129,42 @@ class KVOffloadSpec(OffloadingSpec):
             manager = CPUOffloadingManager(
                 self.num_cpu_blocks, self.policy, enable_events=self.kv_events_config.enable_kv_cache_events
             )
-            self._manager = StrictManagerAdapter(manager, self.chunk_tokens)
+            if self.tier_settings.any:
+                self._manager = self._tiered_manager(manager)
+            else:
+                self._manager = StrictManagerAdapter(manager, self.chunk_tokens)
         return self._manager
 
-    def make_mover(self, layers: Sequence[torch.Tensor], num_cpu_blocks: int) -> BlockMover:
-        """The mover on the engine's per-layer block tensors (a hook for tests and subclasses)."""
-        return BlockMover(layers, num_cpu_blocks, cpu_kernel=self.cpu_kernel)
+    def _tiered_manager(self, cpu: CPUOffloadingManager) -> StrictManagerAdapter:
+        """The tiering manager over ``cpu``, with the tier I/O of every rank on its shared pool
+        (the workers created the pools when they registered their KV caches, before vLLM builds
+        the scheduler)."""
+        from kvoffload.tiers.record import Namespace
+        from kvoffload.vllm.offloading_spec_tiers import PoolTiers, TieredManagerAdapter
+
+        world_size = self.config.parallel.world_size
+        pools = [open_pool(pool_path(self.config.engine_id, rank)) for rank in range(world_size)]
+        for pool in pools:
+            pool.unlink()
+        chunks = [LayerChunks(pool.layers, self.blocks_per_chunk) for pool in pools]
+        chunk_bytes = chunks[0].chunk_bytes
+        file_slots = self.tier_settings.file.slots(chunk_bytes) if self.tier_settings.file is not None else 0
+        writer = writer_id(self.config.engine_id)
+        ranks = []
+        for rank, rank_chunks in enumerate(chunks):
+            settings = self.tier_settings.for_rank(rank, world_size)
+            namespace = Namespace(self.config.model.name, self.layout, rank)
+            backends = open_backends(settings, chunk_bytes, file_slots, namespace, writer)
+            ranks.append(WorkerTiers(backends, rank_chunks))
+        manager = tiering_manager(cpu, self.tier_settings, file_slots)
+        return TieredManagerAdapter(manager, self.chunk_tokens, PoolTiers(ranks))
+
+    def make_mover(
+        self, layers: Sequence[torch.Tensor], num_cpu_blocks: int, cpu_layers: Sequence[torch.Tensor] | None = None
+    ) -> BlockMover:
+        """The mover on the engine's per-layer block tensors, its CPU pool ``cpu_layers`` when given
+        (a hook for tests and subclasses)."""
+        return BlockMover(layers, num_cpu_blocks, cpu_layers=cpu_layers, cpu_kernel=self.cpu_kernel)
 
     def get_worker(self, kv_caches: CanonicalKVCaches) -> OffloadingWorker:
         if self._worker is None:
@@ -118,7 +175,15 @@ class KVOffloadSpec(OffloadingSpec):
                         f"KV tensor {index} of shape {tuple(layer.shape)} has strides {layer.stride()}: "
                         "KVOffloadSpec needs each block's page contiguous (no packed layouts)"
                     )
-            mover = self.make_mover(layers, self.num_cpu_blocks * self.blocks_per_chunk)
+            rows = self.num_cpu_blocks * self.blocks_per_chunk
+            if self.tier_settings.any:
+                path = pool_path(self.config.engine_id, self.config.parallel.rank)
+                pool = create_pool(path, [int(layer.shape[1]) for layer in layers], rows)
+                mover = self.make_mover(layers, rows, pool.layers)
+                release = pool.unlink
+            else:
+                mover = self.make_mover(layers, rows)
+                release = None
             verifier = LoadVerifier(layers, mover.cpu_layers) if self.verify_loads else None
-            self._worker = MoverWorker(mover, self.blocks_per_chunk, verifier)
+            self._worker = MoverWorker(mover, self.blocks_per_chunk, verifier, release)
         return self._worker
