@@ -19,6 +19,7 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,8 +28,9 @@ pytest.importorskip("xxhash", reason="the tiers' extra is not installed here: `m
 pytest.importorskip("redis", reason="the tiers' extra is not installed here: `make check-vllm-tiers` installs it")
 
 from kvoffload.tiers.record import Namespace
+from kvoffload.tiers.redis_server import LocalRedisCluster, RedisServer
 from kvoffload.vllm.harness import Engine, build_tiny_model, connector_transfer_config, kvoffload_state
-from loopback_servers import LoopbackCluster, LoopbackRedis, started_cluster
+from redis_servers import running_cluster, running_server
 
 BLOCK_SIZE = 32
 GPU_BLOCKS = 48
@@ -106,15 +108,17 @@ class Run:
 
 
 @pytest.fixture
-def redis_server() -> Iterator[LoopbackRedis]:
-    try:
-        server = LoopbackRedis(password=PASSWORD).start()
-    except FileNotFoundError as missing:
-        pytest.skip(str(missing))
-    try:
-        yield server
-    finally:
-        server.stop()
+def redis_server() -> Iterator[RedisServer]:
+    """A private redis-server that asks for :data:`PASSWORD`; ``kill()`` SIGKILLs it (nothing is
+    persisted), ``start()`` brings it back empty on the same port."""
+    yield from running_server(maxmemory="256mb", password=PASSWORD)
+
+
+def _client(server: RedisServer) -> Any:
+    """A redis-py client of ``server`` (imported here: the module skips when redis-py is missing)."""
+    import redis
+
+    return redis.Redis(host="127.0.0.1", port=server.port, password=server.password)
 
 
 @pytest.fixture
@@ -123,8 +127,10 @@ def redis_password(monkeypatch: pytest.MonkeyPatch) -> str:
     return PASSWORD
 
 
-def _redis_tiers(server: LoopbackRedis) -> dict:
-    return {"redis_tier": {"url": server.url, "password_env": PASSWORD_ENV, "ttl_s": 600}}
+def _redis_tiers(server: RedisServer) -> dict:
+    # The password comes from the environment: the tier refuses a URL that carries one.
+    url = f"redis://127.0.0.1:{server.port}/0"
+    return {"redis_tier": {"url": url, "password_env": PASSWORD_ENV, "ttl_s": 600}}
 
 
 def test_file_tier_serves_and_survives_damage(model_dir: Path, expected: dict, tmp_path: Path) -> None:
@@ -174,10 +180,10 @@ def test_engine_restarted_over_an_existing_tier_file(model_dir: Path, expected: 
 
 
 def test_redis_tier_serves_and_survives_faults(
-    model_dir: Path, expected: dict, redis_server: LoopbackRedis, redis_password: str
+    model_dir: Path, expected: dict, redis_server: RedisServer, redis_password: str
 ) -> None:
     run = Run(model_dir, _redis_tiers(redis_server), expected)
-    client = redis_server.client()
+    client = _client(redis_server)
     try:
         assert run.rerun(REUSED[0], FLOODS[0]) == SERVED, "the re-run was not served from the Redis tier"
         assert run.tiers()["redis"]["promoted_keys"] >= SERVED_CHUNKS
@@ -218,7 +224,7 @@ def test_redis_tier_serves_and_survives_faults(
 
 
 def test_another_tenants_values_and_a_rotated_password(
-    model_dir: Path, expected: dict, redis_server: LoopbackRedis, redis_password: str, tmp_path: Path
+    model_dir: Path, expected: dict, redis_server: RedisServer, redis_password: str, tmp_path: Path
 ) -> None:
     """Another deployment (another model: other KV for the same block hashes) shares the server;
     its values copied under this engine's key names are refused. Then the server's password
@@ -232,7 +238,7 @@ def test_another_tenants_values_and_a_rotated_password(
         other_scope = Namespace(other.scheduler_connector.model_name, other.scheduler_connector.layout).scope("")
     finally:
         other.shutdown()
-    client = redis_server.client()
+    client = _client(redis_server)
     run = Run(model_dir, _redis_tiers(redis_server), expected)
     try:
         scope = Namespace(run.engine.scheduler_connector.model_name, run.engine.scheduler_connector.layout).scope("")
@@ -275,14 +281,14 @@ def _engine_process(model_dir: Path, config: dict, batches: list[list[list[int]]
 
 
 def test_two_engines_in_two_processes_share_redis(
-    model_dir: Path, expected: dict, redis_server: LoopbackRedis, redis_password: str
+    model_dir: Path, expected: dict, redis_server: RedisServer, redis_password: str
 ) -> None:
     """Two engines one after the other, each in its own process with vLLM's multiprocessing on
     (frontend, engine core and worker in three processes): the second serves the prefix the
     first computed, through Redis."""
     config = connector_transfer_config(CPU_CHUNKS, "lru", check_invariants=False, tiers=_redis_tiers(redis_server))
     first = _engine_process(model_dir, config, [[REUSED[0]]])
-    assert redis_server.client().dbsize() >= SERVED_CHUNKS, "the first engine cascaded nothing to Redis"
+    assert _client(redis_server).dbsize() >= SERVED_CHUNKS, "the first engine cascaded nothing to Redis"
     second = _engine_process(model_dir, config, [[REUSED[0]]])
     for report in (first, second):
         assert report["outputs"] == [expected[tuple(REUSED[0])]]
@@ -294,12 +300,12 @@ def test_two_engines_in_two_processes_share_redis(
 
 
 @pytest.fixture
-def cluster() -> Iterator[LoopbackCluster]:
-    yield from started_cluster()
+def cluster() -> Iterator[LocalRedisCluster]:
+    yield from running_cluster(maxmemory="128mb")
 
 
 def test_redis_cluster_with_a_slot_migration_and_a_killed_master(
-    model_dir: Path, expected: dict, cluster: LoopbackCluster
+    model_dir: Path, expected: dict, cluster: LocalRedisCluster
 ) -> None:
     """Three masters on loopback: the tier serves from the cluster, keeps serving identical outputs
     while slots migrate under a batch, and after a master is SIGKILLed: misses, never errors."""
@@ -307,7 +313,8 @@ def test_redis_cluster_with_a_slot_migration_and_a_killed_master(
     try:
         assert run.rerun(REUSED[0], FLOODS[0]) == SERVED, "the re-run was not served from the cluster"
         assert run.tiers()["redis"]["promoted_keys"] >= SERVED_CHUNKS
-        migration = threading.Thread(target=cluster.migrate, args=(3000,))
+        migrate = cluster.reshard_command(cluster.nodes[0], cluster.nodes[1], 3000)
+        migration = threading.Thread(target=subprocess.run, args=(migrate,), kwargs={"check": True, "timeout": 120})
         migration.start()
         run.batch(FLOODS[1])
         migration.join()
@@ -315,7 +322,7 @@ def test_redis_cluster_with_a_slot_migration_and_a_killed_master(
         # The migrated slots' chunks are still found (redirections are followed).
         assert run.batch([REUSED[0]]) == [SERVED]
         assert run.tiers()["redis"]["promoted_keys"] >= promoted + SERVED_CHUNKS
-        cluster.kill(2)
+        cluster.nodes[2].kill()
         run.rerun(REUSED[1], FLOODS[2])
         run.rerun(REUSED[2], FLOODS[3])
         assert run.tiers()["redis"]["faults"] >= 1
