@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import threading
@@ -329,3 +330,43 @@ def test_redis_cluster_with_a_slot_migration_and_a_killed_master(
     finally:
         violations, leaks = run.close()
     assert violations == [] and leaks == []
+
+
+BAD_URL = "http://127.0.0.1:6379/0"
+BAD_URL_LINE = f"kv_connector_extra_config['redis_tier']['url'] must be a redis:// or rediss:// URL, got {BAD_URL!r}"
+START_ENGINE = (
+    "import json, sys; from pathlib import Path; from kvoffload.vllm.harness import Engine; "
+    "Engine(Path(sys.argv[1]), json.loads(sys.argv[2]), block_size=32, num_gpu_blocks=48)"
+)
+
+
+def _failed_start(model_dir: Path, multiprocessing: bool) -> tuple[str, str]:
+    """Start an engine whose Redis tier URL is bad, in a process of its own; its stdout (vLLM's
+    log) and stderr. The start must fail with status 1."""
+    config = connector_transfer_config(CPU_CHUNKS, "lru", tiers={"redis_tier": {"url": BAD_URL}})
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1" if multiprocessing else "0"}
+    done = subprocess.run(
+        [sys.executable, "-c", START_ENGINE, str(model_dir), json.dumps(config)],
+        capture_output=True, text=True, timeout=600, env=env, check=False,
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    return done.stdout, done.stderr
+
+
+def _exceptions(stderr: str) -> list[str]:
+    """The lines of ``stderr`` that end a traceback (``module.Type: message``)."""
+    return [line for line in stderr.splitlines() if re.match(r"^[\w.]+(Error|Exception): ", line)]
+
+
+def test_a_bad_tier_setting_stops_the_engine_start_with_its_line(model_dir: Path) -> None:
+    """In process (``LLM(...)`` with vLLM's multiprocessing off) the setting's line ends the
+    traceback. With multiprocessing (``vllm serve``; on the CPU platform the worker then runs in a
+    process of its own) the worker raises it, the engine core repeats it in its own error, and
+    vLLM's frontend ends with its own 'See root cause above'."""
+    _, stderr = _failed_start(model_dir, multiprocessing=False)
+    assert _exceptions(stderr)[-1] == f"kvoffload.vllm.settings.ConfigError: {BAD_URL_LINE}"
+    stdout, stderr = _failed_start(model_dir, multiprocessing=True)
+    assert f"kvoffload.vllm.settings.ConfigError: {BAD_URL_LINE}" in stdout + stderr
+    engine_core, frontend = _exceptions(stderr)[-2:]
+    assert engine_core.startswith(f"RuntimeError: Worker failed with error '{BAD_URL_LINE}'")
+    assert frontend.startswith("RuntimeError: Engine core initialization failed. See root cause above.")
