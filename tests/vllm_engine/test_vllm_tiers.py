@@ -354,8 +354,10 @@ def _failed_start(model_dir: Path, multiprocessing: bool) -> tuple[str, str]:
 
 
 def _exceptions(stderr: str) -> list[str]:
-    """The lines of ``stderr`` that end a traceback (``module.Type: message``)."""
-    return [line for line in stderr.splitlines() if re.match(r"^[\w.]+(Error|Exception): ", line)]
+    """The lines of ``stderr`` that end a traceback (``module.Type: message``), without the
+    ``[rank0]: `` that torch.distributed puts before every stderr line of a process in a group."""
+    lines = [re.sub(r"^\[rank\d+\]: ", "", line) for line in stderr.splitlines()]
+    return [line for line in lines if re.match(r"^[\w.]+(Error|Exception): ", line)]
 
 
 def test_a_bad_tier_setting_stops_the_engine_start_with_its_line(model_dir: Path) -> None:
