@@ -3,7 +3,7 @@
 Run with the vLLM venv (``make check-vllm-engine`` creates it)::
 
     .venv-vllm/bin/python scripts/measure/vllm_mooncake.py [--start 9500] [--requests 1000] [--gpu-blocks 256] \
-        [--cpu-blocks 2048]
+        [--cpu-blocks 2048] [--policies P,...] [--tiers cpu,cpu+file,cpu+redis,two-engines-redis]
 
 ``--start``/``--requests`` pick a window of the trace in arrival order; the JSON gives its
 infinite-cache bound (``infinite_hit_ratio``). Requests 9,500-10,499 reach 0.250; the first 300
@@ -21,9 +21,29 @@ and ``vllm-lru`` / ``vllm-arc``: vLLM's own CPU manager with its LRU or ARC thro
 ``OffloadingConnector`` (``vllm_own_offloading_spec.py``: vLLM's spec with a CPU-capable worker). The replay
 runs only kvoffload's policies, so vLLM's own get ``"replay": null`` and no violations or leaks.
 
+``--tiers`` names configurations of kvoffload's connector with secondary tiers, its CPU tier of
+``--cpu-blocks`` chunks with ``--tier-policy`` (LRU by default: only chunks the CPU tier admitted
+cascade down), invariants not checked per step (their snapshot would be timed as the connector's):
+
+- ``cpu``: the CPU tier only;
+- ``cpu+file``: a file tier of ``--file-tier-mib`` MiB below it (in a temporary directory);
+- ``cpu+redis``: a Redis tier below it, on a private ``redis-server`` this script starts on
+  127.0.0.1, port ``--redis-port`` (0: a free one, within ``KVOFFLOAD_REDIS_PORTS=LOW-HIGH`` when
+  set), emptied before each configuration and stopped (by its pid) at the end;
+- ``two-engines-redis``: two engines one after the other over that server, the first serving the
+  window's first half, the second the second half (its CPU tier starts empty: what it gets from
+  Redis beyond its own stores, the first engine computed).
+
+Without ``--policies`` a ``--tiers`` run runs no policy comparison.
+
 Prints one JSON object: per policy, vLLM's own counters (prefix-cache hits, external = offload-tier
 hits, in blocks and as a share of all full prompt blocks), kvoffload's violations and leaks, and the
-replay's prediction for the same requests and sizes.
+replay's prediction for the same requests and sizes. Per tier configuration: engine steps, wall
+milliseconds per step and inside the connector's calls per step, and the prompt tokens served per
+source: vLLM's GPU prefix cache, then kvoffload's loads split into chunks that were in the CPU tier
+and chunks a promotion brought up from the file or Redis tier (each promoted chunk counts once, at
+the first load that used it); with each tier's promotion counters (a promoted chunk the CPU tier
+evicted before any load used it is counted in ``evicted_before_load_keys``, not as a hit).
 """
 
 from __future__ import annotations
@@ -38,8 +58,10 @@ from pathlib import Path
 from typing import Any
 
 from vllm_own_offloading_spec import VLLM_POLICIES, vllm_own_transfer_config
+from vllm_tiers import step_timers
 
 from kvoffload.offload.policies import POLICIES
+from kvoffload.tiers.redis_server import INSTALL_HINT, RedisServer, RedisServerMissing
 from kvoffload.tracestudy.bounds import infinite_cache
 from kvoffload.tracestudy.mooncake import MOONCAKE_BLOCK_TOKENS, TraceRequest, block_chains, read_trace
 from kvoffload.tracestudy.replay import replay_trace
@@ -55,6 +77,9 @@ DEFAULT_TRACE = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
 VOCAB = 1000
 # Policies run by vLLM's own CPU manager (vllm_own_offloading_spec.VllmOwnCPUSpec), named "vllm-<its name>".
 VLLM_OWN_PREFIX = "vllm-"
+DEFAULT_POLICIES = "doorkeeper_lfu,lru,arc,vllm-lru,vllm-arc"
+TIER_CONFIGS = ("cpu", "cpu+file", "cpu+redis", "two-engines-redis")
+SOURCES = {"file": "file_tier", "redis": "redis_tier"}
 
 
 def prompt_tokens(request: TraceRequest, block_size: int) -> list[int]:
@@ -102,6 +127,104 @@ def run_engine(
     }
 
 
+def run_tiered_engine(
+    model_dir: Path, requests: list[TraceRequest], args: argparse.Namespace, tiers: dict[str, Any]
+) -> dict[str, Any]:
+    """One kvoffload connector engine with ``tiers`` through ``requests``: steps, time per step,
+    hit tokens per source, tier counters, violations and leaks."""
+    config = connector_transfer_config(args.cpu_blocks, args.tier_policy, check_invariants=False, tiers=tiers)
+    engine = Engine(model_dir, config, block_size=args.block_size, num_gpu_blocks=args.gpu_blocks + 1)
+    try:
+        steps, connector = step_timers(engine)
+        started = time.perf_counter()
+        for request in requests:
+            engine.generate([prompt_tokens(request, args.block_size)], max_tokens=1)
+            engine.drain()
+        seconds = time.perf_counter() - started
+        local, external, _ = engine.counters()
+        violations, leaks, counters = kvoffload_state(engine.scheduler_connector)
+    finally:
+        engine.shutdown()
+    tiers_counters = counters.get("tiers", {})
+    # One chunk is one engine block (blocks_per_chunk 1).
+    from_tiers = {SOURCES[name]: stats["loaded_keys"] * args.block_size for name, stats in tiers_counters.items()}
+    loaded = counters["scheduler"]["hit_tokens"]
+    return {
+        "seconds": round(seconds, 1),
+        "steps": steps.calls,
+        "ms_per_step": round(1000 * seconds / max(steps.calls, 1), 3),
+        "connector_ms_per_step": round(1000 * connector.seconds / max(steps.calls, 1), 3),
+        "hit_tokens": {
+            "gpu_prefix_cache": local,
+            "cpu_tier": loaded - sum(from_tiers.values()),
+            "file_tier": from_tiers.get("file_tier", 0),
+            "redis_tier": from_tiers.get("redis_tier", 0),
+        },
+        "offload_hit_tokens_vllm": external,
+        "tiers": tiers_counters,
+        "violations": violations,
+        "leaks": leaks,
+    }
+
+
+def summed(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Two engines' results as one: counts added, times per step over all steps."""
+    steps = sum(r["steps"] for r in runs)
+    seconds = sum(r["seconds"] for r in runs)
+    connector_ms = sum(r["connector_ms_per_step"] * r["steps"] for r in runs)
+    tiers: dict[str, dict[str, int]] = {}
+    for run in runs:
+        for name, stats in run["tiers"].items():
+            total = tiers.setdefault(name, dict.fromkeys(stats, 0))
+            for key, value in stats.items():
+                total[key] += value
+    return {
+        "seconds": round(seconds, 1),
+        "steps": steps,
+        "ms_per_step": round(1000 * seconds / max(steps, 1), 3),
+        "connector_ms_per_step": round(connector_ms / max(steps, 1), 3),
+        "hit_tokens": {source: sum(r["hit_tokens"][source] for r in runs) for source in runs[0]["hit_tokens"]},
+        "offload_hit_tokens_vllm": sum(r["offload_hit_tokens_vllm"] for r in runs),
+        "tiers": tiers,
+        "violations": [v for r in runs for v in r["violations"]],
+        "leaks": [leak for r in runs for leak in r["leaks"]],
+        "engines": runs,
+    }
+
+
+def run_tier_configs(
+    model_dir: Path, directory: Path, requests: list[TraceRequest], args: argparse.Namespace, configs: list[str]
+) -> dict[str, Any]:
+    """Each tier configuration of ``configs`` once, in order; a private redis-server if one needs it."""
+    server = RedisServer(maxmemory=args.redis_maxmemory, port=args.redis_port) if any(
+        "redis" in name for name in configs
+    ) else None
+    results: dict[str, Any] = {}
+    try:
+        if server is not None:
+            server.start()
+        for name in configs:
+            tiers: dict[str, Any] = {}
+            if "file" in name:
+                path = directory / f"{name}.tier"
+                tiers["file_tier"] = {"path": str(path), "size_bytes": args.file_tier_mib << 20}
+            if server is not None and "redis" in name:
+                server.restart()  # empty: each configuration starts from nothing
+                tiers["redis_tier"] = {"url": server.url}
+            if name == "two-engines-redis":
+                half = len(requests) // 2
+                results[name] = summed([
+                    run_tiered_engine(model_dir, requests[:half], args, tiers),
+                    run_tiered_engine(model_dir, requests[half:], args, tiers),
+                ])
+            else:
+                results[name] = run_tiered_engine(model_dir, requests, args, tiers)
+    finally:
+        if server is not None:
+            server.stop()
+    return results
+
+
 def predicted(requests: list[TraceRequest], args: argparse.Namespace, policy: str) -> dict[str, Any] | None:
     """The replay's hits for a kvoffload policy; None for vLLM's own (the replay runs kvoffload's)."""
     if policy.startswith(VLLM_OWN_PREFIX):
@@ -125,8 +248,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu-blocks", type=int, default=256)
     parser.add_argument("--cpu-blocks", type=int, default=2048)
     parser.add_argument("--block-size", type=int, default=32, help="tokens per engine block (one hash id)")
-    parser.add_argument("--policies", default="doorkeeper_lfu,lru,arc,vllm-lru,vllm-arc")
+    parser.add_argument("--policies", default=None, help=f"default {DEFAULT_POLICIES} (none with --tiers)")
     parser.add_argument("--integration", choices=("connector", "spec"), default="connector")
+    parser.add_argument("--tiers", default="", help=f"tier configurations, of {','.join(TIER_CONFIGS)}")
+    parser.add_argument("--tier-policy", default="lru", help="the CPU tier's policy in tier configurations")
+    parser.add_argument("--file-tier-mib", type=int, default=1024, help="the file tier's size")
+    parser.add_argument("--redis-port", type=int, default=0, help="the private redis-server's port (0: a free one)")
+    parser.add_argument("--redis-maxmemory", default="1gb", help="the private redis-server's maxmemory")
     args = parser.parse_args(argv)
     if not args.trace.exists():
         print(f"vllm_mooncake: trace {args.trace} not found (expected ../shared/traces/)", file=sys.stderr)
@@ -135,7 +263,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vllm_mooncake: --start {args.start} --requests {args.requests}: need START >= 0 and N >= 1",
               file=sys.stderr)
         return 2
-    policies = args.policies.split(",")
+    if args.policies is None:
+        args.policies = "" if args.tiers else DEFAULT_POLICIES
+    policies = [p for p in args.policies.split(",") if p]
+    tier_configs = [c for c in args.tiers.split(",") if c]
+    unknown_configs = [c for c in tier_configs if c not in TIER_CONFIGS]
+    if unknown_configs:
+        print(f"vllm_mooncake: --tiers {','.join(unknown_configs)}: not one of {','.join(TIER_CONFIGS)}",
+              file=sys.stderr)
+        return 2
+    if not policies and not tier_configs:
+        print("vllm_mooncake: --policies and --tiers are both empty: nothing to run", file=sys.stderr)
+        return 2
+    if tier_configs and args.tier_policy not in POLICIES:
+        print(f"vllm_mooncake: --tier-policy {args.tier_policy}: not a kvoffload policy", file=sys.stderr)
+        return 2
+    if args.file_tier_mib < 1 or not 0 <= args.redis_port < 65536:
+        print(f"vllm_mooncake: --file-tier-mib {args.file_tier_mib} --redis-port {args.redis_port}: need MiB >= 1 "
+              "and a port in 0-65535", file=sys.stderr)
+        return 2
     unknown = [p for p in policies if p not in POLICIES and p.removeprefix(VLLM_OWN_PREFIX) not in VLLM_POLICIES]
     if unknown:
         print(f"vllm_mooncake: --policies {','.join(unknown)}: not a kvoffload policy nor "
@@ -162,12 +308,19 @@ def main(argv: list[str] | None = None) -> int:
         "policies": {},
     }
     with tempfile.TemporaryDirectory() as directory:
-        model_dir = build_tiny_model(Path(directory))
+        model_dir = build_tiny_model(Path(directory) / "model")
         for policy in policies:
             report["policies"][policy] = {
                 "vllm": run_engine(model_dir, requests, args, policy),
                 "replay": predicted(requests, args, policy),
             }
+        if tier_configs:
+            report["tier_policy"] = args.tier_policy
+            try:
+                report["tiers"] = run_tier_configs(model_dir, Path(directory), requests, args, tier_configs)
+            except RedisServerMissing:
+                print(f"vllm_mooncake: --tiers {args.tiers} needs redis-server: {INSTALL_HINT}", file=sys.stderr)
+                return 2
     print(json.dumps(report, indent=2))
     return 0
 

@@ -12,8 +12,9 @@ OffloadingConnector with its own CPU manager (``VllmManagerSpec`` below: vLLM's
 
 Per configuration: the engine steps and the mean wall time per step; the time spent inside the
 connector's calls (scheduler side and worker side) per step; the prompt tokens served from vLLM's
-prefix cache and from the offload tiers (vLLM's counters) and, for kvoffload's connector, the
-tokens each secondary tier promoted. ``connector_ms_per_step_ratio`` divides kvoffload's
+prefix cache and from the offload tiers (vLLM's counters) and, for kvoffload's connector, per
+secondary tier the tokens it promoted into CPU memory, those a load then used, and those the CPU
+tier evicted before any load used them. ``connector_ms_per_step_ratio`` divides kvoffload's
 connector time per step by vLLM's own on the same workload (CPU-only configurations).
 """
 
@@ -110,19 +111,26 @@ class Timer:
         return timed
 
 
-def run(model_dir: Path, config: dict[str, Any] | None, batches: list[list[list[int]]]) -> dict[str, Any]:
-    """One engine through ``batches``: steps, time per step, connector time, hits by source."""
+def step_timers(engine: Engine) -> tuple[Timer, Timer]:
+    """Timers on an in-process engine: its scheduler's steps, and the time inside its connector's
+    calls (scheduler side and worker side)."""
     from vllm.distributed.kv_transfer import get_kv_transfer_group, has_kv_transfer_group
 
+    steps = Timer()
+    steps.wrap(engine.core.scheduler, ("schedule",))
+    connector = Timer()
+    if engine.scheduler_connector is not None:
+        connector.wrap(engine.scheduler_connector, SCHEDULER_CALLS)
+    if has_kv_transfer_group():
+        connector.wrap(get_kv_transfer_group(), WORKER_CALLS)
+    return steps, connector
+
+
+def run(model_dir: Path, config: dict[str, Any] | None, batches: list[list[list[int]]]) -> dict[str, Any]:
+    """One engine through ``batches``: steps, time per step, connector time, hits by source."""
     engine = Engine(model_dir, config, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS)
     try:
-        steps = Timer()
-        steps.wrap(engine.core.scheduler, ("schedule",))
-        connector = Timer()
-        if engine.scheduler_connector is not None:
-            connector.wrap(engine.scheduler_connector, SCHEDULER_CALLS)
-        if has_kv_transfer_group():
-            connector.wrap(get_kv_transfer_group(), WORKER_CALLS)
+        steps, connector = step_timers(engine)
         outputs: list[list[int]] = []
         start = time.perf_counter()
         for batch in batches:
@@ -140,8 +148,15 @@ def run(model_dir: Path, config: dict[str, Any] | None, batches: list[list[list[
         own = getattr(engine.scheduler_connector, "kvoffload_scheduler", None)
         if own is not None and own.tiers is not None:
             chunk_tokens = own.scheduler.config.chunk_tokens
-            result["tier_hit_tokens"] = {
+            # Promoted: read from the tier into CPU memory; loaded: then used by a request's load.
+            result["tier_promoted_tokens"] = {
                 name: stats.promoted_keys * chunk_tokens for name, stats in own.tiers.tier_stats.items()
+            }
+            result["tier_loaded_tokens"] = {
+                name: stats.loaded_keys * chunk_tokens for name, stats in own.tiers.tier_stats.items()
+            }
+            result["tier_evicted_before_load_tokens"] = {
+                name: stats.evicted_before_load_keys * chunk_tokens for name, stats in own.tiers.tier_stats.items()
             }
         result["outputs"] = outputs
         return result

@@ -7,20 +7,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from kvoffload.tiers.redis_server import INSTALL_HINT, RedisServer, RedisServerMissing
+from kvoffload.tiers.redis_server import RedisServer
+from redis_servers import running_server
 
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
-    try:
-        server = RedisServer(maxmemory="64mb")
-    except RedisServerMissing:
-        pytest.skip(f"redis-server is not installed: {INSTALL_HINT}")
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from running_server()
 
 
 @pytest.fixture

@@ -202,3 +202,39 @@ def test_the_cache_salt_goes_with_every_tier_job_of_the_request() -> None:
     manager.on_request_finished("tenant-b")
     with pytest.raises(LifecycleViolation, match="NoManagerCallAfterSignal"):
         manager.set_cache_salt("tenant-b", "c")
+
+
+def promoted_then_evicted() -> TieringManager:
+    """A CPU tier of 2 blocks whose file tier holds [1, 2] and [3, 4]: reader A's promotion of
+    [1, 2] lands, then reader B's promotion of [3, 4] evicts it before A loaded it."""
+    manager = tiering(cpu_blocks=2)
+    manager.on_new_request("writer")
+    for keys in ([1, 2], [3, 4], [1000, 1001]):
+        store(manager, "writer", keys)
+        cascade_everything(manager)
+    for reader, keys in (("a", [1, 2]), ("b", [3, 4])):
+        manager.on_new_request(reader)
+        assert manager.lookup(reader, keys) is None
+        (job,) = manager.take_tier_jobs()
+        manager.complete_tier_job(all_ok(job))
+    assert manager.resident_keys == {3, 4}
+    return manager
+
+
+def test_a_promoted_chunk_counts_as_a_tier_hit_only_once_a_load_used_it() -> None:
+    manager = promoted_then_evicted()
+    # A's promotion is not retried: its prefix is recomputed. B loads what its promotion landed.
+    assert manager.lookup("a", [1, 2]) == 0
+    assert manager.lookup("b", [3, 4]) == 2
+    manager.prepare_load("b", [3, 4])
+    manager.complete_load("b", [3, 4])
+    manager.prepare_load("b", [3, 4])  # a second load of the same chunks is a CPU hit
+    stats = manager.tier_stats["file"]
+    assert (stats.promoted_keys, stats.loaded_keys, stats.evicted_before_load_keys) == (4, 2, 2)
+
+
+def test_a_reset_drops_landed_chunks_no_load_used() -> None:
+    manager = promoted_then_evicted()
+    manager.reset_cache()
+    stats = manager.tier_stats["file"]
+    assert (stats.promoted_keys, stats.loaded_keys, stats.evicted_before_load_keys) == (4, 0, 4)

@@ -13,7 +13,7 @@ import random
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -22,8 +22,9 @@ from redis.crc import key_slot
 from kvoffload.tiers.driver import TierDriver
 from kvoffload.tiers.protocol import CORRUPT, FAULT, MISS, OK, TierConfigError, TierJob
 from kvoffload.tiers.redis_cluster import Node, parse_slots
-from kvoffload.tiers.redis_server import INSTALL_HINT, LocalRedisCluster, RedisServer, RedisServerMissing
+from kvoffload.tiers.redis_server import LocalRedisCluster, RedisServer
 from kvoffload.tiers.redis_tier import RedisTier, RedisTierConfig
+from redis_servers import running_cluster
 
 CHUNK = 4096
 SALT = "tenant-{a}"  # braces: a salt that would be a hash tag if it came first in the key name
@@ -68,17 +69,6 @@ class Blocks:
 
     def chunk_view(self, block_id: int) -> memoryview:
         return memoryview(self.data)[block_id * CHUNK : (block_id + 1) * CHUNK]
-
-
-def running_cluster() -> Iterator[LocalRedisCluster]:
-    try:
-        servers = LocalRedisCluster().start()
-    except RedisServerMissing:
-        pytest.skip(f"a Redis Cluster needs redis-server and redis-cli: {INSTALL_HINT}")
-    try:
-        yield servers
-    finally:
-        servers.stop()
 
 
 # One cluster for the module; a test that kills or freezes a master gets a cluster of its own.
@@ -228,9 +218,7 @@ def test_resharding_during_cascades_and_promotions_serves_exact_bytes_or_misses(
     source, target = cluster.nodes[0], cluster.nodes[1]
     on_source = [key for key, node in holders(cluster, tier, keys).items() if node is source]
     reshard = subprocess.Popen(
-        [cluster.cli, "--cluster", "reshard", f"127.0.0.1:{source.port}", "--cluster-from", cluster.node_id(source),
-         "--cluster-to", cluster.node_id(target), "--cluster-slots", "1365", "--cluster-yes"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        cluster.reshard_command(source, target, 1365), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     counts = dict.fromkeys((OK, MISS, FAULT, CORRUPT), 0)
     rounds = 0

@@ -14,11 +14,13 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,6 +29,7 @@ pytest.importorskip("xxhash", reason="the tiers' extra is not installed here: `m
 pytest.importorskip("redis", reason="the tiers' extra is not installed here: `make check-vllm-tiers` installs it")
 
 from kvoffload.tiers.record import Namespace
+from kvoffload.tiers.redis_server import LocalRedisCluster, RedisServer
 from kvoffload.vllm.harness import (
     Engine,
     build_tiny_model,
@@ -34,7 +37,7 @@ from kvoffload.vllm.harness import (
     kvoffload_state,
     spec_transfer_config,
 )
-from loopback_servers import LoopbackCluster, LoopbackRedis, started_cluster
+from redis_servers import running_cluster, running_server
 
 BLOCK_SIZE = 32
 GPU_BLOCKS = 48
@@ -118,15 +121,17 @@ class Run:
 
 
 @pytest.fixture
-def redis_server() -> Iterator[LoopbackRedis]:
-    try:
-        server = LoopbackRedis(password=PASSWORD).start()
-    except FileNotFoundError as missing:
-        pytest.skip(str(missing))
-    try:
-        yield server
-    finally:
-        server.stop()
+def redis_server() -> Iterator[RedisServer]:
+    """A private redis-server that asks for :data:`PASSWORD`; ``kill()`` SIGKILLs it (nothing is
+    persisted), ``start()`` brings it back empty on the same port."""
+    yield from running_server(maxmemory="256mb", password=PASSWORD)
+
+
+def _client(server: RedisServer) -> Any:
+    """A redis-py client of ``server`` (imported here: the module skips when redis-py is missing)."""
+    import redis
+
+    return redis.Redis(host="127.0.0.1", port=server.port, password=server.password)
 
 
 @pytest.fixture
@@ -135,8 +140,10 @@ def redis_password(monkeypatch: pytest.MonkeyPatch) -> str:
     return PASSWORD
 
 
-def _redis_tiers(server: LoopbackRedis) -> dict:
-    return {"redis_tier": {"url": server.url, "password_env": PASSWORD_ENV, "ttl_s": 600}}
+def _redis_tiers(server: RedisServer) -> dict:
+    # The password comes from the environment: the tier refuses a URL that carries one.
+    url = f"redis://127.0.0.1:{server.port}/0"
+    return {"redis_tier": {"url": url, "password_env": PASSWORD_ENV, "ttl_s": 600}}
 
 
 def test_file_tier_serves_and_survives_damage(model_dir: Path, expected: dict, tmp_path: Path) -> None:
@@ -186,10 +193,10 @@ def test_engine_restarted_over_an_existing_tier_file(model_dir: Path, expected: 
 
 
 def test_redis_tier_serves_and_survives_faults(
-    model_dir: Path, expected: dict, redis_server: LoopbackRedis, redis_password: str
+    model_dir: Path, expected: dict, redis_server: RedisServer, redis_password: str
 ) -> None:
     run = Run(model_dir, _redis_tiers(redis_server), expected)
-    client = redis_server.client()
+    client = _client(redis_server)
     try:
         assert run.rerun(REUSED[0], FLOODS[0]) == SERVED, "the re-run was not served from the Redis tier"
         assert run.tiers()["redis"]["promoted_keys"] >= SERVED_CHUNKS
@@ -230,7 +237,7 @@ def test_redis_tier_serves_and_survives_faults(
 
 
 def test_another_tenants_values_and_a_rotated_password(
-    model_dir: Path, expected: dict, redis_server: LoopbackRedis, redis_password: str, tmp_path: Path
+    model_dir: Path, expected: dict, redis_server: RedisServer, redis_password: str, tmp_path: Path
 ) -> None:
     """Another deployment (another model: other KV for the same block hashes) shares the server;
     its values copied under this engine's key names are refused. Then the server's password
@@ -244,7 +251,7 @@ def test_another_tenants_values_and_a_rotated_password(
         other_scope = Namespace(other.scheduler_connector.model_name, other.scheduler_connector.layout).scope("")
     finally:
         other.shutdown()
-    client = redis_server.client()
+    client = _client(redis_server)
     run = Run(model_dir, _redis_tiers(redis_server), expected)
     try:
         scope = Namespace(run.engine.scheduler_connector.model_name, run.engine.scheduler_connector.layout).scope("")
@@ -287,7 +294,7 @@ def engine_process(model_dir: Path, config: dict, batches: list[list[list[int]]]
 
 
 def test_two_engines_in_two_processes_share_redis(
-    model_dir: Path, expected: dict, redis_server: LoopbackRedis, redis_password: str
+    model_dir: Path, expected: dict, redis_server: RedisServer, redis_password: str
 ) -> None:
     """Two engines one after the other, each in its own process with vLLM's multiprocessing on
     (frontend, engine core and worker in three processes): the second serves the prefix the
@@ -296,13 +303,11 @@ def test_two_engines_in_two_processes_share_redis(
     second_engine_served(model_dir, config, redis_server, expected, SERVED)
 
 
-def second_engine_served(
-    model_dir: Path, config: dict, redis_server: LoopbackRedis, expected: dict, served: int
-) -> None:
+def second_engine_served(model_dir: Path, config: dict, redis_server: RedisServer, expected: dict, served: int) -> None:
     """Two engine processes on ``config`` run ``REUSED[0]`` in turn: the first computes it, the
     second (its CPU tier empty) gets ``served`` tokens of it from the first's chunks in Redis."""
     first = engine_process(model_dir, config, [[REUSED[0]]])
-    assert redis_server.client().dbsize() >= served // BLOCK_SIZE, "the first engine cascaded nothing to Redis"
+    assert _client(redis_server).dbsize() >= served // BLOCK_SIZE, "the first engine cascaded nothing to Redis"
     second = engine_process(model_dir, config, [[REUSED[0]]])
     for report in (first, second):
         assert report["outputs"] == [expected[tuple(REUSED[0])]]
@@ -312,12 +317,12 @@ def second_engine_served(
 
 
 @pytest.fixture
-def cluster() -> Iterator[LoopbackCluster]:
-    yield from started_cluster()
+def cluster() -> Iterator[LocalRedisCluster]:
+    yield from running_cluster(maxmemory="128mb")
 
 
 def test_redis_cluster_with_a_slot_migration_and_a_killed_master(
-    model_dir: Path, expected: dict, cluster: LoopbackCluster
+    model_dir: Path, expected: dict, cluster: LocalRedisCluster
 ) -> None:
     """Three masters on loopback: the tier serves from the cluster, keeps serving identical outputs
     while slots migrate under a batch, and after a master is SIGKILLed: misses, never errors."""
@@ -325,7 +330,8 @@ def test_redis_cluster_with_a_slot_migration_and_a_killed_master(
     try:
         assert run.rerun(REUSED[0], FLOODS[0]) == SERVED, "the re-run was not served from the cluster"
         assert run.tiers()["redis"]["promoted_keys"] >= SERVED_CHUNKS
-        migration = threading.Thread(target=cluster.migrate, args=(3000,))
+        migrate = cluster.reshard_command(cluster.nodes[0], cluster.nodes[1], 3000)
+        migration = threading.Thread(target=subprocess.run, args=(migrate,), kwargs={"check": True, "timeout": 120})
         migration.start()
         run.batch(FLOODS[1])
         migration.join()
@@ -333,10 +339,52 @@ def test_redis_cluster_with_a_slot_migration_and_a_killed_master(
         # The migrated slots' chunks are still found (redirections are followed).
         assert run.batch([REUSED[0]]) == [SERVED]
         assert run.tiers()["redis"]["promoted_keys"] >= promoted + SERVED_CHUNKS
-        cluster.kill(2)
+        cluster.nodes[2].kill()
         run.rerun(REUSED[1], FLOODS[2])
         run.rerun(REUSED[2], FLOODS[3])
         assert run.tiers()["redis"]["faults"] >= 1
     finally:
         violations, leaks = run.close()
     assert violations == [] and leaks == []
+
+
+BAD_URL = "http://127.0.0.1:6379/0"
+BAD_URL_LINE = f"kv_connector_extra_config['redis_tier']['url'] must be a redis:// or rediss:// URL, got {BAD_URL!r}"
+START_ENGINE = (
+    "import json, sys; from pathlib import Path; from kvoffload.vllm.harness import Engine; "
+    "Engine(Path(sys.argv[1]), json.loads(sys.argv[2]), block_size=32, num_gpu_blocks=48)"
+)
+
+
+def _failed_start(model_dir: Path, multiprocessing: bool) -> tuple[str, str]:
+    """Start an engine whose Redis tier URL is bad, in a process of its own; its stdout (vLLM's
+    log) and stderr. The start must fail with status 1."""
+    config = connector_transfer_config(CPU_CHUNKS, "lru", tiers={"redis_tier": {"url": BAD_URL}})
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1" if multiprocessing else "0"}
+    done = subprocess.run(
+        [sys.executable, "-c", START_ENGINE, str(model_dir), json.dumps(config)],
+        capture_output=True, text=True, timeout=600, env=env, check=False,
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    return done.stdout, done.stderr
+
+
+def _exceptions(stderr: str) -> list[str]:
+    """The lines of ``stderr`` that end a traceback (``module.Type: message``), without the
+    ``[rank0]: `` that torch.distributed puts before every stderr line of a process in a group."""
+    lines = [re.sub(r"^\[rank\d+\]: ", "", line) for line in stderr.splitlines()]
+    return [line for line in lines if re.match(r"^[\w.]+(Error|Exception): ", line)]
+
+
+def test_a_bad_tier_setting_stops_the_engine_start_with_its_line(model_dir: Path) -> None:
+    """In process (``LLM(...)`` with vLLM's multiprocessing off) the setting's line ends the
+    traceback. With multiprocessing (``vllm serve``; on the CPU platform the worker then runs in a
+    process of its own) the worker raises it, the engine core repeats it in its own error, and
+    vLLM's frontend ends with its own 'See root cause above'."""
+    _, stderr = _failed_start(model_dir, multiprocessing=False)
+    assert _exceptions(stderr)[-1] == f"kvoffload.vllm.settings.ConfigError: {BAD_URL_LINE}"
+    stdout, stderr = _failed_start(model_dir, multiprocessing=True)
+    assert f"kvoffload.vllm.settings.ConfigError: {BAD_URL_LINE}" in stdout + stderr
+    engine_core, frontend = _exceptions(stderr)[-2:]
+    assert engine_core.startswith(f"RuntimeError: Worker failed with error '{BAD_URL_LINE}'")
+    assert frontend.startswith("RuntimeError: Engine core initialization failed. See root cause above.")

@@ -14,7 +14,6 @@ here (``test_vllm_tiers_tp.py`` runs the scheduler and two workers in three proc
 from __future__ import annotations
 
 import os
-import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,28 +37,16 @@ from test_vllm_tiers import (
     second_engine_served,
 )
 
+from kvoffload.tiers.redis_server import RedisServer
 from kvoffload.vllm.harness import spec_transfer_config
-from loopback_servers import LoopbackRedis
+from redis_servers import running_server
 
 # vLLM's OffloadingConnector loads a cached prompt's every chunk.
 SERVED = PROMPT_TOKENS
 SERVED_CHUNKS = SERVED // BLOCK_SIZE
-# This test's own server ports (the connector's tier tests use 16500-16699).
-SPEC_REDIS_PORTS = range(26400, 26500)
 
 # The model and the run without offloading, shared with the connector's tier tests.
 __all__ = ["expected", "model_dir"]
-
-
-def _free_port() -> int:
-    for port in SPEC_REDIS_PORTS:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError(f"no free port in {SPEC_REDIS_PORTS}")
 
 
 def _pools() -> set[str]:
@@ -92,22 +79,13 @@ def test_spec_file_tier_serves_and_survives_truncation(model_dir: Path, expected
 
 
 @pytest.fixture
-def redis_server() -> Iterator[LoopbackRedis]:
-    try:
-        server = LoopbackRedis()
-    except FileNotFoundError as missing:
-        pytest.skip(str(missing))
-    server.port = _free_port()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+def redis_server() -> Iterator[RedisServer]:
+    yield from running_server(maxmemory="256mb")
 
 
 @pytest.mark.slow
 def test_spec_redis_tier_serves_and_survives_a_killed_server(
-    model_dir: Path, expected: dict, redis_server: LoopbackRedis
+    model_dir: Path, expected: dict, redis_server: RedisServer
 ) -> None:
     run = Run(model_dir, {"redis_tier": {"url": redis_server.url, "ttl_s": 600}}, expected, spec=True)
     try:
@@ -136,7 +114,7 @@ def test_spec_redis_tier_serves_and_survives_a_killed_server(
 
 @pytest.mark.slow
 def test_spec_two_engines_in_two_processes_share_redis(
-    model_dir: Path, expected: dict, redis_server: LoopbackRedis
+    model_dir: Path, expected: dict, redis_server: RedisServer
 ) -> None:
     """Two engines one after the other, each in its own process with vLLM's multiprocessing on and
     the ``mp`` executor (the worker's CPU pool reaches the engine core's tier I/O through

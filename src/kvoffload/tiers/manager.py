@@ -15,6 +15,11 @@ unchanged. What it adds:
   the lookup answers ``None`` ("not yet", as vLLM's ``TieringOffloadingManager``), and so does
   every lookup that needs a chunk still being promoted (``NoLoadWhilePromoting``). Only chunks whose
   bytes matched key and checksum become ready; the rest are freed and the request recomputes.
+  A landed chunk is an ordinary evictable CPU chunk: the engine may schedule the request steps
+  later, and chunks landed or stored meanwhile can evict it first; the request then recomputes it
+  (its promotion is not retried). So ``promoted_keys`` counts chunks read from a tier, and
+  ``loaded_keys`` those a load then used: ``promoted_keys = loaded_keys + evicted_before_load_keys``
+  + the landed chunks still waiting in CPU memory.
 - **Per-request tier state** (the salt, the tier jobs in flight on the request's behalf, the
   promotions already tried) lives until the deferred finish signal AND until the request's CPU
   stores, cascades and promotions drained (``TierStateUntilSignal``): a store that completes after
@@ -98,6 +103,10 @@ class TierStats:
     cascade_skipped_keys: int = 0
     promotions: int = 0
     promoted_keys: int = 0
+    # Promoted chunks a load then used (the first load of each): the tier's hits as the engine saw them.
+    loaded_keys: int = 0
+    # Promoted chunks the CPU tier evicted (or a reset dropped) before any load used them.
+    evicted_before_load_keys: int = 0
     failed_promotions: int = 0
     misses: int = 0
     checksum_failures: int = 0
@@ -138,6 +147,8 @@ class TieringManager:
         self._new_jobs: list[TierJob] = []
         self._next_job_id = 1
         self._promoting: dict[OffloadKey, int] = {}
+        # Landed promoted chunks no load has used yet, with the tier that served each.
+        self._landed_unloaded: dict[OffloadKey, str] = {}
         self._reset_pending = False
         self.tier_stats: dict[str, TierStats] = {name: TierStats() for name in self.tiers}
         self.deferred_lookups = 0
@@ -198,7 +209,12 @@ class TieringManager:
 
     def prepare_load(self, request_id: RequestId, keys: Sequence[OffloadKey]) -> tuple[int, ...]:
         """As ``CPUOffloadingManager.prepare_load`` (a key being promoted is not loadable)."""
-        return self.cpu.prepare_load(request_id, keys)
+        block_ids = self.cpu.prepare_load(request_id, keys)
+        for key in keys:
+            tier = self._landed_unloaded.pop(key, None)
+            if tier is not None:
+                self.tier_stats[tier].loaded_keys += 1
+        return block_ids
 
     def complete_load(self, request_id: RequestId, keys: Sequence[OffloadKey]) -> None:
         """As ``CPUOffloadingManager.complete_load``; may finalise a signaled request."""
@@ -216,7 +232,10 @@ class TieringManager:
             # Nothing new enters the CPU tier until the pending reset ran (touch checks the caller).
             self.cpu.touch(request_id, ())
             return None
-        return self.cpu.prepare_store(request_id, keys, parent)
+        plan = self.cpu.prepare_store(request_id, keys, parent)
+        if plan is not None:
+            self._dropped_unloaded(plan.evicted_keys)
+        return plan
 
     def complete_store(self, request_id: RequestId, keys: Sequence[OffloadKey], success: bool) -> None:
         """As ``CPUOffloadingManager.complete_store``; a successful store cascades its keys."""
@@ -259,6 +278,7 @@ class TieringManager:
             plan = self.cpu.prepare_store(PROMOTE_OWNER, keys)
         if plan is None:
             return False
+        self._dropped_unloaded(plan.evicted_keys)
         placed = dict(zip(plan.keys_to_store, plan.cpu_block_ids, strict=True))
         lead: list[OffloadKey] = []
         for key in keys:
@@ -369,7 +389,7 @@ class TieringManager:
         # was requested nothing read before it is served.
         while not self._reset_pending and served < len(job.keys) and outcome.results[served] == OK:
             served += 1
-        self._land(job.keys, served)
+        self._land(job.tier, job.keys, served)
         if isinstance(tier, LocalTierIndex):
             for key, result in zip(job.keys, outcome.results, strict=True):
                 tier.read_done(key, result == OK)
@@ -381,10 +401,11 @@ class TieringManager:
             stats.failed_promotions += 1
             self.promotion_machine.fire(entry, "fail")
 
-    def _land(self, keys: Sequence[OffloadKey], served: int) -> None:
+    def _land(self, tier: str, keys: Sequence[OffloadKey], served: int) -> None:
         """The promotion's first ``served`` CPU blocks become ready; the others are freed."""
         if served:
             self.cpu.complete_store(PROMOTE_OWNER, keys[:served], True)
+            self._landed_unloaded.update(dict.fromkeys(keys[:served], tier))
         if served < len(keys):
             self.cpu.complete_store(PROMOTE_OWNER, keys[served:], False)
 
@@ -397,8 +418,16 @@ class TieringManager:
             return
         self._finish_reset()
 
+    def _dropped_unloaded(self, keys: Sequence[OffloadKey]) -> None:
+        """``keys`` left the CPU tier: count the landed promoted chunks among them no load used."""
+        for key in keys:
+            tier = self._landed_unloaded.pop(key, None)
+            if tier is not None:
+                self.tier_stats[tier].evicted_before_load_keys += 1
+
     def _finish_reset(self) -> None:
         self._reset_pending = False
+        self._dropped_unloaded(list(self._landed_unloaded))
         self.cpu.reset_cache()
         for tier in self.tiers.values():
             tier.reset()

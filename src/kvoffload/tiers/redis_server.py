@@ -253,6 +253,14 @@ class LocalRedisCluster:
     def node_id(self, node: RedisServer) -> str:
         return self.command(node, "CLUSTER", "MYID")
 
+    def reshard_command(self, source: RedisServer, target: RedisServer, slots: int) -> list[str]:
+        """The ``redis-cli`` command that moves ``slots`` hash slots, keys included, from ``source``
+        to ``target`` (a resharding: each slot migrates key by key while both nodes serve)."""
+        return [
+            self.cli, "--cluster", "reshard", f"127.0.0.1:{source.port}", "--cluster-from", self.node_id(source),
+            "--cluster-to", self.node_id(target), "--cluster-slots", str(slots), "--cluster-yes",
+        ]
+
     def wait_ok(self, timeout_s: float = 30.0, nodes: Sequence[RedisServer] | None = None) -> None:
         """Until every given node (all by default) reports ``cluster_state:ok`` and all 16384 slots."""
         deadline = time.monotonic() + timeout_s
