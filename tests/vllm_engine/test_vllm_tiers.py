@@ -80,6 +80,13 @@ def expected(model_dir: Path) -> dict[tuple[int, ...], list[int]]:
     return {tuple(p): o for p, o in zip(EVERY_PROMPT, outputs, strict=True)}
 
 
+def transfer_config(tiers: dict, spec: bool) -> dict:
+    """The kv_transfer_config of ``tiers`` behind KVOffloadSpec (``spec``) or KVOffloadConnector."""
+    if spec:
+        return spec_transfer_config(CPU_CHUNKS, "lru", tiers=tiers)
+    return connector_transfer_config(CPU_CHUNKS, "lru", tiers=tiers)
+
+
 class Run:
     """One engine with tiers behind KVOffloadConnector (or, ``spec``, KVOffloadSpec in vLLM's
     OffloadingConnector); every batch's outputs are checked against ``expected``."""
@@ -87,11 +94,7 @@ class Run:
     def __init__(
         self, model_dir: Path, tiers: dict, expected: dict[tuple[int, ...], list[int]], spec: bool = False
     ) -> None:
-        if spec:
-            config = spec_transfer_config(CPU_CHUNKS, "lru", tiers=tiers)
-        else:
-            config = connector_transfer_config(CPU_CHUNKS, "lru", tiers=tiers)
-        self.engine = Engine(model_dir, config, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS)
+        self.engine = Engine(model_dir, transfer_config(tiers, spec), block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS)
         self.expected = expected
 
     def batch(self, prompts: Sequence[Sequence[int]]) -> list[int]:
@@ -239,25 +242,32 @@ def test_redis_tier_serves_and_survives_faults(
 def test_another_tenants_values_and_a_rotated_password(
     model_dir: Path, expected: dict, redis_server: RedisServer, redis_password: str, tmp_path: Path
 ) -> None:
+    another_deployments_values_and_a_rotated_password(model_dir, expected, redis_server, tmp_path, False, SERVED)
+
+
+def another_deployments_values_and_a_rotated_password(
+    model_dir: Path, expected: dict, redis_server: RedisServer, tmp_path: Path, spec: bool, served: int
+) -> None:
     """Another deployment (another model: other KV for the same block hashes) shares the server;
     its values copied under this engine's key names are refused. Then the server's password
-    changes under the running engine (no hits, same outputs) and changes back (hits resume)."""
+    changes under the running engine (no hits, same outputs) and changes back (hits resume:
+    ``served`` tokens). ``spec``: both engines run KVOffloadSpec instead of KVOffloadConnector."""
     other_model = build_tiny_model(tmp_path / "other-model", seed=1)
-    other = Engine(other_model, connector_transfer_config(CPU_CHUNKS, "lru", tiers=_redis_tiers(redis_server)),
+    other = Engine(other_model, transfer_config(_redis_tiers(redis_server), spec),
                    block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS)
     try:
         other.generate([REUSED[0]], MAX_TOKENS)
         other.drain()
-        other_scope = Namespace(other.scheduler_connector.model_name, other.scheduler_connector.layout).scope("")
+        other_scope = redis_scope(other)
     finally:
         other.shutdown()
     client = _client(redis_server)
-    run = Run(model_dir, _redis_tiers(redis_server), expected)
+    run = Run(model_dir, _redis_tiers(redis_server), expected, spec=spec)
     try:
-        scope = Namespace(run.engine.scheduler_connector.model_name, run.engine.scheduler_connector.layout).scope("")
+        scope = redis_scope(run.engine)
         assert scope != other_scope
         foreign = [key for key in client.keys("*") if _tag_and_scope(key)[1] == other_scope]
-        assert len(foreign) >= SERVED_CHUNKS, "the other deployment cascaded nothing"
+        assert len(foreign) >= served // BLOCK_SIZE, "the other deployment cascaded nothing"
         for key in foreign:
             client.set(_tag_and_scope(key)[0] + scope, client.get(key))
         assert run.batch([REUSED[0]]) == [0], "another deployment's KV was served"
@@ -270,10 +280,20 @@ def test_another_tenants_values_and_a_rotated_password(
         assert run.rerun(REUSED[1], FLOODS[1]) == 0
         assert run.tiers()["redis"]["faults"] > faults
         client.config_set("requirepass", PASSWORD)
-        assert run.rerun(REUSED[2], FLOODS[2]) == SERVED, "hits did not resume once the password was right again"
+        assert run.rerun(REUSED[2], FLOODS[2]) == served, "hits did not resume once the password was right again"
     finally:
         violations, leaks = run.close()
     assert violations == [] and leaks == []
+
+
+def redis_scope(engine: Engine) -> bytes:
+    """The scope (model, layout, rank 0, no salt) that starts rank 0's Redis key names in
+    ``engine``, behind either integration."""
+    connector = engine.scheduler_connector
+    if hasattr(connector, "kvoffload_scheduler"):
+        return Namespace(connector.model_name, connector.layout).scope("")
+    # KVOffloadSpec: the tier I/O runs next to the manager, in the scheduler process.
+    return connector.connector_scheduler.manager.io.ranks[0].backends["redis"].namespace.scope("")
 
 
 def _tag_and_scope(name: bytes) -> tuple[bytes, bytes]:
@@ -324,12 +344,20 @@ def cluster() -> Iterator[LocalRedisCluster]:
 def test_redis_cluster_with_a_slot_migration_and_a_killed_master(
     model_dir: Path, expected: dict, cluster: LocalRedisCluster
 ) -> None:
-    """Three masters on loopback: the tier serves from the cluster, keeps serving identical outputs
-    while slots migrate under a batch, and after a master is SIGKILLed: misses, never errors."""
-    run = Run(model_dir, {"redis_tier": {"url": cluster.url, "cluster": True, "socket_timeout_s": 1.0}}, expected)
+    redis_cluster_with_a_slot_migration_and_a_killed_master(model_dir, expected, cluster, False, SERVED)
+
+
+def redis_cluster_with_a_slot_migration_and_a_killed_master(
+    model_dir: Path, expected: dict, cluster: LocalRedisCluster, spec: bool, served: int
+) -> None:
+    """Three masters on loopback: the tier serves from the cluster (``served`` tokens), keeps
+    serving identical outputs while slots migrate under a batch, and after a master is SIGKILLed:
+    misses, never errors. ``spec``: the engine runs KVOffloadSpec instead of KVOffloadConnector."""
+    tiers = {"redis_tier": {"url": cluster.url, "cluster": True, "socket_timeout_s": 1.0}}
+    run = Run(model_dir, tiers, expected, spec=spec)
     try:
-        assert run.rerun(REUSED[0], FLOODS[0]) == SERVED, "the re-run was not served from the cluster"
-        assert run.tiers()["redis"]["promoted_keys"] >= SERVED_CHUNKS
+        assert run.rerun(REUSED[0], FLOODS[0]) == served, "the re-run was not served from the cluster"
+        assert run.tiers()["redis"]["promoted_keys"] >= served // BLOCK_SIZE
         migrate = cluster.reshard_command(cluster.nodes[0], cluster.nodes[1], 3000)
         migration = threading.Thread(target=subprocess.run, args=(migrate,), kwargs={"check": True, "timeout": 120})
         migration.start()
@@ -337,8 +365,8 @@ def test_redis_cluster_with_a_slot_migration_and_a_killed_master(
         migration.join()
         promoted = run.tiers()["redis"]["promoted_keys"]
         # The migrated slots' chunks are still found (redirections are followed).
-        assert run.batch([REUSED[0]]) == [SERVED]
-        assert run.tiers()["redis"]["promoted_keys"] >= promoted + SERVED_CHUNKS
+        assert run.batch([REUSED[0]]) == [served]
+        assert run.tiers()["redis"]["promoted_keys"] >= promoted + served // BLOCK_SIZE
         cluster.nodes[2].kill()
         run.rerun(REUSED[1], FLOODS[2])
         run.rerun(REUSED[2], FLOODS[3])

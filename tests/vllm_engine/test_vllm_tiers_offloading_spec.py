@@ -29,15 +29,20 @@ from test_vllm_tiers import (
     CPU_CHUNKS,
     FILE_TIER_BYTES,
     FLOODS,
+    PASSWORD,
     PROMPT_TOKENS,
     REUSED,
     Run,
+    another_deployments_values_and_a_rotated_password,
+    cluster,
     expected,
     model_dir,
+    redis_cluster_with_a_slot_migration_and_a_killed_master,
+    redis_password,
     second_engine_served,
 )
 
-from kvoffload.tiers.redis_server import RedisServer
+from kvoffload.tiers.redis_server import LocalRedisCluster, RedisServer
 from kvoffload.vllm.harness import spec_transfer_config
 from redis_servers import running_server
 
@@ -45,8 +50,8 @@ from redis_servers import running_server
 SERVED = PROMPT_TOKENS
 SERVED_CHUNKS = SERVED // BLOCK_SIZE
 
-# The model and the run without offloading, shared with the connector's tier tests.
-__all__ = ["expected", "model_dir"]
+# The model, the run without offloading and the servers' fixtures, shared with the connector's tier tests.
+__all__ = ["cluster", "expected", "model_dir", "redis_password"]
 
 
 def _pools() -> set[str]:
@@ -121,3 +126,30 @@ def test_spec_two_engines_in_two_processes_share_redis(
     /dev/shm): the second serves the prefix the first computed, through Redis."""
     config = spec_transfer_config(CPU_CHUNKS, "lru", tiers={"redis_tier": {"url": redis_server.url}})
     second_engine_served(model_dir, config, redis_server, expected, SERVED)
+
+
+@pytest.fixture
+def password_redis_server() -> Iterator[RedisServer]:
+    """A private redis-server that asks for the connector tests' password (``redis_password``)."""
+    yield from running_server(maxmemory="256mb", password=PASSWORD)
+
+
+@pytest.mark.slow
+def test_spec_another_deployments_values_and_a_rotated_password(
+    model_dir: Path, expected: dict, password_redis_server: RedisServer, redis_password: str, tmp_path: Path
+) -> None:
+    """The connector's test with both engines behind KVOffloadSpec. vLLM gives the spec no cache
+    salt, so its key names and records bind model, layout and rank only; requests of tenants with
+    different salts never share block hashes (vLLM mixes the salt into them), so the same block
+    hashes under another owner come from another deployment: another model's values copied under
+    this engine's key names fail their records' checksums (no hits, same outputs)."""
+    another_deployments_values_and_a_rotated_password(
+        model_dir, expected, password_redis_server, tmp_path, True, SERVED
+    )
+
+
+@pytest.mark.slow
+def test_spec_redis_cluster_with_a_slot_migration_and_a_killed_master(
+    model_dir: Path, expected: dict, cluster: LocalRedisCluster
+) -> None:
+    redis_cluster_with_a_slot_migration_and_a_killed_master(model_dir, expected, cluster, True, SERVED)
