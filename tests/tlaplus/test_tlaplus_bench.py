@@ -113,3 +113,15 @@ def test_bench_refuses_a_corpus_model_count_that_is_no_number(capsys: pytest.Cap
         parser.parse_args(["--corpus-models", "most"])
     assert exit_info.value.code == 2
     assert "expected a number of models or 'all', got 'most'" in capsys.readouterr().err
+
+
+def test_bench_runs_only_the_corpus_models_named(tmp_path: Path) -> None:
+    corpus = _corpus_of_one(tmp_path / "corpus")
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    common = ["--tla-dir", str(tmp_path / "none"), "--specs-dir", str(tmp_path / "none"), "--corpus-dir", str(corpus),
+              "--corpus-models", "all", "--tlc", "off", "--corpus-model"]
+    named = bench.run(parser.parse_args([*common, "specifications/Count/Count.cfg"]))["results"]
+    other = bench.run(parser.parse_args([*common, "specifications/Other/Other.cfg"]))["results"]
+    assert [row["distinct_states"] for row in named if row["model"].startswith("specifications/")] == [400]
+    assert not [row for row in other if row["model"].startswith("specifications/")]

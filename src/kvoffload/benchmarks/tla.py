@@ -46,6 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how many of the corpus's largest models (by TLC's distinct-state count) to run, "
                              "or 'all'; with TLC, a model TLC (-workers 1) takes over --tlc-seconds for is "
                              "not run by the embedded checker")
+    parser.add_argument("--corpus-model", action="append", default=None, metavar="CONFIG",
+                        help="only this corpus model (its config as corpus.json names it, "
+                             "specifications/GameOfLife/GameOfLife.cfg); repeatable")
     parser.add_argument("--workers", type=int, default=2,
                         help="also check tla/KVOffload.cfg with this many worker processes (1: skip that row)")
     parser.add_argument("--tlc", choices=("auto", "off"), default="auto",
@@ -170,20 +173,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             results += [measure(f"tla/{cfg.name}", spec, cfg, w) for w in sorted({1, args.workers})]
     results.append(measure("TwoPhaseBench.cfg (conformance)", specs / "TwoPhase.tla", specs / "TwoPhaseBench.cfg"))
     corpus = args.corpus_dir or _first_existing(Path("tests/tlaplus/corpus"), _REPO / "tests/tlaplus/corpus")
-    results += _corpus(corpus, args.corpus_models, args.max_states, jar, limit, args.workers)
+    results += _corpus(corpus, args.corpus_models, args.max_states, jar, limit, args.workers, args.corpus_model)
     cache = tree_cache_dir()
     return {"benchmark": "tla", "engine": "embedded", "tlc": str(jar) if jar else "off",
             "tree_cache": str(cache) if cache is not None else "off", "results": results}
 
 
 def _corpus(corpus: Path, count: int, max_states: int | None, jar: Path | bool | None = False,
-            limit: float = 60.0, workers: int = 1) -> list[dict[str, Any]]:
+            limit: float = 60.0, workers: int = 1, only: list[str] | None = None) -> list[dict[str, Any]]:
     """The ``count`` largest corpus models, each with TLC's recorded answer and runtime; with TLC,
     each model TLC checks within ``limit`` seconds, with one process / worker and with ``workers``."""
     index = corpus / "corpus.json"
     if count <= 0 or not index.exists():
         return [] if count <= 0 else [{"model": str(index), "skipped": "corpus not found"}]
-    models = sorted(json.loads(index.read_text()), key=lambda m: -m["distinct_states"])[:count]
+    listed = [m for m in json.loads(index.read_text()) if only is None or m["config"] in only]
+    models = sorted(listed, key=lambda m: -m["distinct_states"])[:count]
     out = []
     for m in models:
         spec, cfg = corpus / m["spec"], corpus / m["config"]
