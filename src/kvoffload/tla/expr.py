@@ -98,7 +98,8 @@ class ExprCompiler:
         self.var_index = {v: i for i, v in enumerate(self.variables)}
         self.cache: dict[tuple[Any, ...], Any] = {}
         self.file_stack: list[str] = [root.file]
-        # Quantifier bounds that are constant, pre-sorted once (keyed by the bound's closure).
+        # Quantifier bounds that are constant, sorted once when first enumerated (keyed by the
+        # bound's closure).
         self.const_sets: dict[int, tuple[Fun, OrderedOnDemand]] = {}
         # Successor memos of actions (see act_call): per operator, a box holding None (off) or
         # a dict (id(state), arguments) -> (state, [(label, successor)]), and whether to record
