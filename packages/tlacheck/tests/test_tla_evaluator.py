@@ -115,3 +115,27 @@ def test_native_order_is_the_canonical_order(values: frozenset[object]) -> None:
 ])
 def test_lazy_sets_are_generated_in_the_canonical_order(lazy: object) -> None:
     assert canonical(lazy) == sorted(lazy.mat(), key=sortkey)  # type: ignore[attr-defined]
+
+
+def test_functions_on_one_to_n_enumerate_as_tuples_and_others_as_functions() -> None:
+    assert list(FnSet(frozenset({2, 1}), frozenset({0, 1})).enumerate()) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    # TRUE == 1 in Python: a function on {TRUE} is no sequence.
+    assert list(FnSet(frozenset({True}), frozenset({7})).enumerate()) == [Fn({True: 7})]
+
+
+def test_binding_a_non_tuple_to_a_tuple_of_names_is_an_evaluation_error(tmp_path: Path) -> None:
+    spec = model(tmp_path, "Bind", "---- MODULE Bind ----\nVARIABLE x\n"
+                 "Init == x = {a + b : <<a, b>> \\in {<<1, 2>>, 3}}\nNext == UNCHANGED x\n====\n")
+    result = check_model(spec)
+    assert result.exit_code == EXIT_FAILURE_SPEC_EVAL
+    assert "cannot bind 3 to a tuple of 2 names" in result.message
+
+
+def test_a_constant_bound_is_enumerated_in_the_canonical_order_by_init_and_invariant(tmp_path: Path) -> None:
+    # SortedPairs is compiled for Init (primed) and for the invariant, sharing its value.
+    spec = model(tmp_path, "Pairs", "---- MODULE Pairs ----\nEXTENDS Naturals\nVARIABLE x\n"
+                 "SortedPairs == {p \\in [1..2 -> 0..3] : p[1] <= p[2]}\n"
+                 "Init == x \\in SortedPairs\nNext == UNCHANGED x\nInv == x \\in SortedPairs\n====\n",
+                 "INIT Init\nNEXT Next\nINVARIANT Inv\n")
+    result = check_model(spec)
+    assert result.result == "success" and result.distinct_states == 10

@@ -6,8 +6,7 @@ compiled by :mod:`tlacheck.action`, which extends this compiler.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from . import builtins as B
@@ -29,6 +28,7 @@ from .syntax import (
     Ctx,
     Fun,
     Local,
+    OrderedOnDemand,
     Thunk,
     VarRef,
     all_of,
@@ -117,8 +117,9 @@ class ExprCompiler:
         self.var_index = {v: i for i, v in enumerate(self.variables)}
         self.cache: dict[tuple[Any, ...], Any] = {}
         self.file_stack: list[str] = [root.file]
-        # Quantifier bounds that are constant, pre-sorted once (keyed by the bound's closure).
-        self.const_sets: dict[int, tuple[Fun, list[Value]]] = {}
+        # Quantifier bounds that are constant, sorted once when first enumerated (keyed by the
+        # bound's closure).
+        self.const_sets: dict[int, tuple[Fun, OrderedOnDemand]] = {}
         # Successor memos of actions (see act_call): per operator, a box holding None (off) or
         # a dict (id(state), arguments) -> (state, [(label, successor)]), and whether to record
         # new entries; switched on by the checker.
@@ -205,6 +206,10 @@ class ExprCompiler:
             self.file_stack.pop()
         cell.append(fn)
         self.cache[key] = (fn, deps)
+        if deps == 0:
+            # A constant reads no variable, primed or not: one value for both (Init's
+            # `seq \in SortedSeqs` and the invariant's), evaluated once.
+            self.cache.setdefault(("op", id(opdef), not primed), (fn, deps))
         return fn, deps
 
     def function_def(
@@ -257,8 +262,7 @@ class ExprCompiler:
                 if sd == 0:
                     ok, sv = const_value(sfn)
                     if ok:
-                        with contextlib.suppress(EvalError):
-                            self.const_sets[id(sfn)] = (sfn, ordered(sv))
+                        self.const_sets[id(sfn)] = (sfn, OrderedOnDemand(sv))
                 for p in pending:
                     out.append((p, sfn))
                 pending = []
@@ -343,6 +347,8 @@ class ExprCompiler:
                         yield e2
 
             return two
+        if len(binds) == 1 and isinstance(binds[0][0], tuple) and all(isinstance(p, str) for p in binds[0][0]):
+            return self.tuple_iter(binds[0][0], binds[0][1], enum)
         bind = self.bind
 
         def many(c: Ctx, e: dict[str, Value], k: int = 0) -> Iterator[dict[str, Value]]:
@@ -356,6 +362,25 @@ class ExprCompiler:
                 yield from many(c, e2, k + 1)
 
         return many
+
+    @staticmethod
+    def tuple_iter(
+        names: tuple[str, ...], sfn: Fun, enum: Callable[[Value], Iterable[Value]]
+    ) -> Callable[[Ctx, dict[str, Value]], Iterator[dict[str, Value]]]:
+        """``<<x, y>> \\in S`` (``{<<p[1] + x, p[2] + y>> : <<x, y>> \\in nbrs}``): each element's
+        items bound in one step, without the general binder's recursion."""
+        size = len(names)
+
+        def one_tuple(c: Ctx, e: dict[str, Value]) -> Iterator[dict[str, Value]]:
+            for v in enum(sfn(c, e)):
+                if type(v) is not tuple or len(v) != size:
+                    raise EvalError(f"cannot bind {render(v)} to a tuple of {size} names")
+                e2 = dict(e)
+                for name, x in zip(names, v, strict=True):
+                    e2[name] = x
+                yield e2
+
+        return one_tuple
 
     def with_bound(self, locals_: dict[str, Local], binds: list[tuple[Any, Fun]]) -> dict[str, Local]:
         inner = dict(locals_)

@@ -181,6 +181,26 @@ def ordered(s: Value) -> list[Value]:
     return canonical(s)
 
 
+class OrderedOnDemand:
+    """A constant quantifier bound's elements in TLC's order (:func:`ordered`), sorted when first
+    enumerated: a bound that is only filtered or tested for membership (``{ss \\in Seq(S) : P}``
+    over half a million sequences) is never sorted. An enumeration error is raised where the
+    elements are first enumerated, as :func:`ordered` would raise it there."""
+
+    __slots__ = ("_elements", "_set")
+
+    def __init__(self, s: Value) -> None:
+        self._set = s
+        self._elements: list[Value] | None = None
+
+    def __iter__(self) -> Iterator[Value]:
+        elements = self._elements
+        if elements is None:
+            elements = self._elements = ordered(self._set)
+            self._set = None
+        return iter(elements)
+
+
 
 class VarRef:
     """A synthetic reference to a bound name (used to eta-expand operators passed as values)."""

@@ -278,6 +278,13 @@ class FnSet(LazySet):
     def enumerate(self) -> Iterator[Value]:
         dom = sorted(to_set(self.dom), key=sortkey)
         cod = sorted(to_set(self.cod), key=sortkey)
+        if dom == list(range(1, len(dom) + 1)) and all(type(k) is int for k in dom):
+            # Functions on 1..n are tuples (mkfn's normal form): the combinations themselves.
+            return itertools.product(cod, repeat=len(dom))
+        return self._functions(dom, cod)
+
+    @staticmethod
+    def _functions(dom: list[Value], cod: list[Value]) -> Iterator[Value]:
         for combo in itertools.product(cod, repeat=len(dom)):
             yield mkfn(dict(zip(dom, combo, strict=True)))
 
