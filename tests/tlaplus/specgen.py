@@ -136,10 +136,12 @@ class _Builder:
                        ("case", lambda: f"{x}' = CASE {self.boolean(bound)} -> {self.modular(bound)} "
                                         f"[] {self.boolean(bound)} -> {self.draw(st.integers(0, self.top))} "
                                         f"[] OTHER -> {x}"),
-                       ("exists", _text(f"\\E v \\in 0..{self.top} : v # {x} /\\ {x}' = v"))]
+                       ("exists", _text(f"\\E v \\in 0..{self.top} : v # {x} /\\ {x}' = v")),
+                       ("primed parameter", lambda: f"Put({x}, {self.modular(bound)})")]
         elif variable.kind == "bool":
             options = [("assign", _text(f"{x}' = ~{x}")), ("assign", lambda: f"{x}' = ({self.boolean(bound)})"),
-                       ("in", _text(f"{x}' \\in BOOLEAN"))]
+                       ("in", _text(f"{x}' \\in BOOLEAN")),
+                       ("primed parameter", _text(f"Put({x}, ~{x})"))]
         elif variable.kind == "set":
             options = [("assign", lambda: f"{x}' = {{q \\in Proc : {self.boolean(['q'])}}}"),
                        ("assign", _text(f"{x}' = {{}}"))]
@@ -221,8 +223,11 @@ def specs(draw: st.DrawFn) -> GeneratedSpec:
         conjuncts += [builder.update(v, bound) for v in changed]
         untouched = [v.name for v in variables if v not in changed]
         if untouched:
-            conjuncts.append(f"UNCHANGED <<{', '.join(untouched)}>>")
-            builder.used.add("unchanged")
+            # Keep(v) == UNCHANGED v: an operator that primes its parameter (TLA+ substitutes it).
+            keep = draw(st.sampled_from(["UNCHANGED", "Keep"]))
+            conjuncts.append(f"{keep}(<<{', '.join(untouched)}>>)" if keep == "Keep"
+                             else f"UNCHANGED <<{', '.join(untouched)}>>")
+            builder.used.add("unchanged" if keep == "UNCHANGED" else "primed parameter")
         name = f"A{index}"
         head = f"{name}(p)" if parameter else name
         bodies.append(f"{head} ==\n" + "\n".join(f"    /\\ {c}" for c in conjuncts))
@@ -254,7 +259,8 @@ def specs(draw: st.DrawFn) -> GeneratedSpec:
 
     lines = ["---- MODULE Fuzz ----", "EXTENDS Integers, Sequences, FiniteSets, TLC",
              "CONSTANT Proc", f"VARIABLES {', '.join(names)}", f"vars == <<{', '.join(names)}>>",
-             f"Bump(v) == (v + 1) % {top + 1}", f"Small(v) == v <= {top}"]
+             f"Bump(v) == (v + 1) % {top + 1}", f"Small(v) == v <= {top}", "Put(v, w) == v' = w",
+             "Keep(v) == UNCHANGED v"]
     if funs:
         f = funs[0].name
         lines += ["RECURSIVE Total(_)",

@@ -86,7 +86,7 @@ class Compiler(ExprCompiler):
                 if pr:
                     idx = self.assignable(lhs, lscope, llc)
                 elif tname(lhs) == "OperatorApplication" and lhs.operator == "'" and lhs.arguments:
-                    idx = self.assignable(lhs.arguments[0], lscope, llc)
+                    idx = self.assignable(*self.substituted(lhs.arguments[0], lscope, llc))
                 if idx is not None:
                     # In Init (pr) the right-hand side reads the partially assigned new state.
                     rhs, _ = self.expr(args[1], scope, lc, pr)
@@ -302,9 +302,10 @@ class Compiler(ExprCompiler):
         if any(
             not ar and (is_action(a, scope) or (pr and self.assignable(a, scope, lc) is not None))
             for (_p, ar), a in zip(opdef.params, argnodes, strict=True)
-        ):
-            # An action argument (XAct(x, x')), or in Init a variable that the body may assign
-            # (XInit(v) == v = 0): substitute the arguments, as TLA+ defines application.
+        ) or (not pr and self.primed.of(opdef) and opdef.name not in opdef.scope.recursive):
+            # An action argument (XAct(x, x')), in Init a variable that the body may assign
+            # (XInit(v) == v = 0), or a parameter the body primes (Lose(q) == q' = Tail(q)):
+            # substitute the arguments, as TLA+ defines application.
             return self.act_inline(opdef, argnodes, scope, lc, pr)
         key = ("act", id(opdef), pr)
         hit = self.cache.get(key)
