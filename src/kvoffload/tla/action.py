@@ -445,29 +445,13 @@ class Compiler(ExprCompiler):
         the body is compiled with the arguments substituted (a parameter is compiled at each use
         in the call site's scope), so it runs in the caller's bindings; operator arguments
         (``LAMBDA j : j - 1``) are bound in them too."""
-        inner: dict[str, Local] = {}
-        opargs: list[tuple[str, Fun]] = []
-        for (p, ar), a in zip(opdef.params, argnodes, strict=True):
-            if ar:
-                inner[p] = Local("opparam", p)
-                opargs.append((p, self.op_value(a, ar, scope, lc, pr)[0]))
-            else:
-                inner[p] = Local("subst", p, body=a, scope=scope, locals_=lc)
+        inner, wrap, _deps = self.substitution(opdef, argnodes, scope, lc, pr)
         self.file_stack.append(opdef.file or opdef.scope.file)
         try:
             kind, body = self.act(opdef.body, opdef.scope, inner, pr)
         finally:
             self.file_stack.pop()
-        if not opargs:
-            return kind, body
-
-        def bind(c: Ctx, e: dict[str, Value]) -> dict[str, Value]:
-            e2 = dict(e)
-            for p, f in opargs:
-                e2[p] = f(c, e)
-            return e2
-
-        return kind, lambda c, e: body(c, bind(c, e))
+        return kind, wrap(body)
 
     def act_letcall(
         self, target: Local, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool

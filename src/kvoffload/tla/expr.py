@@ -1232,37 +1232,50 @@ class ExprCompiler:
 
         return call2
 
+    def substitution(
+        self, opdef: OpDef, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool
+    ) -> tuple[dict[str, Local], Callable[[Any], Any], int]:
+        """How to compile ``opdef``'s body with ``argnodes`` substituted for its parameters (each
+        compiled at its use, in the call site's scope): the body's locals, a wrapper that binds
+        the operator arguments (``LAMBDA j : j - 1``) in the caller's bindings, and their deps."""
+        inner: dict[str, Local] = {}
+        opargs: list[tuple[str, Fun]] = []
+        deps = 0
+        for (p, ar), a in zip(opdef.params, argnodes, strict=True):
+            if ar:
+                inner[p] = Local("opparam", p)
+                f, d = self.op_value(a, ar, scope, lc, pr)
+                opargs.append((p, f))
+                deps |= d | ENV
+            else:
+                inner[p] = Local("subst", p, body=a, scope=scope, locals_=lc)
+
+        def wrap(body: Any) -> Any:
+            if not opargs:
+                return body
+
+            def bind(c: Ctx, e: dict[str, Value]) -> dict[str, Value]:
+                e2 = dict(e)
+                for p, f in opargs:
+                    e2[p] = f(c, e)
+                return e2
+
+            return lambda c, e: body(c, bind(c, e))
+
+        return inner, wrap, deps
+
     def substituted_call(
         self, target: OpDef, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool
     ) -> tuple[Fun, int]:
         """``Op(args)`` where the body primes a parameter (``Changed(q) == q' # q``): the body with
         the arguments substituted, as TLA+ defines application (see :mod:`.primed`)."""
-        inner: dict[str, Local] = {}
-        opargs: list[tuple[str, Fun]] = []
-        deps = 0
-        for (p, ar), a in zip(target.params, argnodes, strict=True):
-            if ar:
-                inner[p] = Local("opparam", p)
-                f, d = self.op_value(a, ar, scope, lc, pr)
-                opargs.append((p, f))
-                deps |= d
-            else:
-                inner[p] = Local("subst", p, body=a, scope=scope, locals_=lc)
+        inner, wrap, deps = self.substitution(target, argnodes, scope, lc, pr)
         self.file_stack.append(target.file or target.scope.file)
         try:
             body, bdeps = self.expr(target.body, target.scope, inner, pr)
         finally:
             self.file_stack.pop()
-        if not opargs:
-            return body, bdeps
-
-        def bind(c: Ctx, e: dict[str, Value]) -> dict[str, Value]:
-            e2 = dict(e)
-            for p, f in opargs:
-                e2[p] = f(c, e)
-            return e2
-
-        return (lambda c, e: body(c, bind(c, e))), bdeps | deps | ENV
+        return wrap(body), bdeps | deps
 
     def call_substituted(
         self, target: Decl, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool, node: Any
