@@ -190,6 +190,11 @@ def build_command(
         str(workers),
         # TLC would otherwise write a <Spec>_TTrace_<time>.tla beside the spec on every error.
         "-noGenerateSpecTE",
+        # Liveness on the complete state space only: TLC otherwise also checks it on the states
+        # found so far at its progress reports and stops at a violation there, with counts that
+        # depend on timing (distinct states, depth) and so cannot be compared.
+        "-lncheck",
+        "final",
     ]
     if metadir is not None:
         # Keeps TLC's states/ fingerprint directory out of the source tree.
