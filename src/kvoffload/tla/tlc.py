@@ -580,8 +580,10 @@ def parse_tlc_output(
 
     if (match := _INVARIANT_RE.search(text)) or (match := _ACTION_PROPERTY_RE.search(text)):
         result.violated = match.group(1)
-        if match.re is _INVARIANT_RE and invariants is not None and properties and match.group(1) not in invariants:
-            # A PROPERTY []P: TLC checks P as an invariant and names it by its formula.
+        if (match.re is _INVARIANT_RE and invariants is not None and properties
+                and match.group(1) not in invariants and match.group(1) not in properties):
+            # A PROPERTY []P: TLC checks P as an invariant and names it by its formula (by the
+            # property's name where P is no plain name).
             result.violated = ", ".join(properties)
     elif (match := _TEMPORAL_RE.search(text)) is not None:
         # TLC from 2026 on names the properties the behaviour violates ("P and Q", "P, Q and R").
