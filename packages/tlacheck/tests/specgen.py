@@ -13,11 +13,17 @@ operators; invariants, deadlock on or off, ``WF``/``SF`` fairness with temporal 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
 
 KINDS = ("int", "bool", "set", "fun", "rec", "seq")
+
+
+def _text(text: str) -> Callable[[], str]:
+    """An option that needs no further draws."""
+    return lambda: text
 
 
 @dataclass(frozen=True)
@@ -52,51 +58,62 @@ class _Builder:
     def pick(self, options: list[str]) -> str:
         return self.draw(st.sampled_from(options))
 
-    def integer(self, bound: list[str], depth: int = 0) -> str:
-        """An integer expression (not necessarily in 0..M)."""
-        options = [str(self.draw(st.integers(0, self.top)))]
-        options += [v.name for v in self.of("int")]
-        options += [f"Len({v.name})" for v in self.of("seq")]
-        options += [f"Cardinality({v.name})" for v in self.of("set")]
-        options += [f"{v.name}.n" for v in self.of("rec")]
-        options += [f"{v.name}[{b}]" for v in self.of("fun") for b in bound]
-        if self.of("fun"):
-            options.append("Total(Proc)")
-        if self.of("seq"):
-            options.append(f"SeqSum({self.of('seq')[0].name})")
-        if depth < 2:
-            sub = self.integer(bound, depth + 1)
-            self.lets += 1
-            name = f"t{self.lets}"
-            options += [f"Bump({sub})", f"({sub} + {self.integer(bound, depth + 1)})", f"({sub} - 1)",
-                        f"(LET {name} == {sub} IN {name} * 2)",
-                        f"(IF {self.boolean(bound, depth + 1)} THEN {sub} ELSE 0)"]
-            if "q" not in bound:
-                options.append(f"Cardinality({{q \\in Proc : {self.boolean(['q'], depth + 1)}}})")
-        expression = self.pick(options)
+    def choose(self, options: list[Callable[[], str]]) -> str:
+        """Builds only the option drawn. (Building every option and then picking one cost about a
+        thousand draws a spec, most of the fuzzing's time.)"""
+        expression = self.draw(st.sampled_from(options))()
         self._note(expression)
         return expression
 
+    def integer(self, bound: list[str], depth: int = 0) -> str:
+        """An integer expression (not necessarily in 0..M)."""
+        options: list[Callable[[], str]] = [lambda: str(self.draw(st.integers(0, self.top)))]
+        options += [_text(v.name) for v in self.of("int")]
+        options += [_text(f"Len({v.name})") for v in self.of("seq")]
+        options += [_text(f"Cardinality({v.name})") for v in self.of("set")]
+        options += [_text(f"{v.name}.n") for v in self.of("rec")]
+        options += [_text(f"{v.name}[{b}]") for v in self.of("fun") for b in bound]
+        if self.of("fun"):
+            options.append(_text("Total(Proc)"))
+        if self.of("seq"):
+            options.append(_text(f"SeqSum({self.of('seq')[0].name})"))
+        if depth < 2:
+            def sub() -> str:
+                return self.integer(bound, depth + 1)
+
+            def let() -> str:
+                self.lets += 1
+                name = f"t{self.lets}"
+                return f"(LET {name} == {sub()} IN {name} * 2)"
+
+            options += [lambda: f"Bump({sub()})", lambda: f"({sub()} + {sub()})", lambda: f"({sub()} - 1)", let,
+                        lambda: f"(IF {self.boolean(bound, depth + 1)} THEN {sub()} ELSE 0)"]
+            if "q" not in bound:
+                options.append(lambda: f"Cardinality({{q \\in Proc : {self.boolean(['q'], depth + 1)}}})")
+        return self.choose(options)
+
     def boolean(self, bound: list[str], depth: int = 0) -> str:
         """A boolean expression."""
-        left, right = self.integer(bound, depth + 1), self.integer(bound, depth + 1)
-        options = [f"{left} {self.pick(['=', '#', '<', '<='])} {right}"]
-        options += [v.name for v in self.of("bool")]
-        options += [f"{v.name}.b" for v in self.of("rec")]
-        options += [f"{b} \\in {v.name}" for v in self.of("set") for b in bound]
-        options += [f"{v.name} = {{}}" for v in self.of("set")]
-        options += [f"{v.name} = <<>>" for v in self.of("seq")]
-        options.append(f"Small({left})")
+        def integer() -> str:
+            return self.integer(bound, depth + 1)
+
+        options: list[Callable[[], str]] = [
+            lambda: f"{integer()} {self.pick(['=', '#', '<', '<='])} {integer()}", lambda: f"Small({integer()})"]
+        options += [_text(v.name) for v in self.of("bool")]
+        options += [_text(f"{v.name}.b") for v in self.of("rec")]
+        options += [_text(f"{b} \\in {v.name}") for v in self.of("set") for b in bound]
+        options += [_text(f"{v.name} = {{}}") for v in self.of("set")]
+        options += [_text(f"{v.name} = <<>>") for v in self.of("seq")]
         if depth < 2:
-            sub = self.boolean(bound, depth + 1)
-            inner = self.boolean([*bound, "q"] if "q" not in bound else bound, depth + 1)
-            options += [f"~({sub})", f"({sub} /\\ {self.boolean(bound, depth + 1)})",
-                        f"({sub} \\/ {self.boolean(bound, depth + 1)})", f"({sub} => {self.boolean(bound, depth + 1)})"]
+            def sub() -> str:
+                return self.boolean(bound, depth + 1)
+
+            options += [lambda: f"~({sub()})", lambda: f"({sub()} /\\ {sub()})", lambda: f"({sub()} \\/ {sub()})",
+                        lambda: f"({sub()} => {sub()})"]
             if "q" not in bound:
-                options += [f"(\\A q \\in Proc : {inner})", f"(\\E q \\in Proc : {inner})"]
-        expression = self.pick(options)
-        self._note(expression)
-        return expression
+                options += [lambda: f"(\\A q \\in Proc : {self.boolean([*bound, 'q'], depth + 1)})",
+                            lambda: f"(\\E q \\in Proc : {self.boolean([*bound, 'q'], depth + 1)})"]
+        return self.choose(options)
 
     def _note(self, expression: str) -> None:
         for marker, construct in (("\\E", "exists"), ("\\A", "forall"), ("IF ", "if"), ("LET ", "let"),
@@ -112,39 +129,43 @@ class _Builder:
         """``x' = ...`` (or ``\\E``/``\\in`` choices) keeping ``variable`` in its domain."""
         x, m = variable.name, self.top + 1
         p = bound[0] if bound else None
-        options: list[tuple[str, str]]
+        options: list[tuple[str, Callable[[], str]]]
         if variable.kind == "int":
-            options = [("assign", f"{x}' = {self.modular(bound)}"),
-                       ("if", f"{x}' = IF {self.boolean(bound)} THEN {self.modular(bound)} ELSE {x}"),
-                       ("case", f"{x}' = CASE {self.boolean(bound)} -> {self.modular(bound)} "
-                                f"[] {self.boolean(bound)} -> {self.draw(st.integers(0, self.top))} [] OTHER -> {x}"),
-                       ("exists", f"\\E v \\in 0..{self.top} : v # {x} /\\ {x}' = v")]
+            options = [("assign", lambda: f"{x}' = {self.modular(bound)}"),
+                       ("if", lambda: f"{x}' = IF {self.boolean(bound)} THEN {self.modular(bound)} ELSE {x}"),
+                       ("case", lambda: f"{x}' = CASE {self.boolean(bound)} -> {self.modular(bound)} "
+                                        f"[] {self.boolean(bound)} -> {self.draw(st.integers(0, self.top))} "
+                                        f"[] OTHER -> {x}"),
+                       ("exists", _text(f"\\E v \\in 0..{self.top} : v # {x} /\\ {x}' = v")),
+                       ("primed parameter", lambda: f"Put({x}, {self.modular(bound)})")]
         elif variable.kind == "bool":
-            options = [("assign", f"{x}' = ~{x}"), ("assign", f"{x}' = ({self.boolean(bound)})"),
-                       ("in", f"{x}' \\in BOOLEAN")]
+            options = [("assign", _text(f"{x}' = ~{x}")), ("assign", lambda: f"{x}' = ({self.boolean(bound)})"),
+                       ("in", _text(f"{x}' \\in BOOLEAN")),
+                       ("primed parameter", _text(f"Put({x}, ~{x})"))]
         elif variable.kind == "set":
-            options = [("assign", f"{x}' = {{q \\in Proc : {self.boolean(['q'])}}}"), ("assign", f"{x}' = {{}}")]
+            options = [("assign", lambda: f"{x}' = {{q \\in Proc : {self.boolean(['q'])}}}"),
+                       ("assign", _text(f"{x}' = {{}}"))]
             if p:
-                options += [("assign", f"{x}' = {x} \\cup {{{p}}}"), ("assign", f"{x}' = {x} \\ {{{p}}}"),
-                            ("if", f"{x}' = IF {p} \\in {x} THEN {x} \\ {{{p}}} ELSE {x} \\cup {{{p}}}")]
+                options += [("assign", _text(f"{x}' = {x} \\cup {{{p}}}")), ("assign", _text(f"{x}' = {x} \\ {{{p}}}")),
+                            ("if", _text(f"{x}' = IF {p} \\in {x} THEN {x} \\ {{{p}}} ELSE {x} \\cup {{{p}}}"))]
         elif variable.kind == "fun":
-            options = [("assign", f"{x}' = [q \\in Proc |-> ({x}[q] + 1) % {m}]"),
-                       ("except", f"\\E q \\in Proc : {x}' = [{x} EXCEPT ![q] = 0]")]
+            options = [("assign", _text(f"{x}' = [q \\in Proc |-> ({x}[q] + 1) % {m}]")),
+                       ("except", _text(f"\\E q \\in Proc : {x}' = [{x} EXCEPT ![q] = 0]"))]
             if p:
-                options += [("except", f"{x}' = [{x} EXCEPT ![{p}] = (@ + 1) % {m}]"),
-                            ("except", f"{x}' = [{x} EXCEPT ![{p}] = {self.modular(bound)}]")]
+                options += [("except", _text(f"{x}' = [{x} EXCEPT ![{p}] = (@ + 1) % {m}]")),
+                            ("except", lambda: f"{x}' = [{x} EXCEPT ![{p}] = {self.modular(bound)}]")]
         elif variable.kind == "rec":
-            options = [("except", f"{x}' = [{x} EXCEPT !.n = (@ + 1) % {m}]"),
-                       ("except", f"{x}' = [{x} EXCEPT !.b = ~@]"),
-                       ("assign", f"{x}' = [n |-> {self.modular(bound)}, b |-> {self.boolean(bound)}]")]
+            options = [("except", _text(f"{x}' = [{x} EXCEPT !.n = (@ + 1) % {m}]")),
+                       ("except", _text(f"{x}' = [{x} EXCEPT !.b = ~@]")),
+                       ("assign", lambda: f"{x}' = [n |-> {self.modular(bound)}, b |-> {self.boolean(bound)}]")]
         else:
-            options = [("assign", f"Len({x}) < {self.length} /\\ {x}' = Append({x}, {self.modular(bound)})"),
-                       ("assign", f"{x} # <<>> /\\ {x}' = Tail({x})"),
-                       ("if", f"{x}' = IF Len({x}) > 0 THEN SubSeq({x}, 1, Len({x}) - 1) ELSE {x}"),
-                       ("function", f"{x}' = [i \\in 1..Len({x}) |-> ({x}[i] + 1) % {m}]")]
+            options = [("assign", lambda: f"Len({x}) < {self.length} /\\ {x}' = Append({x}, {self.modular(bound)})"),
+                       ("assign", _text(f"{x} # <<>> /\\ {x}' = Tail({x})")),
+                       ("if", _text(f"{x}' = IF Len({x}) > 0 THEN SubSeq({x}, 1, Len({x}) - 1) ELSE {x}")),
+                       ("function", _text(f"{x}' = [i \\in 1..Len({x}) |-> ({x}[i] + 1) % {m}]"))]
         construct, text = self.draw(st.sampled_from(options))
         self.used.add(construct)
-        return text
+        return text()
 
     def typing(self, variable: Variable) -> str:
         """``variable`` is in its kind's domain."""
@@ -197,11 +218,16 @@ def specs(draw: st.DrawFn) -> GeneratedSpec:
         changed = draw(st.lists(st.sampled_from(variables), min_size=1, max_size=len(variables), unique=True))
         guards = draw(st.sampled_from([0, 0, 1, 1, 2]))  # a guard too many disables most actions
         conjuncts = [builder.boolean(bound) for _ in range(guards)]
+        if guards:
+            builder.used.add("guard")
         conjuncts += [builder.update(v, bound) for v in changed]
         untouched = [v.name for v in variables if v not in changed]
         if untouched:
-            conjuncts.append(f"UNCHANGED <<{', '.join(untouched)}>>")
-            builder.used.add("unchanged")
+            # Keep(v) == UNCHANGED v: an operator that primes its parameter (TLA+ substitutes it).
+            keep = draw(st.sampled_from(["UNCHANGED", "Keep"]))
+            conjuncts.append(f"{keep}(<<{', '.join(untouched)}>>)" if keep == "Keep"
+                             else f"UNCHANGED <<{', '.join(untouched)}>>")
+            builder.used.add("unchanged" if keep == "UNCHANGED" else "primed parameter")
         name = f"A{index}"
         head = f"{name}(p)" if parameter else name
         bodies.append(f"{head} ==\n" + "\n".join(f"    /\\ {c}" for c in conjuncts))
@@ -221,8 +247,8 @@ def specs(draw: st.DrawFn) -> GeneratedSpec:
     # often broken (in an initial state or deeper), sometimes an implication that holds.
     invariants = [" /\\ ".join(builder.typing(v) for v in variables)] if draw(st.booleans()) else []
     for _ in range(draw(st.sampled_from([0, 0, 1, 1, 2]))):
-        invariants.append(draw(st.sampled_from([builder.boolean([]),
-                                                f"({builder.boolean([])}) => ({builder.boolean([])})"])))
+        invariants.append(draw(st.sampled_from([lambda: builder.boolean([]),
+                                                lambda: f"({builder.boolean([])}) => ({builder.boolean([])})"]))())
     properties = []
     if liveness:
         for _ in range(draw(st.integers(1, 2))):
@@ -233,7 +259,8 @@ def specs(draw: st.DrawFn) -> GeneratedSpec:
 
     lines = ["---- MODULE Fuzz ----", "EXTENDS Integers, Sequences, FiniteSets, TLC",
              "CONSTANT Proc", f"VARIABLES {', '.join(names)}", f"vars == <<{', '.join(names)}>>",
-             f"Bump(v) == (v + 1) % {top + 1}", f"Small(v) == v <= {top}"]
+             f"Bump(v) == (v + 1) % {top + 1}", f"Small(v) == v <= {top}", "Put(v, w) == v' = w",
+             "Keep(v) == UNCHANGED v"]
     if funs:
         f = funs[0].name
         lines += ["RECURSIVE Total(_)",
@@ -260,6 +287,8 @@ def specs(draw: st.DrawFn) -> GeneratedSpec:
     if not draw(st.booleans()):
         config.append("CHECK_DEADLOCK FALSE")
         builder.used.add("deadlock off")
+    else:
+        builder.used.add("deadlock on")
     if invariants:
         builder.used.add("invariant")
     builder.used.update(f"variable {v.kind}" for v in variables)

@@ -209,3 +209,29 @@ def test_operator_constant_substitution(tmp_path: Path) -> None:
     (tmp_path / "M.cfg").write_text("CONSTANTS N = 1\nINIT Init\nNEXT Next\n")
     r = check_model(spec)
     assert r.exit_code == EXIT_ERROR_CONFIG_PARSE and "F <- Def" in r.message and f"{spec}:3:" in r.message
+
+
+# Each rebinds p inside the scope of an earlier p (SANY: "Multiply-defined symbol 'p'"); the line
+# and column of the second declaration, and of the first. Siblings (P(p) /\ \A p ...) are fine.
+REBINDINGS = {
+    "nested quantifier": ("Inv == \\A p \\in {1, 2} : \\E p \\in {3} : x >= 0", (6, 29), (6, 11)),
+    "operator parameter": ("Op(p) == \\E p \\in {1} : p > 0\nInv == Op(1)", (6, 13), (6, 4)),
+    "set filter": ("Inv == {p \\in {1} : \\A p \\in {2} : TRUE} # {}", (6, 24), (6, 9)),
+    "function": ("Inv == [p \\in {1} |-> CHOOSE p \\in {1} : TRUE][1] = 1", (6, 30), (6, 9)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REBINDINGS))
+def test_rebinding_a_bound_name_is_refused_as_sany_does(tmp_path: Path, case: str) -> None:
+    definition, (line, column), (first_line, first_column) = REBINDINGS[case]
+    spec = write(tmp_path, GOOD.replace("Inv == x < 3", definition), "INIT Init NEXT Next INVARIANT Inv")
+    r = check_model(spec)
+    assert r.result == "error" and r.exit_code == EXIT_ERROR_SPEC_PARSE
+    assert r.message == (f"{spec}:{line}:{column}: multiply-defined symbol 'p': this declaration conflicts "
+                         f"with the one at line {first_line}, column {first_column}")
+
+
+def test_same_name_in_sibling_binders_is_accepted(tmp_path: Path) -> None:
+    definition = "Inv == (\\A p \\in {1} : p > 0) /\\ (\\E p \\in {2} : p > 0) /\\ {p \\in {1} : TRUE} # {}"
+    r = check_model(write(tmp_path, GOOD.replace("Inv == x < 3", definition), "INIT Init NEXT Next INVARIANT Inv"))
+    assert r.result == "success" and r.distinct_states == 3

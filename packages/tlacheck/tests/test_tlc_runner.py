@@ -376,6 +376,8 @@ def test_tlc_options_go_before_the_class_and_come_from_the_environment_too(
     assert command[cls - 1] == os.pathsep.join([str(tmp_path / "t.jar"), str(tmp_path / "extra.jar")])
     assert "-Dtlc2.tool.impl.Tool.cdot=true" in command[:cls] and "-Xss4m" in command[:cls]
     assert f"-DTLA-Library={tmp_path / 'a'}{os.pathsep}{tmp_path / 'b'}" in command[:cls]
+    # Liveness on the complete state space only: its counts then do not depend on timing.
+    assert command[command.index("-lncheck") + 1] == "final"
     assert not any(arg.startswith("-DTLA-Library") for arg in tlc.build_command(
         "java", tmp_path / "t.jar", tmp_path / "Spec.tla", tmp_path / "a.cfg", tmp_path / "trace.json"))
 

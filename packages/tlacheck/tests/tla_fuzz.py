@@ -14,13 +14,17 @@ Exit status 0 when every spec agreed, 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import multiprocessing
+import os
 import signal
 import sys
 import tempfile
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
+from multiprocessing.pool import AsyncResult
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +94,6 @@ class Campaign:
 
     def record(self, spec: GeneratedSpec, verdict: Verdict) -> None:
         self.specs += 1
-        self.unique.add(spec.module + spec.config)
         self.constructs.update(spec.constructs)
         self.verdicts[verdict.tlc.result] += 1
         self.tlc_seconds += verdict.tlc.seconds
@@ -135,33 +138,68 @@ def _stop(signum: int, frame: object) -> None:
     raise _Done
 
 
-def fuzz(count: int, seed: int, jar: str | None, seconds: float | None = None) -> Campaign:
+# One TLC session and folder per worker process (set by _start_worker).
+_worker: tuple[TlcSession, Path] | None = None
+
+
+def _start_worker(jar: str | None, folder: str) -> None:
+    global _worker
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when the campaign ends
+    own = Path(folder) / str(os.getpid())
+    own.mkdir()
+    # The JVM ends when this process exits and its pipe closes.
+    _worker = (TlcSession(jar), own)
+
+
+def _check_in_worker(spec: GeneratedSpec) -> Verdict:
+    if _worker is None:
+        raise RuntimeError("a fuzzing worker without a TLC session")
+    session, folder = _worker
+    return run_both(spec, session, folder)
+
+
+def fuzz(count: int, seed: int, jar: str | None, seconds: float | None = None, jobs: int = 2) -> Campaign:
     """Check ``count`` distinct random specs under both engines (hypothesis draws some specs
-    more than once: a repeat is skipped), or as many as ``seconds`` allow."""
+    more than once: a repeat is skipped), or as many as ``seconds`` allow. ``jobs`` worker
+    processes, each with its own TLC session, check specs side by side: TLC's time per spec is
+    mostly loading its classes afresh, which one process cannot shorten."""
     campaign = Campaign()
     deadline = None if seconds is None else time.monotonic() + seconds
-    with TlcSession(jar) as session, tempfile.TemporaryDirectory(prefix="tlacheck-fuzz-") as tmp:
+    pending: deque[tuple[GeneratedSpec, AsyncResult[Verdict]]] = deque()
+
+    def collect(block_above: int) -> None:
+        while pending and (pending[0][1].ready() or len(pending) > block_above):
+            spec, answer = pending.popleft()
+            campaign.record(spec, answer.get())
+            if campaign.specs % 100 == 0:
+                print(f"{campaign.specs} specs, {len(campaign.disagreements)} disagreements, "
+                      f"{len(campaign.rejected)} rejected", file=sys.stderr, flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="tlacheck-fuzz-") as tmp, \
+            multiprocessing.get_context("fork").Pool(jobs, _start_worker, (jar, tmp)) as pool:
 
         @hypothesis_seed(seed)
         @settings(max_examples=count * 4, database=None, deadline=None, phases=[Phase.generate],
                   suppress_health_check=list(HealthCheck))
         @given(specs())
         def one(spec: GeneratedSpec) -> None:
-            if campaign.specs >= count or (deadline is not None and time.monotonic() > deadline):
+            if campaign.specs + len(pending) >= count or (deadline is not None and time.monotonic() > deadline):
                 raise _Done
             if spec.module + spec.config in campaign.unique:
                 campaign.repeats += 1
                 return
-            campaign.record(spec, run_both(spec, session, Path(tmp)))
-            if campaign.specs % 100 == 0:
-                print(f"{campaign.specs} specs, {len(campaign.disagreements)} disagreements, "
-                      f"{len(campaign.rejected)} rejected", file=sys.stderr, flush=True)
+            campaign.unique.add(spec.module + spec.config)
+            pending.append((spec, pool.apply_async(_check_in_worker, (spec,))))
+            collect(2 * jobs)
 
         previous = signal.signal(signal.SIGTERM, _stop)
         try:
             one()
+            collect(0)
         except _Done:
-            pass
+            # Enough specs or out of time: the specs under way still count. (SIGTERM: only those done.)
+            with contextlib.suppress(_Done):
+                collect(0 if deadline is None or time.monotonic() <= deadline else len(pending))
         finally:
             signal.signal(signal.SIGTERM, previous)
     return campaign
@@ -173,9 +211,10 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0, help="hypothesis seed (default 0)")
     parser.add_argument("--jar", help="tla2tools.jar (default: $TLA2TOOLS_JAR, else the cache)")
     parser.add_argument("--seconds", type=float, help="stop after this long, with fewer specs (default: no limit)")
+    parser.add_argument("--jobs", type=int, default=2, help="worker processes, each with a TLC session (default 2)")
     args = parser.parse_args()
     started = time.perf_counter()
-    campaign = fuzz(args.specs, args.seed, args.jar, args.seconds)
+    campaign = fuzz(args.specs, args.seed, args.jar, args.seconds, args.jobs)
     print(json.dumps({**campaign.to_json(), "seconds": round(time.perf_counter() - started, 1)}, indent=2))
     return 0 if not campaign.disagreements and not campaign.rejected else 1
 

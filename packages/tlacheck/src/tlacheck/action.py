@@ -111,7 +111,7 @@ class Compiler(ExprCompiler):
             if pr:
                 idx = self.assignable(lhs, lscope, llc)
             elif tname(lhs) == "OperatorApplication" and lhs.operator == "'" and lhs.arguments:
-                idx = self.assignable(lhs.arguments[0], lscope, llc)
+                idx = self.assignable(*self.substituted(lhs.arguments[0], lscope, llc))
             if idx is not None:
                 # In Init (pr) the right-hand side reads the partially assigned new state.
                 rhs, _ = self.expr(args[1], scope, lc, pr)
@@ -352,9 +352,10 @@ class Compiler(ExprCompiler):
         if any(
             not ar and (is_action(a, scope) or (pr and self.assignable(a, scope, lc) is not None))
             for (_p, ar), a in zip(opdef.params, argnodes, strict=True)
-        ):
-            # An action argument (XAct(x, x')), or in Init a variable that the body may assign
-            # (XInit(v) == v = 0): substitute the arguments, as TLA+ defines application.
+        ) or (not pr and self.primed.of(opdef) and opdef.name not in opdef.scope.recursive):
+            # An action argument (XAct(x, x')), in Init a variable that the body may assign
+            # (XInit(v) == v = 0), or a parameter the body primes (Lose(q) == q' = Tail(q)):
+            # substitute the arguments, as TLA+ defines application.
             return self.act_inline(opdef, argnodes, scope, lc, pr)
         kind, body = self.act_body(opdef, pr, node)
         if kind == "pred":
@@ -432,29 +433,13 @@ class Compiler(ExprCompiler):
         the body is compiled with the arguments substituted (a parameter is compiled at each use
         in the call site's scope), so it runs in the caller's bindings; operator arguments
         (``LAMBDA j : j - 1``) are bound in them too."""
-        inner: dict[str, Local] = {}
-        opargs: list[tuple[str, Fun]] = []
-        for (p, ar), a in zip(opdef.params, argnodes, strict=True):
-            if ar:
-                inner[p] = Local("opparam", p)
-                opargs.append((p, self.op_value(a, ar, scope, lc, pr)[0]))
-            else:
-                inner[p] = Local("subst", p, body=a, scope=scope, locals_=lc)
+        inner, wrap, _deps = self.substitution(opdef, argnodes, scope, lc, pr)
         self.file_stack.append(opdef.file or opdef.scope.file)
         try:
             kind, body = self.act(opdef.body, opdef.scope, inner, pr)
         finally:
             self.file_stack.pop()
-        if not opargs:
-            return kind, body
-
-        def bind(c: Ctx, e: dict[str, Value]) -> dict[str, Value]:
-            e2 = dict(e)
-            for p, f in opargs:
-                e2[p] = f(c, e)
-            return e2
-
-        return kind, lambda c, e: body(c, bind(c, e))
+        return kind, wrap(body)
 
     def act_letcall(
         self, target: Local, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool

@@ -941,7 +941,10 @@ class Checker:
         enabled = []
         taken: set[tuple[int, int]] = set()
         for a, s in enumerate(self.states):
-            en, targets = _enabled_steps(gen, v, vp, env, whole, s, nv, index)
+            # Only explored edges matter, and A's successors that leave variables unassigned are
+            # matched against each candidate (see _enabled_steps): s's successors, not all states.
+            lookup = index if self.succ is None else {self.states[b]: b for b, _lab in self.succ[a]}
+            en, targets = _enabled_steps(gen, v, vp, env, whole, s, nv, lookup)
             enabled.append(en)
             taken.update((a, b) for b in targets)
         return enabled, taken
@@ -1038,9 +1041,16 @@ def _enabled_steps(
         for _ in gen(c, env):
             if vp(c, env) != vs:  # then the successor differs from s
                 en = True
-                b = lookup.get(tuple(c.n))  # type: ignore[arg-type]
+                t = tuple(c.n)  # type: ignore[arg-type]
+                b = lookup.get(t)
                 if b is not None:
                     targets.append(b)
+                elif any(x is UNSET for x in t):
+                    # A leaves variables outside v open (a refinement's action does not mention
+                    # the implementation's other variables): every successor that agrees on the
+                    # variables A assigns is an <<A>>_v step.
+                    targets.extend(b for u, b in lookup.items()
+                                   if all(x is UNSET or x == y for x, y in zip(t, u, strict=True)))
     return en, targets
 
 

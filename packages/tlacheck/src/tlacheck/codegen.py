@@ -398,7 +398,7 @@ class Source:
         comp = self.comp
         if not argnodes or len(argnodes) != len(opdef.params) or any(ar for _p, ar in opdef.params):
             return None
-        if getattr(opdef.node, "function", None) or opdef.name in opdef.scope.recursive:
+        if getattr(opdef.node, "function", None) or opdef.name in opdef.scope.recursive or comp.primed.of(opdef):
             return None
         _body, bdeps = comp.op_body(opdef, False)
         if comp.purity.memoisable(opdef) or (comp.purity.state_memoisable(opdef)

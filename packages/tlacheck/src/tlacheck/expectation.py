@@ -33,7 +33,10 @@ class Expectation:
         """True when ``result`` is the announced outcome (and names the announced violation)."""
         if result.result != self.result:
             return False
-        return self.violated is None or result.violated == self.violated
+        # TLC may name several properties ("P, Q"): the announced one must be among them.
+        from tlacheck.tlc import violated_properties
+
+        return self.violated is None or self.violated in violated_properties(result.violated or "")
 
 
 def parse_expectation(text: str) -> Expectation:
@@ -162,7 +165,8 @@ def result_differences(tlc_result: CheckResult, embedded_result: CheckResult) ->
     if a.states_generated or a.result in ("success", "error"):
         fields |= {"distinct states": (a.distinct_states, b.distinct_states), "depth": (a.depth, b.depth)}
     # TLC names every property the counterexample violates; the embedded checker the first.
-    violated = b.violated if a.result == "liveness failure" and b.violated in violated_properties(a.violated or "") \
+    violated = b.violated if a.result in ("liveness failure", "safety failure") \
+        and b.violated in violated_properties(a.violated or "") \
         else a.violated
     fields |= {
         "violated": (violated, b.violated),

@@ -13,6 +13,7 @@ from . import builtins as B
 from .errors import EvalError, TlaError, raise_located
 from .modules import Decl, InstanceRef, OpDef, Scope, pos
 from .order import least
+from .primed import PrimedParameters
 from .purity import Purity
 from .syntax import (
     ALLVARS,
@@ -128,6 +129,7 @@ class ExprCompiler:
         self.collect_acts: set[int] | None = None
         # Memoised calls of pure, expensive operators: per definition, argument values -> value.
         self.purity = Purity()
+        self.primed = PrimedParameters()
         self.op_memos: dict[int, dict[Any, Value]] = {}
         # How many times ``@`` was compiled: an EXCEPT value that does not read it is evaluated
         # in its enclosing environment, without a copy that binds ``@``.
@@ -1138,6 +1140,8 @@ class ExprCompiler:
             raise self.err(
                 f"operator {target.name} expects {len(target.params)} arguments, got {len(argnodes)}", node
             )
+        if argnodes and self.primed.of(target) and target.name not in target.scope.recursive:
+            return self.substituted_call(target, argnodes, scope, lc, pr)
         body, bdeps = self.op_body(target, pr)
         if not argnodes:
             # A definition reading a few variables only (e.g. Evictable) is memoised on them.
@@ -1289,6 +1293,51 @@ class ExprCompiler:
                 raise_located(exc, where)
 
         return call2
+
+    def substitution(
+        self, opdef: OpDef, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool
+    ) -> tuple[dict[str, Local], Callable[[Any], Any], int]:
+        """How to compile ``opdef``'s body with ``argnodes`` substituted for its parameters (each
+        compiled at its use, in the call site's scope): the body's locals, a wrapper that binds
+        the operator arguments (``LAMBDA j : j - 1``) in the caller's bindings, and their deps."""
+        inner: dict[str, Local] = {}
+        opargs: list[tuple[str, Fun]] = []
+        deps = 0
+        for (p, ar), a in zip(opdef.params, argnodes, strict=True):
+            if ar:
+                inner[p] = Local("opparam", p)
+                f, d = self.op_value(a, ar, scope, lc, pr)
+                opargs.append((p, f))
+                deps |= d | ENV
+            else:
+                inner[p] = Local("subst", p, body=a, scope=scope, locals_=lc)
+
+        def wrap(body: Any) -> Any:
+            if not opargs:
+                return body
+
+            def bind(c: Ctx, e: dict[str, Value]) -> dict[str, Value]:
+                e2 = dict(e)
+                for p, f in opargs:
+                    e2[p] = f(c, e)
+                return e2
+
+            return lambda c, e: body(c, bind(c, e))
+
+        return inner, wrap, deps
+
+    def substituted_call(
+        self, target: OpDef, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool
+    ) -> tuple[Fun, int]:
+        """``Op(args)`` where the body primes a parameter (``Changed(q) == q' # q``): the body with
+        the arguments substituted, as TLA+ defines application (see :mod:`.primed`)."""
+        inner, wrap, deps = self.substitution(target, argnodes, scope, lc, pr)
+        self.file_stack.append(target.file or target.scope.file)
+        try:
+            body, bdeps = self.expr(target.body, target.scope, inner, pr)
+        finally:
+            self.file_stack.pop()
+        return wrap(body), bdeps | deps
 
     def call_substituted(
         self, target: Decl, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool, node: Any

@@ -87,6 +87,49 @@ def _param(p: Any) -> tuple[str, int]:
     return (p.operator, len(args) if p.nonfix else 0)
 
 
+def _declared(decl: Any) -> list[Any]:
+    """The identifier nodes a binder's declaration (``p \\in S``, ``p, q``, ``<<a, b>> \\in S``) binds."""
+    kind = type(decl).__name__
+    if kind == "OperatorApplication" and decl.operator == "\\in" and len(decl.arguments or []) == 2:
+        return _declared(decl.arguments[0])
+    if kind == "OperatorApplication" and not decl.arguments:
+        return [decl]
+    if kind == "Tuple":
+        return [n for item in decl.items for n in _declared(item)]
+    return []
+
+
+def _refuse_rebinding(scope: Scope, node: Any, bound: dict[str, Any]) -> None:
+    """SANY refuses a binder (``\\A``, ``\\E``, set filters and maps, functions) that declares a
+    name an enclosing binder or the operator's parameters already bind (``\\A p \\in S : \\E p \\in
+    T : ...``: "Multiply-defined symbol 'p'"); so does the embedded checker."""
+    if node is None or isinstance(node, str | int | bool):
+        return
+    if isinstance(node, list) or (isinstance(node, tuple) and not hasattr(node, "_fields")):
+        for x in node:
+            _refuse_rebinding(scope, x, bound)
+        return
+    # Quantifiers and set maps have "declarations"; set filters, functions and CHOOSE "declaration".
+    declarations = getattr(node, "declarations", None) or getattr(node, "declaration", None)
+    inner = bound
+    if declarations is not None:
+        inner = dict(bound)
+        for decl in declarations if isinstance(declarations, list) else [declarations]:
+            kind = type(decl).__name__
+            if kind == "OperatorApplication" and decl.operator == "\\in" and len(decl.arguments or []) == 2:
+                _refuse_rebinding(scope, decl.arguments[1], bound)  # the set is outside the binder
+            for ident in _declared(decl):
+                earlier = inner.get(ident.operator)
+                if earlier is not None:
+                    line, column = pos(earlier)
+                    raise scope.err(f"multiply-defined symbol '{ident.operator}': this declaration conflicts "
+                                    f"with the one at line {line}, column {column}", ident)
+                inner[ident.operator] = ident
+    for f in getattr(node, "_fields", ()):
+        if f not in ("declarations", "declaration", "symbol", "start", "end"):
+            _refuse_rebinding(scope, getattr(node, f), inner)
+
+
 class ModuleLoader:
     """Loads a root module and the user modules it EXTENDS / INSTANCEs from its directory."""
 
@@ -188,6 +231,7 @@ class ModuleLoader:
             self._instance(scope, body, unit.name, params, local=bool(unit.local))
             return
         params = [_param(p) for p in (unit.arity or [])]
+        _refuse_rebinding(scope, body, {_param(p)[0]: unit if isinstance(p, str) else p for p in unit.arity or []})
         scope.defs[unit.name] = OpDef(unit.name, params, body, scope, bool(unit.local), unit, scope.file)
 
     def _instance(

@@ -190,6 +190,11 @@ def build_command(
         str(workers),
         # TLC would otherwise write a <Spec>_TTrace_<time>.tla beside the spec on every error.
         "-noGenerateSpecTE",
+        # Liveness on the complete state space only: TLC otherwise also checks it on the states
+        # found so far at its progress reports and stops at a violation there, with counts that
+        # depend on timing (distinct states, depth) and so cannot be compared.
+        "-lncheck",
+        "final",
     ]
     if metadir is not None:
         # Keeps TLC's states/ fingerprint directory out of the source tree.
@@ -261,6 +266,7 @@ def run_tlc(
         completed.returncode,
         trace_json=trace_json,
         properties=config_properties(config_path),
+        invariants=config_invariants(config_path),
     )
     result.seconds = seconds
     result.spec = str(spec_path)
@@ -325,6 +331,15 @@ def _outcome_from_text(text: str) -> Outcome:
 def config_properties(config: Path) -> list[str]:
     """Names listed under ``PROPERTY``/``PROPERTIES`` in a TLC config (TLC does not name the
     temporal property it found violated; with a single one we can)."""
+    return _config_names(config, ("PROPERTY", "PROPERTIES"))
+
+
+def config_invariants(config: Path) -> list[str]:
+    """Names listed under ``INVARIANT``/``INVARIANTS`` in a TLC config."""
+    return _config_names(config, ("INVARIANT", "INVARIANTS"))
+
+
+def _config_names(config: Path, sections: tuple[str, ...]) -> list[str]:
     try:
         text = config.read_text()
     except OSError:
@@ -341,7 +356,7 @@ def config_properties(config: Path) -> list[str]:
     for token in text.split():
         if token in keywords:
             section = token
-        elif section in ("PROPERTY", "PROPERTIES"):
+        elif section in sections:
             names.append(token)
     return names
 
@@ -542,10 +557,12 @@ def parse_tlc_output(
     *,
     trace_json: str | None = None,
     properties: Sequence[str] = (),
+    invariants: Sequence[str] | None = None,
 ) -> CheckResult:
     """Turn TLC's output and exit code (and the ``-dumpTrace json`` file, if any) into a
     :class:`CheckResult`. ``properties`` are the config's temporal properties, used to name the
-    violated one when there is only one."""
+    violated one when there is only one; ``invariants`` its invariants, which tell a property
+    ``[]P`` that TLC checked as an invariant from an invariant."""
     result_kind = _EXIT_OUTCOMES.get(exit_code)
     if result_kind is None:
         # Old TLC versions exited 1 (or even 0) on violations: read the verdict from the text.
@@ -563,6 +580,11 @@ def parse_tlc_output(
 
     if (match := _INVARIANT_RE.search(text)) or (match := _ACTION_PROPERTY_RE.search(text)):
         result.violated = match.group(1)
+        if (match.re is _INVARIANT_RE and invariants is not None and properties
+                and match.group(1) not in invariants and match.group(1) not in properties):
+            # A PROPERTY []P: TLC checks P as an invariant and names it by its formula (by the
+            # property's name where P is no plain name).
+            result.violated = ", ".join(properties)
     elif (match := _TEMPORAL_RE.search(text)) is not None:
         # TLC from 2026 on names the properties the behaviour violates ("P and Q", "P, Q and R").
         result.violated = (", ".join(violated_properties(match.group(1))) if match.group(1)

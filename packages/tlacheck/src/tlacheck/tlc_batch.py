@@ -189,7 +189,8 @@ class TlcSession:
                 raise tlc.TlcNotFound("the TLC session's JVM ended: " + "".join(lines[-5:]).strip())
             trace_json = trace_file.read_text() if trace_file.is_file() else None
         result = tlc.parse_tlc_output("".join(lines), status, trace_json=trace_json,
-                                      properties=tlc.config_properties(config))
+                                      properties=tlc.config_properties(config),
+                                      invariants=tlc.config_invariants(config))
         result.seconds = seconds
         result.spec = str(spec)
         result.config = str(config)
