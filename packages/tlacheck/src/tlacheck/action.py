@@ -42,8 +42,8 @@ class Compiler(ExprCompiler):
     """Compiles the definitions of a loaded root scope against a model's constants: expressions
     (inherited) and actions."""
 
-    def enabled(self, anode: Any, scope: Scope, lc: dict[str, Local]) -> tuple[Fun, int]:
-        gen = self.action(anode, scope, lc, False)
+    def enabled(self, anode: Any, scope: Scope, locals_: dict[str, Local]) -> tuple[Fun, int]:
+        gen = self.action(anode, scope, locals_, False)
         nv = len(self.variables)
 
         def en(c: Ctx, e: dict[str, Value]) -> Value:
@@ -55,112 +55,114 @@ class Compiler(ExprCompiler):
         return en, STATE | ENV | ALLVARS
 
     # ---- actions ---------------------------------------------------------------------------
-    def action(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> Gen:
-        """Compile an action (or, with ``pr``, an initial predicate) to a successor generator:
+    def action(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> Gen:
+        """Compile an action (or, with ``primed``, an initial predicate) to a successor generator:
         generated Python source (see :mod:`codegen`) where it can, else closures."""
-        if not pr:
-            gen = generate(self, node, scope, lc)
+        if not primed:
+            gen = generate(self, node, scope, locals_)
             if gen is not None:
                 return gen
-        kind, fn = self.act(node, scope, lc, pr)
+        kind, fn = self.act(node, scope, locals_, primed)
         if kind == "pred":
             return pred_gen(fn)
         return fn
 
-    def act(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[str, Any]:
+    def act(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[str, Any]:
         """``("act", generator)``, or ``("pred", fn)`` for a node that assigns no variable."""
         t = tname(node) if not isinstance(node, str) else "str"
         if t == "Parentheses":
-            return self.act(node.expression, scope, lc, pr)
+            return self.act(node.expression, scope, locals_, primed)
         if t == "VerticalList":
             items = [it.expression for it in node.arguments]
             op = B.ALIASES.get(node.operator, node.operator)
-            return self.act_junction(op, items, scope, lc, pr)
+            return self.act_junction(op, items, scope, locals_, primed)
         found: tuple[str, Any] | None = None
         if t == "OperatorApplication":
-            found = self.act_application(node, scope, lc, pr)
+            found = self.act_application(node, scope, locals_, primed)
         elif t == "SubexpressionReference":
-            found = self.act_instance_path(node, scope, lc, pr)
+            found = self.act_instance_path(node, scope, locals_, primed)
         elif t == "Quantification" and node.quantifier == "\\A":
-            found = self.act_forall(node, scope, lc, pr)
+            found = self.act_forall(node, scope, locals_, primed)
         elif t == "Quantification" and node.quantifier == "\\E":
-            found = self.act_exists(node, scope, lc, pr)
+            found = self.act_exists(node, scope, locals_, primed)
         elif t == "If":
-            found = self.act_if(node, scope, lc, pr)
+            found = self.act_if(node, scope, locals_, primed)
         elif t == "Cases":
-            found = self.act_cases(node, scope, lc, pr)
+            found = self.act_cases(node, scope, locals_, primed)
         elif t == "Let":
-            found = self.act_let(node, scope, lc, pr)
+            found = self.act_let(node, scope, locals_, primed)
         elif t == "SubscriptedAction":
-            found = self.act_subscripted(node, scope, lc, pr)
+            found = self.act_subscripted(node, scope, locals_, primed)
         if found is not None:
             return found
-        fn, _ = self.expr(node, scope, lc, pr)
+        fn, _ = self.expr(node, scope, locals_, primed)
         return "pred", fn
 
-    def act_application(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[str, Any] | None:
+    def act_application(
+        self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool
+    ) -> tuple[str, Any] | None:
         """An operator application as an action: a junction, an assignment, ``\\cdot``, UNCHANGED
         or a call; None when it is a predicate."""
         op = B.ALIASES.get(node.operator, node.operator)
         args = node.arguments or []
         if op in ("/\\", "\\/") and args:
-            return self.act_junction(op, flatten(op, node), scope, lc, pr)
+            return self.act_junction(op, flatten(op, node), scope, locals_, primed)
         if op in ("=", "\\in") and len(args) == 2:
-            lhs, lscope, llc = self.substituted(args[0], scope, lc)
+            lhs, lscope, llc = self.substituted(args[0], scope, locals_)
             idx = None
-            if pr:
+            if primed:
                 idx = self.assignable(lhs, lscope, llc)
             elif tname(lhs) == "OperatorApplication" and lhs.operator == "'" and lhs.arguments:
                 idx = self.assignable(*self.substituted(lhs.arguments[0], lscope, llc))
             if idx is not None:
-                # In Init (pr) the right-hand side reads the partially assigned new state.
-                rhs, _ = self.expr(args[1], scope, lc, pr)
+                # In Init (primed) the right-hand side reads the partially assigned new state.
+                rhs, _ = self.expr(args[1], scope, locals_, primed)
                 return "act", (assign(idx, rhs) if op == "=" else assign_in(idx, rhs))
-        if op == "\\cdot" and len(args) == 2 and not pr:
-            return "act", self.composition(args[0], args[1], scope, lc)
-        if op == "UNCHANGED" and len(args) == 1 and not pr:
-            idxs = self.unchanged_vars(args[0], scope, lc)
+        if op == "\\cdot" and len(args) == 2 and not primed:
+            return "act", self.composition(args[0], args[1], scope, locals_)
+        if op == "UNCHANGED" and len(args) == 1 and not primed:
+            idxs = self.unchanged_vars(args[0], scope, locals_)
             if idxs is not None:
                 return "act", unchanged(idxs)
         if op not in B.BINARY and op not in B.UNARY and op not in ("'", "~", "=>", "<=>", "ENABLED", "UNCHANGED"):
-            return self.act_named(op, args, node, scope, lc, pr)
+            return self.act_named(op, args, node, scope, locals_, primed)
         return None
 
     def act_named(
-        self, op: str, args: list[Any], node: Any, scope: Scope, lc: dict[str, Local], pr: bool
+        self, op: str, args: list[Any], node: Any, scope: Scope, locals_: dict[str, Local], primed: bool
     ) -> tuple[str, Any] | None:
         """``op(args)`` as an action, where ``op`` names a definition, a substituted operator
         constant or a local; None when it is a predicate."""
-        target = lc.get(op) if op in lc else scope.defs.get(op)
+        target = locals_.get(op) if op in locals_ else scope.defs.get(op)
         if isinstance(target, OpDef):
-            return self.act_call(target, args, scope, lc, pr, node)
+            return self.act_call(target, args, scope, locals_, primed, node)
         if isinstance(target, Decl) and args and target.scope.subst is not None:
             sub, outer = target.scope.subst[target.name]
             resolved = outer.defs.get(sub.operator) if tname(sub) == "OperatorApplication" else None
             if isinstance(resolved, OpDef) and not sub.arguments:
                 # An operator constant replaced by an operator of the instantiating module.
-                return self.act_call(resolved, args, scope, lc, pr, node)
+                return self.act_call(resolved, args, scope, locals_, primed, node)
         if isinstance(target, Local) and target.kind == "subst" and not args:
-            return self.act(target.body, target.scope or scope, target.locals, pr)
+            return self.act(target.body, target.scope or scope, target.locals, primed)
         if isinstance(target, Local) and target.kind == "thunk" and not args:
             assert target.body is not None
-            return self.act(target.body.definiens, target.scope or scope, lc, pr)
+            return self.act(target.body.definiens, target.scope or scope, locals_, primed)
         if isinstance(target, Local) and target.kind == "letop":
-            return self.act_letcall(target, args, scope, lc, pr)
+            return self.act_letcall(target, args, scope, locals_, primed)
         return None
 
     def act_instance_path(
-        self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool
+        self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool
     ) -> tuple[str, Any] | None:
         """``I!Op(args)``: a call of an instantiated module's operator."""
         opdef, _target, argnodes = self.resolve_instance_path(node, scope)
         if isinstance(opdef, OpDef):
-            return self.act_call(opdef, argnodes, scope, lc, pr, node)
+            return self.act_call(opdef, argnodes, scope, locals_, primed, node)
         return None
 
-    def act_forall(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[str, Any] | None:
-        binds, _ = self.bounds(node.declarations, scope, lc, pr)
-        kind, body = self.act(node.predicate, scope, self.with_bound(lc, binds), pr)
+    def act_forall(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[str, Any] | None:
+        binds, _ = self.bounds(node.declarations, scope, locals_, primed)
+        kind, body = self.act(node.predicate, scope, self.with_bound(locals_, binds), primed)
         if kind != "act":
             return None
         if len(binds) != 1 or not isinstance(binds[0][0], str):
@@ -184,9 +186,9 @@ class Compiler(ExprCompiler):
 
         return "act", forall
 
-    def act_exists(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[str, Any] | None:
-        binds, _ = self.bounds(node.declarations, scope, lc, pr)
-        kind, body = self.act(node.predicate, scope, self.with_bound(lc, binds), pr)
+    def act_exists(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[str, Any] | None:
+        binds, _ = self.bounds(node.declarations, scope, locals_, primed)
+        kind, body = self.act(node.predicate, scope, self.with_bound(locals_, binds), primed)
         if kind != "act":
             return None
         it = self.env_iter(binds, canonical=True)
@@ -209,10 +211,10 @@ class Compiler(ExprCompiler):
 
         return "act", exists
 
-    def act_if(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[str, Any] | None:
-        p, _ = self.expr(node.predicate, scope, lc, pr)
-        k1, a = self.act(node.then, scope, lc, pr)
-        k2, b = self.act(node.else_, scope, lc, pr)
+    def act_if(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[str, Any] | None:
+        p, _ = self.expr(node.predicate, scope, locals_, primed)
+        k1, a = self.act(node.then, scope, locals_, primed)
+        k2, b = self.act(node.else_, scope, locals_, primed)
         if k1 != "act" and k2 != "act":
             return None
         ga = a if k1 == "act" else pred_gen(a)
@@ -226,17 +228,17 @@ class Compiler(ExprCompiler):
 
         return "act", ite
 
-    def act_cases(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[str, Any] | None:
+    def act_cases(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[str, Any] | None:
         arms = []
         any_act = False
         for item in node.cases:
-            p, _ = self.expr(item.predicate, scope, lc, pr)
-            k, a = self.act(item.expression, scope, lc, pr)
+            p, _ = self.expr(item.predicate, scope, locals_, primed)
+            k, a = self.act(item.expression, scope, locals_, primed)
             any_act |= k == "act"
             arms.append((p, a if k == "act" else pred_gen(a)))
         other = None
         if node.other is not None:
-            k, o = self.act(node.other, scope, lc, pr)
+            k, o = self.act(node.other, scope, locals_, primed)
             any_act |= k == "act"
             other = o if k == "act" else pred_gen(o)
         if not any_act:
@@ -254,9 +256,9 @@ class Compiler(ExprCompiler):
 
         return "act", case
 
-    def act_let(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[str, Any] | None:
-        inner, thunks, _ = self.let_locals(node.definitions, scope, lc, pr)
-        kind, body = self.act(node.expression, scope, inner, pr)
+    def act_let(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[str, Any] | None:
+        inner, thunks, _ = self.let_locals(node.definitions, scope, locals_, primed)
+        kind, body = self.act(node.expression, scope, inner, primed)
         if kind != "act":
             return None
         enter = self.enter_let
@@ -272,14 +274,14 @@ class Compiler(ExprCompiler):
             let.rest = body.rest  # type: ignore[attr-defined]
         return "act", let
 
-    def act_subscripted(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[str, Any]:
+    def act_subscripted(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[str, Any]:
         """``[A]_v`` (A or an UNCHANGED v step) and ``<<A>>_v`` (an A step that changes v)."""
-        kind, a = self.act(node.action, scope, lc, pr)
+        kind, a = self.act(node.action, scope, locals_, primed)
         ga = a if kind == "act" else pred_gen(a)
-        v, _ = self.expr(node.subscript, scope, lc, False)
-        vp, _ = self.expr(node.subscript, scope, lc, True)
+        v, _ = self.expr(node.subscript, scope, locals_, False)
+        vp, _ = self.expr(node.subscript, scope, locals_, True)
         if node.operator == "[":
-            idxs = self.unchanged_vars(node.subscript, scope, lc)
+            idxs = self.unchanged_vars(node.subscript, scope, locals_)
             if idxs is None:
                 raise self.unsupported("[A]_e where e is not a tuple of variables", node)
             unch = unchanged(idxs)
@@ -298,23 +300,23 @@ class Compiler(ExprCompiler):
         return "act", angle
 
 
-    def unchanged_vars(self, node: Any, scope: Scope, lc: dict[str, Local]) -> list[int] | None:
+    def unchanged_vars(self, node: Any, scope: Scope, locals_: dict[str, Local]) -> list[int] | None:
         """The variables of ``UNCHANGED e`` when e is (a definition of) a tuple of variables."""
-        node, scope, lc = self.substituted(node, scope, lc)
+        node, scope, locals_ = self.substituted(node, scope, locals_)
         t = tname(node)
         if t == "Tuple":
             out: list[int] = []
             for it in node.items:
-                sub = self.unchanged_vars(it, scope, lc)
+                sub = self.unchanged_vars(it, scope, locals_)
                 if sub is None:
                     return None
                 out.extend(sub)
             return out
         if t == "OperatorApplication" and not node.arguments:
-            idx = self.assignable(node, scope, lc)
+            idx = self.assignable(node, scope, locals_)
             if idx is not None:
                 return [idx]
-            d = scope.defs.get(node.operator) if node.operator not in lc else None
+            d = scope.defs.get(node.operator) if node.operator not in locals_ else None
             if isinstance(d, OpDef) and not d.params:
                 return self.unchanged_vars(d.body, d.scope, {})
             if isinstance(d, Decl) and d.kind == "var" and d.scope.subst is not None:
@@ -323,8 +325,10 @@ class Compiler(ExprCompiler):
                 return self.unchanged_vars(sub, outer, {})
         return None
 
-    def act_junction(self, op: str, items: list[Any], scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[str, Any]:
-        parts = [self.act(it, scope, lc, pr) for it in items]
+    def act_junction(
+        self, op: str, items: list[Any], scope: Scope, locals_: dict[str, Local], primed: bool
+    ) -> tuple[str, Any]:
+        parts = [self.act(it, scope, locals_, primed) for it in items]
         if all(k == "pred" for k, _ in parts):
             fns = [f for _, f in parts]
             return "pred", (all_of(fns) if op == "/\\" else any_of(fns))
@@ -345,31 +349,31 @@ class Compiler(ExprCompiler):
         return "act", conj_gen(parts)
 
     def act_call(
-        self, opdef: OpDef, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool, node: Any
+        self, opdef: OpDef, argnodes: list[Any], scope: Scope, locals_: dict[str, Local], primed: bool, node: Any
     ) -> tuple[str, Any]:
         if len(argnodes) != len(opdef.params):
             raise self.err(f"operator {opdef.name} expects {len(opdef.params)} arguments", node)
         if any(
-            not ar and (is_action(a, scope) or (pr and self.assignable(a, scope, lc) is not None))
+            not ar and (is_action(a, scope) or (primed and self.assignable(a, scope, locals_) is not None))
             for (_p, ar), a in zip(opdef.params, argnodes, strict=True)
-        ) or (not pr and self.primed.of(opdef) and opdef.name not in opdef.scope.recursive):
+        ) or (not primed and self.primed.of(opdef) and opdef.name not in opdef.scope.recursive):
             # An action argument (XAct(x, x')), in Init a variable that the body may assign
             # (XInit(v) == v = 0), or a parameter the body primes (Lose(q) == q' = Tail(q)):
             # substitute the arguments, as TLA+ defines application.
-            return self.act_inline(opdef, argnodes, scope, lc, pr)
-        kind, body = self.act_body(opdef, pr, node)
+            return self.act_inline(opdef, argnodes, scope, locals_, primed)
+        kind, body = self.act_body(opdef, primed, node)
         if kind == "pred":
-            fn, _ = self.call(opdef, argnodes, scope, lc, pr, node)
+            fn, _ = self.call(opdef, argnodes, scope, locals_, primed, node)
             return "pred", fn
         fns = []
         for (_p, ar), a in zip(opdef.params, argnodes, strict=True):
-            f, _ = self.op_value(a, ar, scope, lc, pr) if ar else self.expr(a, scope, lc, pr)
+            f, _ = self.op_value(a, ar, scope, locals_, primed) if ar else self.expr(a, scope, locals_, primed)
             fns.append(f)
         # The successors of an operator's action depend only on the current state and the
         # argument values when no primed variable is assigned on entry (the body sees its
         # parameters only). Memoisable when no argument is an operator.
         box: list[Any] | None = None
-        if not pr and not any(ar for _p, ar in opdef.params):
+        if not primed and not any(ar for _p, ar in opdef.params):
             box = self.act_memos.setdefault(id(opdef), [None, False])
             if self.collect_acts is not None:
                 self.collect_acts.add(id(opdef))
@@ -377,17 +381,17 @@ class Compiler(ExprCompiler):
         where = f"{self.where(node)} ({opdef.name})"
         return "act", _call_generator(opdef.name, body, pairs, box, len(self.variables), where)
 
-    def act_body(self, opdef: OpDef, pr: bool, node: Any) -> tuple[str, Any]:
+    def act_body(self, opdef: OpDef, primed: bool, node: Any) -> tuple[str, Any]:
         """An operator's body compiled as an action once (its parameters bound by the caller's
         env); a recursive action is refused."""
-        key = ("act", id(opdef), pr)
+        key = ("act", id(opdef), primed)
         hit = self.cache.get(key)
         if hit is None:
             self.cache[key] = ("pending", None)
             locals_ = {p: Local("opparam" if ar else "val", p) for p, ar in opdef.params}
             self.file_stack.append(opdef.file or opdef.scope.file)
             try:
-                hit = self.act(opdef.body, opdef.scope, locals_, pr)
+                hit = self.act(opdef.body, opdef.scope, locals_, primed)
             finally:
                 self.file_stack.pop()
             self.cache[key] = hit
@@ -395,9 +399,9 @@ class Compiler(ExprCompiler):
             raise self.unsupported(f"recursive action {opdef.name}", node)
         return hit
 
-    def composition(self, a: Any, b: Any, scope: Scope, lc: dict[str, Local]) -> Gen:
+    def composition(self, a: Any, b: Any, scope: Scope, locals_: dict[str, Local]) -> Gen:
         """``A \\cdot B``: a step of A to a middle state, then a step of B from it."""
-        first, second = self.action(a, scope, lc, False), self.action(b, scope, lc, False)
+        first, second = self.action(a, scope, locals_, False), self.action(b, scope, locals_, False)
         nv = len(self.variables)
         where = self.where(a)
 
@@ -414,45 +418,45 @@ class Compiler(ExprCompiler):
         return compose
 
     @staticmethod
-    def substituted(node: Any, scope: Scope, lc: dict[str, Local]) -> tuple[Any, Scope, dict[str, Local]]:
+    def substituted(node: Any, scope: Scope, locals_: dict[str, Local]) -> tuple[Any, Scope, dict[str, Local]]:
         """The expression a parameter of an inlined call stands for (see :meth:`act_inline`)."""
         while True:
             while tname(node) == "Parentheses":
                 node = node.expression
             if tname(node) != "OperatorApplication" or node.arguments:
-                return node, scope, lc
-            loc = lc.get(node.operator)
+                return node, scope, locals_
+            loc = locals_.get(node.operator)
             if loc is None or loc.kind != "subst":
-                return node, scope, lc
-            node, scope, lc = loc.body, loc.scope or scope, loc.locals
+                return node, scope, locals_
+            node, scope, locals_ = loc.body, loc.scope or scope, loc.locals
 
     def act_inline(
-        self, opdef: OpDef, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool
+        self, opdef: OpDef, argnodes: list[Any], scope: Scope, locals_: dict[str, Local], primed: bool
     ) -> tuple[str, Any]:
         """``Op(A, ...)`` where an argument is an action (``NoStutter(A) == A /\\ s' = s``):
         the body is compiled with the arguments substituted (a parameter is compiled at each use
         in the call site's scope), so it runs in the caller's bindings; operator arguments
         (``LAMBDA j : j - 1``) are bound in them too."""
-        inner, wrap, _deps = self.substitution(opdef, argnodes, scope, lc, pr)
+        inner, wrap, _deps = self.substitution(opdef, argnodes, scope, locals_, primed)
         self.file_stack.append(opdef.file or opdef.scope.file)
         try:
-            kind, body = self.act(opdef.body, opdef.scope, inner, pr)
+            kind, body = self.act(opdef.body, opdef.scope, inner, primed)
         finally:
             self.file_stack.pop()
         return kind, wrap(body)
 
     def act_letcall(
-        self, target: Local, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool
+        self, target: Local, argnodes: list[Any], scope: Scope, locals_: dict[str, Local], primed: bool
     ) -> tuple[str, Any]:
         inner = dict(target.locals)
         for p, ar in target.params:
             inner[p] = Local("opparam" if ar else "val", p)
         assert target.scope is not None
-        kind, body = self.act(target.body, target.scope, inner, pr)
+        kind, body = self.act(target.body, target.scope, inner, primed)
         if kind == "pred":
-            fn, _ = self.call_letop(target, argnodes, scope, lc, pr, None)
+            fn, _ = self.call_letop(target, argnodes, scope, locals_, primed, None)
             return "pred", fn
-        fns = [self.op_value(a, ar, scope, lc, pr)[0] if ar else self.expr(a, scope, lc, pr)[0]
+        fns = [self.op_value(a, ar, scope, locals_, primed)[0] if ar else self.expr(a, scope, locals_, primed)[0]
                for (_p, ar), a in zip(target.params, argnodes, strict=True)]
         pairs = list(zip([p for p, _ in target.params], fns, strict=True))
 

@@ -63,11 +63,11 @@ class Unsupported(Exception):
     """A construct this generator leaves to the closures (the caller falls back)."""
 
 
-def generate(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local]) -> Gen | None:
+def generate(comp: Compiler, node: Any, scope: Scope, locals_: dict[str, Local]) -> Gen | None:
     """The action ``node`` as one generated generator function, or None when the closures
     should compile it (an unsupported construct, or source Python cannot compile). The same
     action in the same scope (``WF_vars(A(r))`` for each ``r``) is generated once."""
-    key = ("generated", id(node), id(scope), id(lc))
+    key = ("generated", id(node), id(scope), id(locals_))
     hit = comp.cache.get(key)
     if hit is not None:
         if comp.collect_acts is not None:
@@ -76,22 +76,22 @@ def generate(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local]) -> G
     # The operator actions it calls, as the closures would collect them, for the next time.
     outer, comp.collect_acts = comp.collect_acts, set()
     try:
-        gen = _generate(comp, node, scope, lc)
+        gen = _generate(comp, node, scope, locals_)
     finally:
         collected, comp.collect_acts = comp.collect_acts, outer
     if outer is not None:
         outer |= collected
     if gen is not None:
-        comp.cache[key] = (gen, collected, node, scope, lc)  # the objects keep their ids reserved
+        comp.cache[key] = (gen, collected, node, scope, locals_)  # the objects keep their ids reserved
     return gen
 
 
-def _generate(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local]) -> Gen | None:
+def _generate(comp: Compiler, node: Any, scope: Scope, locals_: dict[str, Local]) -> Gen | None:
     for inline in (True, False):
         src = Source(comp, inline)
         try:
             top: Gen | None = _load_top(comp, src, "<tla action>",
-                                        lambda s=src: _write_action(comp, s, node, scope, lc), retry=inline)
+                                        lambda s=src: _write_action(comp, s, node, scope, locals_), retry=inline)
         except SyntaxError:
             # Calls generated in place nest deeper than calls of generated generators: past
             # Python's limit on nested blocks, try again without them.
@@ -100,29 +100,29 @@ def _generate(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local]) -> 
     return None
 
 
-def _write_action(comp: Compiler, src: Source, node: Any, scope: Scope, lc: dict[str, Local]) -> None:
+def _write_action(comp: Compiler, src: Source, node: Any, scope: Scope, locals_: dict[str, Local]) -> None:
     # The checker (successors, fairness conditions) and ENABLED call an action with no variable
     # assigned, which the generated code then knows: it assigns without tests. Other calls (a
     # composition's second action) run the closures.
     nv = len(comp.variables)
-    kind, closure = comp.act(node, scope, lc, False)
+    kind, closure = comp.act(node, scope, locals_, False)
     src.unset = frozenset(range(nv))
-    src.funcs.append(src.top("_fresh", node, scope, lc))
+    src.funcs.append(src.top("_fresh", node, scope, locals_))
     src.unset = frozenset()
     if kind == "act":
         src.ns["_general"] = closure
     else:
-        src.funcs.append(src.top("_general", node, scope, lc))
+        src.funcs.append(src.top("_general", node, scope, locals_))
     src.funcs.append(["def _top(c, e):", f"    return (_fresh if c.n.count(UNSET) == {nv} else _general)(c, e)"])
 
 
-def generate_expr(comp: Compiler, node: Any, scope: Scope, lc: dict[str, Local]) -> Fun | None:
+def generate_expr(comp: Compiler, node: Any, scope: Scope, locals_: dict[str, Local]) -> Fun | None:
     """The expression ``node`` (unprimed) as a generated function, or None (see :func:`generate`).
     A name of a definition without parameters stands for the definition's body."""
     src = Source(comp)
 
     def write() -> None:
-        n, sc, names = node, scope, lc
+        n, sc, names = node, scope, locals_
         while tname(n) == "OperatorApplication" and not n.arguments and n.operator not in names:
             d = sc.defs.get(n.operator)
             if not isinstance(d, OpDef) or d.params or getattr(d.node, "function", None):
@@ -231,10 +231,10 @@ class Source:
         # followed by one of them is generated in place (see call_site).
         self.yields: set[Cont] = set()
 
-    def top(self, name: str, node: Any, scope: Scope, lc: dict[str, Local]) -> list[str]:
+    def top(self, name: str, node: Any, scope: Scope, locals_: dict[str, Local]) -> list[str]:
         """The generator function ``name`` enumerating the successors of the action ``node``."""
         return ["def " + name + "(c, e):", "    s = c.s", "    n = c.n",
-                *self.act(node, scope, lc, "e", self.yield_as(None), 1), "    if False:", "        yield None"]
+                *self.act(node, scope, locals_, "e", self.yield_as(None), 1), "    if False:", "        yield None"]
 
     def load(self, filename: str) -> bool:
         """Compile and run the generated functions; False when they are too long to compile (the
@@ -276,9 +276,9 @@ class Source:
         return k
 
     # ---- expressions ---------------------------------------------------------------------
-    def expr(self, node: Any, scope: Scope, lc: dict[str, Local], env: str) -> str:
+    def expr(self, node: Any, scope: Scope, locals_: dict[str, Local], env: str) -> str:
         """A Python expression with the value of ``node`` (unprimed context)."""
-        fn, deps = self.comp.expr(node, scope, lc, False)
+        fn, deps = self.comp.expr(node, scope, locals_, False)
         if deps == 0:
             ok, v = const_value(fn)
             return self.obj(v) if ok else self.call(fn, env)
@@ -286,11 +286,11 @@ class Source:
             return f"{env}['@']"
         t = tname(node)
         if t == "Parentheses":
-            return self.expr(node.expression, scope, lc, env)
+            return self.expr(node.expression, scope, locals_, env)
         if t == "OperatorApplication":
-            return self.application(node, scope, lc, env, fn)
+            return self.application(node, scope, locals_, env, fn)
         if t == "FunctionApplication" and len(node.arguments) == 1:
-            f, x = self.expr(node.function, scope, lc, env), self.expr(node.arguments[0], scope, lc, env)
+            f, x = self.expr(node.function, scope, locals_, env), self.expr(node.arguments[0], scope, locals_, env)
             if SIMPLE.fullmatch(x):
                 # A name or constant argument, read again at no cost: a record or function
                 # on model values is read in place, anything else by apply.
@@ -298,49 +298,49 @@ class Source:
                 return f"({tmp}.d[{x}] if type({tmp} := {f}) is Fn and {x} in {tmp}.d else apply({tmp}, {x}))"
             return f"apply({f}, {x})"
         if t == "Field":
-            r, tmp = self.expr(node.expression, scope, lc, env), self.fresh("t")
+            r, tmp = self.expr(node.expression, scope, locals_, env), self.fresh("t")
             key = repr(node.name)
             return f"({tmp}.d[{key}] if type({tmp} := {r}) is Fn and {key} in {tmp}.d else no_field({tmp}, {key}))"
         if t == "If":
-            p, tmp = self.expr(node.predicate, scope, lc, env), self.fresh("t")
-            a, b = self.expr(node.then, scope, lc, env), self.expr(node.else_, scope, lc, env)
+            p, tmp = self.expr(node.predicate, scope, locals_, env), self.fresh("t")
+            a, b = self.expr(node.then, scope, locals_, env), self.expr(node.else_, scope, locals_, env)
             if p in self.bools:
                 return f"({a} if {p} else {b})"
             return (f"({a} if ({tmp} := {p}) is True or ({tmp} is not False and "
                     f"as_bool({tmp}, 'IF condition')) else {b})")
         if t == "Record":
-            items = [f"{k!r}: {self.plain(self.expr(v, scope, lc, env))}" for k, v in node.key_values]
+            items = [f"{k!r}: {self.plain(self.expr(v, scope, locals_, env))}" for k, v in node.key_values]
             return "Fn({" + ", ".join(items) + "})"
         if t == "VerticalList":
-            return self.expr_junction(node.operator, [it.expression for it in node.arguments], scope, lc, env)
+            return self.expr_junction(node.operator, [it.expression for it in node.arguments], scope, locals_, env)
         if t == "Quantification" and node.quantifier in ("\\E", "\\A"):
             bound = self.one_bound(node.declarations)
             if bound is not None:
-                return self.quantifier(node, bound, scope, lc, env)
+                return self.quantifier(node, bound, scope, locals_, env)
         if t == "Function":
             bound = self.one_bound(node.declaration)
             if bound is not None:
-                return self.function(node, bound, scope, lc, env)
+                return self.function(node, bound, scope, locals_, env)
         if t == "Except" and all(isinstance(ch.item[0], str) or len(ch.item[0]) == 1
                                  for ch in node.changes if len(ch.item) == 1) \
                 and all(len(ch.item) == 1 for ch in node.changes):
-            return self.except_(node, scope, lc, env)
+            return self.except_(node, scope, locals_, env)
         if t == "Tuple" and node.items:
-            return "(" + "".join(f"{self.expr(x, scope, lc, env)}, " for x in node.items) + ")"
+            return "(" + "".join(f"{self.expr(x, scope, locals_, env)}, " for x in node.items) + ")"
         if t == "SetEnumeration" and node.items:
-            return "frozenset((" + "".join(f"norm({self.expr(x, scope, lc, env)}), " for x in node.items) + "))"
+            return "frozenset((" + "".join(f"norm({self.expr(x, scope, locals_, env)}), " for x in node.items) + "))"
         return self.call(fn, env)
 
-    def expr_junction(self, op: str, items: list[Any], scope: Scope, lc: dict[str, Local], env: str) -> str:
+    def expr_junction(self, op: str, items: list[Any], scope: Scope, locals_: dict[str, Local], env: str) -> str:
         """A ``/\\`` or ``\\/`` list as a generated function (the closures' junction): an item
         that reads few variables only stays the closures' memoised item."""
         decisive = B.ALIASES.get(op, op) != "/\\"
         what = "disjunct" if decisive else "conjunct"
         lines = []
         for it in items:
-            fn, deps = self.comp.expr(it, scope, lc, False)
+            fn, deps = self.comp.expr(it, scope, locals_, False)
             memo = state_memo(fn, deps, len(self.comp.variables))
-            src = self.call(memo, "e") if memo is not fn else self.expr(it, scope, lc, "e")
+            src = self.call(memo, "e") if memo is not fn else self.expr(it, scope, locals_, "e")
             if src in self.bools:
                 lines += [f"    if {'' if decisive else 'not '}{src}:", f"        return {decisive}"]
                 continue
@@ -367,31 +367,33 @@ class Source:
         self.funcs.append([f"def {name}(c, e):", "    s = c.s", *lines])
         return name
 
-    def quantifier(self, node: Any, bound: tuple[str, Any], scope: Scope, lc: dict[str, Local], env: str) -> str:
+    def quantifier(self, node: Any, bound: tuple[str, Any], scope: Scope, locals_: dict[str, Local], env: str) -> str:
         """``\\E``/``\\A x \\in S : P`` as a generated loop (the closures' quant1)."""
         name, snode = bound
         want = node.quantifier == "\\E"
-        inner = dict(lc)
+        inner = dict(locals_)
         inner[name] = Local("val", name)
         body = self.expr(node.predicate, scope, inner, "e2")
-        h = self.helper(["    e2 = dict(e)", f"    for v in iter_set({self.expr(snode, scope, lc, 'e')}):",
+        h = self.helper(["    e2 = dict(e)", f"    for v in iter_set({self.expr(snode, scope, locals_, 'e')}):",
                          f"        e2[{name!r}] = v", f"        r = {body}", f"        if r is {want}:",
                          f"            return {want}", f"        if r is not {not want}:",
                          "            as_bool(r, 'quantifier body')", f"    return {not want}"])
         return f"{h}(c, {env})"
 
-    def function(self, node: Any, bound: tuple[str, Any], scope: Scope, lc: dict[str, Local], env: str) -> str:
+    def function(self, node: Any, bound: tuple[str, Any], scope: Scope, locals_: dict[str, Local], env: str) -> str:
         """``[x \\in S |-> e]`` as a generated loop (the closures' fn1)."""
         name, snode = bound
-        inner = dict(lc)
+        inner = dict(locals_)
         inner[name] = Local("val", name)
         body = self.expr(node.value, scope, inner, "e2")
         h = self.helper(["    e2 = dict(e)", "    d = {}",
-                         f"    for v in iter_set({self.expr(snode, scope, lc, 'e')}):",
+                         f"    for v in iter_set({self.expr(snode, scope, locals_, 'e')}):",
                          f"        e2[{name!r}] = v", f"        d[v] = {self.plain(body)}", "    return mkfn(d)"])
         return f"{h}(c, {env})"
 
-    def op_call(self, opdef: OpDef, argnodes: list[Any], scope: Scope, lc: dict[str, Local], env: str) -> str | None:
+    def op_call(
+        self, opdef: OpDef, argnodes: list[Any], scope: Scope, locals_: dict[str, Local], env: str
+    ) -> str | None:
         """A call of a plain operator (not memoised, not recursive, value arguments only) as a call
         of its generated body with the argument values, as the closures' call does it; None for
         any other operator."""
@@ -414,10 +416,13 @@ class Source:
             finally:
                 comp.file_stack.pop()
             self.funcs.append([f"def {name}(c, e):", "    s = c.s", f"    return {src}"])
-        args = [f"{p!r}: {self.expr(a, scope, lc, env)}" for (p, _ar), a in zip(opdef.params, argnodes, strict=True)]
+        args = [f"{p!r}: {self.expr(a, scope, locals_, env)}"
+                for (p, _ar), a in zip(opdef.params, argnodes, strict=True)]
         return f"{name}(c, {{{', '.join(args)}}})"
 
-    def let_call(self, target: Local, argnodes: list[Any], scope: Scope, lc: dict[str, Local], env: str) -> str | None:
+    def let_call(
+        self, target: Local, argnodes: list[Any], scope: Scope, locals_: dict[str, Local], env: str
+    ) -> str | None:
         """A call of a LET operator with value parameters: its generated body on a copy of the
         environment with the parameters bound (the closures' letcall)."""
         if len(argnodes) != len(target.params) or any(ar for _p, ar in target.params) or target.scope is None:
@@ -430,7 +435,8 @@ class Source:
                 inner[p] = Local("val", p)
             self.funcs.append([f"def {name}(c, e):", "    s = c.s",
                                f"    return {self.expr(target.body, target.scope, inner, 'e')}"])
-        args = [f"{p!r}: {self.expr(a, scope, lc, env)}" for (p, _ar), a in zip(target.params, argnodes, strict=True)]
+        args = [f"{p!r}: {self.expr(a, scope, locals_, env)}"
+                for (p, _ar), a in zip(target.params, argnodes, strict=True)]
         return f"{name}(c, {{**{env}, {', '.join(args)}}})"
 
     def plain(self, src: str) -> str:
@@ -440,16 +446,16 @@ class Source:
         tmp = self.fresh("t")
         return f"({tmp} if type({tmp} := {src}) in PLAIN else norm({tmp}))"
 
-    def except_(self, node: Any, scope: Scope, lc: dict[str, Local], env: str) -> str:
+    def except_(self, node: Any, scope: Scope, locals_: dict[str, Local], env: str) -> str:
         """``[f EXCEPT ![k] = v, ...]`` (one key per change) as a generated function: the
         closures' ex1, with ``@`` bound only where the new value reads it."""
-        inner = dict(lc)
+        inner = dict(locals_)
         inner["@"] = Local("val", "@")
         name = self.fresh("x")
-        lines = [f"def {name}(c, e):", "    s = c.s", f"    fv = {self.expr(node.function, scope, lc, 'e')}"]
+        lines = [f"def {name}(c, e):", "    s = c.s", f"    fv = {self.expr(node.function, scope, locals_, 'e')}"]
         for ch in node.changes:
             item = ch.item[0]
-            key = self.obj(item) if isinstance(item, str) else self.expr(item[0], scope, lc, "e")
+            key = self.obj(item) if isinstance(item, str) else self.expr(item[0], scope, locals_, "e")
             reads = self.comp.at_reads
             self.comp.expr(ch.expression, scope, inner, False)
             at = self.comp.at_reads != reads
@@ -470,11 +476,11 @@ class Source:
     def call(self, fn: Fun, env: str) -> str:
         return f"{self.obj(fn, 'f')}(c, {env})"
 
-    def application(self, node: Any, scope: Scope, lc: dict[str, Local], env: str, fn: Fun) -> str:
+    def application(self, node: Any, scope: Scope, locals_: dict[str, Local], env: str, fn: Fun) -> str:
         op = node.operator
         args = node.arguments or []
         if not args:
-            loc = lc.get(op)
+            loc = locals_.get(op)
             if loc is not None:
                 if loc.kind == "val":
                     return self.direct.get(env, {}).get(op) or f"{env}[{op!r}]"
@@ -488,26 +494,26 @@ class Source:
                 return f"s[{self.comp.var_index[op]}]"
             return self.call(fn, env)
         op = B.ALIASES.get(op, op)
-        target = lc.get(op) or scope.defs.get(op)
+        target = locals_.get(op) or scope.defs.get(op)
         if target is not None:
-            inline = self.op_call(target, args, scope, lc, env) if isinstance(target, OpDef) else None
+            inline = self.op_call(target, args, scope, locals_, env) if isinstance(target, OpDef) else None
             if isinstance(target, Local) and target.kind == "letop":
-                inline = self.let_call(target, args, scope, lc, env)
+                inline = self.let_call(target, args, scope, locals_, env)
             return inline if inline is not None else self.call(fn, env)
         if op == "~" and len(args) == 1:
             tmp = self.fresh("t")
-            a = self.expr(args[0], scope, lc, env)
+            a = self.expr(args[0], scope, locals_, env)
             return f"(False if ({tmp} := {a}) is True else True if {tmp} is False else not as_bool({tmp}, '~'))"
         if op in ("/\\", "\\/") and len(args) == 2:
-            return self.expr_junction(op, flatten(op, node), scope, lc, env)
+            return self.expr_junction(op, flatten(op, node), scope, locals_, env)
         if op == "=>" and len(args) == 2:
-            a, b = self.expr(args[0], scope, lc, "e"), self.expr(args[1], scope, lc, "e")
+            a, b = self.expr(args[0], scope, locals_, "e"), self.expr(args[1], scope, locals_, "e")
             h = self.helper([f"    v = {a}", "    if v is False:", "        return True",
                              "    if v is not True:", "        as_bool(v, '=>')", f"    w = {b}",
                              "    return w if w is True or w is False else as_bool(w, '=>')"])
             return f"{h}(c, {env})"
         if len(args) == 2 and op in B.BINARY and op not in ("/\\", "\\/", "=>", "<=>"):
-            a, b = self.expr(args[0], scope, lc, env), self.expr(args[1], scope, lc, env)
+            a, b = self.expr(args[0], scope, locals_, env), self.expr(args[1], scope, locals_, env)
             py = {"=": "==", "#": "!=", "\\in": "in"}.get(op)
             if py is not None:
                 src = f"({a} {py} {b})"
@@ -517,60 +523,60 @@ class Source:
         return self.call(fn, env)
 
     # ---- actions -----------------------------------------------------------------------------
-    def act(self, node: Any, scope: Scope, lc: dict[str, Local], env: str, k: Cont, ind: int) -> list[str]:
+    def act(self, node: Any, scope: Scope, locals_: dict[str, Local], env: str, k: Cont, ind: int) -> list[str]:
         """Statements enumerating the successors of action ``node``, running ``k`` for each."""
         comp = self.comp
         t = tname(node) if not isinstance(node, str) else "str"
         if t == "Parentheses":
-            return self.act(node.expression, scope, lc, env, k, ind)
+            return self.act(node.expression, scope, locals_, env, k, ind)
         if t == "VerticalList":
             op = B.ALIASES.get(node.operator, node.operator)
-            return self.junction(node, op, [it.expression for it in node.arguments], scope, lc, env, k, ind)
+            return self.junction(node, op, [it.expression for it in node.arguments], scope, locals_, env, k, ind)
         if t == "OperatorApplication":
             op = B.ALIASES.get(node.operator, node.operator)
             args = node.arguments or []
             if op in ("/\\", "\\/") and args:
-                return self.junction(node, op, flatten(op, node), scope, lc, env, k, ind)
+                return self.junction(node, op, flatten(op, node), scope, locals_, env, k, ind)
             if op in ("=", "\\in") and len(args) == 2:
-                lhs, lscope, llc = comp.substituted(args[0], scope, lc)
+                lhs, lscope, llc = comp.substituted(args[0], scope, locals_)
                 if tname(lhs) == "OperatorApplication" and lhs.operator == "'" and lhs.arguments:
                     idx = comp.assignable(lhs.arguments[0], lscope, llc)
                     if idx is not None:
-                        return self.assign(idx, op == "=", self.expr(args[1], scope, lc, env), k, ind)
+                        return self.assign(idx, op == "=", self.expr(args[1], scope, locals_, env), k, ind)
             if op == "UNCHANGED" and len(args) == 1:
-                idxs = comp.unchanged_vars(args[0], scope, lc)
+                idxs = comp.unchanged_vars(args[0], scope, locals_)
                 if idxs is not None:
                     return self.unchanged(idxs, k, ind)
             if op not in B.BINARY and op not in B.UNARY and op not in ("'", "~", "=>", "<=>", "ENABLED", "UNCHANGED"):
-                target = lc.get(op) if op in lc else scope.defs.get(op)
+                target = locals_.get(op) if op in locals_ else scope.defs.get(op)
                 if isinstance(target, OpDef):
-                    return self.call_site(target, args, scope, lc, env, k, ind, node)
+                    return self.call_site(target, args, scope, locals_, env, k, ind, node)
         elif t == "Quantification" and node.quantifier == "\\E":
-            binds, _ = comp.bounds(node.declarations, scope, lc, False)
-            inner = comp.with_bound(lc, binds)
+            binds, _ = comp.bounds(node.declarations, scope, locals_, False)
+            inner = comp.with_bound(locals_, binds)
             if comp.act(node.predicate, scope, inner, False)[0] == "act":
                 return self.exists(node, binds, scope, inner, env, k, ind)
         elif t == "If":
-            kinds = [comp.act(x, scope, lc, False)[0] for x in (node.then, node.else_)]
+            kinds = [comp.act(x, scope, locals_, False)[0] for x in (node.then, node.else_)]
             if "act" in kinds:
-                p, tmp = self.expr(node.predicate, scope, lc, env), self.fresh("p")
+                p, tmp = self.expr(node.predicate, scope, locals_, env), self.fresh("p")
                 pad = "    " * ind
                 return [f"{pad}{tmp} = {p}",
                         f"{pad}if {tmp} is True or ({tmp} is not False and as_bool({tmp}, 'IF condition')):",
-                        *self.act(node.then, scope, lc, env, k, ind + 1),
+                        *self.act(node.then, scope, locals_, env, k, ind + 1),
                         f"{pad}else:",
-                        *self.act(node.else_, scope, lc, env, k, ind + 1)]
+                        *self.act(node.else_, scope, locals_, env, k, ind + 1)]
         elif t == "Let":
-            inner, thunks, _ = comp.let_locals(node.definitions, scope, lc, False)
+            inner, thunks, _ = comp.let_locals(node.definitions, scope, locals_, False)
             if comp.act(node.expression, scope, inner, False)[0] == "act":
                 thunks = self.let_thunks(node.definitions, scope, inner, thunks)
                 e2 = self.fresh("env")
                 self.direct[e2] = self.direct.get(env, {})
                 return [f"{'    ' * ind}{e2} = enter_let({self.obj(thunks, 'th')}, c, {env})",
                         *self.act(node.expression, scope, inner, e2, k, ind)]
-        kind, fn = comp.act(node, scope, lc, False)
+        kind, fn = comp.act(node, scope, locals_, False)
         if kind == "pred":
-            return self.guard([self.expr(node, scope, lc, env)], "action conjunct", k("None", ind + 1), ind)
+            return self.guard([self.expr(node, scope, locals_, env)], "action conjunct", k("None", ind + 1), ind)
         return self.loop(f"{self.obj(fn, 'g')}(c, {env})", k, ind)
 
     def let_thunks(self, defs: list[Any], scope: Scope, inner: dict[str, Local],
@@ -615,28 +621,28 @@ class Source:
         return out + body
 
     def junction(
-        self, node: Any, op: str, items: list[Any], scope: Scope, lc: dict[str, Local], env: str, k: Cont, ind: int
+        self, node: Any, op: str, items: list[Any], scope: Scope, locals_: dict[str, Local], env: str, k: Cont, ind: int
     ) -> list[str]:
-        kinds = [self.comp.act(it, scope, lc, False)[0] for it in items]
+        kinds = [self.comp.act(it, scope, locals_, False)[0] for it in items]
         if all(kd == "pred" for kd in kinds):
             if op == "/\\":
-                preds = [self.expr(it, scope, lc, env) for it in items]
+                preds = [self.expr(it, scope, locals_, env) for it in items]
                 return self.guard(preds, "conjunct", k("None", ind + len(preds)), ind)
-            fn = self.comp.act(node, scope, lc, False)[1]
+            fn = self.comp.act(node, scope, locals_, False)[1]
             return self.guard([self.call(fn, env)], "action conjunct", k("None", ind + 1), ind)
         if op == "\\/":
             out: list[str] = []
             for it in items:
-                out += self.act(it, scope, lc, env, k, ind)
+                out += self.act(it, scope, locals_, env, k, ind)
             return out
         late = [kd == "pred" and is_action(it, scope) for kd, it in zip(kinds, items, strict=True)]
         parts = list(zip(kinds, items, strict=True))
         if any(late):
             parts = [p for p, x in zip(parts, late, strict=True) if not x] + [
                 p for p, x in zip(parts, late, strict=True) if x]
-        return self.conj(parts, scope, lc, env, k, ind)
+        return self.conj(parts, scope, locals_, env, k, ind)
 
-    def conj(self, parts: list[tuple[str, Any]], scope: Scope, lc: dict[str, Local], env: str, k: Cont,
+    def conj(self, parts: list[tuple[str, Any]], scope: Scope, locals_: dict[str, Local], env: str, k: Cont,
              ind: int) -> list[str]:
         """Conjuncts nested left to right; runs of predicates are one guard (as in conj_gen)."""
         if not parts:
@@ -645,12 +651,12 @@ class Source:
             j = 0
             while j < len(parts) and parts[j][0] == "pred":
                 j += 1
-            preds = [self.expr(it, scope, lc, env) for _kd, it in parts[:j]]
+            preds = [self.expr(it, scope, locals_, env) for _kd, it in parts[:j]]
             what = "action conjunct" if j == 1 else "conjunct"
-            return self.guard(preds, what, self.conj(parts[j:], scope, lc, env, k, ind + j), ind)
+            return self.guard(preds, what, self.conj(parts[j:], scope, locals_, env, k, ind + j), ind)
         rest = parts[1:]
-        return self.act(parts[0][1], scope, lc, env,
-                        lambda _lab, ind2: self.conj(rest, scope, lc, env, k, ind2), ind)
+        return self.act(parts[0][1], scope, locals_, env,
+                        lambda _lab, ind2: self.conj(rest, scope, locals_, env, k, ind2), ind)
 
     def assign(self, i: int, equal: bool, rhs: str, k: Cont, ind: int) -> list[str]:
         pad = "    " * ind
@@ -704,7 +710,7 @@ class Source:
         return [f"{pad}for {e2} in {it}(c, {env}):", *self.act(node.predicate, scope, inner, e2, k, ind + 1)]
 
     def call_site(
-        self, opdef: OpDef, argnodes: list[Any], scope: Scope, lc: dict[str, Local], env: str, k: Cont, ind: int,
+        self, opdef: OpDef, argnodes: list[Any], scope: Scope, locals_: dict[str, Local], env: str, k: Cont, ind: int,
         node: Any,
     ) -> list[str]:
         """A call of an operator action: its guard evaluated here, the rest of its body a
@@ -712,7 +718,7 @@ class Source:
         place: one generator frame less per successor), the closure's successor memo used when it
         is switched on."""
         comp = self.comp
-        kind, closure = comp.act_call(opdef, argnodes, scope, lc, False, node)
+        kind, closure = comp.act_call(opdef, argnodes, scope, locals_, False, node)
         if kind == "pred":
             return self.guard([self.call(closure, env)], "action conjunct", k("None", ind + 1), ind)
         hit = comp.cache.get(("act", id(opdef), False))
@@ -722,7 +728,7 @@ class Source:
         box = comp.act_memos.get(id(opdef))
         pad = "    " * ind
         e2, v, it, rec = self.fresh("env"), self.fresh("v"), self.fresh("it"), self.fresh("rec")
-        body, values = self.argument_values(argnodes, scope, lc, env, pad)
+        body, values = self.argument_values(argnodes, scope, locals_, env, pad)
         params = [p for p, _ar in opdef.params]
         self.direct[e2] = dict(zip(params, values, strict=True))
         decl = "{" + ", ".join(f"{p!r}: {x}" for p, x in zip(params, values, strict=True)) + "}" if params else "EMPTY"
@@ -744,7 +750,7 @@ class Source:
         return body + self.declare(e2, decl, self.memoised_rest(box, values, rest, fast, k, it, rec, ind), ind)
 
     def argument_values(
-        self, argnodes: list[Any], scope: Scope, lc: dict[str, Local], env: str, pad: str
+        self, argnodes: list[Any], scope: Scope, locals_: dict[str, Local], env: str, pad: str
     ) -> tuple[list[str], list[str]]:
         """The lines that compute a call's argument values, and the values, in order, as Python
         names or cheap reads: the body reads its parameters from them, and they are the successor
@@ -752,7 +758,7 @@ class Source:
         body: list[str] = []
         values: list[str] = []
         for a in argnodes:
-            src = self.expr(a, scope, lc, env)
+            src = self.expr(a, scope, locals_, env)
             if not SIMPLE.fullmatch(src):
                 tmp = self.fresh("a")
                 body.append(f"{pad}{tmp} = {src}")
@@ -839,7 +845,7 @@ class Source:
 
         return k2
 
-    def split_body(self, opdef: OpDef, lc: dict[str, Local], where: str, env: str, v: str,
+    def split_body(self, opdef: OpDef, locals_: dict[str, Local], where: str, env: str, v: str,
                    ind: int, rest_k: Cont | None = None) -> tuple[list[str], list[str], str | list[str]]:
         """(statements entering the body's LET, statements setting ``v`` to its leading guard,
         the rest of the body: the name of a generated generator, or with ``rest_k`` its statements
@@ -851,10 +857,10 @@ class Source:
         prep: list[str] = []
         pad = "    " * ind
         if tname(node) == "Let":
-            inner, thunks, _ = comp.let_locals(node.definitions, scope, lc, False)
+            inner, thunks, _ = comp.let_locals(node.definitions, scope, locals_, False)
             thunks = self.let_thunks(node.definitions, scope, inner, thunks)
             prep = [f"{pad}{env} = enter_let({self.obj(thunks, 'th')}, c, {env})"]
-            lc, node = inner, node.expression
+            locals_, node = inner, node.expression
             while tname(node) == "Parentheses":
                 node = node.expression
         parts: list[tuple[str, Any]] = []
@@ -865,7 +871,7 @@ class Source:
                 and node.arguments:
             items = flatten("/\\", node)
         if items is not None:
-            kinds = [comp.act(it, scope, lc, False)[0] for it in items]
+            kinds = [comp.act(it, scope, locals_, False)[0] for it in items]
             parts = list(zip(kinds, items, strict=True))
             late = [kd == "pred" and is_action(it, scope) for kd, it in parts]
             if any(late):
@@ -876,7 +882,7 @@ class Source:
         while j < len(parts) and parts[j][0] == "pred":
             j += 1
         if 0 < j < len(parts):
-            preds = [self.expr(it, scope, lc, env) for _kd, it in parts[:j]]
+            preds = [self.expr(it, scope, locals_, env) for _kd, it in parts[:j]]
             for m, p in enumerate(preds):
                 guard += [f"{'    ' * (ind + m)}{v} = {p}", f"{'    ' * (ind + m)}if {v} is True:"]
             guard = guard[:-1]
@@ -885,17 +891,17 @@ class Source:
             guard.append(f"{pad}    as_bool({v}, {what!r})")
         if rest_k is not None:
             self.yields.add(rest_k)
-            rest = self.conj(parts[j:], scope, lc, env, rest_k, ind + 1) if guard else self.act(
-                node, scope, lc, env, rest_k, ind + 1)
+            rest = self.conj(parts[j:], scope, locals_, env, rest_k, ind + 1) if guard else self.act(
+                node, scope, locals_, env, rest_k, ind + 1)
             return prep, guard, [f"{pad}try:", *rest, f"{pad}except EvalError as exc:",
                                  f"{pad}    exc.locate({where!r})", f"{pad}    raise"]
         name = self.fresh("r")
         lines = [f"def {name}(c, e):", "    s = c.s", "    n = c.n", "    try:"]
         k = self.yield_as(opdef.name)
         if guard:
-            lines += self.conj(parts[j:], scope, lc, "e", k, 2)
+            lines += self.conj(parts[j:], scope, locals_, "e", k, 2)
         else:
-            lines += self.act(node, scope, lc, "e", k, 2)
+            lines += self.act(node, scope, locals_, "e", k, 2)
         lines += ["        if False:", "            yield None", "    except EvalError as exc:",
                   f"        exc.locate({where!r})", "        raise"]
         self.funcs.append(lines)

@@ -409,52 +409,52 @@ class ExprCompiler:
             raise self.unsupported(describe(t), node)
         return meth(node, scope, locals_, primed)
 
-    def x_Parentheses(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
-        return self._expr(node.expression, scope, lc, pr)
+    def x_Parentheses(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
+        return self._expr(node.expression, scope, locals_, primed)
 
-    def x_IntegralNumeral(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+    def x_IntegralNumeral(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
         v = int(node.value)
         return (lambda c, e: v), 0
 
-    def x_StringLiteral(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+    def x_StringLiteral(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
         v = unescape(node.value)
         return (lambda c, e: v), 0
 
-    def x_BooleanLiteral(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+    def x_BooleanLiteral(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
         v = node.value == "TRUE"
         return (lambda c, e: v), 0
 
-    def x_SetOfBooleans(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+    def x_SetOfBooleans(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
         return (lambda c, e: BOOLEAN), 0
 
-    def x_SetOfStrings(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+    def x_SetOfStrings(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
         return (lambda c, e: STRING), 0
 
-    def many(self, nodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[list[Fun], int]:
+    def many(self, nodes: list[Any], scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[list[Fun], int]:
         fns, deps = [], 0
         for n in nodes:
-            f, d = self.expr(n, scope, lc, pr)
+            f, d = self.expr(n, scope, locals_, primed)
             fns.append(f)
             deps |= d
         return fns, deps
 
-    def x_SetEnumeration(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
-        fns, deps = self.many(node.items or [], scope, lc, pr)
+    def x_SetEnumeration(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
+        fns, deps = self.many(node.items or [], scope, locals_, primed)
         if len(fns) == 1:
             f0 = fns[0]
             return (lambda c, e: frozenset((norm(f0(c, e)),))), deps
         return (lambda c, e: frozenset([norm(f(c, e)) for f in fns])), deps
 
-    def x_Tuple(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
-        fns, deps = self.many(node.items or [], scope, lc, pr)
+    def x_Tuple(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
+        fns, deps = self.many(node.items or [], scope, locals_, primed)
         if len(fns) == 2:
             f0, f1 = fns
             return (lambda c, e: (f0(c, e), f1(c, e))), deps
         return (lambda c, e: tuple([f(c, e) for f in fns])), deps
 
-    def x_Record(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+    def x_Record(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
         keys = [k for k, _ in node.key_values]
-        fns, deps = self.many([v for _, v in node.key_values], scope, lc, pr)
+        fns, deps = self.many([v for _, v in node.key_values], scope, locals_, primed)
         pairs = list(zip(keys, fns, strict=True))
 
         def record(c: Ctx, e: dict[str, Value]) -> Value:
@@ -466,21 +466,21 @@ class ExprCompiler:
 
         return record, deps
 
-    def x_SetOfRecords(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+    def x_SetOfRecords(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
         keys = [kb.name for kb in node.key_bounds]
-        fns, deps = self.many([kb.bound for kb in node.key_bounds], scope, lc, pr)
+        fns, deps = self.many([kb.bound for kb in node.key_bounds], scope, locals_, primed)
         pairs = list(zip(keys, fns, strict=True))
         return (lambda c, e: RecordSet({k: f(c, e) for k, f in pairs})), deps
 
-    def x_SetOfFunctions(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
-        d, dd = self.expr(node.domain, scope, lc, pr)
-        r, rd = self.expr(node.codomain, scope, lc, pr)
+    def x_SetOfFunctions(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
+        d, dd = self.expr(node.domain, scope, locals_, primed)
+        r, rd = self.expr(node.codomain, scope, locals_, primed)
         return (lambda c, e: FnSet(d(c, e), r(c, e))), dd | rd
 
-    def x_If(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
-        p, pd = self.expr(node.predicate, scope, lc, pr)
-        t, td = self.expr(node.then, scope, lc, pr)
-        f, fd = self.expr(node.else_, scope, lc, pr)
+    def x_If(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
+        p, pd = self.expr(node.predicate, scope, locals_, primed)
+        t, td = self.expr(node.then, scope, locals_, primed)
+        f, fd = self.expr(node.else_, scope, locals_, primed)
 
         def ite(c: Ctx, e: dict[str, Value]) -> Value:
             v = p(c, e)
@@ -492,16 +492,16 @@ class ExprCompiler:
 
         return ite, pd | td | fd
 
-    def x_Cases(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+    def x_Cases(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
         arms, deps = [], 0
         for item in node.cases:
-            p, pd = self.expr(item.predicate, scope, lc, pr)
-            v, vd = self.expr(item.expression, scope, lc, pr)
+            p, pd = self.expr(item.predicate, scope, locals_, primed)
+            v, vd = self.expr(item.expression, scope, locals_, primed)
             arms.append((p, v))
             deps |= pd | vd
         other = None
         if node.other is not None:
-            other, od = self.expr(node.other, scope, lc, pr)
+            other, od = self.expr(node.other, scope, locals_, primed)
             deps |= od
         where = self.where(node)
 
@@ -516,10 +516,10 @@ class ExprCompiler:
         return case, deps
 
     def let_locals(
-        self, defs: list[Any], scope: Scope, lc: dict[str, Local], pr: bool
+        self, defs: list[Any], scope: Scope, locals_: dict[str, Local], primed: bool
     ) -> tuple[dict[str, Local], list[tuple[str, Fun, bool]], int]:
         """Compile-time bindings of a LET, and the zero-arity definitions to thunk on entry."""
-        inner = dict(lc)
+        inner = dict(locals_)
         thunks: list[tuple[str, Fun, bool]] = []
         deps = ENV
         for d in defs:
@@ -538,9 +538,9 @@ class ExprCompiler:
                 continue
             inner[d.name] = Local("thunk", d.name, [], d, scope, None)
             if d.function:
-                fn, fd = self.function_def(d.name, d.definiens, scope, inner, pr)
+                fn, fd = self.function_def(d.name, d.definiens, scope, inner, primed)
             else:
-                fn, fd = self.expr(d.definiens, scope, inner, pr)
+                fn, fd = self.expr(d.definiens, scope, inner, primed)
             thunks.append((d.name, fn, not (fd & NEXT)))
             deps |= fd
         return inner, thunks, deps
@@ -552,19 +552,19 @@ class ExprCompiler:
             e2[name] = Thunk(fn, c, e2, memo)
         return e2
 
-    def x_Let(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
-        inner, thunks, deps = self.let_locals(node.definitions, scope, lc, pr)
-        body, bd = self.expr(node.expression, scope, inner, pr)
+    def x_Let(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
+        inner, thunks, deps = self.let_locals(node.definitions, scope, locals_, primed)
+        body, bd = self.expr(node.expression, scope, inner, primed)
         enter = self.enter_let
         if not thunks:
             return body, bd | deps
         return (lambda c, e: body(c, enter(thunks, c, e))), bd | deps
 
-    def x_Quantification(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
-        binds, bd = self.bounds(node.declarations, scope, lc, pr)
-        body, pd = self.expr(node.predicate, scope, self.with_bound(lc, binds), pr)
+    def x_Quantification(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
+        binds, bd = self.bounds(node.declarations, scope, locals_, primed)
+        body, pd = self.expr(node.predicate, scope, self.with_bound(locals_, binds), primed)
         it = self.env_iter(binds)
-        deps = bd | pd if lc else bd | (pd & ~ENV)
+        deps = bd | pd if locals_ else bd | (pd & ~ENV)
         if len(binds) == 1 and isinstance(binds[0][0], str) and node.quantifier in ("\\E", "\\A"):
             (name, sfn), = binds
             want = node.quantifier == "\\E"
@@ -613,11 +613,11 @@ class ExprCompiler:
 
         return lambda c, e: level(c, dict(e), 0)
 
-    def x_Choose(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
-        binds, bd = self.bounds(node.declaration, scope, lc, pr)
+    def x_Choose(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
+        binds, bd = self.bounds(node.declaration, scope, locals_, primed)
         if len(binds) != 1:
             raise self.unsupported("CHOOSE over several bindings", node)
-        body, pd = self.expr(node.predicate, scope, self.with_bound(lc, binds), pr)
+        body, pd = self.expr(node.predicate, scope, self.with_bound(locals_, binds), primed)
         pat, sfn = binds[0]
         bind = self.bind
         where = self.where(node)
@@ -642,11 +642,11 @@ class ExprCompiler:
                     return v
             raise EvalError("CHOOSE found no element satisfying its predicate", where)
 
-        return choose, bd | pd if lc else bd | (pd & ~ENV)
+        return choose, bd | pd if locals_ else bd | (pd & ~ENV)
 
-    def x_SetSlice(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
-        binds, bd = self.bounds(node.declaration, scope, lc, pr)
-        body, pd = self.expr(node.predicate, scope, self.with_bound(lc, binds), pr)
+    def x_SetSlice(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
+        binds, bd = self.bounds(node.declaration, scope, locals_, primed)
+        body, pd = self.expr(node.predicate, scope, self.with_bound(locals_, binds), primed)
         pat, sfn = binds[0]
         if isinstance(pat, str):
             def filt(c: Ctx, e: dict[str, Value]) -> Value:
@@ -677,20 +677,20 @@ class ExprCompiler:
                         out.append(v)
                 return frozenset(out)
 
-        return filt, bd | pd if lc else bd | (pd & ~ENV)
+        return filt, bd | pd if locals_ else bd | (pd & ~ENV)
 
-    def x_SetComprehension(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
-        binds, bd = self.bounds(node.declarations, scope, lc, pr)
-        body, pd = self.expr(node.item, scope, self.with_bound(lc, binds), pr)
+    def x_SetComprehension(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
+        binds, bd = self.bounds(node.declarations, scope, locals_, primed)
+        body, pd = self.expr(node.item, scope, self.with_bound(locals_, binds), primed)
         it = self.env_iter(binds)
         return (lambda c, e: frozenset([norm(body(c, e2)) for e2 in it(c, e)])), (
-            bd | pd if lc else bd | (pd & ~ENV)
+            bd | pd if locals_ else bd | (pd & ~ENV)
         )
 
-    def x_Function(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
-        binds, bd = self.bounds(node.declaration, scope, lc, pr)
-        body, pd = self.expr(node.value, scope, self.with_bound(lc, binds), pr)
-        deps = bd | pd if lc else bd | (pd & ~ENV)
+    def x_Function(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
+        binds, bd = self.bounds(node.declaration, scope, locals_, primed)
+        body, pd = self.expr(node.value, scope, self.with_bound(locals_, binds), primed)
+        deps = bd | pd if locals_ else bd | (pd & ~ENV)
         if len(binds) == 1 and isinstance(binds[0][0], str):
             (name, sfn), = binds
 
@@ -713,19 +713,21 @@ class ExprCompiler:
 
         return (lambda c, e: mkfn({key(e2): norm(body(c, e2)) for e2 in it(c, e)})), deps
 
-    def x_FunctionApplication(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
-        f, fd = self.expr(node.function, scope, lc, pr)
-        args, ad = self.many(node.arguments, scope, lc, pr)
+    def x_FunctionApplication(
+        self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool
+    ) -> tuple[Fun, int]:
+        f, fd = self.expr(node.function, scope, locals_, primed)
+        args, ad = self.many(node.arguments, scope, locals_, primed)
         if len(args) != 1:
             return (lambda c, e: apply(f(c, e), tuple([x(c, e) for x in args]))), fd | ad
-        fast = self.fast_application(node, scope, lc, pr)
+        fast = self.fast_application(node, scope, locals_, primed)
         if fast is not None:
             return fast, fd | ad
         a = args[0]
         anode = node.arguments[0]
         # The commonest arguments, a bound name or a constant, are read without their closure.
         if tname(anode) == "OperatorApplication" and not anode.arguments and getattr(
-            lc.get(anode.operator), "kind", None
+            locals_.get(anode.operator), "kind", None
         ) == "val":
             name = anode.operator
             return (lambda c, e: apply(f(c, e), e[name])), fd | ad
@@ -734,25 +736,25 @@ class ExprCompiler:
             return (lambda c, e: apply(f(c, e), xv)), fd
         return (lambda c, e: apply(f(c, e), a(c, e))), fd | ad
 
-    def fast_application(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> Fun | None:
+    def fast_application(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> Fun | None:
         """``v[x]`` with v an unprimed state variable and x a bound name or a constant (``sched[r]``,
         the commonest application in specs): read both directly instead of via two closures."""
-        if pr:
+        if primed:
             return None
         fnode, anode = node.function, node.arguments[0]
-        i = self.assignable(fnode, scope, lc) if tname(fnode) == "OperatorApplication" else None
+        i = self.assignable(fnode, scope, locals_) if tname(fnode) == "OperatorApplication" else None
         if i is None or (tname(fnode) == "OperatorApplication" and fnode.operator not in self.var_index):
             return None
-        if tname(anode) == "OperatorApplication" and not anode.arguments and anode.operator in lc:
-            loc = lc[anode.operator]
+        if tname(anode) == "OperatorApplication" and not anode.arguments and anode.operator in locals_:
+            loc = locals_[anode.operator]
             if loc.kind != "val":
                 return None
             name = anode.operator
             return lambda c, e: apply(c.s[i], e[name])  # type: ignore[index]
         return None
 
-    def x_Field(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
-        r, rd = self.expr(node.expression, scope, lc, pr)
+    def x_Field(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
+        r, rd = self.expr(node.expression, scope, locals_, primed)
         name = node.name
 
         def field(c: Ctx, e: dict[str, Value]) -> Value:
@@ -766,10 +768,10 @@ class ExprCompiler:
 
         return field, rd
 
-    def x_Except(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
-        f, deps = self.expr(node.function, scope, lc, pr)
+    def x_Except(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
+        f, deps = self.expr(node.function, scope, locals_, primed)
         changes = []
-        inner = dict(lc)
+        inner = dict(locals_)
         inner["@"] = Local("val", "@")
         for ch in node.changes:
             path = []
@@ -778,15 +780,15 @@ class ExprCompiler:
                     k = item
                     path.append(lambda c, e, k=k: k)
                 else:
-                    ks, kd = self.many(item, scope, lc, pr)
+                    ks, kd = self.many(item, scope, locals_, primed)
                     deps |= kd
                     if len(ks) == 1:
                         path.append(ks[0])
                     else:
                         path.append(lambda c, e, ks=ks: tuple([k(c, e) for k in ks]))
             at_reads = self.at_reads
-            v, vd = self.expr(ch.expression, scope, inner, pr)
-            deps |= vd & ~ENV if not lc else vd
+            v, vd = self.expr(ch.expression, scope, inner, primed)
+            deps |= vd & ~ENV if not locals_ else vd
             changes.append((path, v, self.at_reads != at_reads))
 
         def setp(c: Ctx, e: dict[str, Value], fv: Value, keys: list[Value], vfn: Fun, at: bool) -> Value:
@@ -832,31 +834,35 @@ class ExprCompiler:
             return ex1, deps
         return ex, deps
 
-    def x_VerticalList(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+    def x_VerticalList(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
         items = [it.expression for it in node.arguments]
-        return self.junction(node.operator, items, scope, lc, pr)
+        return self.junction(node.operator, items, scope, locals_, primed)
 
-    def junction(self, op: str, items: list[Any], scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+    def junction(
+        self, op: str, items: list[Any], scope: Scope, locals_: dict[str, Local], primed: bool
+    ) -> tuple[Fun, int]:
         fns, deps = [], 0
         for n in items:
-            f, d = self.expr(n, scope, lc, pr)
+            f, d = self.expr(n, scope, locals_, primed)
             fns.append(state_memo(f, d, len(self.variables)))
             deps |= d
         if op in ("/\\", "\\land"):
             return all_of(fns), deps
         return any_of(fns), deps
 
-    def x_SubscriptedAction(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
-        a, ad = self.expr(node.action, scope, lc, pr)
-        v, vd = self.expr(node.subscript, scope, lc, False)
-        vp, vpd = self.expr(node.subscript, scope, lc, True)
+    def x_SubscriptedAction(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
+        a, ad = self.expr(node.action, scope, locals_, primed)
+        v, vd = self.expr(node.subscript, scope, locals_, False)
+        vp, vpd = self.expr(node.subscript, scope, locals_, True)
         if node.operator == "[":
             return (lambda c, e: as_bool(a(c, e), "action") or vp(c, e) == v(c, e)), ad | vd | vpd
         return (lambda c, e: as_bool(a(c, e), "action") and vp(c, e) != v(c, e)), ad | vd | vpd
 
-    def x_SubexpressionReference(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+    def x_SubexpressionReference(
+        self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool
+    ) -> tuple[Fun, int]:
         opdef, _target, argnodes = self.resolve_instance_path(node, scope)
-        return self.call(opdef, argnodes, scope, lc, pr, node)
+        return self.call(opdef, argnodes, scope, locals_, primed, node)
 
     def resolve_instance_path(self, node: Any, scope: Scope) -> tuple[Any, Scope, list[Any]]:
         items = list(node.items)
@@ -879,52 +885,56 @@ class ExprCompiler:
             return d, cur, args
         raise self.err("empty module reference", node)
 
-    def x_Lambda(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+    def x_Lambda(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
         raise self.unsupported("LAMBDA outside an operator argument", node)
 
-    def x_Fairness(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+    def x_Fairness(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
         raise self.unsupported("fairness formula (WF_/SF_) inside an expression", node)
 
     # ---- operator application ----------------------------------------------------------------
-    def x_OperatorApplication(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+    def x_OperatorApplication(
+        self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool
+    ) -> tuple[Fun, int]:
         op = node.operator
         args = node.arguments or []
         if not args:
-            return self.ident(node, scope, lc, pr)
+            return self.ident(node, scope, locals_, primed)
         op = B.ALIASES.get(op, op)
         if op in ("/\\", "\\/"):
-            return self.junction(op, args, scope, lc, pr)
+            return self.junction(op, args, scope, locals_, primed)
         if op in ("=>", "<=>", "~"):
-            return self.connective(op, args, scope, lc, pr)
+            return self.connective(op, args, scope, locals_, primed)
         if op in ("'", "UNCHANGED", "ENABLED", "[]", "<>", "~>", "-+->", "\\cdot"):
-            return self.action_operator(op, args, node, scope, lc, pr)
+            return self.action_operator(op, args, node, scope, locals_, primed)
         if op == "\\X":
             parts = flatten_product(node)
-            fns, deps = self.many(parts, scope, lc, pr)
+            fns, deps = self.many(parts, scope, locals_, primed)
             return (lambda c, e: ProductSet([f(c, e) for f in fns])), deps
         # User definitions (and LET / parameters) shadow the standard operators.
-        target = lc.get(op) or scope.defs.get(op)
+        target = locals_.get(op) or scope.defs.get(op)
         if target is not None:
-            return self.call(target, args, scope, lc, pr, node)
+            return self.call(target, args, scope, locals_, primed, node)
         if len(args) == 2 and op in B.BINARY:
-            return self.binary(op, args, scope, lc, pr)
+            return self.binary(op, args, scope, locals_, primed)
         if len(args) == 1 and op in B.UNARY:
             f1 = B.UNARY[op]
-            a, ad = self.expr(args[0], scope, lc, pr)
+            a, ad = self.expr(args[0], scope, locals_, primed)
             return (lambda c, e: f1(a(c, e))), ad
         if op in B.FUNCTIONS:
-            return self.call(("builtin", op), args, scope, lc, pr, node)
+            return self.call(("builtin", op), args, scope, locals_, primed, node)
         if op == "TLCEval" and len(args) == 1:
-            return self.expr(args[0], scope, lc, pr)
+            return self.expr(args[0], scope, locals_, primed)
         if op in UNSUPPORTED_OPS:
             raise self.unsupported(f"operator {op}", node)
         raise self.err(f"unknown operator {op}", node)
 
-    def connective(self, op: str, args: list[Any], scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+    def connective(
+        self, op: str, args: list[Any], scope: Scope, locals_: dict[str, Local], primed: bool
+    ) -> tuple[Fun, int]:
         """``=>``, ``<=>`` and ``~``."""
         if op == "=>":
-            a, ad = self.expr(args[0], scope, lc, pr)
-            b, bd = self.expr(args[1], scope, lc, pr)
+            a, ad = self.expr(args[0], scope, locals_, primed)
+            b, bd = self.expr(args[1], scope, locals_, primed)
 
             def implies(c: Ctx, e: dict[str, Value]) -> Value:
                 # as_bool only off the common path: this is the hottest operator of many specs.
@@ -938,10 +948,10 @@ class ExprCompiler:
 
             return implies, ad | bd
         if op == "<=>":
-            a, ad = self.expr(args[0], scope, lc, pr)
-            b, bd = self.expr(args[1], scope, lc, pr)
+            a, ad = self.expr(args[0], scope, locals_, primed)
+            b, bd = self.expr(args[1], scope, locals_, primed)
             return (lambda c, e: as_bool(a(c, e), "<=>") == as_bool(b(c, e), "<=>")), ad | bd
-        a, ad = self.expr(args[0], scope, lc, pr)
+        a, ad = self.expr(args[0], scope, locals_, primed)
 
         def negation(c: Ctx, e: dict[str, Value]) -> Value:
             v = a(c, e)
@@ -952,26 +962,28 @@ class ExprCompiler:
         return negation, ad
 
     def action_operator(
-        self, op: str, args: list[Any], node: Any, scope: Scope, lc: dict[str, Local], pr: bool
+        self, op: str, args: list[Any], node: Any, scope: Scope, locals_: dict[str, Local], primed: bool
     ) -> tuple[Fun, int]:
         """A prime, UNCHANGED or ENABLED as a value; a temporal operator is refused here."""
         if op == "'":
-            if pr:
+            if primed:
                 raise self.unsupported("double prime (x'')", node)
-            return self.expr(args[0], scope, lc, True)
+            return self.expr(args[0], scope, locals_, True)
         if op == "UNCHANGED":
-            v, vd = self.expr(args[0], scope, lc, False)
-            vp, vpd = self.expr(args[0], scope, lc, True)
+            v, vd = self.expr(args[0], scope, locals_, False)
+            vp, vpd = self.expr(args[0], scope, locals_, True)
             return (lambda c, e: vp(c, e) == v(c, e)), vd | vpd
         if op == "ENABLED":
-            return self.enabled(args[0], scope, lc)
+            return self.enabled(args[0], scope, locals_)
         raise self.unsupported(f"temporal operator {op} inside an expression", node)
 
-    def binary(self, op: str, args: list[Any], scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+    def binary(
+        self, op: str, args: list[Any], scope: Scope, locals_: dict[str, Local], primed: bool
+    ) -> tuple[Fun, int]:
         """A standard binary operator; the most common ones (=, #, \\in) inlined."""
         f = B.BINARY[op]
-        a, ad = self.expr(args[0], scope, lc, pr)
-        b, bd = self.expr(args[1], scope, lc, pr)
+        a, ad = self.expr(args[0], scope, locals_, primed)
+        b, bd = self.expr(args[1], scope, locals_, primed)
         if bd == 0 and ad != 0:
             # Constant right operand (e.g. pc[p] = "cs"): bake the value in, saving a call.
             ok, bv = const_value(b)
@@ -991,16 +1003,16 @@ class ExprCompiler:
             return (lambda c, e: a(c, e) in b(c, e)), ad | bd
         return (lambda c, e: f(a(c, e), b(c, e))), ad | bd
 
-    def ident(self, node: Any, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+    def ident(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
         name = node.operator
-        loc = lc.get(name)
+        loc = locals_.get(name)
         if loc is not None:
             if loc.kind == "val":
                 return (lambda c, e: e[name]), ENV
             if loc.kind == "thunk":
                 return (lambda c, e: e[name].get()), ENV
             if loc.kind == "subst":
-                return self.expr(loc.body, loc.scope or scope, loc.locals, pr)
+                return self.expr(loc.body, loc.scope or scope, loc.locals, primed)
             raise self.err(f"operator {name} used without arguments", node)
         d = scope.defs.get(name)
         if d is None:
@@ -1009,19 +1021,19 @@ class ExprCompiler:
                 return (lambda c, e: v), 0
             raise self.err(f"unknown identifier {name}", node)
         if isinstance(d, Decl):
-            return self.decl(d, node, pr)
+            return self.decl(d, node, primed)
         if isinstance(d, OpDef):
-            return self.call(d, [], scope, lc, pr, node)
+            return self.call(d, [], scope, locals_, primed, node)
         raise self.err(f"{name} is a module instance, not a value", node)
 
-    def decl(self, d: Decl, node: Any, pr: bool) -> tuple[Fun, int]:
+    def decl(self, d: Decl, node: Any, primed: bool) -> tuple[Fun, int]:
         name = d.name
         if d.scope.subst is not None:
-            key = ("subst", id(d.scope), name, pr)
+            key = ("subst", id(d.scope), name, primed)
             hit = self.cache.get(key)
             if hit is None:
                 sub, outer = d.scope.subst[name]
-                hit = self.expr(sub, outer, {}, pr)
+                hit = self.expr(sub, outer, {}, primed)
                 self.cache[key] = hit
             return hit
         if d.kind == "const":
@@ -1033,7 +1045,7 @@ class ExprCompiler:
             v = self.constants[name]
             return (lambda c, e: v), 0
         i = self.var_index[name]
-        if pr:
+        if primed:
             def nxt(c: Ctx, e: dict[str, Value]) -> Value:
                 v = c.n[i]  # type: ignore[index]
                 if v is UNSET:
@@ -1043,20 +1055,20 @@ class ExprCompiler:
             return nxt, NEXT
         return (lambda c, e: c.s[i]), STATE | (VAR0 << i)  # type: ignore[index]
 
-    def op_value(self, node: Any, arity: int, scope: Scope, lc: dict[str, Local], pr: bool) -> tuple[Fun, int]:
+    def op_value(self, node: Any, arity: int, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
         """An operator passed as an argument: produces a callable ``(c, args) -> value``."""
         while tname(node) == "Parentheses":
             node = node.expression
         if tname(node) == "Lambda":
             params = [p.operator if not isinstance(p, str) else p for p in node.parameters]
-            inner = dict(lc)
+            inner = dict(locals_)
             for p in params:
                 inner[p] = Local("val", p)
-            body, _ = self.expr(node.expression, scope, inner, pr)
+            body, _ = self.expr(node.expression, scope, inner, primed)
             return bound_operator(body, params), ENV
         if tname(node) == "OperatorApplication" and not node.arguments:
             name = node.operator
-            loc = lc.get(name)
+            loc = locals_.get(name)
             if loc is not None and loc.kind == "opparam":
                 return (lambda c, e: e[name]), ENV
             target = loc or scope.defs.get(name)
@@ -1065,35 +1077,35 @@ class ExprCompiler:
             if target is None:
                 raise self.err(f"unknown operator {name} passed as an argument", node)
             fake_args = [f"#arg{i}" for i in range(arity)]
-            inner = dict(lc)
+            inner = dict(locals_)
             for a in fake_args:
                 inner[a] = Local("val", a)
             argnodes = [VarRef(a, node) for a in fake_args]
-            body, _ = self.call(target, argnodes, scope, inner, pr, node)
+            body, _ = self.call(target, argnodes, scope, inner, primed, node)
             return bound_operator(body, fake_args), ENV
         raise self.unsupported(f"operator argument of form {tname(node)}", node)
 
     def call(
-        self, target: Any, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool, node: Any
+        self, target: Any, argnodes: list[Any], scope: Scope, locals_: dict[str, Local], primed: bool, node: Any
     ) -> tuple[Fun, int]:
         if isinstance(target, tuple) and target[0] == "builtin":
-            return self.call_builtin(target[1], argnodes, scope, lc, pr, node)
+            return self.call_builtin(target[1], argnodes, scope, locals_, primed, node)
         if isinstance(target, Local):
-            return self.call_local(target, argnodes, scope, lc, pr, node)
+            return self.call_local(target, argnodes, scope, locals_, primed, node)
         if isinstance(target, Decl):
             if argnodes and target.scope.subst is not None:
-                return self.call_substituted(target, argnodes, scope, lc, pr, node)
+                return self.call_substituted(target, argnodes, scope, locals_, primed, node)
             if argnodes:
                 raise self.err(f"{target.name} is a {target.kind}, not an operator", node)
-            return self.decl(target, node, pr)
+            return self.decl(target, node, primed)
         if isinstance(target, InstanceRef):
             raise self.err(f"{target.name} is a module instance; use {target.name}!Op", node)
         if not isinstance(target, OpDef):
             raise self.err(f"cannot apply {target!r}", node)
-        return self.call_operator(target, argnodes, scope, lc, pr, node)
+        return self.call_operator(target, argnodes, scope, locals_, primed, node)
 
     def call_builtin(
-        self, name: str, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool, node: Any
+        self, name: str, argnodes: list[Any], scope: Scope, locals_: dict[str, Local], primed: bool, node: Any
     ) -> tuple[Fun, int]:
         """A call of a standard module's operator (:mod:`builtins`)."""
         if name in B.CONSTANTS and not argnodes:
@@ -1101,7 +1113,7 @@ class ExprCompiler:
             return (lambda c, e: v), 0
         if name in B.BINARY and len(argnodes) == 2:
             bf = B.BINARY[name]
-            fns, deps = self.many(argnodes, scope, lc, pr)
+            fns, deps = self.many(argnodes, scope, locals_, primed)
             a0, a1 = fns
             return (lambda c, e: bf(a0(c, e), a1(c, e))), deps
         arity, fn, opargs = B.FUNCTIONS[name]
@@ -1109,9 +1121,10 @@ class ExprCompiler:
             raise self.err(f"{name} expects {arity} arguments, got {len(argnodes)}", node)
         fns, deps = [], 0
         for i, a in enumerate(argnodes):
-            f, d = self.op_value(a, 1 if name == "SelectSeq" else 2, scope, lc, pr) if i in opargs else self.expr(
-                a, scope, lc, pr
-            )
+            if i in opargs:
+                f, d = self.op_value(a, 1 if name == "SelectSeq" else 2, scope, locals_, primed)
+            else:
+                f, d = self.expr(a, scope, locals_, primed)
             fns.append(f)
             deps |= d
         if name in ("Print", "PrintT", "Assert"):
@@ -1119,21 +1132,21 @@ class ExprCompiler:
         return self.builtin_call(fn, fns, node, name), deps
 
     def call_local(
-        self, target: Local, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool, node: Any
+        self, target: Local, argnodes: list[Any], scope: Scope, locals_: dict[str, Local], primed: bool, node: Any
     ) -> tuple[Fun, int]:
         """A call of an operator parameter or a LET operator, or a bound name without arguments."""
         if target.kind == "opparam":
-            fns, deps = self.many(argnodes, scope, lc, pr)
+            fns, deps = self.many(argnodes, scope, locals_, primed)
             name = target.name
             return (lambda c, e: e[name](c, tuple([f(c, e) for f in fns]))), deps | ENV
         if target.kind == "letop":
-            return self.call_letop(target, argnodes, scope, lc, pr, node)
+            return self.call_letop(target, argnodes, scope, locals_, primed, node)
         if target.kind in ("val", "thunk", "subst") and not argnodes:
-            return self.ident(node, scope, lc, pr)
+            return self.ident(node, scope, locals_, primed)
         raise self.err(f"{target.name} is not an operator", node)
 
     def call_operator(
-        self, target: OpDef, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool, node: Any
+        self, target: OpDef, argnodes: list[Any], scope: Scope, locals_: dict[str, Local], primed: bool, node: Any
     ) -> tuple[Fun, int]:
         """A call of a definition: memoised where it is pure or reads few variables."""
         if len(argnodes) != len(target.params):
@@ -1141,21 +1154,21 @@ class ExprCompiler:
                 f"operator {target.name} expects {len(target.params)} arguments, got {len(argnodes)}", node
             )
         if argnodes and self.primed.of(target) and target.name not in target.scope.recursive:
-            return self.substituted_call(target, argnodes, scope, lc, pr)
-        body, bdeps = self.op_body(target, pr)
+            return self.substituted_call(target, argnodes, scope, locals_, primed)
+        body, bdeps = self.op_body(target, primed)
         if not argnodes:
             # A definition reading a few variables only (e.g. Evictable) is memoised on them.
             return state_memo(lambda c, e: body(c, EMPTY), bdeps & ~ENV, len(self.variables)), bdeps & ~ENV
         fns, deps = [], 0
         for (_p, ar), a in zip(target.params, argnodes, strict=True):
-            f, d = self.op_value(a, ar, scope, lc, pr) if ar else self.expr(a, scope, lc, pr)
+            f, d = self.op_value(a, ar, scope, locals_, primed) if ar else self.expr(a, scope, locals_, primed)
             fns.append(f)
             deps |= d
         names = [p for p, _ in target.params]
         deps |= bdeps & ~ENV
         if self.purity.memoisable(target):
             return self.memoised_call(target, body, names, fns), deps
-        if not pr and target.name not in target.scope.recursive and self.purity.state_memoisable(target):
+        if not primed and target.name not in target.scope.recursive and self.purity.state_memoisable(target):
             idxs = read_vars(bdeps, len(self.variables))
             if idxs is not None:
                 return self.state_memoised_call(target, body, names, fns, idxs), deps
@@ -1295,7 +1308,7 @@ class ExprCompiler:
         return call2
 
     def substitution(
-        self, opdef: OpDef, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool
+        self, opdef: OpDef, argnodes: list[Any], scope: Scope, locals_: dict[str, Local], primed: bool
     ) -> tuple[dict[str, Local], Callable[[Any], Any], int]:
         """How to compile ``opdef``'s body with ``argnodes`` substituted for its parameters (each
         compiled at its use, in the call site's scope): the body's locals, a wrapper that binds
@@ -1306,11 +1319,11 @@ class ExprCompiler:
         for (p, ar), a in zip(opdef.params, argnodes, strict=True):
             if ar:
                 inner[p] = Local("opparam", p)
-                f, d = self.op_value(a, ar, scope, lc, pr)
+                f, d = self.op_value(a, ar, scope, locals_, primed)
                 opargs.append((p, f))
                 deps |= d | ENV
             else:
-                inner[p] = Local("subst", p, body=a, scope=scope, locals_=lc)
+                inner[p] = Local("subst", p, body=a, scope=scope, locals_=locals_)
 
         def wrap(body: Any) -> Any:
             if not opargs:
@@ -1327,20 +1340,20 @@ class ExprCompiler:
         return inner, wrap, deps
 
     def substituted_call(
-        self, target: OpDef, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool
+        self, target: OpDef, argnodes: list[Any], scope: Scope, locals_: dict[str, Local], primed: bool
     ) -> tuple[Fun, int]:
         """``Op(args)`` where the body primes a parameter (``Changed(q) == q' # q``): the body with
         the arguments substituted, as TLA+ defines application (see :mod:`.primed`)."""
-        inner, wrap, deps = self.substitution(target, argnodes, scope, lc, pr)
+        inner, wrap, deps = self.substitution(target, argnodes, scope, locals_, primed)
         self.file_stack.append(target.file or target.scope.file)
         try:
-            body, bdeps = self.expr(target.body, target.scope, inner, pr)
+            body, bdeps = self.expr(target.body, target.scope, inner, primed)
         finally:
             self.file_stack.pop()
         return wrap(body), bdeps | deps
 
     def call_substituted(
-        self, target: Decl, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool, node: Any
+        self, target: Decl, argnodes: list[Any], scope: Scope, locals_: dict[str, Local], primed: bool, node: Any
     ) -> tuple[Fun, int]:
         """``Op(args)`` where ``Op`` is an operator constant of an instantiated module, replaced by
         an operator of the instantiating module (``INSTANCE M`` with ``IsQuorum(Q) == ...``
@@ -1353,9 +1366,10 @@ class ExprCompiler:
             if len(params) != len(argnodes):
                 raise self.err(f"{target.name} expects {len(params)} arguments, got {len(argnodes)}", node)
             inner = {
-                p: Local("subst", p, body=a, scope=scope, locals_=lc) for p, a in zip(params, argnodes, strict=True)
+                p: Local("subst", p, body=a, scope=scope, locals_=locals_)
+                for p, a in zip(params, argnodes, strict=True)
             }
-            return self.expr(sub.expression, outer, inner, pr)
+            return self.expr(sub.expression, outer, inner, primed)
         if tname(sub) == "OperatorApplication" and not sub.arguments:
             name = sub.operator
             resolved: Any = outer.defs.get(name)
@@ -1363,11 +1377,11 @@ class ExprCompiler:
                 resolved = ("builtin", name)
             if resolved is None:
                 raise self.err(f"operator constant {target.name} is substituted by the unknown {name}", node)
-            return self.call(resolved, argnodes, scope, lc, pr, node)
+            return self.call(resolved, argnodes, scope, locals_, primed, node)
         raise self.unsupported(f"substitution of form {tname(sub)} for operator constant {target.name}", node)
 
-    def letop_body(self, target: Local, pr: bool) -> tuple[Fun, int]:
-        key = ("letop", id(target.body), pr)
+    def letop_body(self, target: Local, primed: bool) -> tuple[Fun, int]:
+        key = ("letop", id(target.body), primed)
         hit = self.cache.get(key)
         if hit is not None:
             return hit
@@ -1377,20 +1391,20 @@ class ExprCompiler:
         for p, ar in target.params:
             inner[p] = Local("opparam" if ar else "val", p)
         assert target.scope is not None
-        fn, deps = self.expr(target.body, target.scope, inner, pr)
+        fn, deps = self.expr(target.body, target.scope, inner, primed)
         cell.append(fn)
         self.cache[key] = (fn, deps | ENV)
         return fn, deps | ENV
 
     def call_letop(
-        self, target: Local, argnodes: list[Any], scope: Scope, lc: dict[str, Local], pr: bool, node: Any
+        self, target: Local, argnodes: list[Any], scope: Scope, locals_: dict[str, Local], primed: bool, node: Any
     ) -> tuple[Fun, int]:
         if len(argnodes) != len(target.params):
             raise self.err(f"operator {target.name} expects {len(target.params)} arguments", node)
-        body, bdeps = self.letop_body(target, pr)
+        body, bdeps = self.letop_body(target, primed)
         fns, deps = [], bdeps
         for (_p, ar), a in zip(target.params, argnodes, strict=True):
-            f, d = self.op_value(a, ar, scope, lc, pr) if ar else self.expr(a, scope, lc, pr)
+            f, d = self.op_value(a, ar, scope, locals_, primed) if ar else self.expr(a, scope, locals_, primed)
             fns.append(f)
             deps |= d
         pairs = list(zip([p for p, _ in target.params], fns, strict=True))
@@ -1403,6 +1417,6 @@ class ExprCompiler:
 
         return letcall, deps
 
-    def enabled(self, anode: Any, scope: Scope, lc: dict[str, Local]) -> tuple[Fun, int]:
+    def enabled(self, anode: Any, scope: Scope, locals_: dict[str, Local]) -> tuple[Fun, int]:
         """``ENABLED A``; defined by the action compiler, which can enumerate successors."""
         raise NotImplementedError
