@@ -5,6 +5,7 @@ profile is ``make tla-fuzz`` (``tla_fuzz.py``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 from collections.abc import Iterator
@@ -14,9 +15,10 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
 from specgen import GeneratedSpec, specs
-from tla_fuzz import LASSO, run_both
+from tla_fuzz import LASSO, RENAMED, run_both
 from tlacheck import check_model, tlc
 from tlacheck.cli import main
+from tlacheck.result import CheckResult
 from tlacheck.tlc_batch import TlcSession
 from tlc_fakes import REAL_JAR, requires_tlc
 
@@ -66,7 +68,7 @@ def test_random_specs_both_engines_agree(session: TlcSession, tmp_path_factory: 
                                          spec: GeneratedSpec) -> None:
     verdict = run_both(spec, session, tmp_path_factory.mktemp("fuzz"))
     assert not verdict.rejected, verdict.tlc.message
-    assert verdict.differences in ([], [LASSO]), spec.module + spec.config
+    assert verdict.differences in ([], [LASSO], [RENAMED]), spec.module + spec.config
 
 
 # TLC: 1 initial state, then from x = 0 and x = 1 one successor per witness of the guard (3 and 3),
@@ -84,3 +86,39 @@ def test_states_generated_counts_guard_branches_under_tlc_only(next_action: str)
     if tlc.tlc_available(REAL_JAR):
         answer = tlc.run_tlc(spec, config, jar=REAL_JAR, timeout=300)
         assert (answer.distinct_states, answer.states_generated) == (2, tlc_count)
+
+
+# Two properties, both violated (without fairness x may stop at 0, or at 2): the embedded checker
+# names the first in the config's order.
+TWO_VIOLATED = GeneratedSpec(
+    module="---- MODULE Fuzz ----\nEXTENDS Naturals\nVARIABLE x\nInit == x = 0\nNext == x < 2 /\\ x' = x + 1\n"
+           "Spec == Init /\\ [][Next]_x\nProp0 == [](x = 2 => <>(x = 0))\nProp1 == <>(x = 1)\n====\n",
+    config="SPECIFICATION Spec\nPROPERTY Prop1\nPROPERTY Prop0\nCHECK_DEADLOCK FALSE\n",
+)
+
+
+class _NamingTlc:
+    """A TLC session that answers the embedded checker's result, naming ``other`` as the violated
+    property for the whole config, and ``alone`` for a config with one property."""
+
+    def __init__(self, other: str, alone: CheckResult | None) -> None:
+        self.other, self.alone = other, alone
+
+    def check(self, module: Path, config: Path) -> CheckResult:
+        embedded = check_model(module, config, max_memory_mb=None)
+        if config.name == "FuzzAlone.cfg":
+            return self.alone or embedded
+        return dataclasses.replace(embedded, engine="tlc", violated=self.other)
+
+
+def test_another_violated_property_confirmed_alone_is_counted_apart(tmp_path: Path) -> None:
+    verdict = run_both(TWO_VIOLATED, _NamingTlc("Prop0", None), tmp_path)  # type: ignore[arg-type]
+    assert verdict.embedded.violated == "Prop1"
+    assert verdict.differences == [RENAMED]
+    assert (tmp_path / "FuzzAlone.cfg").read_text().count("PROPERTY") == 1
+
+
+def test_another_violated_property_tlc_does_not_confirm_is_a_disagreement(tmp_path: Path) -> None:
+    holds = CheckResult(engine="tlc", result="success", distinct_states=3, depth=3)
+    verdict = run_both(TWO_VIOLATED, _NamingTlc("Prop0", holds), tmp_path)  # type: ignore[arg-type]
+    assert any(d.startswith("violated:") for d in verdict.differences)

@@ -49,6 +49,11 @@ REJECTED = {150, 255, 1}
 # first bad cycle its own search order meets, not the shortest, and the embedded checker does
 # not reproduce that order. Counted apart (docs/tla.md), not as a disagreement.
 LASSO = "liveness counterexample length"
+# Several properties violated at once: TLC names the one its search meets first, the embedded
+# checker the first in the config's order. Where the names differ, TLC checks the embedded
+# checker's property alone; when it then gives the embedded checker's whole answer, both answers
+# are true, and the case is counted apart (docs/tla.md), not as a disagreement.
+RENAMED = "violated property named differently, the embedded one confirmed by TLC alone"
 
 
 @dataclass
@@ -69,11 +74,38 @@ def run_both(spec: GeneratedSpec, session: TlcSession, folder: Path) -> Verdict:
     tlc = session.check(module, config)
     embedded = check_model(module, config, max_memory_mb=None)
     rejected = tlc.exit_code in REJECTED
-    both_errors = tlc.result == "error" and embedded.result == "error"
-    differences = [] if both_errors else result_differences(tlc, embedded)
+    differences = compare(tlc, embedded)
+    if _names_another_property(spec, tlc, embedded, differences):
+        alone = folder / "FuzzAlone.cfg"
+        alone.write_text(one_property(spec.config, embedded.violated or ""))
+        if set(compare(session.check(module, alone), embedded)) <= {LASSO}:
+            differences = [RENAMED]
+    return Verdict(tlc, embedded, differences, rejected)
+
+
+def compare(tlc: CheckResult, embedded: CheckResult) -> list[str]:
+    """What the two answers differ in; a liveness lasso's length as :data:`LASSO`."""
+    if tlc.result == "error" and embedded.result == "error":
+        return []
+    differences = result_differences(tlc, embedded)
     if tlc.result == embedded.result == "liveness failure":
         differences = [LASSO if d.startswith("trace length") else d for d in differences]
-    return Verdict(tlc, embedded, differences, rejected)
+    return differences
+
+
+def _names_another_property(spec: GeneratedSpec, tlc: CheckResult, embedded: CheckResult,
+                            differences: list[str]) -> bool:
+    """Both engines found a property violated, and differ in which (and at most in the trace)."""
+    return (tlc.result == embedded.result and embedded.violated is not None
+            and f"PROPERTY {embedded.violated}" in spec.config.splitlines()
+            and any(d.startswith("violated:") for d in differences)
+            and all(d.startswith(("violated:", "trace length")) or d == LASSO for d in differences))
+
+
+def one_property(config: str, name: str) -> str:
+    """``config`` with ``name`` as its only PROPERTY."""
+    kept = [line for line in config.splitlines() if not line.startswith("PROPERTY ")]
+    return "\n".join([*kept, f"PROPERTY {name}"]) + "\n"
 
 
 @dataclass
@@ -91,6 +123,7 @@ class Campaign:
     unique: set[str] = field(default_factory=set)
     repeats: int = 0
     lasso_lengths: list[dict[str, Any]] = field(default_factory=list)
+    renamed: list[dict[str, Any]] = field(default_factory=list)
 
     def record(self, spec: GeneratedSpec, verdict: Verdict) -> None:
         self.specs += 1
@@ -107,6 +140,8 @@ class Campaign:
             self.rejected.append(case)
         elif verdict.differences == [LASSO]:
             self.lasso_lengths.append({**case, "differences": verdict.differences})
+        elif verdict.differences == [RENAMED]:
+            self.renamed.append(case)
         elif verdict.differences:
             self.disagreements.append({**case, "differences": verdict.differences})
 
@@ -118,6 +153,7 @@ class Campaign:
             "disagreements": len(self.disagreements),
             "rejected_by_tlc": len(self.rejected),
             "liveness_counterexample_lengths_differ": len(self.lasso_lengths),
+            "violated_property_named_differently": len(self.renamed),
             "verdicts": dict(self.verdicts.most_common()),
             "constructs": dict(sorted(self.constructs.items())),
             "distinct_states": {"median": states[len(states) // 2], "max": states[-1]},
@@ -126,6 +162,7 @@ class Campaign:
             "disagreement_cases": self.disagreements,
             "rejected_cases": self.rejected[:5],
             "lasso_length_cases": self.lasso_lengths[:5],
+            "renamed_cases": self.renamed[:5],
         }
 
 
