@@ -43,19 +43,17 @@ def test_success() -> None:
     assert "No error has been found" in result.message
 
 
+# The actions of fixtures/tlc/safety.out's counterexample (KVOffload_EagerSignal.cfg), in order.
+SAFETY_ACTIONS = ["Initial predicate", "Admit", "ComputeChunk", "Finish", "BuildMeta"]
+
+
 def test_safety_from_text() -> None:
     result = tlc.parse_tlc_output(fixture("safety.out"), EXIT_VIOLATION_SAFETY)
     assert result.result == "safety failure"
     assert result.violated == "NoManagerCallAfterSignal"
     assert (result.states_generated, result.distinct_states, result.states_left_on_queue) == (299, 124, 31)
     assert result.depth == 5
-    assert [step.action for step in result.trace] == [
-        "Initial predicate",
-        "Admit",
-        "ComputeChunk",
-        "Finish",
-        "BuildMeta",
-    ]
+    assert [step.action for step in result.trace] == SAFETY_ACTIONS
     first = result.trace[0].state
     assert list(first) == [
         "sched",
@@ -78,13 +76,7 @@ def test_safety_from_text() -> None:
 def test_safety_prefers_dump_trace_json() -> None:
     result = tlc.parse_tlc_output(fixture("safety.out"), EXIT_VIOLATION_SAFETY, trace_json=fixture("safety.json"))
     # The JSON action set is unordered (TLC normalises sets); the trace is in state order.
-    assert [step.action for step in result.trace] == [
-        "Initial predicate",
-        "Admit",
-        "ComputeChunk",
-        "Finish",
-        "BuildMeta",
-    ]
+    assert [step.action for step in result.trace] == SAFETY_ACTIONS
     assert result.trace[0].state["sched"] == '[r1 |-> "waiting", r2 |-> "waiting"]'
     assert result.trace[3].state["signals"] == "[r1 |-> 1, r2 |-> 0]"
     assert result.trace[4].state["afterSignal"] == '<<[req |-> "r1", call |-> "prepare_store"]>>'

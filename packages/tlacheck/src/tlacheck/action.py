@@ -389,11 +389,8 @@ class Compiler(ExprCompiler):
         if hit is None:
             self.cache[key] = ("pending", None)
             locals_ = {p: Local("opparam" if ar else "val", p) for p, ar in opdef.params}
-            self.file_stack.append(opdef.file or opdef.scope.file)
-            try:
+            with self.in_file_of(opdef):
                 hit = self.act(opdef.body, opdef.scope, locals_, primed)
-            finally:
-                self.file_stack.pop()
             self.cache[key] = hit
         elif hit[0] == "pending":
             raise self.unsupported(f"recursive action {opdef.name}", node)
@@ -438,11 +435,8 @@ class Compiler(ExprCompiler):
         in the call site's scope), so it runs in the caller's bindings; operator arguments
         (``LAMBDA j : j - 1``) are bound in them too."""
         inner, wrap, _deps = self.substitution(opdef, argnodes, scope, locals_, primed)
-        self.file_stack.append(opdef.file or opdef.scope.file)
-        try:
+        with self.in_file_of(opdef):
             kind, body = self.act(opdef.body, opdef.scope, inner, primed)
-        finally:
-            self.file_stack.pop()
         return kind, wrap(body)
 
     def act_letcall(

@@ -410,11 +410,8 @@ class Source:
         if name is None:
             name = self.bodies[id(opdef)] = self.fresh("op")
             params = {p: Local("val", p) for p, _ar in opdef.params}
-            comp.file_stack.append(opdef.file or opdef.scope.file)
-            try:
+            with comp.in_file_of(opdef):
                 src = self.expr(opdef.body, opdef.scope, params, "e")
-            finally:
-                comp.file_stack.pop()
             self.funcs.append([f"def {name}(c, e):", "    s = c.s", f"    return {src}"])
         args = [f"{p!r}: {self.expr(a, scope, locals_, env)}"
                 for (p, _ar), a in zip(opdef.params, argnodes, strict=True)]
@@ -732,17 +729,14 @@ class Source:
         params = [p for p, _ar in opdef.params]
         self.direct[e2] = dict(zip(params, values, strict=True))
         decl = "{" + ", ".join(f"{p!r}: {x}" for p, x in zip(params, values, strict=True)) + "}" if params else "EMPTY"
-        inner_lc = {p: Local("val", p) for p, _ar in opdef.params}
+        inner_locals = {p: Local("val", p) for p, _ar in opdef.params}
         # In place only below a yield: the rest of the body then runs inside this function's
         # handler, which locates its errors as the generator's would; a continuation doing more
         # (later conjuncts) must stay outside it.
         inline = k in self.yields
         rest_k = self.named(opdef.name, k, rec if box is not None else None) if inline else None
-        comp.file_stack.append(opdef.file or opdef.scope.file)
-        try:
-            prep, guard, rest = self.split_body(opdef, inner_lc, where, e2, v, ind + 2, rest_k)
-        finally:
-            comp.file_stack.pop()
+        with comp.in_file_of(opdef):
+            prep, guard, rest = self.split_body(opdef, inner_locals, where, e2, v, ind + 2, rest_k)
         fast = self.guarded_rest(prep, guard, rest, where, e2, v, it, pad)
         if box is None:
             out = [f"{pad}if True:", *fast]

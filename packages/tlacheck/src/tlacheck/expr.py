@@ -6,6 +6,7 @@ compiled by :mod:`tlacheck.action`, which extends this compiler.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -136,6 +137,15 @@ class ExprCompiler:
         self.at_reads = 0
 
     # ---- errors -------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def in_file_of(self, opdef: OpDef) -> Iterator[None]:
+        """While ``opdef``'s body compiles, errors name the file it was written in."""
+        self.file_stack.append(opdef.file or opdef.scope.file)
+        try:
+            yield
+        finally:
+            self.file_stack.pop()
+
     def err(self, msg: str, node: Any, kind: str = "semantic") -> TlaError:
         line, col = pos(node)
         return TlaError(msg, self.file_stack[-1], line, col, kind=kind)
@@ -198,14 +208,11 @@ class ExprCompiler:
         # While compiling (recursion) assume the worst so nothing gets wrongly folded.
         self.cache[key] = (indirect, STATE | NEXT | ENV | ALLVARS)
         locals_ = {p: Local("opparam" if ar else "val", p) for p, ar in opdef.params}
-        self.file_stack.append(opdef.file or opdef.scope.file)
-        try:
+        with self.in_file_of(opdef):
             if getattr(opdef.node, "function", None):
                 fn, deps = self.function_def(opdef.name, opdef.body, opdef.scope, locals_, primed)
             else:
                 fn, deps = self.expr(opdef.body, opdef.scope, locals_, primed)
-        finally:
-            self.file_stack.pop()
         cell.append(fn)
         self.cache[key] = (fn, deps)
         if deps == 0:
@@ -1345,11 +1352,8 @@ class ExprCompiler:
         """``Op(args)`` where the body primes a parameter (``Changed(q) == q' # q``): the body with
         the arguments substituted, as TLA+ defines application (see :mod:`.primed`)."""
         inner, wrap, deps = self.substitution(target, argnodes, scope, locals_, primed)
-        self.file_stack.append(target.file or target.scope.file)
-        try:
+        with self.in_file_of(target):
             body, bdeps = self.expr(target.body, target.scope, inner, primed)
-        finally:
-            self.file_stack.pop()
         return wrap(body), bdeps | deps
 
     def call_substituted(
