@@ -127,20 +127,21 @@ def _at_at(f: Value, g: Value) -> Value:
     return mkfn(d)
 
 
-# Binary operators on values (both operands evaluated).
+# Binary operators on values (both operands evaluated). The arithmetic ones test for integers
+# inline: a call of _int per operand cost as much as the operation.
 BINARY: dict[str, Callable[[Value, Value], Value]] = {
     "=": lambda a, b: a == b,
     "#": lambda a, b: a != b,
-    "+": lambda a, b: _int(a, "+") + _int(b, "+"),
-    "-": lambda a, b: _int(a, "-") - _int(b, "-"),
-    "*": lambda a, b: _int(a, "*") * _int(b, "*"),
+    "+": lambda a, b: a + b if type(a) is int and type(b) is int else _int(a, "+") + _int(b, "+"),
+    "-": lambda a, b: a - b if type(a) is int and type(b) is int else _int(a, "-") - _int(b, "-"),
+    "*": lambda a, b: a * b if type(a) is int and type(b) is int else _int(a, "*") * _int(b, "*"),
     "^": lambda a, b: _int(a, "^") ** _int(b, "^"),
     "\\div": _div,
     "%": _mod,
-    "<": lambda a, b: _int(a, "<") < _int(b, "<"),
-    ">": lambda a, b: _int(a, ">") > _int(b, ">"),
-    "<=": lambda a, b: _int(a, "<=") <= _int(b, "<="),
-    ">=": lambda a, b: _int(a, ">=") >= _int(b, ">="),
+    "<": lambda a, b: a < b if type(a) is int and type(b) is int else _int(a, "<") < _int(b, "<"),
+    ">": lambda a, b: a > b if type(a) is int and type(b) is int else _int(a, ">") > _int(b, ">"),
+    "<=": lambda a, b: a <= b if type(a) is int and type(b) is int else _int(a, "<=") <= _int(b, "<="),
+    ">=": lambda a, b: a >= b if type(a) is int and type(b) is int else _int(a, ">=") >= _int(b, ">="),
     "..": _range,
     "\\in": lambda a, b: a in b,
     "\\notin": lambda a, b: a not in b,

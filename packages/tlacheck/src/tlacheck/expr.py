@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from . import builtins as B
+from . import setfold
 from .errors import EvalError, TlaError, raise_located
 from .modules import Decl, InstanceRef, OpDef, Scope, pos
 from .order import least
@@ -41,6 +42,7 @@ from .syntax import (
     flatten_product,
     fold,
     name_of,
+    names_in,
     ordered,
     read_vars,
     rebuild,
@@ -135,6 +137,8 @@ class ExprCompiler:
         # How many times ``@`` was compiled: an EXCEPT value that does not read it is evaluated
         # in its enclosing environment, without a copy that binds ``@``.
         self.at_reads = 0
+        # syntax.names_in per syntax node (the trees outlive the compiler).
+        self.names: dict[int, frozenset[str]] = {}
 
     # ---- errors -------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -213,6 +217,8 @@ class ExprCompiler:
                 fn, deps = self.function_def(opdef.name, opdef.body, opdef.scope, locals_, primed)
             else:
                 fn, deps = self.expr(opdef.body, opdef.scope, locals_, primed)
+                if opdef.name in opdef.scope.recursive:
+                    fn = self.set_fold(opdef, fn, locals_, primed)
         cell.append(fn)
         self.cache[key] = (fn, deps)
         if deps == 0:
@@ -220,6 +226,22 @@ class ExprCompiler:
             # `seq \in SortedSeqs` and the invariant's), evaluated once.
             self.cache.setdefault(("op", id(opdef), not primed), (fn, deps))
         return fn, deps
+
+    def set_fold(self, opdef: OpDef, as_written: Fun, locals_: dict[str, Local], primed: bool) -> Fun:
+        """A RECURSIVE definition that folds over a set by CHOOSE as a loop (:mod:`setfold`), else
+        ``as_written``."""
+        def standard(op: str) -> bool:
+            op = B.ALIASES.get(op, op)
+            return op in B.BINARY and op not in opdef.scope.defs
+
+        fold = setfold.match(opdef, standard)
+        if fold is None:
+            return as_written
+        base, _ = self.expr(fold.base, opdef.scope, locals_, primed)
+        with_element = {**locals_, fold.element: Local("val", fold.element)}
+        term, _ = self.expr(fold.term, opdef.scope, with_element, primed)
+        combine = B.BINARY[B.ALIASES.get(fold.op, fold.op)]
+        return setfold.evaluator(fold, base, term, combine, as_written)
 
     def function_def(
         self, name: str, fnode: Any, scope: Scope, locals_: dict[str, Local], primed: bool
@@ -379,6 +401,18 @@ class ExprCompiler:
         """``<<x, y>> \\in S`` (``{<<p[1] + x, p[2] + y>> : <<x, y>> \\in nbrs}``): each element's
         items bound in one step, without the general binder's recursion."""
         size = len(names)
+        if size == 2:
+            n0, n1 = names
+
+            def pair(c: Ctx, e: dict[str, Value]) -> Iterator[dict[str, Value]]:
+                for v in enum(sfn(c, e)):
+                    if type(v) is not tuple or len(v) != 2:
+                        raise EvalError(f"cannot bind {render(v)} to a tuple of 2 names")
+                    e2 = dict(e)
+                    e2[n0], e2[n1] = v
+                    yield e2
+
+            return pair
 
         def one_tuple(c: Ctx, e: dict[str, Value]) -> Iterator[dict[str, Value]]:
             for v in enum(sfn(c, e)):
@@ -400,6 +434,10 @@ class ExprCompiler:
     # ---- expressions -----------------------------------------------------------------------
     def expr(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
         fn, deps = self._expr(node, scope, locals_, primed)
+        if deps == ENV and locals_ and not names_in(node, self.names) & locals_.keys():
+            # It reads only names it binds itself (`{x \in S : x # 0}` inside an operator with
+            # parameters): a constant, evaluated once instead of on every call.
+            deps = 0
         return fold(fn, deps), deps
 
     def _expr(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> tuple[Fun, int]:
@@ -732,16 +770,35 @@ class ExprCompiler:
             return fast, fd | ad
         a = args[0]
         anode = node.arguments[0]
+        fname = self.bound_value(node.function, locals_)
         # The commonest arguments, a bound name or a constant, are read without their closure.
-        if tname(anode) == "OperatorApplication" and not anode.arguments and getattr(
-            locals_.get(anode.operator), "kind", None
-        ) == "val":
-            name = anode.operator
+        name = self.bound_value(anode, locals_)
+        if name is not None:
+            if fname is not None:  # f[x] in `Sum(f, S)`
+                return (lambda c, e: apply(e[fname], e[name])), fd | ad
             return (lambda c, e: apply(f(c, e), e[name])), fd | ad
         known, xv = const_value(a) if ad == 0 else (False, None)
+        if known and fname is not None and type(xv) is int and xv > 0:
+            k = xv - 1
+
+            def item(c: Ctx, e: dict[str, Value]) -> Value:  # p[1] of a bound tuple p
+                v = e[fname]
+                return v[k] if type(v) is tuple and k < len(v) else apply(v, xv)
+
+            return item, fd
         if known:
             return (lambda c, e: apply(f(c, e), xv)), fd
         return (lambda c, e: apply(f(c, e), a(c, e))), fd | ad
+
+    @staticmethod
+    def bound_value(node: Any, locals_: dict[str, Local]) -> str | None:
+        """The name ``node`` is, where it is a bound name read as a value from the environment."""
+        node = node.expression if tname(node) == "Parentheses" else node
+        if tname(node) == "OperatorApplication" and not node.arguments and getattr(
+            locals_.get(node.operator), "kind", None
+        ) == "val":
+            return str(node.operator)
+        return None
 
     def fast_application(self, node: Any, scope: Scope, locals_: dict[str, Local], primed: bool) -> Fun | None:
         """``v[x]`` with v an unprimed state variable and x a bound name or a constant (``sched[r]``,

@@ -8,6 +8,7 @@ variables, operator parameters, LET definitions). Nothing walks the syntax tree 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -15,7 +16,7 @@ from . import builtins as B
 from .errors import EvalError
 from .modules import Scope
 from .order import canonical
-from .values import RecordSet, Value, render
+from .values import LazySet, RecordSet, Value, render, size_bound
 
 UNSET: Any = type("Unset", (), {"__repr__": lambda self: "<unassigned>"})()
 STATE, NEXT, ENV = 1, 2, 4
@@ -161,7 +162,16 @@ def fold(fn: Fun, deps: int) -> Fun:
             return v
 
         return const
+    if isinstance(v, LazySet) and (n := size_bound(v)) is not None and n <= _MATERIALISE_AT_MOST:
+        # A small constant lazy set (`{x \in {-1, 0, 1} \X {-1, 0, 1} : x # <<0, 0>>}`) is
+        # enumerated once, not each time it is read.
+        with contextlib.suppress(Exception):
+            v.mat()
     return lambda c, e: v
+
+
+# A constant lazy set with at most this many candidate elements is materialised when folded.
+_MATERIALISE_AT_MOST = 4096
 
 
 def const_value(fn: Fun) -> tuple[bool, Value]:
@@ -223,6 +233,39 @@ def rebuild(p: Any, e: dict[str, Value]) -> Value:
     if isinstance(p, str):
         return e[p]
     return tuple(rebuild(q, e) for q in p)
+
+
+_SKIP_FIELDS = frozenset({"symbol", "start", "end"})
+
+
+def names_in(node: Any, cache: dict[int, frozenset[str]] | None = None) -> frozenset[str]:
+    """Every identifier and operator name ``node`` mentions, bound ones included, and ``@``
+    (over-approximates the names it reads from its environment). ``cache`` (by node identity,
+    for trees that outlive it) makes repeated questions on nested nodes linear."""
+    if node is None or isinstance(node, int | bool):
+        return frozenset()
+    if isinstance(node, str):
+        return frozenset({"@"}) if node == "@" else frozenset()
+    if cache is not None:
+        hit = cache.get(id(node))
+        if hit is not None:
+            return hit
+    out: set[str] = set()
+    if isinstance(node, list) or (isinstance(node, tuple) and not hasattr(node, "_fields")):
+        for x in node:
+            out |= names_in(x, cache)
+    else:
+        for attr in ("operator", "name"):
+            v = getattr(node, attr, None)
+            if isinstance(v, str):
+                out.add(v)
+        for f in getattr(node, "_fields", ()):
+            if f not in _SKIP_FIELDS and f not in ("operator", "name"):
+                out |= names_in(getattr(node, f), cache)
+    names = frozenset(out)
+    if cache is not None:
+        cache[id(node)] = names
+    return names
 
 
 def name_of(x: Any) -> str:

@@ -117,6 +117,10 @@ class LazySet:
     def enumerate(self) -> Iterator[Value]:
         raise EvalError(f"cannot enumerate the infinite set {self.label}")
 
+    def size_bound(self) -> int | None:
+        """At least the number of elements, where that is known without enumerating; else None."""
+        return None
+
     def __contains__(self, v: object) -> bool:
         return self.contains(v)
 
@@ -228,6 +232,9 @@ class FilteredSet(LazySet):
     def contains(self, v: Value) -> bool:
         return v in self.base and self.pred(v)
 
+    def size_bound(self) -> int | None:
+        return size_bound(self.base)
+
     def enumerate(self) -> Iterator[Value]:
         return (v for v in self.base if self.pred(v))
 
@@ -246,6 +253,10 @@ class SubsetSet(LazySet):
         if isinstance(v, LazySet):
             v = v.mat()
         return type(v) is frozenset and all(x in self.base for x in v)
+
+    def size_bound(self) -> int | None:
+        n = size_bound(self.base)
+        return None if n is None or n > 64 else 2 ** n
 
     def enumerate(self) -> Iterator[Value]:
         elems = sorted(to_set(self.base), key=sortkey)
@@ -274,6 +285,10 @@ class FnSet(LazySet):
         if type(v) is Fn:
             return v.d.keys() == dom and all(x in self.cod for x in v.d.values())
         return False
+
+    def size_bound(self) -> int | None:
+        n, m = size_bound(self.dom), size_bound(self.cod)
+        return None if n is None or m is None or n > 64 else m ** n
 
     def enumerate(self) -> Iterator[Value]:
         dom = sorted(to_set(self.dom), key=sortkey)
@@ -304,6 +319,9 @@ class RecordSet(LazySet):
             return False
         return all(v.d[k] in s for k, s in self.fields.items())
 
+    def size_bound(self) -> int | None:
+        return _product_bound(list(self.fields.values()))
+
     def enumerate(self) -> Iterator[Value]:
         names = list(self.fields)
         sets = [sorted(to_set(self.fields[k]), key=sortkey) for k in names]
@@ -327,6 +345,9 @@ class ProductSet(LazySet):
             and len(v) == len(self.sets)
             and all(x in s for x, s in zip(v, self.sets, strict=True))
         )
+
+    def size_bound(self) -> int | None:
+        return _product_bound(self.sets)
 
     def enumerate(self) -> Iterator[Value]:
         return iter(itertools.product(*[sorted(to_set(s), key=sortkey) for s in self.sets]))
@@ -530,6 +551,25 @@ def permute(v: Value, perm: dict[Value, Value]) -> Value:
     if t is Fn:
         return Fn({permute(k, perm): permute(x, perm) for k, x in v.d.items()})
     return v
+
+
+def size_bound(s: Value) -> int | None:
+    """An upper bound on the size of the set ``s`` known without enumerating it, else None."""
+    if type(s) is frozenset:
+        return len(s)
+    if isinstance(s, LazySet):
+        return len(s._mat) if s._mat is not None else None if s.infinite else s.size_bound()
+    return None
+
+
+def _product_bound(sets: list[Value]) -> int | None:
+    n = 1
+    for s in sets:
+        m = size_bound(s)
+        if m is None:
+            return None
+        n *= m
+    return n
 
 
 def iter_set(v: Value) -> Iterable[Value]:

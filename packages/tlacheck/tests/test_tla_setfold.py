@@ -1,0 +1,137 @@
+"""Evaluation shortcuts that must not change a value: a recursion over a set by CHOOSE runs as a
+loop (``setfold``), a LET definition that reads no enclosing name is one constant, and a small
+constant lazy set is enumerated once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tlacheck import check_model, load_model, setfold
+from tlacheck.result import EXIT_FAILURE_SPEC_EVAL
+from tlacheck.syntax import Local, fold
+from tlacheck.values import BOOLEAN, NAT, FilteredSet, FnSet, ProductSet, SubsetSet, size_bound
+
+# Each fold twice: as the matcher recognises it, and spelled so that it does not (the recursive
+# call's set is `(S \ {x}) \cup {}`), which evaluates the definition as written.
+FOLDS = r"""
+RECURSIVE Asc(_), AscW(_), Desc(_), DescW(_), Alt(_), AltW(_), Sum(_, _), SumW(_, _)
+Asc(S) == IF S = {} THEN <<>> ELSE LET x == CHOOSE x \in S : TRUE IN <<x>> \o Asc(S \ {x})
+AscW(S) == IF S = {} THEN <<>> ELSE LET x == CHOOSE x \in S : TRUE IN <<x>> \o AscW((S \ {x}) \cup {})
+Desc(S) == IF {} = S THEN <<>> ELSE LET y == CHOOSE z \in S : TRUE IN (Desc(S \ {y})) \o <<y>>
+DescW(S) == IF {} = S THEN <<>> ELSE LET y == CHOOSE z \in S : TRUE IN (DescW((S \ {y}) \cup {})) \o <<y>>
+Alt(S) == IF S = {} THEN 0 ELSE LET x == CHOOSE x \in S : TRUE IN x - Alt(S \ {x})
+AltW(S) == IF S = {} THEN 0 ELSE LET x == CHOOSE x \in S : TRUE IN x - AltW((S \ {x}) \cup {})
+Sum(f, S) == IF S = {} THEN 0 ELSE LET x == CHOOSE x \in S : TRUE IN f[x] + Sum(f, S \ {x})
+SumW(f, S) == IF S = {} THEN 0 ELSE LET x == CHOOSE x \in S : TRUE IN f[x] + SumW(f, (S \ {x}) \cup {})
+"""
+
+
+def _module(name: str, body: str, cfg: str, tmp_path: Path) -> Path:
+    spec = tmp_path / f"{name}.tla"
+    spec.write_text(f"---- MODULE {name} ----\nEXTENDS Integers, Sequences, FiniteSets\n{body}\n====\n")
+    (tmp_path / f"{name}.cfg").write_text(cfg)
+    return spec
+
+
+def test_the_recognised_folds_are_those_written_to_be(tmp_path: Path) -> None:
+    spec = _module("Folds", FOLDS + "VARIABLE v\nInit == v = 0\nNext == UNCHANGED v\n", "INIT Init\nNEXT Next\n",
+                   tmp_path)
+    defs = load_model(spec).comp.root.defs
+    matched = {name for name in ("Asc", "AscW", "Desc", "DescW", "Alt", "AltW", "Sum", "SumW")
+               if setfold.match(defs[name], lambda op: True) is not None}
+    assert matched == {"Asc", "Desc", "Alt", "Sum"}
+    assert setfold.match(defs["Desc"], lambda op: True).term_first is False  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("sets", [
+    "SUBSET {3, 1, 2, -4}",
+    "{{}, {\"b\", \"a\"}, {<<2, 1>>, <<1, 2>>, <<1>>}, {1, \"a\", <<1>>, {1}, TRUE}}",
+])
+def test_a_fold_has_the_value_of_the_recursion_as_written(tmp_path: Path, sets: str) -> None:
+    body = FOLDS + (
+        f"Sets == {sets}\n"
+        "ASSUME \\A S \\in Sets : Asc(S) = AscW(S) /\\ Desc(S) = DescW(S)\n"
+        "ASSUME \\A S \\in Sets : (\\A x \\in S : x \\in Int) => (Alt(S) = AltW(S) /\\ "
+        "Sum([y \\in S |-> 2 * y], S) = SumW([y \\in S |-> 2 * y], S))\n"
+        "ASSUME Asc({3, 1, 2}) = <<1, 2, 3>> /\\ Desc({3, 1, 2}) = <<3, 2, 1>>\n"
+        "ASSUME Alt({1, 2, 3}) = 1 - (2 - (3 - 0)) /\\ Sum([y \\in 1..4 |-> y * y], 1..4) = 30\n"
+        "VARIABLE v\nInit == v = 0\nNext == UNCHANGED v\n"
+    )
+    result = check_model(_module("Values", body, "INIT Init\nNEXT Next\n", tmp_path))
+    assert result.result == "success", result.message
+
+
+def test_a_fold_fails_where_the_recursion_as_written_fails(tmp_path: Path) -> None:
+    # f is defined on 1 and 3 only: both spellings fail on 2, the least element outside.
+    messages = []
+    for name, op in (("Folded", "Sum"), ("Written", "SumW")):
+        body = FOLDS + f"VARIABLE v\nInit == v = 0\nNext == v' = {op}((1 :> 10) @@ (3 :> 30), {{1, 2, 3, 4}})\n"
+        result = check_model(_module(name, body, "INIT Init\nNEXT Next\n", tmp_path))
+        assert result.exit_code == EXIT_FAILURE_SPEC_EVAL
+        messages.append(result.message.splitlines()[0].replace(name, "M"))
+    assert messages[0] == messages[1]
+    assert messages[0].endswith("applied to 2 outside its domain")
+
+
+@pytest.mark.parametrize(("definition", "why"), [
+    (r"Op(S) == IF S = {} THEN 0 ELSE LET x == CHOOSE x \in S : TRUE IN Cardinality(S) + Op(S \ {x})",
+     "the term reads S"),
+    (r"Op(S) == IF S = {} THEN 0 ELSE LET x == CHOOSE x \in S : x > 0 IN x + Op(S \ {x})",
+     "CHOOSE with a predicate"),
+    (r"Op(S) == IF S = {} THEN 0 ELSE LET x == CHOOSE x \in S : TRUE  y == 1 IN x + Op(S \ {x})",
+     "two LET definitions"),
+    (r"Op(S) == IF S = {} THEN 0 ELSE LET x == CHOOSE x \in S : TRUE IN x + Op(S \ {1})",
+     "another element removed"),
+    (r"Op(S) == IF S # {} THEN 0 ELSE LET x == CHOOSE x \in S : TRUE IN x + Op(S \ {x})",
+     "another test"),
+    (r"Op(S) == IF S = {} THEN 0 ELSE LET x == CHOOSE x \in S : TRUE IN x + Op(S \ {x}) + Op(S \ {x})",
+     "the recursion twice"),
+])
+def test_other_recursions_are_evaluated_as_written(tmp_path: Path, definition: str, why: str) -> None:
+    body = f"RECURSIVE Op(_)\n{definition}\nVARIABLE v\nInit == v = 0\nNext == UNCHANGED v\n"
+    spec = _module(f"Other{abs(hash(why)) % 1000}", body, "INIT Init\nNEXT Next\n", tmp_path)
+    assert setfold.match(load_model(spec).comp.root.defs["Op"], lambda op: True) is None, why
+
+
+def test_a_let_constant_inside_an_operator_is_one_value(tmp_path: Path) -> None:
+    body = ("VARIABLE v\nInit == v = 0\nNext == UNCHANGED v\n"
+            "Near(p) == LET nbrs == {d \\in {-1, 0, 1} \\X {-1, 0, 1} : d # <<0, 0>>}\n"
+            "               mine == {d \\in {-1, 0, 1} : d # p}\n"
+            "           IN Cardinality(nbrs) + Cardinality(mine)\n")
+    model = load_model(_module("Near", body, "INIT Init\nNEXT Next\n", tmp_path))
+    comp, near = model.comp, model.comp.root.defs["Near"]
+    let = near.body
+    locals_ = {"p": Local("val", "p")}
+    nbrs, mine = (d.definiens for d in let.definitions)
+    fn, deps = comp.expr(nbrs, near.scope, locals_, False)
+    assert deps == 0
+    assert fn(None, {}) == frozenset((x, y) for x in (-1, 0, 1) for y in (-1, 0, 1)) - {(0, 0)}  # type: ignore[arg-type]
+    assert comp.expr(mine, near.scope, locals_, False)[1] != 0  # it reads p
+
+
+def test_size_bounds_of_lazy_sets() -> None:
+    three = frozenset({1, 2, 3})
+    assert size_bound(ProductSet([three, BOOLEAN])) == 6
+    assert size_bound(FilteredSet(ProductSet([three, three]), lambda v: False)) == 9
+    assert size_bound(SubsetSet(three)) == 8
+    assert size_bound(FnSet(three, BOOLEAN)) == 8
+    assert size_bound(NAT) is None
+    assert size_bound(SubsetSet(NAT)) is None
+
+
+def test_small_constant_lazy_sets_are_enumerated_once() -> None:
+    calls = []
+
+    def odd(v: object) -> bool:
+        calls.append(v)
+        return v[0] % 2 == 1  # type: ignore[index]
+
+    small = fold(lambda c, e: FilteredSet(ProductSet([frozenset(range(8)), BOOLEAN]), odd), 0)
+    value = small(None, {})  # type: ignore[arg-type]
+    assert value.materialised and len(calls) == 16
+    assert sorted(value) == sorted((x, b) for x in range(1, 8, 2) for b in (False, True))
+    assert len(calls) == 16  # enumerating again costs no predicate
+    large = fold(lambda c, e: FilteredSet(ProductSet([frozenset(range(100)), frozenset(range(100))]), odd), 0)
+    assert not large(None, {}).materialised  # type: ignore[arg-type]
