@@ -13,10 +13,12 @@ from tlacheck.result import EXIT_FAILURE_SPEC_EVAL
 from tlacheck.syntax import Local, fold
 from tlacheck.values import BOOLEAN, NAT, FilteredSet, FnSet, ProductSet, SubsetSet, size_bound
 
+# Ups's terms are lazy sets (a filter of a SUBSET that is not a constant) that read x when they
+# are enumerated, after the next term is evaluated.
 # Each fold twice: as the matcher recognises it, and spelled so that it does not (the recursive
 # call's set is `(S \ {x}) \cup {}`), which evaluates the definition as written.
 FOLDS = r"""
-RECURSIVE Asc(_), AscW(_), Desc(_), DescW(_), Alt(_), AltW(_), Sum(_, _), SumW(_, _)
+RECURSIVE Asc(_), AscW(_), Desc(_), DescW(_), Alt(_), AltW(_), Sum(_, _), SumW(_, _), Ups(_), UpsW(_)
 Asc(S) == IF S = {} THEN <<>> ELSE LET x == CHOOSE x \in S : TRUE IN <<x>> \o Asc(S \ {x})
 AscW(S) == IF S = {} THEN <<>> ELSE LET x == CHOOSE x \in S : TRUE IN <<x>> \o AscW((S \ {x}) \cup {})
 Desc(S) == IF {} = S THEN <<>> ELSE LET y == CHOOSE z \in S : TRUE IN (Desc(S \ {y})) \o <<y>>
@@ -25,6 +27,10 @@ Alt(S) == IF S = {} THEN 0 ELSE LET x == CHOOSE x \in S : TRUE IN x - Alt(S \ {x
 AltW(S) == IF S = {} THEN 0 ELSE LET x == CHOOSE x \in S : TRUE IN x - AltW((S \ {x}) \cup {})
 Sum(f, S) == IF S = {} THEN 0 ELSE LET x == CHOOSE x \in S : TRUE IN f[x] + Sum(f, S \ {x})
 SumW(f, S) == IF S = {} THEN 0 ELSE LET x == CHOOSE x \in S : TRUE IN f[x] + SumW(f, (S \ {x}) \cup {})
+Ups(S) == IF S = {} THEN {} ELSE LET x == CHOOSE x \in S : TRUE IN
+    {T \in SUBSET (x..3) : x \in T} \cup Ups(S \ {x})
+UpsW(S) == IF S = {} THEN {} ELSE LET x == CHOOSE x \in S : TRUE IN
+    {T \in SUBSET (x..3) : x \in T} \cup UpsW((S \ {x}) \cup {})
 """
 
 
@@ -39,9 +45,9 @@ def test_the_recognised_folds_are_those_written_to_be(tmp_path: Path) -> None:
     spec = _module("Folds", FOLDS + "VARIABLE v\nInit == v = 0\nNext == UNCHANGED v\n", "INIT Init\nNEXT Next\n",
                    tmp_path)
     defs = load_model(spec).comp.root.defs
-    matched = {name for name in ("Asc", "AscW", "Desc", "DescW", "Alt", "AltW", "Sum", "SumW")
+    matched = {name for name in ("Asc", "AscW", "Desc", "DescW", "Alt", "AltW", "Sum", "SumW", "Ups", "UpsW")
                if setfold.match(defs[name], lambda op: True) is not None}
-    assert matched == {"Asc", "Desc", "Alt", "Sum"}
+    assert matched == {"Asc", "Desc", "Alt", "Sum", "Ups"}
     assert setfold.match(defs["Desc"], lambda op: True).term_first is False  # type: ignore[union-attr]
 
 
@@ -56,6 +62,7 @@ def test_a_fold_has_the_value_of_the_recursion_as_written(tmp_path: Path, sets: 
         "ASSUME \\A S \\in Sets : (\\A x \\in S : x \\in Int) => (Alt(S) = AltW(S) /\\ "
         "Sum([y \\in S |-> 2 * y], S) = SumW([y \\in S |-> 2 * y], S))\n"
         "ASSUME Asc({3, 1, 2}) = <<1, 2, 3>> /\\ Desc({3, 1, 2}) = <<3, 2, 1>>\n"
+        "ASSUME Ups({1, 3}) = UpsW({1, 3}) /\\ Ups({1, 3}) = {T \\in SUBSET 1..3 : 1 \\in T} \\cup {{3}}\n"
         "ASSUME Alt({1, 2, 3}) = 1 - (2 - (3 - 0)) /\\ Sum([y \\in 1..4 |-> y * y], 1..4) = 30\n"
         "VARIABLE v\nInit == v = 0\nNext == UNCHANGED v\n"
     )

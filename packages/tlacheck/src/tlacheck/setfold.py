@@ -157,18 +157,21 @@ def evaluator(fold: SetFold, base: Fun, term: Fun, combine: Callable[[Value, Val
     set_param, element = fold.set_param, fold.element
     empty: frozenset[Value] = frozenset()
 
+    # Each term gets an environment of its own, as each level of the recursion does: a lazy
+    # value (a filtered set) may keep reading it after the next term is evaluated.
     if fold.term_first:
         def fold_terms_first(c: Ctx, e: dict[str, Value]) -> Value:
             s = e[set_param]
             if type(s) is not frozenset:
                 return as_written(c, e)
-            e2 = dict(e)
             terms = []
             for x in canonical(s):
+                e2 = dict(e)
                 e2[element] = x
                 terms.append(term(c, e2))
-            e2[set_param] = empty
-            acc = base(c, e2)
+            at_base = dict(e)
+            at_base[set_param] = empty
+            acc = base(c, at_base)
             for v in reversed(terms):
                 acc = combine(v, acc)
             return acc
@@ -179,10 +182,11 @@ def evaluator(fold: SetFold, base: Fun, term: Fun, combine: Callable[[Value, Val
         s = e[set_param]
         if type(s) is not frozenset:
             return as_written(c, e)
-        e2 = dict(e)
-        e2[set_param] = empty
-        acc = base(c, e2)
+        at_base = dict(e)
+        at_base[set_param] = empty
+        acc = base(c, at_base)
         for x in reversed(canonical(s)):
+            e2 = dict(e)
             e2[element] = x
             acc = combine(acc, term(c, e2))
         return acc
