@@ -10,7 +10,7 @@ import pytest
 
 from tlacheck import check_model, load_model, setfold
 from tlacheck.result import EXIT_FAILURE_SPEC_EVAL
-from tlacheck.syntax import Local, fold
+from tlacheck.syntax import NEXT, Local, fold
 from tlacheck.values import BOOLEAN, NAT, FilteredSet, FnSet, ProductSet, SubsetSet, size_bound
 
 # Ups's terms are lazy sets (a filter of a SUBSET that is not a constant) that read x when they
@@ -142,3 +142,35 @@ def test_small_constant_lazy_sets_are_enumerated_once() -> None:
     assert len(calls) == 16  # enumerating again costs no predicate
     large = fold(lambda c, e: FilteredSet(ProductSet([frozenset(range(100)), frozenset(range(100))]), odd), 0)
     assert not large(None, {}).materialised  # type: ignore[arg-type]
+
+
+# Doubling(40) re-evaluated at each of the two reads of r would take 2^40 calls.
+DOUBLING = r"""
+RECURSIVE Doubling(_)
+Doubling(n) == IF n = 0 THEN 1 ELSE LET r == Doubling(n - 1) IN r + r
+Nested(n) == LET RECURSIVE D(_)
+                 D(k) == IF k = 0 THEN 1 ELSE LET r == D(k - 1) IN r + r
+             IN D(n)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_let_definition_over_a_recursive_call_is_evaluated_once_per_entry(tmp_path: Path) -> None:
+    body = DOUBLING + ("VARIABLE v\nInit == v = 0\nNext == UNCHANGED v\n"
+                       "ASSUME Doubling(40) = 2^40 /\\ Nested(40) = 2^40\n")
+    model = load_model(_module("Doubling", body, "INIT Init\nNEXT Next\n", tmp_path))
+    comp = model.comp
+    assert comp.op_body(comp.root.defs["Doubling"], False)[1] & NEXT == 0
+
+
+def test_a_recursive_operator_that_reads_a_primed_variable_is_compiled_as_one(tmp_path: Path) -> None:
+    body = ("VARIABLES x, y\nInit == x = 0 /\\ y = 0\n"
+            "RECURSIVE Late(_)\n"
+            "Late(n) == IF n = 0 THEN x' ELSE LET r == Late(n - 1) IN r\n"
+            "Next == x' \\in {0, 1, 2} /\\ y' = Late(3)\n"
+            "Same == x = y\n")
+    spec = _module("Late", body, "INIT Init\nNEXT Next\nINVARIANT Same\n", tmp_path)
+    comp = load_model(spec).comp
+    assert comp.op_body(comp.root.defs["Late"], False)[1] & NEXT
+    result = check_model(spec)
+    assert (result.result, result.distinct_states) == ("success", 3)

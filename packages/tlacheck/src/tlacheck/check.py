@@ -30,12 +30,13 @@ from .codegen import generate_expr
 from .config import ModelConfig, Named, parse_config
 from .errors import EvalError, TlaError
 from .heap import SearchHeap
+from .implied import ImpliedActions
 from .liveness import FairInfo, LivenessSearch, reachable
 from .modules import Decl, InstanceRef, ModuleLoader, OpDef, Scope, pos
 from .monitor import DEFAULT_MAX_MEMORY_MB, Halt, Monitor
 from .order import forget_sortkeys
 from .symmetry import Canonicaliser
-from .syntax import EMPTY, NEXT, STATE, UNSET, Ctx, Gen, VarRef, as_bool, state_memo
+from .syntax import EMPTY, IMPURE, NEXT, STATE, UNSET, Ctx, Gen, VarRef, as_bool, state_memo
 from .temporal import Fairness, Liveness, Piece, TemporalAnalyzer
 from .values import Fn, Value, rank_model_values, render, to_set
 
@@ -101,6 +102,9 @@ class Compiled:
     # steps satisfying every one of them.
     suffix_actions: list[tuple[Pred, dict[str, Value]]] = field(default_factory=list)
     fair_claims: list[FairClaim] = field(default_factory=list)
+    # Whether an action property has side effects (Print): then it is evaluated on every
+    # generated successor, not once per distinct step (implied.py).
+    implied_side_effects: bool = False
 
 
 def _scopes(root: Scope) -> list[Scope]:
@@ -165,6 +169,7 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
         next=nxt,
         invariants=invariants + claims.invariants,
         implied_actions=claims.implied_actions,
+        implied_side_effects=claims.implied_side_effects,
         constraints=constraints,
         action_constraints=action_constraints,
         liveness=claims.liveness,
@@ -342,6 +347,7 @@ class _Claims:
     init_props: list[tuple[str, Pred, dict[str, Value]]] = field(default_factory=list)
     invariants: list[tuple[str, Pred, dict[str, Value]]] = field(default_factory=list)
     implied_actions: list[tuple[str, Pred, dict[str, Value]]] = field(default_factory=list)
+    implied_side_effects: bool = False
     fair_claims: list[FairClaim] = field(default_factory=list)
     liveness: list[Live] = field(default_factory=list)
 
@@ -362,8 +368,9 @@ def _property_claims(root: Scope, cfg: ModelConfig, comp: Compiler, ta: Temporal
             fn, _ = comp.expr(pc.node, pc.scope, pc.locals, False)
             claims.invariants.append((item.name, fn, pc.env))
         for pc in dec.actions:
-            fn, _ = comp.expr(pc.node, pc.scope, pc.locals, False)
+            fn, deps = comp.expr(pc.node, pc.scope, pc.locals, False)
             claims.implied_actions.append((item.name, fn, pc.env))
+            claims.implied_side_effects |= bool(deps & IMPURE)
         claims.fair_claims.extend(_fair_claim(comp, item.name, f) for f in dec.fairness)
         claims.liveness.extend(_live(comp, item.name, lv) for lv in dec.liveness)
     return claims
@@ -498,6 +505,7 @@ class Checker:
         self.depth: list[int] = []
         self.seen: dict[Any, int] = {}
         self.generated = 0
+        self.implied = ImpliedActions(model.implied_actions, model.implied_side_effects)
         self.queue: deque[int] = deque()
         self.succ: list[list[tuple[int, str]]] | None = [] if model.liveness or model.fair_claims else None
         self.max_depth = 0
@@ -817,8 +825,9 @@ class Checker:
                 if m.invariants:
                     self.check_state(t, j, label, True)
                 self.check_limit()
-        for name, fn, env in m.implied_actions:
-            if fn(c, env) is not True:
+        if self.implied:
+            name = self.implied.violated(self.states[i], c, t)
+            if name is not None:
                 raise _Stop("safety failure", name, self.path_to(i), t, label,
                             f"Action property {name} is violated.", EXIT_VIOLATION_SAFETY)
         if self.succ is not None and j >= 0:
@@ -839,7 +848,7 @@ class Checker:
         constrained = bool(m.constraints or m.action_constraints)
         return parallel.Expansion(
             m.next, self.states, self.seen, len(m.variables), self.key if m.symmetry else None,
-            self.in_model if constrained else None, invariants_hold, m.implied_actions, m.suffix_actions,
+            self.in_model if constrained else None, invariants_hold, self.implied, m.suffix_actions,
             self.memos, self.fair_steps if self.fair_conditions else None,
         )
 

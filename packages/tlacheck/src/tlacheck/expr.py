@@ -204,27 +204,48 @@ class ExprCompiler:
         hit = self.cache.get(key)
         if hit is not None:
             return hit
-        cell: list[Fun] = []
-
-        def indirect(c: Ctx, e: dict[str, Value]) -> Value:
-            return cell[0](c, e)
-
-        # While compiling (recursion) assume the worst so nothing gets wrongly folded.
-        self.cache[key] = (indirect, STATE | NEXT | ENV | ALLVARS)
         locals_ = {p: Local("opparam" if ar else "val", p) for p, ar in opdef.params}
-        with self.in_file_of(opdef):
-            if getattr(opdef.node, "function", None):
-                fn, deps = self.function_def(opdef.name, opdef.body, opdef.scope, locals_, primed)
-            else:
+
+        def build() -> tuple[Fun, int]:
+            with self.in_file_of(opdef):
+                if getattr(opdef.node, "function", None):
+                    return self.function_def(opdef.name, opdef.body, opdef.scope, locals_, primed)
                 fn, deps = self.expr(opdef.body, opdef.scope, locals_, primed)
                 if opdef.name in opdef.scope.recursive:
                     fn = self.set_fold(opdef, fn, locals_, primed)
-        cell.append(fn)
-        self.cache[key] = (fn, deps)
+                return fn, deps
+
+        fn, deps = self.self_referent(key, build)
         if deps == 0:
             # A constant reads no variable, primed or not: one value for both (Init's
             # `seq \in SortedSeqs` and the invariant's), evaluated once.
             self.cache.setdefault(("op", id(opdef), not primed), (fn, deps))
+        return fn, deps
+
+    def self_referent(self, key: tuple[Any, ...], build: Callable[[], tuple[Fun, int]]) -> tuple[Fun, int]:
+        r"""Compile, by ``build``, a definition that may call itself: while it compiles, ``key``
+        maps to a closure that forwards to the result.
+
+        The forward's dependencies are assumed: every variable, so nothing is folded into a
+        constant, but no primed one, so a LET definition over a recursive call is evaluated once
+        per entry (TC4's ``RR == TCR(T \ {r})`` is read twice per pair, which re-evaluated is
+        exponential). When the body does read a primed variable, what was compiled under that
+        assumption is dropped and the body compiled again under the worst case."""
+        cell: list[Fun] = []
+
+        def forward(c: Ctx, e: dict[str, Value]) -> Value:
+            return cell[0](c, e)
+
+        mark = len(self.cache)
+        self.cache[key] = (forward, STATE | ENV | ALLVARS)
+        fn, deps = build()
+        if deps & NEXT:
+            for stale in list(self.cache)[mark:]:
+                del self.cache[stale]
+            self.cache[key] = (forward, STATE | NEXT | ENV | ALLVARS)
+            fn, deps = build()
+        cell.append(fn)
+        self.cache[key] = (fn, deps)
         return fn, deps
 
     def set_fold(self, opdef: OpDef, as_written: Fun, locals_: dict[str, Local], primed: bool) -> Fun:
@@ -1446,14 +1467,12 @@ class ExprCompiler:
         hit = self.cache.get(key)
         if hit is not None:
             return hit
-        cell: list[Fun] = []
-        self.cache[key] = ((lambda c, e: cell[0](c, e)), STATE | NEXT | ENV | ALLVARS)
         inner = dict(target.locals)
         for p, ar in target.params:
             inner[p] = Local("opparam" if ar else "val", p)
         assert target.scope is not None
-        fn, deps = self.expr(target.body, target.scope, inner, primed)
-        cell.append(fn)
+        scope = target.scope
+        fn, deps = self.self_referent(key, lambda: self.expr(target.body, scope, inner, primed))
         self.cache[key] = (fn, deps | ENV)
         return fn, deps | ENV
 

@@ -40,6 +40,7 @@ from typing import IO, Any
 
 from tlacheck.result import EXIT_ERROR_SYSTEM
 
+from .implied import ImpliedActions
 from .monitor import Halt
 from .syntax import EMPTY, UNSET, Ctx, Gen
 from .values import Value
@@ -111,7 +112,7 @@ class Expansion:
     def __init__(
         self, nxt: Gen, states: list[State], seen: dict[Any, int], nv: int,
         key: Callable[[State], Any] | None, in_model: Callable[[State, Ctx], bool] | None,
-        invariants_hold: Callable[[State], bool], implied: list[tuple[str, Any, dict[str, Value]]],
+        invariants_hold: Callable[[State], bool], implied: ImpliedActions,
         suffix: list[tuple[Any, dict[str, Value]]], memos: list[list[Any]],
         fair_steps: Callable[[State, dict[Any, int]], list[Any]] | None,
     ) -> None:
@@ -151,7 +152,7 @@ class Expansion:
                         found.append((UNASSIGNED, lab, next(k for k, v in enumerate(t) if v is UNSET)))
                         break
                     try:
-                        steps_ok = all(fn(c, env) is True for _name, fn, env in implied)
+                        steps_ok = not implied or implied.violated(s, c, t) is None
                         if in_model is not None and not in_model(t, c):
                             if steps_ok and holds(t):
                                 found.append((OUTSIDE, lab))
