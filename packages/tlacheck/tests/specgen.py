@@ -7,8 +7,9 @@ or a sequence over ``0..M`` of length at most ``L``. Every update keeps a variab
 kind's finite domain (``% (M + 1)``, a length guard), so every state space is finite and small.
 Actions (some with a parameter ``p \\in Proc``) are guards and updates built from ``\\E``,
 ``IF``, ``CASE``, ``UNCHANGED``, ``EXCEPT``, operators with parameters, ``LET``, and recursive
-operators; invariants, deadlock on or off, ``WF``/``SF`` fairness with temporal properties, and
-``SYMMETRY`` on ``Proc`` (then without liveness, and nothing names one of its elements).
+operators; invariants, action properties (``[][A => P']_vars``), deadlock on or off, ``WF``/``SF``
+fairness with temporal properties, and ``SYMMETRY`` on ``Proc`` (then without liveness, and nothing
+names one of its elements).
 """
 
 from __future__ import annotations
@@ -257,6 +258,20 @@ def specs(draw: st.DrawFn) -> GeneratedSpec:
             builder.used.add(form.replace("({a})", "P").replace("({b})", "Q"))
             properties.append(form.format(a=a, b=b))
 
+    # Action properties hold on every step: an action implies a primed state predicate, or a state
+    # predicate implies one. Safety, so with SYMMETRY too.
+    steps = []
+    for _ in range(draw(st.sampled_from([0, 0, 1, 2]))):
+        after = f"({builder.boolean([])})'"
+        if draw(st.booleans()):
+            name, parameter = draw(st.sampled_from(actions))
+            builder.used.add("[][A => P']_v")
+            steps.append(f"[][\\A p \\in Proc : {name}(p) => {after}]_vars" if parameter
+                         else f"[][{name} => {after}]_vars")
+        else:
+            builder.used.add("[][P => Q']_v")
+            steps.append(f"[][({builder.boolean([])}) => {after}]_vars")
+
     lines = ["---- MODULE Fuzz ----", "EXTENDS Integers, Sequences, FiniteSets, TLC",
              "CONSTANT Proc", f"VARIABLES {', '.join(names)}", f"vars == <<{', '.join(names)}>>",
              f"Bump(v) == (v + 1) % {top + 1}", f"Small(v) == v <= {top}", "Put(v, w) == v' = w",
@@ -273,6 +288,7 @@ def specs(draw: st.DrawFn) -> GeneratedSpec:
     lines.append("Spec == Init /\\ [][Next]_vars" + "".join(f" /\\ {f}" for f in fairness))
     lines += [f"Inv{i} == {text}" for i, text in enumerate(invariants)]
     lines += [f"Prop{i} == {text}" for i, text in enumerate(properties)]
+    lines += [f"Step{i} == {text}" for i, text in enumerate(steps)]
     if symmetric:
         lines.append("Sym == Permutations(Proc)")
     lines.append("====")
@@ -281,6 +297,7 @@ def specs(draw: st.DrawFn) -> GeneratedSpec:
     config = ["SPECIFICATION Spec", f"CONSTANT Proc = {{{elements}}}"]
     config += [f"INVARIANT Inv{i}" for i in range(len(invariants))]
     config += [f"PROPERTY Prop{i}" for i in range(len(properties))]
+    config += [f"PROPERTY Step{i}" for i in range(len(steps))]
     if symmetric:
         config.append("SYMMETRY Sym")
         builder.used.add("symmetry")
