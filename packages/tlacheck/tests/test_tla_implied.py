@@ -59,7 +59,7 @@ def test_a_step_is_evaluated_once_per_state_it_is_generated_from() -> None:
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_violation_on_a_repeated_step_is_found(tmp_path: Path, workers: int) -> None:
     result = check_model(_spec(tmp_path, "NotThree"), workers=workers)
-    assert (result.result, result.violated, result.exit_code) == ("safety failure", "NotThree", 12)
+    assert (result.result, result.violated, result.exit_code) == ("safety failure", "NotThree", 13)
     assert [step.state["x"] for step in result.trace] == ["0", "1", "3"]
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tlacheck import check_model, load_model, setfold
+from tlacheck.check import Checker
 from tlacheck.result import EXIT_FAILURE_SPEC_EVAL
 from tlacheck.syntax import NEXT, Local, fold
 from tlacheck.values import BOOLEAN, NAT, FilteredSet, FnSet, ProductSet, SubsetSet, size_bound
@@ -174,3 +175,35 @@ def test_a_recursive_operator_that_reads_a_primed_variable_is_compiled_as_one(tm
     assert comp.op_body(comp.root.defs["Late"], False)[1] & NEXT
     result = check_model(spec)
     assert (result.result, result.distinct_states) == ("success", 3)
+
+
+# Around(p) memoises `near` on p; Shifted's `moved` reads the variable v through `base`, and
+# `Guarded`'s `pick` reads `inverse` only where it is defined: keyed on p, not on inverse's value.
+MEMOISED_LETS = r"""
+VARIABLE v
+Init == v = 0
+Next == v' = (v + 1) % 4
+Around(p) == LET near == {<<p + x, x>> : x \in {-1, 0, 1}} IN near
+Shifted(p) == LET base == v + p
+                  moved == {x \in 0..base : x >= p}
+              IN Cardinality(moved)
+Guarded(p) == LET inverse == 12 \div p
+                  pick == IF p = 0 THEN {} ELSE {x \in 1..inverse : x = 1}
+              IN pick
+Ok == /\ \A p \in 0..5 : Around(p) = {<<p - 1, -1>>, <<p, 0>>, <<p + 1, 1>>}
+      /\ \A p \in 0..3 : Shifted(p) = v + 1
+      /\ Guarded(0) = {} /\ Guarded(3) = {1}
+"""
+
+
+def test_a_let_definition_that_reads_no_variable_is_memoised_on_what_it_reads(tmp_path: Path) -> None:
+    spec = _module("Memoised", MEMOISED_LETS, "INIT Init\nNEXT Next\nINVARIANT Ok\n", tmp_path)
+    result = check_model(spec)
+    assert (result.result, result.distinct_states) == ("success", 4)
+    # Checked over 4 states with `moved` memoised on p alone, Shifted(p) would stay v + 1 of v = 0.
+    model = load_model(spec)
+    Checker(model).run()
+    memos = [m for m in model.comp.op_memos.values() if m and all(type(k) is tuple and len(k) == 1 for k in m)]
+    near = {k[0]: v for m in memos for k, v in m.items() if len(v) == 3}
+    assert near[2] == frozenset({(1, -1), (2, 0), (3, 1)}) and set(near) == set(range(6))
+    assert {k[0]: v for m in memos for k, v in m.items() if len(v) < 3} == {0: frozenset(), 3: frozenset({1})}

@@ -195,6 +195,6 @@ def test_weak_versus_strong_fairness() -> None:
 def test_action_property_violation() -> None:
     r = run("HourClock", "HourClockIncreasing")
     assert r.result == "safety failure" and r.violated == "Increasing"
-    assert r.exit_code == EXIT_VIOLATION_SAFETY
+    assert r.exit_code == EXIT_VIOLATION_LIVENESS  # TLC's status for any broken PROPERTY
     assert hours(r) == [12, 1]  # the shortest: start at 12 and wrap around
     assert [s.action for s in r.trace] == ["Initial predicate", "HCnxt"]

@@ -492,3 +492,11 @@ def test_session_gives_what_one_run_gives(tmp_path: Path) -> None:
     assert runs[0].to_json() | {"seconds": 0} == alone.to_json() | {"seconds": 0}
     assert (runs[0].result, runs[0].distinct_states, len(runs[0].trace)) == ("deadlock failure", 3, 3)
     assert (runs[1].result, runs[1].distinct_states) == ("success", 3)
+
+
+def test_a_broken_action_property_is_a_safety_failure_with_tlcs_status() -> None:
+    # TLC exits 13 (its status for temporal properties) on "Action property Step0 is violated".
+    result = tlc.parse_tlc_output(fixture("action_property.out"), EXIT_VIOLATION_LIVENESS)
+    assert (result.result, result.exit_code, result.violated) == ("safety failure", EXIT_VIOLATION_LIVENESS, "Step0")
+    assert [step.state for step in result.trace] == [{"x": "0"}, {"x": "1"}, {"x": "3"}]
+    assert (result.states_generated, result.distinct_states, result.depth) == (9, 4, 3)

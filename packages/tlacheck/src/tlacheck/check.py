@@ -828,8 +828,9 @@ class Checker:
         if self.implied:
             name = self.implied.violated(self.states[i], c, t)
             if name is not None:
+                # A safety property, but TLC exits with its status for temporal properties.
                 raise _Stop("safety failure", name, self.path_to(i), t, label,
-                            f"Action property {name} is violated.", EXIT_VIOLATION_SAFETY)
+                            f"Action property {name} is violated.", EXIT_VIOLATION_LIVENESS)
         if self.succ is not None and j >= 0:
             self.succ[i].append((j, label))
             if m.suffix_actions and all(fn(c, env) is True for fn, env in m.suffix_actions):

@@ -16,7 +16,7 @@ from .errors import EvalError, TlaError, raise_located
 from .modules import Decl, InstanceRef, OpDef, Scope, pos
 from .order import least
 from .primed import PrimedParameters
-from .purity import Purity
+from .purity import Purity, has_binder
 from .syntax import (
     ALLVARS,
     EMPTY,
@@ -139,6 +139,9 @@ class ExprCompiler:
         self.at_reads = 0
         # syntax.names_in per syntax node (the trees outlive the compiler).
         self.names: dict[int, frozenset[str]] = {}
+        # The LET definitions (by their Local's id) that read no variable, directly or through
+        # another definition, with the bound names their values depend on (let_memoised).
+        self.stateless: dict[int, frozenset[str]] = {}
 
     # ---- errors -------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -602,14 +605,53 @@ class ExprCompiler:
                 inner[d.name] = Local("letop", d.name, params, d.definiens, scope, None)
                 inner[d.name].locals = inner  # later defs and recursion see each other
                 continue
-            inner[d.name] = Local("thunk", d.name, [], d, scope, None)
+            local = inner[d.name] = Local("thunk", d.name, [], d, scope, None)
             if d.function:
                 fn, fd = self.function_def(d.name, d.definiens, scope, inner, primed)
             else:
                 fn, fd = self.expr(d.definiens, scope, inner, primed)
+                fn = self.let_memoised(d, fn, fd, inner, local)
             thunks.append((d.name, fn, not (fd & NEXT)))
             deps |= fd
         return inner, thunks, deps
+
+    def let_memoised(self, d: Any, fn: Fun, deps: int, inner: dict[str, Local], local: Local) -> Fun:
+        """``fn``, the value of the LET definition ``d``, memoised on the values of the bound names
+        it reads when it reads no variable and loops (``points == {<<p[1] + x, p[2] + y>> :
+        <<x, y>> \\in nbrs}`` in GameOfLife's ``score(p)``: 16 values over the whole search, built
+        16 times per state before). ``local`` is recorded with the bound names its value depends
+        on, for the definitions that read it: they are keyed on those names, never on its value,
+        which would evaluate it where the definition as written might not."""
+        if deps & ~ENV:
+            return fn
+        keys: set[str] = set()
+        for n in names_in(d.definiens, self.names) & inner.keys() - {d.name}:
+            loc = inner[n]
+            if loc.kind == "val":
+                keys.add(n)
+            elif loc.kind == "thunk" and id(loc) in self.stateless:
+                keys |= self.stateless[id(loc)]
+            else:
+                return fn
+        self.stateless[id(local)] = frozenset(keys)
+        if not keys or not has_binder(d.definiens):
+            return fn
+        names = sorted(keys)
+        memo = self.op_memos.setdefault(id(d), {})
+        plain, limit = PLAIN_TYPES, _OP_MEMO_LIMIT
+
+        def memoised(c: Ctx, e: dict[str, Value]) -> Value:
+            key = tuple([e[n] for n in names])
+            for v in key:
+                if type(v) not in plain:  # lazy sets and functions: hashing would materialise them
+                    return fn(c, e)
+            r = memo.get(key, MISSING)
+            if r is MISSING:
+                r = fn(c, e)
+                remember(memo, key, r, limit)
+            return r
+
+        return memoised
 
     @staticmethod
     def enter_let(thunks: list[tuple[str, Fun, bool]], c: Ctx, e: dict[str, Value]) -> dict[str, Value]:

@@ -26,6 +26,18 @@ _IMPURE_OPS = frozenset({
 _SKIP_FIELDS = frozenset({"symbol", "start", "end"})
 
 
+def has_binder(node: Any) -> bool:
+    """Whether ``node`` holds a quantifier, set comprehension or filter, function constructor or
+    CHOOSE: something whose evaluation loops, worth a memo lookup."""
+    if node is None or isinstance(node, str | int | bool):
+        return False
+    if isinstance(node, list) or (isinstance(node, tuple) and not hasattr(node, "_fields")):
+        return any(has_binder(x) for x in node)
+    if type(node).__name__ in _BINDERS:
+        return True
+    return any(has_binder(getattr(node, f)) for f in getattr(node, "_fields", ()) if f not in _SKIP_FIELDS)
+
+
 class Purity:
     """Analyses operator definitions once each (results cached by definition)."""
 

@@ -567,6 +567,9 @@ def parse_tlc_output(
     if result_kind is None:
         # Old TLC versions exited 1 (or even 0) on violations: read the verdict from the text.
         result_kind = _outcome_from_text(text)
+    elif exit_code == EXIT_VIOLATION_LIVENESS and _ACTION_PROPERTY_RE.search(text):
+        # TLC exits 13 on a broken [][A]_v as on any temporal property; it is a safety property.
+        result_kind = "safety failure"
     result = CheckResult(engine="tlc", result=result_kind, exit_code=exit_code)
     stats = _STATS_RE.findall(text)
     if stats:
