@@ -30,11 +30,11 @@ from .codegen import generate_expr
 from .config import ModelConfig, Named, parse_config
 from .errors import EvalError, TlaError
 from .heap import SearchHeap
-from .implied import ImpliedActions
 from .liveness import FairInfo, LivenessSearch, reachable
 from .modules import Decl, InstanceRef, ModuleLoader, OpDef, Scope, pos
 from .monitor import DEFAULT_MAX_MEMORY_MB, Halt, Monitor
 from .order import forget_sortkeys
+from .steps import StepOutcomes, all_hold, first_violated
 from .symmetry import Canonicaliser
 from .syntax import EMPTY, IMPURE, NEXT, STATE, UNSET, Ctx, Gen, VarRef, as_bool, state_memo
 from .temporal import Fairness, Liveness, Piece, TemporalAnalyzer
@@ -102,9 +102,10 @@ class Compiled:
     # steps satisfying every one of them.
     suffix_actions: list[tuple[Pred, dict[str, Value]]] = field(default_factory=list)
     fair_claims: list[FairClaim] = field(default_factory=list)
-    # Whether an action property has side effects (Print): then it is evaluated on every
-    # generated successor, not once per distinct step (implied.py).
+    # Whether an action property, or a <>[][A]_v conjunct, has side effects (Print): then it is
+    # evaluated on every generated successor, not once per distinct step (steps.py).
     implied_side_effects: bool = False
+    suffix_side_effects: bool = False
 
 
 def _scopes(root: Scope) -> list[Scope]:
@@ -180,6 +181,7 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
         fairness_all_vars=fairness.all_vars,
         fairness_ops=fairness.ops,
         suffix_actions=behaviour.suffix_actions,
+        suffix_side_effects=behaviour.suffix_side_effects,
         fair_claims=claims.fair_claims,
     )
 
@@ -255,6 +257,7 @@ class _Behaviour:
     next_node: Any
     fairness: list[Fairness]
     suffix_actions: list[tuple[Pred, dict[str, Value]]]
+    suffix_side_effects: bool = False
 
 
 def _behaviour(root: Scope, cfg: ModelConfig, comp: Compiler, ta: TemporalAnalyzer) -> _Behaviour | None:
@@ -270,8 +273,10 @@ def _behaviour(root: Scope, cfg: ModelConfig, comp: Compiler, ta: TemporalAnalyz
         if dec.invariants or dec.actions or dec.liveness:
             raise TlaError(f"unsupported conjunct in SPECIFICATION {cfg.specification.name}", cfg.path,
                            cfg.specification.line, 1, kind="unsupported")
-        suffix_actions = [(comp.expr(pc.node, pc.scope, pc.locals, False)[0], pc.env) for pc in dec.suffix_actions]
-        return _Behaviour(dec.inits, dec.nexts[0], dec.nexts[0].node.action, dec.fairness, suffix_actions)
+        compiled = [(comp.expr(pc.node, pc.scope, pc.locals, False), pc.env) for pc in dec.suffix_actions]
+        return _Behaviour(dec.inits, dec.nexts[0], dec.nexts[0].node.action, dec.fairness,
+                          [(fn, env) for (fn, _), env in compiled],
+                          any(deps & IMPURE for (_, deps), _ in compiled))
     if cfg.init is None and cfg.next is None:
         if cfg.invariants or cfg.properties:
             raise TlaError("config lists invariants or properties but no SPECIFICATION or INIT/NEXT",
@@ -505,7 +510,8 @@ class Checker:
         self.depth: list[int] = []
         self.seen: dict[Any, int] = {}
         self.generated = 0
-        self.implied = ImpliedActions(model.implied_actions, model.implied_side_effects)
+        self.implied = StepOutcomes(first_violated(model.implied_actions), model.implied_side_effects)
+        self.suffix = StepOutcomes(all_hold(model.suffix_actions), model.suffix_side_effects)
         self.queue: deque[int] = deque()
         self.succ: list[list[tuple[int, str]]] | None = [] if model.liveness or model.fair_claims else None
         self.max_depth = 0
@@ -825,15 +831,15 @@ class Checker:
                 if m.invariants:
                     self.check_state(t, j, label, True)
                 self.check_limit()
-        if self.implied:
-            name = self.implied.violated(self.states[i], c, t)
+        if m.implied_actions:
+            name = self.implied.of(self.states[i], c, t)
             if name is not None:
                 # A safety property, but TLC exits with its status for temporal properties.
                 raise _Stop("safety failure", name, self.path_to(i), t, label,
                             f"Action property {name} is violated.", EXIT_VIOLATION_LIVENESS)
         if self.succ is not None and j >= 0:
             self.succ[i].append((j, label))
-            if m.suffix_actions and all(fn(c, env) is True for fn, env in m.suffix_actions):
+            if m.suffix_actions and self.suffix.of(self.states[i], c, t):
                 self.suffix_edges.add((i, j))
         return j
 
@@ -849,7 +855,8 @@ class Checker:
         constrained = bool(m.constraints or m.action_constraints)
         return parallel.Expansion(
             m.next, self.states, self.seen, len(m.variables), self.key if m.symmetry else None,
-            self.in_model if constrained else None, invariants_hold, self.implied, m.suffix_actions,
+            self.in_model if constrained else None, invariants_hold,
+            self.implied if m.implied_actions else None, self.suffix if m.suffix_actions else None,
             self.memos, self.fair_steps if self.fair_conditions else None,
         )
 

@@ -40,8 +40,8 @@ from typing import IO, Any
 
 from tlacheck.result import EXIT_ERROR_SYSTEM
 
-from .implied import ImpliedActions
 from .monitor import Halt
+from .steps import StepOutcomes
 from .syntax import EMPTY, UNSET, Ctx, Gen
 from .values import Value
 
@@ -112,8 +112,8 @@ class Expansion:
     def __init__(
         self, nxt: Gen, states: list[State], seen: dict[Any, int], nv: int,
         key: Callable[[State], Any] | None, in_model: Callable[[State, Ctx], bool] | None,
-        invariants_hold: Callable[[State], bool], implied: ImpliedActions,
-        suffix: list[tuple[Any, dict[str, Value]]], memos: list[list[Any]],
+        invariants_hold: Callable[[State], bool], implied: StepOutcomes[str | None] | None,
+        suffix: StepOutcomes[bool] | None, memos: list[list[Any]],
         fair_steps: Callable[[State, dict[Any, int]], list[Any]] | None,
     ) -> None:
         self.nxt, self.states, self.seen, self.nv = nxt, states, seen, nv
@@ -152,7 +152,7 @@ class Expansion:
                         found.append((UNASSIGNED, lab, next(k for k, v in enumerate(t) if v is UNSET)))
                         break
                     try:
-                        steps_ok = not implied or implied.violated(s, c, t) is None
+                        steps_ok = implied is None or implied.of(s, c, t) is None
                         if in_model is not None and not in_model(t, c):
                             if steps_ok and holds(t):
                                 found.append((OUTSIDE, lab))
@@ -162,7 +162,7 @@ class Expansion:
                             k = key(t) if key is not None else t
                             j = seen.get(k, -1)
                             if steps_ok and (j >= 0 or (firsts is not None and k in firsts)):
-                                on_suffix = bool(suffix) and all(fn(c, env) is True for fn, env in suffix)
+                                on_suffix = suffix is not None and suffix.of(s, c, t)
                                 found.append((KNOWN, lab, j, on_suffix) if j >= 0
                                              else (AGAIN, lab, firsts[k], on_suffix))  # type: ignore[index]
                                 continue
