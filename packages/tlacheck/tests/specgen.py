@@ -2,14 +2,16 @@
 for the differential fuzzing of the embedded checker against TLC (`tla_fuzz.py`).
 
 A spec has two to four variables, each of one kind: an integer in ``0..M``, a boolean, a subset
-of the constant set ``Proc``, a function ``[Proc -> 0..M]``, a record ``[n: 0..M, b: BOOLEAN]``
-or a sequence over ``0..M`` of length at most ``L``. Every update keeps a variable inside its
-kind's finite domain (``% (M + 1)``, a length guard), so every state space is finite and small.
-Actions (some with a parameter ``p \\in Proc``) are guards and updates built from ``\\E``,
-``IF``, ``CASE``, ``UNCHANGED``, ``EXCEPT``, operators with parameters, ``LET``, and recursive
-operators; invariants, action properties (``[][A => P']_vars``), deadlock on or off, ``WF``/``SF``
-fairness with temporal properties, and ``SYMMETRY`` on ``Proc`` (then without liveness, and nothing
-names one of its elements).
+of the constant set ``Proc``, a function ``[Proc -> 0..M]``, a record ``[n: 0..M, b: BOOLEAN]``,
+a sequence over ``0..M`` of length at most ``L`` or a function of pairs
+``[Proc -> (0..M) \\X BOOLEAN]`` (updated through two-level ``EXCEPT`` paths such as ``![p][1]``).
+Every update keeps a variable inside its kind's finite domain (``% (M + 1)``, a length guard), so
+every state space is finite and small. Actions (some with a parameter ``p \\in Proc``) are
+guards and updates built from ``\\E``, ``IF``, ``CASE``, ``UNCHANGED``, ``EXCEPT``, operators with
+parameters, ``LET`` (in expressions, and around an update whose guard reads the definition
+first), and recursive operators; invariants, action properties (``[][A => P']_vars``), deadlock
+on or off, ``WF``/``SF`` fairness with temporal properties, and ``SYMMETRY`` on ``Proc`` (then
+without liveness, and nothing names one of its elements).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
 
-KINDS = ("int", "bool", "set", "fun", "rec", "seq")
+KINDS = ("int", "bool", "set", "fun", "rec", "seq", "grid")
 
 
 def _text(text: str) -> Callable[[], str]:
@@ -74,6 +76,7 @@ class _Builder:
         options += [_text(f"Cardinality({v.name})") for v in self.of("set")]
         options += [_text(f"{v.name}.n") for v in self.of("rec")]
         options += [_text(f"{v.name}[{b}]") for v in self.of("fun") for b in bound]
+        options += [_text(f"{v.name}[{b}][1]") for v in self.of("grid") for b in bound]
         if self.of("fun"):
             options.append(_text("Total(Proc)"))
         if self.of("seq"):
@@ -102,6 +105,7 @@ class _Builder:
             lambda: f"{integer()} {self.pick(['=', '#', '<', '<='])} {integer()}", lambda: f"Small({integer()})"]
         options += [_text(v.name) for v in self.of("bool")]
         options += [_text(f"{v.name}.b") for v in self.of("rec")]
+        options += [_text(f"{v.name}[{b}][2]") for v in self.of("grid") for b in bound]
         options += [_text(f"{b} \\in {v.name}") for v in self.of("set") for b in bound]
         options += [_text(f"{v.name} = {{}}") for v in self.of("set")]
         options += [_text(f"{v.name} = <<>>") for v in self.of("seq")]
@@ -155,6 +159,15 @@ class _Builder:
             if p:
                 options += [("except", _text(f"{x}' = [{x} EXCEPT ![{p}] = (@ + 1) % {m}]")),
                             ("except", lambda: f"{x}' = [{x} EXCEPT ![{p}] = {self.modular(bound)}]")]
+        elif variable.kind == "grid":
+            options = [("assign", _text(f"{x}' = [q \\in Proc |-> <<({x}[q][1] + 1) % {m}, {x}[q][2]>>]")),
+                       ("nested except", _text(f"\\E q \\in Proc : {x}' = [{x} EXCEPT ![q][1] = 0]"))]
+            if p:
+                options += [("nested except", _text(f"{x}' = [{x} EXCEPT ![{p}][1] = (@ + 1) % {m}]")),
+                            ("nested except", _text(f"{x}' = [{x} EXCEPT ![{p}][2] = ~@]")),
+                            ("nested except", lambda: f"{x}' = [{x} EXCEPT ![{p}][1] = {self.modular(bound)}, "
+                                                      f"![{p}][2] = {self.boolean(bound)}]"),
+                            ("except", _text(f"{x}' = [{x} EXCEPT ![{p}] = <<@[1], ~@[2]>>]"))]
         elif variable.kind == "rec":
             options = [("except", _text(f"{x}' = [{x} EXCEPT !.n = (@ + 1) % {m}]")),
                        ("except", _text(f"{x}' = [{x} EXCEPT !.b = ~@]")),
@@ -176,6 +189,7 @@ class _Builder:
             "bool": f"{x} \\in BOOLEAN",
             "set": f"{x} \\subseteq Proc",
             "fun": f"{x} \\in [Proc -> 0..{top}]",
+            "grid": f"{x} \\in [Proc -> (0..{top}) \\X BOOLEAN]",
             "rec": f"{x} \\in [n: 0..{top}, b: BOOLEAN]",
             "seq": f"{x} \\in Seq(0..{top}) /\\ Len({x}) <= {self.length}",
         }[variable.kind]
@@ -187,6 +201,7 @@ class _Builder:
             "bool": (f"{x} = FALSE", f"{x} \\in BOOLEAN"),
             "set": (f"{x} = {{}}", f"{x} \\in SUBSET Proc"),
             "fun": (f"{x} = [q \\in Proc |-> 0]", f"{x} \\in [Proc -> 0..{top}]"),
+            "grid": (f"{x} = [q \\in Proc |-> <<0, FALSE>>]", f"{x} \\in [Proc -> (0..{top}) \\X BOOLEAN]"),
             "rec": (f"{x} = [n |-> 0, b |-> FALSE]", f"{x} \\in [n: 0..{top}, b: BOOLEAN]"),
             "seq": (f"{x} = <<>>", f"{x} = <<>>"),
         }[variable.kind]
@@ -197,10 +212,13 @@ class _Builder:
 def specs(draw: st.DrawFn) -> GeneratedSpec:
     """A random model (module ``Fuzz`` and its config)."""
     kinds = draw(st.lists(st.sampled_from(KINDS), min_size=2, max_size=4))
-    # At most one function and one sequence: they have the largest domains.
-    for big in ("fun", "seq"):
+    # At most one function, one sequence and one function of pairs, and two of them: they have
+    # the largest domains.
+    for big in ("fun", "seq", "grid"):
         while kinds.count(big) > 1:
             kinds.remove(big)
+    if all(big in kinds for big in ("fun", "seq", "grid")):
+        kinds.remove("grid")
     variables = [Variable(f"{kind[0]}{i}", kind) for i, kind in enumerate(kinds)]
     top = draw(st.integers(1, 2))
     length = 2
@@ -222,6 +240,16 @@ def specs(draw: st.DrawFn) -> GeneratedSpec:
         if guards:
             builder.used.add("guard")
         conjuncts += [builder.update(v, bound) for v in changed]
+        if draw(st.integers(0, 3)) == 0:
+            # A LET around the last update, its guard reading the definition first (evaluated on
+            # entry by the generated actions); a sequence's Head only where it is not empty.
+            builder.lets += 1
+            name = f"u{builder.lets}"
+            head = [f"{v.name} # <<>> /\\ " for v in seqs if draw(st.booleans())][:1]
+            definiens = f"Head({seqs[0].name})" if head else builder.integer(bound)
+            conjuncts[-1] = (f"{''.join(head)}(LET {name} == {definiens} IN {name} "
+                             f"{builder.pick(['<=', '#', '>'])} {builder.integer(bound)} /\\ {conjuncts[-1]})")
+            builder.used.add("LET around an update")
         untouched = [v.name for v in variables if v not in changed]
         if untouched:
             # Keep(v) == UNCHANGED v: an operator that primes its parameter (TLA+ substitutes it).

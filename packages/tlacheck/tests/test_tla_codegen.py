@@ -181,3 +181,74 @@ def test_a_memoised_call_after_an_assignment_is_not_replayed(
     (tmp_path / "M.cfg").write_text("SPECIFICATION Spec\nPROPERTY Live\n")
     r = check_model(tmp_path / "M.tla", tmp_path / "M.cfg")
     assert (r.result, r.distinct_states, r.states_generated) == ("success", 9, 28)
+
+
+CHANNELS = """---- MODULE M ----
+EXTENDS Naturals, Sequences
+VARIABLES net, r
+Init == /\\ net = [p \\in 1..2 |-> [q \\in 1..2 |-> <<>>]]
+        /\\ r = [a \\in {"x", "y"} |-> [n |-> 0, s |-> <<>>]]
+Send(p, q) == /\\ Len(net[p][q]) < 2
+              /\\ net' = [net EXCEPT ![p][q] = Append(@, p + q), ![q][5] = <<9>>]
+              /\\ UNCHANGED r
+Recv(p, q) == /\\ net[p][q] # <<>>
+              /\\ LET m == Head(net[p][q])
+                      k == m + Len(net[q][p])
+                 IN /\\ m > 2
+                    /\\ net' = [net EXCEPT ![p][q] = Tail(@), ![q][p] = @]
+                    /\\ r' = [r EXCEPT !["x"].n = (@ + k) % 3, !["y"].s = <<m>>, !["z"].n = 7]
+Lazy(p) == LET m == Head(net[p][p]) IN /\\ net[p][p] # <<>>
+                                       /\\ m = 1
+                                       /\\ UNCHANGED <<net, r>>
+Next == \\E p, q \\in 1..2 : Send(p, q) \\/ Recv(p, q) \\/ Lazy(p)
+====
+"""
+
+
+def test_nested_except_sequences_and_let_entries_agree_with_the_closures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two-level EXCEPT paths over sequences of sequences and functions of records (keys outside
+    the domain leave the value unchanged), the sequence operators, and a LET whose first
+    conjunct reads ``m`` first (bound on entry) next to one whose first conjunct does not
+    (``Lazy``: ``m`` is the head of an empty sequence in most states and must not be evaluated)."""
+    (tmp_path / "M.tla").write_text(CHANNELS)
+    (tmp_path / "M.cfg").write_text("INIT Init\nNEXT Next\n")
+    model = load_model(tmp_path / "M.tla", tmp_path / "M.cfg")
+    checker = Checker(model, monitor=Monitor(None, None))
+    checker.run()
+    generated = successors(model, checker.states)
+    counts = check_model(tmp_path / "M.tla", tmp_path / "M.cfg")
+    assert counts.result == "success"
+    use_closures(monkeypatch)
+    plain = load_model(tmp_path / "M.tla", tmp_path / "M.cfg")
+    assert successors(plain, checker.states) == generated
+    again = check_model(tmp_path / "M.tla", tmp_path / "M.cfg")
+    assert (again.result, again.distinct_states, again.states_generated, again.depth) == (
+        counts.result, counts.distinct_states, counts.states_generated, counts.depth)
+    assert counts.distinct_states > 20
+    assert {lab for succ in generated for lab, _t in succ} == {"Send", "Recv"}
+    assert any(t[1].d["x"].d["n"] > 0 and t[1].d["y"].d["s"] for succ in generated for _lab, t in succ)
+
+
+EMPTY_HEAD = """---- MODULE M ----
+EXTENDS Naturals, Sequences
+VARIABLE s
+Init == s = <<1>>
+Next == LET m == Head(s) IN m = 1 /\\ s' = Tail(s)
+====
+"""
+
+
+def test_a_let_definition_evaluated_on_entry_fails_as_in_the_closures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "M.tla").write_text(EMPTY_HEAD)
+    (tmp_path / "M.cfg").write_text("INIT Init\nNEXT Next\n")
+    generated = check_model(tmp_path / "M.tla", tmp_path / "M.cfg")
+    assert generated.result == "error"
+    assert "M.tla:5:18 (Head): Head applied to the empty sequence" in generated.message
+    use_closures(monkeypatch)
+    plain = check_model(tmp_path / "M.tla", tmp_path / "M.cfg")
+    assert (plain.result, plain.message, [st.action for st in plain.trace]) == (
+        generated.result, generated.message, [st.action for st in generated.trace])

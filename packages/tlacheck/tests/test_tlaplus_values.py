@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from tlacheck import check_model
+from tlacheck.order import canonical
 from tlacheck.values import (
     Fn,
     FnSet,
@@ -15,6 +16,7 @@ from tlacheck.values import (
     mkfn,
     permute,
     render,
+    sortkey,
     update,
 )
 
@@ -102,3 +104,11 @@ def test_state_fingerprints_identify_equal_values(tmp_path: Path) -> None:
     (tmp_path / "W.cfg").write_text("INIT Init\nNEXT Next\n")
     r = check_model(tmp_path / "W.tla")
     assert r.result == "success" and r.distinct_states == 1 and r.states_generated == 2
+
+
+def test_a_set_of_records_is_sorted_once_and_handed_out_as_a_copy() -> None:
+    records = frozenset(Fn({"n": i, "b": i % 2 == 0}) for i in range(6))
+    first = canonical(records)
+    first.reverse()  # the caller's list: the memoised order must not change with it
+    assert canonical(records) == sorted(records, key=sortkey)
+    assert canonical(records) is not canonical(records)

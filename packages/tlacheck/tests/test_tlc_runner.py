@@ -24,6 +24,13 @@ REPO = Path(__file__).resolve().parents[3]
 TLA_DIR = REPO / "tla"
 
 
+@pytest.fixture(autouse=True)
+def _no_extra_class_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests' commands have the jar alone on the class path, whatever the caller's
+    environment adds (tests that want more jars pass them)."""
+    monkeypatch.delenv(tlc.CLASS_PATH_ENV, raising=False)
+
+
 # --- parsing ----------------------------------------------------------------------------------
 
 

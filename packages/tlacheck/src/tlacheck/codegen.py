@@ -25,10 +25,11 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from . import builtins as B
-from .errors import EvalError
+from .errors import EvalError, raise_located
 from .modules import Decl, OpDef, Scope
 from .syntax import (
     EMPTY,
+    IMPURE,
     UNSET,
     Ctx,
     Fun,
@@ -57,6 +58,15 @@ SIMPLE = re.compile(r"(e|env)\d*\['[A-Za-z0-9_@]+'\]|k\d+|s\[\d+\]|[ax]\d+")
 
 # Generated source larger than this (lines) is not compiled: the closures run instead.
 MAX_LINES = 4000
+
+# The sequence operators on a sequence value, in place (any other value goes to the operator,
+# which raises the error): operator -> test of the arguments a0, a1, ..., result.
+SEQUENCES = {
+    "Len": ("type(a0) is tuple", "len(a0)"),
+    "Head": ("type(a0) is tuple and a0", "a0[0]"),
+    "Tail": ("type(a0) is tuple and a0", "a0[1:]"),
+    "Append": ("type(a0) is tuple", "(*a0, a1)"),
+}
 
 
 class Unsupported(Exception):
@@ -208,16 +218,13 @@ class Source:
             "UNSET": UNSET, "PLAIN": PLAIN_TYPES, "norm": norm, "as_bool": as_bool, "apply": apply,
             "Fn": Fn, "update": update, "EvalError": EvalError, "ordered": ordered, "EMPTY": EMPTY,
             "no_field": no_field, "iter_set": iter_set, "mkfn": mkfn,
-            "THUNK_NO": Thunk.NO, "assign_in": assign_in_steps, "enter_let": comp.enter_let, "replay": replay,
-            "record": record,
+            "THUNK_NO": Thunk.NO, "Thunk": Thunk, "raise_located": raise_located, "assign_in": assign_in_steps,
+            "replay": replay, "record": record,
         }
         self.funcs: list[list[str]] = []
         self.count = 0
         # Generated bodies of operators called from expressions: id(opdef) -> function name.
         self.bodies: dict[int, str] = {}
-        # (list, index, function name): thunk entries to point at their generated function once
-        # the source is compiled.
-        self.patches: list[tuple[list[tuple[str, Fun, bool]], int, str]] = []
         # Per environment of the generated code (a name made by :meth:`fresh`): its bound names
         # whose values are also held by Python names (the variable of a loop over a set, an
         # argument of a call), read from there instead of from the environment.
@@ -242,13 +249,7 @@ class Source:
         if sum(len(f) for f in self.funcs) > MAX_LINES:
             return False
         exec(compile("\n".join("\n".join(f) for f in self.funcs), filename, "exec"), self.ns)
-        self.link()
         return True
-
-    def link(self) -> None:
-        """Point the LET thunks at their generated functions (after the source is executed)."""
-        for out, i, name in self.patches:
-            out[i] = (out[i][0], self.ns[name], out[i][2])
 
     def fresh(self, prefix: str) -> str:
         self.count += 1
@@ -292,10 +293,11 @@ class Source:
         if t == "FunctionApplication" and len(node.arguments) == 1:
             f, x = self.expr(node.function, scope, locals_, env), self.expr(node.arguments[0], scope, locals_, env)
             if SIMPLE.fullmatch(x):
-                # A name or constant argument, read again at no cost: a record or function
-                # on model values is read in place, anything else by apply.
+                # A name or constant argument, read again at no cost: a record, a sequence or a
+                # function on model values is read in place, anything else by apply.
                 tmp = self.fresh("t")
-                return f"({tmp}.d[{x}] if type({tmp} := {f}) is Fn and {x} in {tmp}.d else apply({tmp}, {x}))"
+                return (f"({tmp}.d[{x}] if type({tmp} := {f}) is Fn and {x} in {tmp}.d else {tmp}[{x} - 1] if "
+                        f"type({tmp}) is tuple and type({x}) is int and 0 < {x} <= len({tmp}) else apply({tmp}, {x}))")
             return f"apply({f}, {x})"
         if t == "Field":
             r, tmp = self.expr(node.expression, scope, locals_, env), self.fresh("t")
@@ -321,9 +323,7 @@ class Source:
             bound = self.one_bound(node.declaration)
             if bound is not None:
                 return self.function(node, bound, scope, locals_, env)
-        if t == "Except" and all(isinstance(ch.item[0], str) or len(ch.item[0]) == 1
-                                 for ch in node.changes if len(ch.item) == 1) \
-                and all(len(ch.item) == 1 for ch in node.changes):
+        if t == "Except":
             return self.except_(node, scope, locals_, env)
         if t == "Tuple" and node.items:
             return "(" + "".join(f"{self.expr(x, scope, locals_, env)}, " for x in node.items) + ")"
@@ -436,6 +436,23 @@ class Source:
                 for (p, _ar), a in zip(target.params, argnodes, strict=True)]
         return f"{name}(c, {{**{env}, {', '.join(args)}}})"
 
+    def builtin(self, op: str, node: Any, args: list[Any], scope: Scope, locals_: dict[str, Local], env: str) -> str:
+        """A call of a standard module's operator with value arguments, as the closures'
+        ``builtin_call``: its errors, and those of its arguments, located at the call."""
+        arity, fn, opargs = B.FUNCTIONS[op]
+        if len(args) != arity or opargs or op in ("Print", "PrintT", "Assert") or not args:
+            return self.call(self.comp.expr(node, scope, locals_, False)[0], env)
+        names = [f"a{i}" for i in range(len(args))]
+        lines = [f"        {n} = {self.expr(a, scope, locals_, 'e')}" for n, a in zip(names, args, strict=True)]
+        fast = SEQUENCES.get(op)
+        if fast is not None:
+            lines += [f"        if {fast[0]}:", f"            return {fast[1]}"]
+        where = f"{self.comp.where(node)} ({op})"
+        h = self.helper(["    try:", *lines, f"        return {self.obj(fn, 'bf')}(c, {', '.join(names)})",
+                         "    except (EvalError, TypeError, ValueError) as exc:",
+                         f"        raise_located(exc, {where!r})"])
+        return f"{h}(c, {env})"
+
     def plain(self, src: str) -> str:
         """``src``'s value as stored in a record or state (lazy values materialised)."""
         if src in self.ns and type(self.ns[src]) in PLAIN_TYPES:
@@ -444,31 +461,58 @@ class Source:
         return f"({tmp} if type({tmp} := {src}) in PLAIN else norm({tmp}))"
 
     def except_(self, node: Any, scope: Scope, locals_: dict[str, Local], env: str) -> str:
-        """``[f EXCEPT ![k] = v, ...]`` (one key per change) as a generated function: the
-        closures' ex1, with ``@`` bound only where the new value reads it."""
+        """``[f EXCEPT ![k1][k2].f = v, ...]`` as a generated function: the closures' ``ex``, with
+        ``@`` bound only where the new value reads it. A path that leaves the domain at any level
+        leaves the function unchanged."""
         inner = dict(locals_)
         inner["@"] = Local("val", "@")
         name = self.fresh("x")
         lines = [f"def {name}(c, e):", "    s = c.s", f"    fv = {self.expr(node.function, scope, locals_, 'e')}"]
         for ch in node.changes:
-            item = ch.item[0]
-            key = self.obj(item) if isinstance(item, str) else self.expr(item[0], scope, locals_, "e")
+            # Every key of the path first, as the closures evaluate them.
+            keys = []
+            for item in ch.item:
+                if isinstance(item, str):
+                    keys.append(self.obj(item))
+                    continue
+                parts = [self.expr(x, scope, locals_, "e") for x in item]
+                key = self.fresh("a")
+                lines.append(f"    {key} = " + (parts[0] if len(parts) == 1 else "(" + ", ".join(parts) + ",)"))
+                keys.append(key)
             reads = self.comp.at_reads
             self.comp.expr(ch.expression, scope, inner, False)
             at = self.comp.at_reads != reads
             value = self.expr(ch.expression, scope, inner, "e2" if at else "e")
-            # A record or a function on model values is read and copied in place; anything else
-            # goes through apply and update.
-            lines += ["    k = " + key, "    if type(fv) is Fn:", "        ok = k in fv.d", "        if ok:",
-                      "            old = fv.d[k]", "    else:", "        try:", "            old = apply(fv, k)",
-                      "            ok = True", "        except EvalError:", "            ok = False", "    if ok:"]
+            parents = ["fv", *(self.fresh("g") for _ in keys[1:])]
+            old = self.fresh("g")
+            pad = "    "
+            for parent, key, child in zip(parents, keys, [*parents[1:], old], strict=True):
+                lines += [pad + line for line in self.dig(parent, key, child)]
+                pad += "    "
             if at:
-                lines += ["        e2 = dict(e)", "        e2['@'] = old"]
-            lines += [f"        w = {self.plain(value)}", "        if type(fv) is Fn:", "            d = dict(fv.d)",
-                      "            d[k] = w", "            fv = Fn(d)", "        else:",
-                      "            fv = update(fv, k, w)"]
+                lines += [f"{pad}e2 = dict(e)", f"{pad}e2['@'] = {old}"]
+            lines.append(f"{pad}w = {self.plain(value)}")
+            for parent, key in reversed(list(zip(parents, keys, strict=True))):
+                lines += [pad + line for line in self.put(parent, key)]
+            lines.append(f"{pad}fv = w")
         self.funcs.append([*lines, "    return fv"])
         return f"{name}(c, {env})"
+
+    @staticmethod
+    def dig(f: str, key: str, into: str) -> list[str]:
+        """Statements setting ``into`` to ``f[key]`` and opening a block entered only when ``key``
+        is in ``f``'s domain: a sequence (or a function on ``1..n``) and a record (or a function
+        on other values) in place, anything else through apply."""
+        return [f"if type({f}) is tuple:", f"    ok = type({key}) is int and 0 < {key} <= len({f})", "    if ok:",
+                f"        {into} = {f}[{key} - 1]", f"elif type({f}) is Fn:", f"    ok = {key} in {f}.d", "    if ok:",
+                f"        {into} = {f}.d[{key}]", "else:", "    try:", f"        {into} = apply({f}, {key})",
+                "        ok = True", "    except EvalError:", "        ok = False", "if ok:"]
+
+    @staticmethod
+    def put(f: str, key: str) -> list[str]:
+        """Statements setting ``w`` to ``f`` with ``w`` at ``key`` (in ``f``'s domain)."""
+        return [f"if type({f}) is tuple:", f"    w = (*{f}[:{key} - 1], w, *{f}[{key}:])", f"elif type({f}) is Fn:",
+                f"    d = dict({f}.d)", f"    d[{key}] = w", "    w = Fn(d)", "else:", f"    w = update({f}, {key}, w)"]
 
     def call(self, fn: Fun, env: str) -> str:
         return f"{self.obj(fn, 'f')}(c, {env})"
@@ -497,6 +541,8 @@ class Source:
             if isinstance(target, Local) and target.kind == "letop":
                 inline = self.let_call(target, args, scope, locals_, env)
             return inline if inline is not None else self.call(fn, env)
+        if op in B.FUNCTIONS and op not in B.BINARY and op not in B.UNARY:
+            return self.builtin(op, node, args, scope, locals_, env)
         if op == "~" and len(args) == 1:
             tmp = self.fresh("t")
             a = self.expr(args[0], scope, locals_, env)
@@ -564,31 +610,88 @@ class Source:
                         f"{pad}else:",
                         *self.act(node.else_, scope, locals_, env, k, ind + 1)]
         elif t == "Let":
-            inner, thunks, _ = comp.let_locals(node.definitions, scope, locals_, False)
+            inner, thunks, eager = self.let_entry(node, scope, locals_)
             if comp.act(node.expression, scope, inner, False)[0] == "act":
-                thunks = self.let_thunks(node.definitions, scope, inner, thunks)
                 e2 = self.fresh("env")
                 self.direct[e2] = self.direct.get(env, {})
-                return [f"{'    ' * ind}{e2} = enter_let({self.obj(thunks, 'th')}, c, {env})",
+                return [*self.enter_let(node.definitions, scope, inner, thunks, eager, env, e2, "    " * ind),
                         *self.act(node.expression, scope, inner, e2, k, ind)]
         kind, fn = comp.act(node, scope, locals_, False)
         if kind == "pred":
             return self.guard([self.expr(node, scope, locals_, env)], "action conjunct", k("None", ind + 1), ind)
         return self.loop(f"{self.obj(fn, 'g')}(c, {env})", k, ind)
 
-    def let_thunks(self, defs: list[Any], scope: Scope, inner: dict[str, Local],
-                   thunks: list[tuple[str, Fun, bool]]) -> list[tuple[str, Fun, bool]]:
-        """The LET's thunks (see :meth:`ExprCompiler.let_locals`) with generated bodies, except
-        recursive function definitions."""
+    def let_entry(self, node: Any, scope: Scope, locals_: dict[str, Local]
+                  ) -> tuple[dict[str, Local], list[tuple[str, Fun, bool]], str | None]:
+        """The bindings and thunks of the LET ``node`` (see :meth:`ExprCompiler.let_locals`), and
+        the definition evaluated on entry instead of thunked, if any: the one the body's first
+        conjunct begins by evaluating (``m`` in ``LET m == Head(q) IN m.type = "req" /\\ ...``).
+        It would be evaluated at once anyway, so evaluating it on entry changes no outcome and
+        no error, and saves its thunk. It is then bound as a value."""
+        comp = self.comp
+        inner, thunks, _ = comp.let_locals(node.definitions, scope, locals_, False)
+        defs = {d.name: d for d in node.definitions if tname(d) == "OperatorDefinition" and not d.arity}
+        if any(d.function or id(d) in comp.op_memos for d in defs.values()):
+            return inner, thunks, None  # their closures would read the name as a thunk
+        body = node.expression
+        while tname(body) == "Parentheses":
+            body = body.expression
+        if tname(body) == "VerticalList" and B.ALIASES.get(body.operator, body.operator) == "/\\":
+            body = body.arguments[0].expression
+        elif tname(body) == "OperatorApplication" and B.ALIASES.get(body.operator, body.operator) == "/\\" \
+                and body.arguments:
+            body = flatten("/\\", body)[0]
+        if comp.act(body, scope, inner, False)[0] != "pred" or is_action(body, scope):
+            return inner, thunks, None
+        name = self.first_read(body, scope, inner)
+        stored = {n: memo for n, _fn, memo in thunks}
+        if name not in defs or not stored.get(name):
+            return inner, thunks, None
+        if comp.expr(defs[name].definiens, scope, inner, False)[1] & IMPURE:
+            return inner, thunks, None
+        inner = dict(inner)
+        inner[name] = Local("val", name)
+        return inner, thunks, name
+
+    @staticmethod
+    def first_read(node: Any, scope: Scope, locals_: dict[str, Local]) -> str | None:
+        """The bound name whose value the evaluation of ``node`` begins with, following the
+        left operand of standard binary operators, records of fields and functions of
+        applications; None when that is not a name."""
+        while True:
+            t = tname(node)
+            if t in ("Parentheses", "Field"):
+                node = node.expression
+            elif t == "FunctionApplication":
+                node = node.function
+            elif t == "OperatorApplication":
+                op, args = B.ALIASES.get(node.operator, node.operator), node.arguments or []
+                if not args:
+                    return str(node.operator) if node.operator in locals_ else None
+                if len(args) != 2 or op not in B.BINARY or op in locals_ or op in scope.defs:
+                    return None
+                node = args[0]
+            else:
+                return None
+
+    def enter_let(self, defs: list[Any], scope: Scope, inner: dict[str, Local], thunks: list[tuple[str, Fun, bool]],
+                  eager: str | None, env: str, into: str, pad: str) -> list[str]:
+        """Statements binding ``into`` to ``env`` with the LET's thunks (the closures'
+        :meth:`ExprCompiler.enter_let`), their bodies generated except for recursive function
+        definitions and memoised definitions (see :meth:`ExprCompiler.let_memoised`), and the
+        ``eager`` definition's value (see :meth:`let_entry`)."""
         nodes = {d.name: d for d in defs if tname(d) == "OperatorDefinition" and not d.arity}
-        out = []
+        lines = [f"{pad}{into} = dict({env})"]
         for name, fn, memo in thunks:
             d = nodes.get(name)
-            if d is not None and not d.function:
-                h = self.helper([f"    return {self.expr(d.definiens, scope, inner, 'e')}"])
-                self.patches.append((out, len(out), h))
-            out.append((name, fn, memo))
-        return out
+            if name == eager:
+                lines.append(f"{pad}{into}[{name!r}] = {self.expr(d.definiens, scope, inner, into)}")
+            elif d is not None and not d.function and id(d) not in self.comp.op_memos:
+                body = self.helper([f"    return {self.expr(d.definiens, scope, inner, 'e')}"])
+                lines.append(f"{pad}{into}[{name!r}] = Thunk({body}, c, {into}, {memo})")
+            else:
+                lines.append(f"{pad}{into}[{name!r}] = Thunk({self.obj(fn, 'f')}, c, {into}, {memo})")
+        return lines
 
     def loop(self, it: str, k: Cont, ind: int) -> list[str]:
         """``k`` for each successor of the generator ``it``, which may assign any variable."""
@@ -851,9 +954,8 @@ class Source:
         prep: list[str] = []
         pad = "    " * ind
         if tname(node) == "Let":
-            inner, thunks, _ = comp.let_locals(node.definitions, scope, locals_, False)
-            thunks = self.let_thunks(node.definitions, scope, inner, thunks)
-            prep = [f"{pad}{env} = enter_let({self.obj(thunks, 'th')}, c, {env})"]
+            inner, thunks, eager = self.let_entry(node, scope, locals_)
+            prep = self.enter_let(node.definitions, scope, inner, thunks, eager, env, env, pad)
             locals_, node = inner, node.expression
             while tname(node) == "Parentheses":
                 node = node.expression

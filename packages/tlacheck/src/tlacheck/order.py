@@ -10,7 +10,18 @@ from collections.abc import Callable, Iterable
 from itertools import chain
 from typing import Any
 
-from .values import Fn, FnSet, ModelValue, ProductSet, SubsetSet, Value, iter_set, model_value_key, sortkey
+from .values import (
+    Fn,
+    FnSet,
+    ModelValue,
+    ProductSet,
+    SubsetSet,
+    Value,
+    iter_set,
+    model_value_key,
+    remember,
+    sortkey,
+)
 
 
 def _native_key(items: Iterable[Value]) -> tuple[bool, Callable[[Value], Any] | None]:
@@ -39,9 +50,18 @@ _KEY_MEMO_LIMIT = 200_000
 _key_memo: dict[Value, tuple[Any, ...]] = {}
 
 
+# Sets of records or functions in canonical order, memoised by value: a set variable (the
+# messages sent) is iterated by several actions of each state, and most successors leave it
+# unchanged. Dropped when it reaches this many entries.
+_ORDER_MEMO_LIMIT = 50_000
+_order_memo: dict[frozenset[Value], tuple[Value, ...]] = {}
+
+
 def forget_sortkeys() -> None:
-    """Drop the memoised sortkeys (they hold model values' places, which a new model may change)."""
+    """Drop the memoised sortkeys and orders (they hold model values' places, which a new model
+    may change)."""
     _key_memo.clear()
+    _order_memo.clear()
 
 
 def _memo_sortkey(v: Value) -> tuple[Any, ...]:
@@ -77,5 +97,15 @@ def canonical(s: Value) -> list[Value]:
     items = list(iter_set(s))
     if len(items) > 1:
         native, key = _native_key(items)
-        items.sort(key=key if native else _memo_sortkey)
+        if native:
+            items.sort(key=key)
+        elif type(s) is frozenset:
+            known = _order_memo.get(s)
+            if known is None:
+                items.sort(key=_memo_sortkey)
+                remember(_order_memo, s, tuple(items), _ORDER_MEMO_LIMIT)
+            else:
+                items = list(known)
+        else:
+            items.sort(key=_memo_sortkey)
     return items

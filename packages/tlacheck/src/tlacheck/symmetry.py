@@ -49,8 +49,15 @@ class Canonicaliser:
 
     def __init__(self, perms: list[dict[Value, Value]]) -> None:
         self.permuters = [_permuter(p) for p in perms]
+        # One object per value of a variable, shared by the permuters' memos: each permuter then
+        # finds a value by identity, and only this lookup compares a new object structurally.
+        self.pool: dict[Value, Value] = {}
 
     def __call__(self, t: tuple[Value, ...]) -> Any:
+        pool = self.pool
+        if len(pool) >= _MEMO_LIMIT:
+            pool.clear()
+        t = tuple([pool.setdefault(v, v) for v in t])
         best, best_h, tied = t, hash(t), False
         images = []
         for pm in self.permuters:
