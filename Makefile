@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test test-fast test-thorough lint tla tla-corpus tla-corpus-live tla-fuzz bench check-install clean redis-server check-vllm-engine check-vllm fuzz-vllm-engine check-vllm-live check-vllm-tiers
+.PHONY: demo check-defaults test test-fast test-thorough lint tla tla-corpus tla-corpus-live tla-fuzz bench check-install clean redis-server check-vllm-engine check-vllm fuzz-vllm-engine check-vllm-live check-vllm-tiers
 
 $(STAMP): pyproject.toml packages/tlacheck/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,14 @@ $(STAMP): pyproject.toml packages/tlacheck/pyproject.toml
 
 demo: $(STAMP)
 	$(VENV)/bin/kvoffload simulate
+
+# Every checker's default run, exactly as a new user types it: each must find nothing (a finding
+# of a default run is a bug of ours, or a false alarm of a model, never a figure).
+check-defaults: $(STAMP)
+	$(VENV)/bin/kvoffload explore
+	$(VENV)/bin/kvoffload explore --tiers
+	$(VENV)/bin/kvoffload simulate
+	$(VENV)/bin/kvoffload simulate --faults 0.05
 
 # The Redis tier's tests need a real redis-server, and redis-cli to create a Redis Cluster: install
 # Debian's packages when we can (root and apt-get); otherwise those tests are skipped with a reason

@@ -248,6 +248,22 @@ def test_reset_cache_with_transfers_in_flight_makes_them_stale_and_flushes_them(
     no_violations(s)
 
 
+def test_a_stale_job_that_ends_before_its_flush_is_not_flushed() -> None:
+    # The worker reports a store made stale by reset_cache before the next step hands out its
+    # flush: nothing is left to wait for, and an idle engine (no step to come) must not keep it.
+    s = scheduler()
+    c = request("c", [7, 8], extra_tokens=1)
+    admit(s, c, [9, 10, 11])
+    step(s, {"c": 9})
+    (store,) = step(s, {"c": 1}).stores
+    s.request_finished(c, [9, 10, 11])
+    s.reset_cache()
+    complete(s, store.job_id)
+    assert s.leaks() == [] and not s.has_pending_work()
+    assert step(s).flush == ()
+    no_violations(s)
+
+
 def test_store_allocation_failure_is_retried_in_a_later_step() -> None:
     s = scheduler(num_cpu_blocks=1)
     _stored_prefix(s, [1], [0, 1])
@@ -384,6 +400,22 @@ def test_chunks_of_several_gpu_blocks_are_keyed_by_their_last_block() -> None:
     complete(s, store.job_id)
     assert s.get_num_new_matched_tokens(b, 4) == (0, False)
     assert s.get_num_new_matched_tokens(b, 8) == (8, True)
+
+
+def test_a_gpu_hit_behind_a_load_cancelled_by_reset_is_stored_no_earlier_than_the_next_step() -> None:
+    # The explorer's counterexample with resets offered where vLLM never calls them: b is admitted
+    # with a GPU hit on block 0, which another request computes in this very step, plus a load;
+    # reset_cache comes before the step's build. b now recomputes from its hit, so the hit must
+    # wait a step (rule 9) before it is stored: this step's forward pass writes it.
+    s = scheduler()
+    _stored_prefix(s, [1, 2], [0, 1, 2])
+    b = request("b", [1, 2, 3], extra_tokens=1)
+    assert admit(s, b, [0, 5, 6, 7], computed=4) == 4
+    assert s.reset_cache() == ("b",)
+    assert view(s) == {"b": ("waiting", None, ())}
+    assert step(s, {"b": 4}).stores == (), "the hit's block may still be unwritten"
+    assert [job.keys for job in step(s, {"b": 4}).stores] == [(1, 2)]
+    no_violations(s)
 
 
 def test_reset_between_admission_and_build_cancels_a_load_the_worker_never_saw() -> None:

@@ -15,6 +15,11 @@ from typing import Any
 
 from kvoffload.commands.errors import EXIT_INTERRUPTED, CommandError
 
+# The default bounds: every interleaving within them is searched to the end in minutes on 2 cores
+# (docs/checkers.md); the tiering model has more actions per state, so its requests are shorter.
+CHUNKS = 3
+TIER_CHUNKS = 2
+
 
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
@@ -23,7 +28,7 @@ def add_parser(subparsers: Any) -> None:
         description=__doc__,
     )
     parser.add_argument("--requests", type=int, default=2, help="concurrent requests (default 2)")
-    parser.add_argument("--chunks", type=int, default=3, help="chunks per request (default 3)")
+    parser.add_argument("--chunks", type=int, default=None, help="chunks per request (default 3; 2 with --tiers)")
     parser.add_argument("--mutant", default=None, help="explore a bug-zoo mutant (see `kvoffload mutants`)")
     parser.add_argument("--max-states", type=int, default=None, help="stop after this many distinct states")
     parser.add_argument("--max-depth", type=int, default=None, help="do not explore beyond this many actions")
@@ -69,17 +74,21 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise CommandError(f"--{name.replace('_', '-')} must be positive, got {value}")
+    for name in ("max_resets", "max_preemptions"):
+        value = getattr(args, name)
+        if value < 0:
+            raise CommandError(f"--{name.replace('_', '-')} must be >= 0, got {value}")
     if args.tiers:
+        if args.chunks is None:
+            args.chunks = TIER_CHUNKS
         return _run_tiers(args)
+    if args.chunks is None:
+        args.chunks = CHUNKS
     mutant = None
     if args.mutant is not None:
         mutant = MUTANTS.get(args.mutant)
         if mutant is None:
             raise CommandError(f"unknown mutant {args.mutant!r}; known: {', '.join(sorted(MUTANTS))}")
-    for name in ("max_resets", "max_preemptions"):
-        value = getattr(args, name)
-        if value < 0:
-            raise CommandError(f"--{name.replace('_', '-')} must be >= 0, got {value}")
     if args.policy not in POLICIES:
         raise CommandError(f"--policy {args.policy!r} is unknown; known: {', '.join(sorted(POLICIES))}")
     if args.chunks < 2:
@@ -154,7 +163,7 @@ def _run_tiers(args: argparse.Namespace) -> int:
     try:
         model = TierExploreModel(
             args.requests, args.chunks, args.cpu_blocks or 1, 2, not args.no_failures, make_manager,
-            shared=args.shared_tier,
+            shared=args.shared_tier, max_resets=args.max_resets,
         )
     except ValueError as error:
         raise CommandError(str(error)) from None

@@ -737,8 +737,12 @@ class OffloadingScheduler:
         # Loads prepared this step but not yet handed to the worker never start: unpin them now
         # instead of flushing a job the worker never saw.
         for job in self._pending_loads:
-            del self._pending_flush[job.job_id]
             self._complete(job.job_id, False)
+            # Admitted this step: its GPU hit may be blocks that only this step's forward pass
+            # writes (rule 9), and it now recomputes from that hit as if admitted without a load.
+            tracker = self._trackers.get(job.request_id)
+            if tracker is not None and tracker.state == WAITING:
+                tracker.gpu_hit_unwritten = tracker.local_computed_tokens > 0
         self._pending_loads = []
         if self._stale_jobs:
             self._reset_pending = True
@@ -892,6 +896,9 @@ class OffloadingScheduler:
 
     def _complete(self, job_id: JobId, ok: bool) -> None:
         self._flushed.discard(job_id)
+        # Ended before its flush was handed out (a stale job reported between reset_cache and the
+        # next step): there is nothing left to wait for.
+        self._pending_flush.pop(job_id, None)
         stale = job_id in self._stale_jobs
         job = self._stale_jobs.pop(job_id) if stale else self._jobs.pop(job_id)
         self.job_lifecycle.fire(self._job_records.pop(job_id), "discard" if stale else "complete" if ok else "fail")

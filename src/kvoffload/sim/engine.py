@@ -1,6 +1,7 @@
 """A small engine loop shaped like vLLM's, calling the connector where vLLM does.
 
-Per step: random aborts / reset_cache (seeded) -> schedule (running requests first, preempting the
+Per step: random aborts / reset_cache (seeded; half of the resets preempt every running request
+first, as vLLM's ``reset_running_requests=True``) -> schedule (running requests first, preempting the
 most recently admitted when the GPU pool is full; then admission with the GPU prefix cache and the
 connector's lookup) -> ``build_connector_meta`` -> the worker executes the metadata -> the model
 computes the scheduled tokens (writing each block's content) -> ``update_connector_output`` ->
@@ -135,6 +136,8 @@ class Engine:
         self._speculative_rng = random.Random(config.seed + 3)
         self._drafts: dict[str, list[int]] = {}
         self._rejected: dict[str, int] = {}
+        # Preempted by reset_cache(preempt_running=True): reported in the next SchedulerOutput.
+        self._preempted_between_steps: list[str] = []
 
     # ------------------------------------------------------------------ requests
     def add_request(self, prompt: Sequence[int], max_tokens: int, request_id: str | None = None) -> SimRequest:
@@ -162,10 +165,18 @@ class Engine:
         self.stats.aborted += 1
         self._finish(request, aborted=True)
 
-    def reset_cache(self, prefix_cache: bool = True) -> None:
+    def reset_cache(self, prefix_cache: bool = True, preempt_running: bool = False) -> None:
         """reset_prefix_cache + the connector's reset_cache, as between two steps
-        (``prefix_cache=False``: the connector's alone)."""
+        (``prefix_cache=False``: the connector's alone). ``preempt_running`` is vLLM's
+        ``reset_running_requests=True``: every running request is preempted first, so no GPU block
+        stays cached; the connector hears of those preemptions in the next SchedulerOutput."""
         self.stats.resets += 1
+        if preempt_running:
+            # vLLM pops its running queue from the back, so they are re-admitted in FIFO order.
+            for request in reversed(list(self.running)):
+                if request.status == "running":
+                    self._preempt(request)
+                    self._preempted_between_steps.append(request.request_id)
         if prefix_cache:
             self.pool.reset()
         for request_id in self.scheduler.reset_cache():
@@ -224,7 +235,7 @@ class Engine:
             victim = self.rng.choice(sorted(self.requests))
             self.abort(victim)
         if config.reset_probability and self.rng.random() < config.reset_probability:
-            self.reset_cache()
+            self.reset_cache(preempt_running=self.rng.random() < 0.5)
 
     def _blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.config.gpu_block_size)
@@ -233,7 +244,7 @@ class Engine:
         budget = self.config.max_num_batched_tokens
         scheduled: dict[str, int] = {}
         new_blocks: dict[str, list[int]] = {}
-        preempted: list[str] = []
+        preempted, self._preempted_between_steps = self._preempted_between_steps, []
         for request in list(self.running):
             if budget <= 0:
                 break

@@ -141,7 +141,7 @@ class SimulationOptions:
             policy=self.policy,
             fault_rate=self.faults,
             abort_probability=self.faults,
-            reset_probability=self.faults / 10,
+            reset_probability=self.faults / 5,
             job_delay_steps=self.delay,
             seed=self.seed,
             speculative_tokens=self.speculative_tokens,

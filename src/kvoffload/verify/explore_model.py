@@ -23,7 +23,12 @@ Every choice the engine and the worker can make is an action of the explorer
 - ``finish(r)``: the request finishes or is aborted in any state (``request_finished``), including
   right after its first lookup, before any GPU block was allocated; its GPU blocks are freed now,
   or when released if ``request_finished`` returned True;
-- ``reset_cache`` (at most ``max_resets`` times); preemptions are bounded by ``max_preemptions``;
+- ``reset_cache`` (at most ``max_resets`` times) between steps, never between an admission and the
+  next ``step``: vLLM admits and builds the step's metadata inside one ``Scheduler.schedule()`` call,
+  and its engine core handles ``reset_prefix_cache`` only as a client request between two steps
+  (docs/checkers.md, "Where resets fall"). ``resets_within_schedule=True`` offers it there too: a
+  call order vLLM never makes, which the scheduler survives all the same; preemptions are bounded
+  by ``max_preemptions``;
 - with ``speculative_decoding``: ``step(r drafts)``, a step in which running request ``r`` computes its
   next chunk plus a draft of the chunk after it, which verification rejects (the draft's KV stays in
   the block, marked DRAFT); the next step's SchedulerOutput reports the rejection.
@@ -152,6 +157,9 @@ class World:
     done: dict[int, bool]  # copy finished, to be reported at the next step (value as reported)
     resets: int = 0
     preemptions: int = 0
+    # The engine is inside one Scheduler.schedule() call: it admitted (looked up) a request since
+    # the last step, whose build_connector_meta ends that call.
+    scheduling: bool = False
     # Found by the engine model during the last action; not part of the state's identity.
     problems: list[tuple[str, str]] = field(default_factory=list)
 
@@ -223,6 +231,7 @@ class OffloadExploreModel:
         drain_steps: int | None = None,
         speculative_decoding: bool = False,
         gpu_prefix_cache: bool = True,
+        resets_within_schedule: bool = False,
     ) -> None:
         if num_requests < 1 or chunks < 2:
             raise ValueError(f"need at least 1 request of at least 2 chunks (got {num_requests} x {chunks})")
@@ -248,6 +257,7 @@ class OffloadExploreModel:
         self.symmetry = symmetry
         self.speculative_decoding = speculative_decoding
         self.gpu_prefix_cache = gpu_prefix_cache
+        self.resets_within_schedule = resets_within_schedule
         self.drain_steps = drain_steps if drain_steps is not None else 2 * chunks + 6
         self.config = OffloadConfig(gpu_block_size=1, blocks_per_chunk=1, num_cpu_blocks=self.cpu_blocks, policy=policy)
         self.request_ids = [f"r{i + 1}" for i in range(num_requests)]
@@ -335,7 +345,7 @@ class OffloadExploreModel:
                 continue
             if er.status in (NEW, LOADING, RUNNING) or (er.status == WAITING and sched.is_tracked(rid)):
                 out.append(("finish", rid))
-        if w.resets < self.max_resets:
+        if w.resets < self.max_resets and (self.resets_within_schedule or not w.scheduling):
             out.append(("reset",))
         return out
 
@@ -394,6 +404,7 @@ class OffloadExploreModel:
             w.done.copy(),
             w.resets,
             w.preemptions,
+            w.scheduling,
             [],
         )
 
@@ -586,6 +597,7 @@ class OffloadExploreModel:
         return matched
 
     def _admit(self, w: World, rid: str, load: bool) -> None:
+        w.scheduling = True
         hit = self._gpu_hit(w, rid)
         matched = self._lookup(w, rid, len(hit))
         if matched is None:
@@ -670,6 +682,7 @@ class OffloadExploreModel:
         reports at its end (flushed now, or finished in earlier steps), before any job of
         ``completing`` ends: :meth:`_end_step` finishes it."""
         sched = w.scheduler
+        w.scheduling = False
         preempted: list[str] = []
         if preempt is not None:
             er = w.requests[preempt]
@@ -1064,4 +1077,5 @@ def _world_part(
         tuple(sorted([(job(j), ok) for j, ok in done.items()])) if done else (),
         w.resets,
         w.preemptions,
+        w.scheduling,
     )

@@ -14,6 +14,9 @@ what one request cascades another can promote. Actions, every one enabled in any
   (``corrupt``: with a flipped byte under a valid header), or a promotion reads its slot into
   the CPU block and the checksum is checked against what the slot really holds;
 - ``finish(r)``: the request finishes or is aborted;
+- ``reset_cache`` (at most ``max_resets`` times), between steps only, as vLLM delivers it (never
+  between an admission and the next ``step``: see kvoffload.verify.explore_model); a load not yet
+  handed to the worker is cancelled and the request recomputes;
 - with ``shared=True`` (``--shared-tier``) the tier is a shared one instead: a ``probe`` job asks
   it what it holds before a promotion, and ``the redis server evicts k`` may drop any chunk at
   any time (maxmemory eviction, a restart), so a chunk can vanish between the probe and the read.
@@ -66,6 +69,9 @@ class TierWorld:
     gpu_jobs: dict[int, TransferJob] = field(default_factory=dict)
     tier_jobs: dict[int, TierJob] = field(default_factory=dict)
     next_block: int = 0
+    resets: int = 0
+    # Inside one Scheduler.schedule() call: a request was admitted since the last step.
+    scheduling: bool = False
     problems: list[tuple[str, str]] = field(default_factory=list)
 
 
@@ -75,6 +81,7 @@ class TierExploreModel:
     def __init__(
         self, requests: int = 2, chunks: int = 2, cpu_blocks: int = 1, tier_slots: int = 2,
         allow_gpu_failures: bool = False, make_manager: ManagerFactory | None = None, shared: bool = False,
+        max_resets: int = 1,
     ) -> None:
         if requests < 1 or chunks < 1 or cpu_blocks < 1 or tier_slots < 1:
             raise ValueError("requests, chunks, cpu_blocks and tier_slots must be >= 1")
@@ -86,6 +93,7 @@ class TierExploreModel:
         # evict any idle key at any time) instead of the file tier.
         self.shared = shared
         self.allow_gpu_failures = allow_gpu_failures
+        self.max_resets = max_resets
         self.make_manager = make_manager or (lambda cpu, tiers: TieringManager(cpu, tiers))
         self.keys = tuple(KEY_BASE + i for i in range(chunks))
 
@@ -123,6 +131,8 @@ class TierExploreModel:
         for request_id, status in world.status.items():
             if status in ("running", "loading") or (status == "new" and world.scheduler.is_tracked(request_id)):
                 yield ("finish", request_id)
+        if world.resets < self.max_resets and not world.scheduling:
+            yield ("reset",)
 
     def action_name(self, action: tuple[Any, ...]) -> str:
         kind = action[0]
@@ -134,6 +144,8 @@ class TierExploreModel:
             return f"tier job {action[1]} {action[2]}"
         if kind == "server_evicts":
             return f"the redis server evicts {self._name(action[1])}"
+        if kind == "reset":
+            return "reset_cache"
         return "step"
 
     def step(self, world: TierWorld, action: tuple[Any, ...]) -> TierWorld:
@@ -151,6 +163,8 @@ class TierExploreModel:
             self._tier_done(world, action[1], action[2])
         elif kind == "server_evicts":
             del world.tier[action[1]]
+        elif kind == "reset":
+            self._reset(world)
         else:
             self._finish(world, action[1])
         world.tier_jobs.update((job.job_id, job) for job in world.manager.take_tier_jobs())
@@ -210,6 +224,7 @@ class TierExploreModel:
             manager.cpu.fingerprint(), tuple(t.fingerprint() for t in manager.tiers.values()),
             tuple(sorted(world.cpu.items())), tuple(sorted(world.tier.items())),
             tuple(sorted(k for k in self.keys if manager.is_promoting(k))),
+            world.resets, world.scheduling,
             tuple(world.problems),
         )
 
@@ -250,6 +265,7 @@ class TierExploreModel:
         return copy.deepcopy(world, memo)
 
     def _admit(self, world: TierWorld, request_id: str) -> None:
+        world.scheduling = True
         prompt = self.prompt(request_id)
         tokens, _ = world.scheduler.get_num_new_matched_tokens(prompt, 0)
         if tokens is None:
@@ -265,6 +281,7 @@ class TierExploreModel:
             world.status[request_id] = "running"
 
     def _engine_step(self, world: TierWorld) -> None:
+        world.scheduling = False
         scheduled = {r: 1 for r, s in world.status.items() if s == "running" and world.computed[r] <= self.chunks}
         metadata = world.scheduler.build_connector_meta(SchedulerOutput(scheduled))
         for job in (*metadata.stores, *metadata.loads):
@@ -310,6 +327,15 @@ class TierExploreModel:
                 world.cpu[cpu_block] = content if verified else GARBAGE
                 results.append(OK if verified else CORRUPT)
         world.manager.complete_tier_job(TierOutcome(job_id, tuple(results)))
+
+    def _reset(self, world: TierWorld) -> None:
+        world.resets += 1
+        for request_id in world.scheduler.reset_cache():
+            if world.status[request_id] == "loading":
+                # The load is cancelled: the engine recomputes those tokens.
+                world.loading.pop(request_id, None)
+                world.status[request_id] = "running"
+                world.computed[request_id] = 0
 
     def _finish(self, world: TierWorld, request_id: str) -> None:
         if world.scheduler.is_tracked(request_id):
