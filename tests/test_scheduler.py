@@ -264,6 +264,25 @@ def test_a_stale_job_that_ends_before_its_flush_is_not_flushed() -> None:
     no_violations(s)
 
 
+def test_a_preemption_reported_after_the_request_finished_is_accepted_and_stores_nothing() -> None:
+    # vLLM's reset_prefix_cache(reset_running_requests=True) preempts c between two steps (freeing
+    # its GPU blocks) and resets the connector; c is aborted before the next step, which still
+    # lists c as preempted. Its finish came with no GPU blocks: nothing may be stored from them.
+    s = scheduler()
+    c = request("c", [7, 8], extra_tokens=1)
+    admit(s, c, [9, 10, 11])
+    step(s, {"c": 9})
+    s.reset_cache()
+    assert s.request_finished(c, []) is False
+    meta = step(s, preempted=("c",))
+    assert meta.stores == ()
+    assert view(s) == {}
+    assert s.leaks() == [] and s.manager.leaks() == []
+    no_violations(s)
+    with pytest.raises(LifecycleViolation, match="KnownRequest"):
+        step(s, preempted=("c",))
+
+
 def test_store_allocation_failure_is_retried_in_a_later_step() -> None:
     s = scheduler(num_cpu_blocks=1)
     _stored_prefix(s, [1], [0, 1])

@@ -307,11 +307,13 @@ class OffloadMachine(RuleBasedStateMachine):
     # Only after a few steps since the last reset: a reset undoes everything offloaded, and
     # programs that reset back to back explore nothing.
     @precondition(lambda self: self.engine is not None and self.engine.stats.steps >= self.reset_at + 3)
-    @rule()
+    # preempt_running: vLLM's reset_prefix_cache(reset_running_requests=True); otherwise requests
+    # keep running, and keep their GPU blocks, through the connector's reset.
+    @rule(preempt_running=st.booleans())
     @_marks_unhealthy
-    def reset_cache(self) -> None:
+    def reset_cache(self, preempt_running: bool = False) -> None:
         assert self.engine is not None
-        self.engine.reset_cache()
+        self.engine.reset_cache(preempt_running=preempt_running)
         self.reset_at = self.engine.stats.steps
 
     # ------------------------------------------------------------------ checks

@@ -476,7 +476,8 @@ class OffloadingScheduler:
         deferred, drafts = self._advance_scheduled(scheduler_output, preempted, rejected)
         self.step += 1
         for request_id in scheduler_output.preempted:
-            self._preempt(self._trackers[request_id])
+            if request_id in preempted:
+                self._preempt(self._trackers[request_id])
         for request_id, count in rejected.items():
             tracker = self._trackers[request_id]
             if tracker.draft_tokens:
@@ -537,10 +538,18 @@ class OffloadingScheduler:
         preempted ids, the new blocks and the rejected drafts as ints."""
         call = "build_connector_meta"
         preempted = set()
+        finished_since: set[RequestId] = set()
         for request_id in scheduler_output.preempted:
             tracker = self._tracker(request_id, f"{call}(preempted)")
-            if request_id in preempted:
+            if request_id in preempted or request_id in finished_since:
                 raise ValueError(f"{call}: request {request_id!r} is listed twice in preempted")
+            if tracker.state in (FINISHED_PENDING_STORE, SIGNALED):
+                # Preempted between two steps (vLLM's reset_prefix_cache(reset_running_requests=True)),
+                # then finished or aborted before this step: vLLM reports such a preemption only in
+                # the next SchedulerOutput. request_finished was given no GPU blocks, so nothing of
+                # the request is stored and there is nothing to undo.
+                finished_since.add(request_id)
+                continue
             if tracker.state != WAITING:
                 self._require_trigger(tracker, "preempt")
             preempted.add(request_id)

@@ -56,9 +56,17 @@ class VllmRequestView:
         return int(self._request.num_tokens)
 
 
-def kvoffload_scheduler_output(vllm_output: Any) -> SchedulerOutput:
-    """kvoffload's SchedulerOutput from vLLM's (single KV cache group)."""
+def kvoffload_scheduler_output(vllm_output: Any, is_tracked: Callable[[RequestId], bool]) -> SchedulerOutput:
+    """kvoffload's SchedulerOutput from vLLM's (single KV cache group).
+
+    vLLM lists a preemption by ``reset_prefix_cache(reset_running_requests=True)`` (between two
+    steps) in its next SchedulerOutput, which may also resume the request: kvoffload's scheduler
+    already saw the reset and then the request's new admission, so such a preemption is left out.
+    It is also listed when the request finished between the two steps, and a second reset in
+    between may have let the scheduler forget that request: a preemption of a request it no longer
+    tracks (``is_tracked``) has nothing left to act on, and is left out too."""
     cached = vllm_output.scheduled_cached_reqs
+    resumed = {*cached.resumed_req_ids, *(new.req_id for new in vllm_output.scheduled_new_reqs)}
     new_block_ids: dict[RequestId, Sequence[int]] = {}
     for request_id, groups in zip(cached.req_ids, cached.new_block_ids, strict=True):
         # A resumed request's list replaces its blocks; update_state_after_alloc already gave them.
@@ -67,7 +75,10 @@ def kvoffload_scheduler_output(vllm_output: Any) -> SchedulerOutput:
     return SchedulerOutput(
         num_scheduled_tokens=dict(vllm_output.num_scheduled_tokens),
         new_block_ids=new_block_ids,
-        preempted=tuple(vllm_output.preempted_req_ids or ()),
+        preempted=tuple(
+            request_id for request_id in vllm_output.preempted_req_ids or ()
+            if request_id not in resumed and is_tracked(request_id)
+        ),
     )
 
 
@@ -121,7 +132,8 @@ class SchedulerSide:
         """This step's jobs, the requests whose blocks the worker must report as sent, and the
         tier jobs handed out since the last step."""
         metadata = self._strict(
-            "build_connector_meta", self.scheduler.build_connector_meta, kvoffload_scheduler_output(vllm_output)
+            "build_connector_meta", self.scheduler.build_connector_meta,
+            kvoffload_scheduler_output(vllm_output, self.scheduler.is_tracked),
         )
         # vLLM skips update_connector_output in a step whose worker reported nothing, so a request
         # cleaned right here (its final stores built, nothing in flight) would wait for a report
