@@ -137,11 +137,8 @@ class ExprCompiler:
         # How many times ``@`` was compiled: an EXCEPT value that does not read it is evaluated
         # in its enclosing environment, without a copy that binds ``@``.
         self.at_reads = 0
-        # syntax.names_in per syntax node (the trees outlive the compiler).
-        self.names: dict[int, frozenset[str]] = {}
-        # The LET definitions (by their Local's id) that read no variable, directly or through
-        # another definition, with the bound names their values depend on (let_memoised).
-        self.stateless: dict[int, frozenset[str]] = {}
+        # syntax.names_in per syntax node.
+        self.names: dict[int, tuple[Any, frozenset[str]]] = {}
 
     # ---- errors -------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -629,11 +626,11 @@ class ExprCompiler:
             loc = inner[n]
             if loc.kind == "val":
                 keys.add(n)
-            elif loc.kind == "thunk" and id(loc) in self.stateless:
-                keys |= self.stateless[id(loc)]
+            elif loc.kind == "thunk" and loc.stateless is not None:
+                keys |= loc.stateless
             else:
                 return fn
-        self.stateless[id(local)] = frozenset(keys)
+        local.stateless = frozenset(keys)
         if not keys or not has_binder(d.definiens):
             return fn
         names = sorted(keys)
