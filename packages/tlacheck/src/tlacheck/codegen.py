@@ -40,6 +40,7 @@ from .syntax import (
     const_value,
     flatten,
     is_action,
+    names_in,
     ordered,
     read_vars,
     state_memo,
@@ -647,6 +648,9 @@ class Source:
         stored = {n: memo for n, _fn, memo in thunks}
         if name not in defs or not stored.get(name):
             return inner, thunks, None
+        if any(tname(d) == "OperatorDefinition" and d.arity and name in names_in(d.definiens, comp.names)
+               for d in node.definitions):
+            return inner, thunks, None  # a LET operator's body reads the name as the thunk it compiled against
         if comp.expr(defs[name].definiens, scope, inner, False)[1] & IMPURE:
             return inner, thunks, None
         inner = dict(inner)

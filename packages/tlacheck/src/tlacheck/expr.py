@@ -1188,8 +1188,10 @@ class ExprCompiler:
             inner = dict(locals_)
             for p in params:
                 inner[p] = Local("val", p)
-            body, _ = self.expr(node.expression, scope, inner, primed)
-            return bound_operator(body, params), ENV
+            # The body's reads are the operator's: `LAMBDA x : smokers[x].smoking` reads a
+            # variable, and a caller that saw ENV alone would fold the call as a constant.
+            body, bd = self.expr(node.expression, scope, inner, primed)
+            return bound_operator(body, params), bd | ENV
         if tname(node) == "OperatorApplication" and not node.arguments:
             name = node.operator
             loc = locals_.get(name)
@@ -1205,8 +1207,8 @@ class ExprCompiler:
             for a in fake_args:
                 inner[a] = Local("val", a)
             argnodes = [VarRef(a, node) for a in fake_args]
-            body, _ = self.call(target, argnodes, scope, inner, primed, node)
-            return bound_operator(body, fake_args), ENV
+            body, bd = self.call(target, argnodes, scope, inner, primed, node)
+            return bound_operator(body, fake_args), bd | ENV
         raise self.unsupported(f"operator argument of form {tname(node)}", node)
 
     def call(
