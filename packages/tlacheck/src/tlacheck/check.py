@@ -1275,7 +1275,8 @@ def _search(checker: Checker, heap: SearchHeap) -> tuple[_Stop | None, int | Non
         stop = _Stop("error", None, where, None, "",
                      f"evaluation error: recursion deeper than {_RECURSION_LIMIT:,} Python frames "
                      "(a RECURSIVE operator or recursive function without a base case?)", EXIT_FAILURE_SPEC_EVAL)
-    except (TypeError, ValueError, KeyError, IndexError) as exc:
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+        # A value the evaluator did not expect (EagerLetOperator crashed so): one line, no traceback.
         where = checker.path_to(checker.current) if checker.current >= 0 else []
         stop = _Stop("error", None, where, None, "", f"evaluation error: {type(exc).__name__}: {exc}",
                      EXIT_FAILURE_SPEC_EVAL)

@@ -632,7 +632,7 @@ class Source:
         comp = self.comp
         inner, thunks, _ = comp.let_locals(node.definitions, scope, locals_, False)
         defs = {d.name: d for d in node.definitions if tname(d) == "OperatorDefinition" and not d.arity}
-        if any(d.function or id(d) in comp.op_memos for d in defs.values()):
+        if any(d.function or id(d) in comp.memoised_lets for d in defs.values()):
             return inner, thunks, None  # their closures would read the name as a thunk
         body = node.expression
         while tname(body) == "Parentheses":
@@ -690,7 +690,7 @@ class Source:
             d = nodes.get(name)
             if name == eager:
                 lines.append(f"{pad}{into}[{name!r}] = {self.expr(d.definiens, scope, inner, into)}")
-            elif d is not None and not d.function and id(d) not in self.comp.op_memos:
+            elif d is not None and not d.function and id(d) not in self.comp.memoised_lets:
                 body = self.helper([f"    return {self.expr(d.definiens, scope, inner, 'e')}"])
                 lines.append(f"{pad}{into}[{name!r}] = Thunk({body}, c, {into}, {memo})")
             else:

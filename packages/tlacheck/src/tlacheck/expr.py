@@ -133,7 +133,9 @@ class ExprCompiler:
         # Memoised calls of pure, expensive operators: per definition, argument values -> value.
         self.purity = Purity()
         self.primed = PrimedParameters()
-        self.op_memos: dict[int, dict[Any, Value]] = {}
+        self.op_memos: dict[Any, dict[Any, Value]] = {}
+        # The LET definitions (by their node's id) whose values are memoised (let_memoised).
+        self.memoised_lets: set[int] = set()
         # How many times ``@`` was compiled: an EXCEPT value that does not read it is evaluated
         # in its enclosing environment, without a copy that binds ``@``.
         self.at_reads = 0
@@ -634,7 +636,10 @@ class ExprCompiler:
         if not keys or not has_binder(d.definiens):
             return fn
         names = sorted(keys)
-        memo = self.op_memos.setdefault(id(d), {})
+        # One memo per definition and key names: the same definition keys on m where the
+        # generated code bound m as a value, on p (what m reads) where the closures thunk it.
+        memo = self.op_memos.setdefault((id(d), tuple(names)), {})
+        self.memoised_lets.add(id(d))
         plain, limit = PLAIN_TYPES, _OP_MEMO_LIMIT
 
         def memoised(c: Ctx, e: dict[str, Value]) -> Value:
