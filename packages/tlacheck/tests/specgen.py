@@ -3,25 +3,34 @@ for the differential fuzzing of the embedded checker against TLC (`tla_fuzz.py`)
 
 A spec has two to four variables, each of one kind: an integer in ``0..M``, a boolean, a subset
 of the constant set ``Proc``, a function ``[Proc -> 0..M]``, a record ``[n: 0..M, b: BOOLEAN]``,
-a sequence over ``0..M`` of length at most ``L`` or a function of pairs
-``[Proc -> (0..M) \\X BOOLEAN]`` (updated through two-level ``EXCEPT`` paths such as ``![p][1]``).
+a sequence over ``0..M`` of length at most ``L`` (initially drawn from ``Seq(0..M)`` under a
+bound: ``BSeq(S)``, the sequences up to ``L`` long, intersected with ``Seq(S)``, or substituted
+for ``Seq`` by the config), a function of pairs ``[Proc -> (0..M) \\X BOOLEAN]`` (updated through
+two-level ``EXCEPT`` paths such as ``![p][1]``), a set of records of model values
+``SUBSET [src: Proc, ok: BOOLEAN]`` (read through ``UNION``, ``SUBSET`` and set maps) or a record
+of a function ``[f: [Proc -> 0..M], c: 0..M]`` (``![p].f``-style paths, invariants over both).
 Every update keeps a variable inside its kind's finite domain (``% (M + 1)``, a length guard), so
 every state space is finite and small. Actions (some with a parameter ``p \\in Proc``) are
 guards and updates built from ``\\E``, ``IF``, ``CASE``, ``UNCHANGED``, ``EXCEPT``, operators with
 parameters, ``LET`` (in expressions, and around an update whose guard reads the definition
-first), and recursive operators; invariants, action properties (``[][A => P']_vars``), deadlock
-on or off, ``WF``/``SF`` fairness with temporal properties, and ``SYMMETRY`` on ``Proc`` (then
-without liveness, and nothing names one of its elements).
+first, beside a definition memoised on ``p``), recursive operators, and ``Near(v)``, whose LET
+mixes definitions memoised on ``v`` with ones that read variables or read each other; invariants,
+action properties (``[][A => P']_vars``), deadlock on or off, ``WF``/``SF`` fairness with temporal
+properties, and ``SYMMETRY`` on ``Proc`` (then without liveness, and nothing names one of its
+elements).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
 
-KINDS = ("int", "bool", "set", "fun", "rec", "seq", "grid")
+KINDS = ("int", "bool", "set", "fun", "rec", "seq", "grid", "msgs", "recfun")
+# The kinds with the largest domains: at most one of each, and two of them, in a spec.
+BIG = ("fun", "seq", "grid", "recfun")
 
 
 def _text(text: str) -> Callable[[], str]:
@@ -37,11 +46,13 @@ class Variable:
 
 @dataclass
 class GeneratedSpec:
-    """One random model: the module's and the config's text, and what it is built from."""
+    """One random model: the module's and the config's text, what it is built from, and the
+    PYTHONHASHSEED the embedded checker runs it under."""
 
     module: str
     config: str
     constructs: set[str] = field(default_factory=set)
+    hash_seed: int = 0
 
 
 class _Builder:
@@ -54,6 +65,7 @@ class _Builder:
         self.length = length  # L: sequences are at most L long
         self.used: set[str] = set()
         self.lets = 0  # LET names are unique in a spec: SANY rejects a name defined twice in a scope
+        self.calls_near = False  # whether an expression called Near(v) (then the module defines it)
 
     def of(self, kind: str) -> list[Variable]:
         return [v for v in self.variables if v.kind == kind]
@@ -77,6 +89,18 @@ class _Builder:
         options += [_text(f"{v.name}.n") for v in self.of("rec")]
         options += [_text(f"{v.name}[{b}]") for v in self.of("fun") for b in bound]
         options += [_text(f"{v.name}[{b}][1]") for v in self.of("grid") for b in bound]
+        options += [_text(f"{v.name}.c") for v in self.of("recfun")]
+        options += [_text(f"{v.name}.f[{b}]") for v in self.of("recfun") for b in bound]
+        options += [_text(f"Cardinality({v.name})") for v in self.of("msgs")]
+        options += [_text(f"Cardinality({{r.src : r \\in {v.name}}})") for v in self.of("msgs")]
+        # SANY applies UNION and SUBSET before the set operator that follows them.
+        options += [_text(f"Cardinality(UNION {{{{r.src}} : r \\in {v.name}}} \\cup {{{b}}})")
+                    for v in self.of("msgs") for b in bound]
+        options += [_text(f"Cardinality(UNION {{{{r.src}} : r \\in {v.name}}} \\ {w.name})")
+                    for v in self.of("msgs") for w in self.of("set")]
+        options += [_text(f"Cardinality(UNION {{{{r.src}} : r \\in {v.name}}} \\cup {{q \\in Proc : "
+                          f"[src |-> q, ok |-> TRUE] \\in {v.name}}})") for v in self.of("msgs") if "q" not in bound]
+        options += [_text(f"Cardinality(SUBSET {{r.src : r \\in {v.name}}} \\ {{{{}}}})") for v in self.of("msgs")]
         if self.of("fun"):
             options.append(_text("Total(Proc)"))
         if self.of("seq"):
@@ -90,8 +114,12 @@ class _Builder:
                 name = f"t{self.lets}"
                 return f"(LET {name} == {sub()} IN {name} * 2)"
 
+            def near() -> str:
+                self.calls_near = True
+                return f"Near({sub()})"
+
             options += [lambda: f"Bump({sub()})", lambda: f"({sub()} + {sub()})", lambda: f"({sub()} - 1)", let,
-                        lambda: f"(IF {self.boolean(bound, depth + 1)} THEN {sub()} ELSE 0)"]
+                        lambda: f"(IF {self.boolean(bound, depth + 1)} THEN {sub()} ELSE 0)", near]
             if "q" not in bound:
                 options.append(lambda: f"Cardinality({{q \\in Proc : {self.boolean(['q'], depth + 1)}}})")
         return self.choose(options)
@@ -109,6 +137,17 @@ class _Builder:
         options += [_text(f"{b} \\in {v.name}") for v in self.of("set") for b in bound]
         options += [_text(f"{v.name} = {{}}") for v in self.of("set")]
         options += [_text(f"{v.name} = <<>>") for v in self.of("seq")]
+        options += [_text(f"{v.name} \\in Seq(0..{self.top - 1}) \\cap Seq(0..{self.top})") for v in self.of("seq")]
+        options += [_text(f"{{{v.name}}} \\subseteq Seq({{0}})") for v in self.of("seq")]
+        options += [_text(f"{v.name} \\in [1..Len({v.name}) -> 0..{self.top}] \\ Seq({{0}})") for v in self.of("seq")]
+        options += [_text(f"(\\A q \\in Proc : {v.name}.f[q] <= {v.name}.c)") for v in self.of("recfun")
+                    if "q" not in bound]
+        options += [_text(f"{v.name} = [f |-> {v.name}.f, c |-> {v.name}.c]") for v in self.of("recfun")]
+        options += [_text(f"{v.name}.f[{b}] = {v.name}.c") for v in self.of("recfun") for b in bound]
+        options += [_text(f"(\\A r \\in {v.name} : r.ok)") for v in self.of("msgs")]
+        options += [_text(f"{v.name} = {{}}") for v in self.of("msgs")]
+        options += [_text(f"(\\E r \\in {v.name} : r.src = {b})") for v in self.of("msgs") for b in bound]
+        options += [_text(f"[src |-> {b}, ok |-> TRUE] \\in {v.name}") for v in self.of("msgs") for b in bound]
         if depth < 2:
             def sub() -> str:
                 return self.boolean(bound, depth + 1)
@@ -123,7 +162,10 @@ class _Builder:
     def _note(self, expression: str) -> None:
         for marker, construct in (("\\E", "exists"), ("\\A", "forall"), ("IF ", "if"), ("LET ", "let"),
                                   ("Bump(", "operator with parameters"), ("Small(", "operator with parameters"),
-                                  ("Total(", "recursive operator"), ("SeqSum(", "recursive operator")):
+                                  ("Total(", "recursive operator"), ("SeqSum(", "recursive operator"),
+                                  ("Near(", "memoised LET definitions"), ("UNION ", "UNION"),
+                                  ("SUBSET ", "SUBSET"), ("\\cap Seq(", "Seq(S) intersected"),
+                                  (".f[", "record of a function")):
             if marker in expression:
                 self.used.add(construct)
 
@@ -168,6 +210,23 @@ class _Builder:
                             ("nested except", lambda: f"{x}' = [{x} EXCEPT ![{p}][1] = {self.modular(bound)}, "
                                                       f"![{p}][2] = {self.boolean(bound)}]"),
                             ("except", _text(f"{x}' = [{x} EXCEPT ![{p}] = <<@[1], ~@[2]>>]"))]
+        elif variable.kind == "msgs":
+            flip = f"({x} \\ {{r}}) \\cup {{[r EXCEPT !.ok = ~@]}}"
+            options = [("set of records", _text(f"\\E r \\in {x} : {x}' = {x} \\ {{r}}")),
+                       ("set of records", _text(f"\\E r \\in {x} : {x}' = {flip}")),
+                       ("set of records", _text(f"{x}' = {{r \\in {x} : r.ok}}")),
+                       ("set of records", _text(f"{x}' = {{[r EXCEPT !.ok = TRUE] : r \\in {x}}}"))]
+            if p:
+                options += [("set of records",
+                             lambda: f"{x}' = {x} \\cup {{[src |-> {p}, ok |-> {self.boolean(bound)}]}}"),
+                            ("set of records", _text(f"{x}' = {x} \\ {{[src |-> {p}, ok |-> TRUE]}}"))]
+        elif variable.kind == "recfun":
+            options = [("record of a function", lambda: f"{x}' = [{x} EXCEPT !.c = {self.modular(bound)}]"),
+                       ("record of a function", _text(f"\\E q \\in Proc : {x}' = [{x} EXCEPT !.f[q] = 0, "
+                                                      f"!.c = (@ + 1) % {m}]")),
+                       ("record of a function", _text(f"{x}' = [f |-> [q \\in Proc |-> {x}.c], c |-> {x}.c]"))]
+            if p:
+                options += [("record of a function", _text(f"{x}' = [{x} EXCEPT !.f[{p}] = (@ + 1) % {m}]"))]
         elif variable.kind == "rec":
             options = [("except", _text(f"{x}' = [{x} EXCEPT !.n = (@ + 1) % {m}]")),
                        ("except", _text(f"{x}' = [{x} EXCEPT !.b = ~@]")),
@@ -192,6 +251,8 @@ class _Builder:
             "grid": f"{x} \\in [Proc -> (0..{top}) \\X BOOLEAN]",
             "rec": f"{x} \\in [n: 0..{top}, b: BOOLEAN]",
             "seq": f"{x} \\in Seq(0..{top}) /\\ Len({x}) <= {self.length}",
+            "msgs": f"{x} \\subseteq [src: Proc, ok: BOOLEAN]",
+            "recfun": f"{x} \\in [f: [Proc -> 0..{top}], c: 0..{top}]",
         }[variable.kind]
 
     def initial(self, variable: Variable) -> str:
@@ -203,9 +264,30 @@ class _Builder:
             "fun": (f"{x} = [q \\in Proc |-> 0]", f"{x} \\in [Proc -> 0..{top}]"),
             "grid": (f"{x} = [q \\in Proc |-> <<0, FALSE>>]", f"{x} \\in [Proc -> (0..{top}) \\X BOOLEAN]"),
             "rec": (f"{x} = [n |-> 0, b |-> FALSE]", f"{x} \\in [n: 0..{top}, b: BOOLEAN]"),
-            "seq": (f"{x} = <<>>", f"{x} = <<>>"),
+            "seq": (f"{x} = <<>>", self.pick([f"{x} \\in BSeq(0..{top})",
+                                              f"{x} \\in Seq(0..{top}) \\cap BSeq(0..{top})",
+                                              f"{x} \\in BSeq(0..{top}) \\cap Seq(0..{top})",
+                                              f"{x} \\in {{s \\in BSeq(0..{top}) : s \\in Seq(0..{top})}}"])),
+            "msgs": (f"{x} = {{}}", f"{x} \\in SUBSET {{[src |-> q, ok |-> FALSE] : q \\in Proc}}"),
+            "recfun": (f"{x} = [f |-> [q \\in Proc |-> 0], c |-> 0]", f"{x} \\in [f: [Proc -> 0..{top}], c: {{0}}]"),
         }[variable.kind]
         return self.draw(st.sampled_from([fixed, chosen]))
+
+    def near(self) -> str:
+        """``Near(v)``: a LET whose definitions that read only ``v`` and loop are memoised on ``v``,
+        beside ones that read variables (``b``), read both (``c``), or read ``v`` only where it is
+        not 0 (``e``); the body reads a random selection of them."""
+        top = self.top
+        defs = {"a": f"{{w \\in 0..{top} : w # v}}",
+                "b": f"{self.integer([], 2)} + v",  # at depth 2: no call of Near inside Near
+                "c": "{w \\in a : w <= b}",
+                "d": "Cardinality({w \\in a : w >= v})",
+                "e": "IF v = 0 THEN {} ELSE {w \\in 1..(6 \\div v) : w = 1}"}
+        terms = {"a": "Cardinality(a)", "b": "b", "c": "Cardinality(c)", "d": "d", "e": "Cardinality(e)"}
+        chosen = self.draw(st.lists(st.sampled_from(sorted(terms)), min_size=1, max_size=3, unique=True))
+        body = " + ".join(terms[t] for t in chosen)
+        lines = "\n".join(f"        {name} == {text}" for name, text in defs.items())
+        return f"Near(v) ==\n    LET\n{lines}\n    IN {body}"
 
 
 @st.composite
@@ -214,17 +296,19 @@ def specs(draw: st.DrawFn) -> GeneratedSpec:
     kinds = draw(st.lists(st.sampled_from(KINDS), min_size=2, max_size=4))
     # At most one function, one sequence and one function of pairs, and two of them: they have
     # the largest domains.
-    for big in ("fun", "seq", "grid"):
+    for big in BIG:
         while kinds.count(big) > 1:
             kinds.remove(big)
-    if all(big in kinds for big in ("fun", "seq", "grid")):
-        kinds.remove("grid")
+    while sum(big in kinds for big in BIG) > 2:
+        kinds.remove(next(big for big in reversed(BIG) if big in kinds))
     variables = [Variable(f"{kind[0]}{i}", kind) for i, kind in enumerate(kinds)]
     top = draw(st.integers(1, 2))
     length = 2
     size = draw(st.integers(2, 3))
     symmetric = draw(st.booleans())
     liveness = not symmetric and draw(st.booleans())
+    salt = draw(st.integers(0, 2**32 - 1))
+    override_seq = draw(st.booleans())
     builder = _Builder(draw, variables, top, length)
     names = [v.name for v in variables]
     funs, seqs = builder.of("fun"), builder.of("seq")
@@ -247,8 +331,14 @@ def specs(draw: st.DrawFn) -> GeneratedSpec:
             name = f"u{builder.lets}"
             head = [f"{v.name} # <<>> /\\ " for v in seqs if draw(st.booleans())][:1]
             definiens = f"Head({seqs[0].name})" if head else builder.integer(bound)
-            conjuncts[-1] = (f"{''.join(head)}(LET {name} == {definiens} IN {name} "
-                             f"{builder.pick(['<=', '#', '>'])} {builder.integer(bound)} /\\ {conjuncts[-1]})")
+            # Beside it, where the action has a parameter, a definition memoised on p.
+            others = f"others{builder.lets}" if parameter and draw(st.booleans()) else ""
+            guard = f"{name} {builder.pick(['<=', '#', '>'])} {builder.integer(bound)}"
+            if others:
+                guard += f" + Cardinality({others})"
+                others = f" {others} == {{q \\in Proc : q # p}}"
+                builder.used.add("LET memoised on a parameter")
+            conjuncts[-1] = f"{''.join(head)}(LET {name} == {definiens}{others} IN {guard} /\\ {conjuncts[-1]})"
             builder.used.add("LET around an update")
         untouched = [v.name for v in variables if v not in changed]
         if untouched:
@@ -309,7 +399,10 @@ def specs(draw: st.DrawFn) -> GeneratedSpec:
         lines += ["RECURSIVE Total(_)",
                   f"Total(S) == IF S = {{}} THEN 0 ELSE LET e == CHOOSE e \\in S : TRUE IN {f}[e] + Total(S \\ {{e}})"]
     if seqs:
-        lines += ["RECURSIVE SeqSum(_)", "SeqSum(s) == IF s = <<>> THEN 0 ELSE Head(s) + SeqSum(Tail(s))"]
+        lines += ["RECURSIVE SeqSum(_)", "SeqSum(s) == IF s = <<>> THEN 0 ELSE Head(s) + SeqSum(Tail(s))",
+                  f"BSeq(S) == UNION {{[1..n -> S] : n \\in 0..{length}}}"]
+    if builder.calls_near:
+        lines.append(builder.near())
     lines.append("Init ==\n" + "\n".join(f"    /\\ {builder.initial(v)}" for v in variables))
     lines += bodies
     lines.append("Next == " + " \\/ ".join(calls))
@@ -326,6 +419,10 @@ def specs(draw: st.DrawFn) -> GeneratedSpec:
     config += [f"INVARIANT Inv{i}" for i in range(len(invariants))]
     config += [f"PROPERTY Prop{i}" for i in range(len(properties))]
     config += [f"PROPERTY Step{i}" for i in range(len(steps))]
+    if seqs and override_seq:
+        # As MCMajority's `Seq <- BoundedSeq`: Seq(S) is then enumerable.
+        config.append("CONSTANT Seq <- BSeq")
+        builder.used.add("Seq overridden")
     if symmetric:
         config.append("SYMMETRY Sym")
         builder.used.add("symmetry")
@@ -339,4 +436,8 @@ def specs(draw: st.DrawFn) -> GeneratedSpec:
     builder.used.update(f"variable {v.kind}" for v in variables)
     if any(parameter for _, parameter in actions):
         builder.used.add("action with parameter")
-    return GeneratedSpec("\n".join(lines) + "\n", "\n".join(config) + "\n", builder.used)
+    module, config_text = "\n".join(lines) + "\n", "\n".join(config) + "\n"
+    # Hypothesis draws a few small integers far more often than the rest (0 for a spec in five):
+    # hashed with the spec's text, each spec gets a seed of its own.
+    digest = hashlib.sha256(f"{salt}\0{module}\0{config_text}".encode()).digest()
+    return GeneratedSpec(module, config_text, builder.used, int.from_bytes(digest[:4], "big"))

@@ -139,3 +139,53 @@ def test_a_constant_bound_is_enumerated_in_the_canonical_order_by_init_and_invar
                  "INIT Init\nNEXT Next\nINVARIANT Inv\n")
     result = check_model(spec)
     assert result.result == "success" and result.distinct_states == 10
+
+
+# ChooseOne of CigaretteSmokers: the operator argument reads the variable, so the LET definition
+# over the call is no constant (folded once, it pointed at the first smoker forever: 12 states).
+@pytest.mark.parametrize("argument", ["LAMBDA x : on[x]", "IsOn"])
+def test_an_operator_argument_that_reads_a_variable_is_no_constant(tmp_path: Path, argument: str) -> None:
+    spec = model(tmp_path, "Chooser", "---- MODULE Chooser ----\nVARIABLE on\n"
+                 "ChooseOne(S, P(_)) == CHOOSE x \\in S : P(x) /\\ \\A y \\in S : P(y) => y = x\n"
+                 "IsOn(x) == on[x]\n"
+                 "Init == on \\in {[i \\in {1, 2, 3} |-> i = j] : j \\in {1, 2, 3}}\n"
+                 f"Next == LET r == ChooseOne({{1, 2, 3}}, {argument}) IN on' = [on EXCEPT ![r] = FALSE]\n"
+                 "Inv == \\E i \\in {1, 2, 3} : on[i]\n====\n",
+                 "INIT Init\nNEXT Next\nINVARIANT Inv\n")
+    result = check_model(spec)
+    # TLC: from each of the 3 initial states, the one on is switched off (a violation at depth 2).
+    assert (result.result, result.violated, len(result.trace)) == ("safety failure", "Inv", 2), result.message
+
+
+# TLC's answers to each (SANY applies SUBSET and UNION before the set operators that follow).
+@pytest.mark.parametrize(("expression", "tlc"), [
+    ("{{1}} \\cup UNION {{{2}}} \\cup UNION {{{3}}}", "{{1}, {2}, {3}}"),
+    ("UNION {{2}} \\cup {3}", "{2, 3}"),
+    ("UNION {{2}} \\union UNION {{3}} \\cup {4}", "{2, 3, 4}"),
+    ("SUBSET {1} \\cup {{2}}", "{{}, {1}, {2}}"),
+    ("SUBSET {1} \\cap {{}}", "{{}}"),
+    ("{{1}} \\cup SUBSET {2} \\cup {{3}}", "{{}, {1}, {2}, {3}}"),
+    ("UNION {{1}} \\ {1}", "{}"),
+    ("SUBSET (({1} \\cup {2}))", "{{}, {1}, {2}, {1, 2}}"),
+    ("UNION {{2}} = {2}", "TRUE"),
+    ("[1..2 -> {1, 2}] \\ Seq({1})", "{<<1, 2>>, <<2, 1>>, <<2, 2>>}"),
+    ("[1..2 -> {1, 2}] \\subseteq Seq({1})", "FALSE"),
+    ("<<1>> \\in Seq({1}) \\cap Seq({1, 2})", "TRUE"),
+    ("Seq({1}) \\cap [1..2 -> {1, 2}]", "{<<1, 1>>}"),
+])
+def test_set_operators_as_tlc_reads_and_evaluates_them(tmp_path: Path, expression: str, tlc: str) -> None:
+    spec = model(tmp_path, "Sets", "---- MODULE Sets ----\nEXTENDS Sequences, TLC\n"
+                 f'ASSUME ToString({expression}) = "{tlc}"\n====\n', "")
+    result = check_model(spec)
+    assert result.result == "success", result.message
+
+
+def test_an_override_of_a_standard_operator_reaches_an_instanced_module(tmp_path: Path) -> None:
+    # MCMajority: `Seq <- BoundedSeq` in the config, Seq read by the module it INSTANCEs.
+    (tmp_path / "Inner.tla").write_text("---- MODULE Inner ----\nEXTENDS Sequences\nVARIABLE s\n"
+                                        "Init == s \\in Seq({0, 1})\nNext == UNCHANGED s\n====\n")
+    spec = model(tmp_path, "Outer", "---- MODULE Outer ----\nEXTENDS Naturals\nVARIABLE s\n"
+                 "Bounded(S) == UNION {[1..n -> S] : n \\in 0..2}\nINSTANCE Inner\n====\n",
+                 "INIT Init\nNEXT Next\nCONSTANT Seq <- Bounded\n")
+    result = check_model(spec)
+    assert (result.result, result.distinct_states) == ("success", 7), result.message

@@ -3,8 +3,12 @@
 Random specs from :mod:`specgen` run under both engines (TLC in one long-lived JVM,
 :class:`tlacheck.tlc_batch.TlcSession`); any difference in the verdict, distinct states,
 depth, the violated invariant or property, or the counterexample's length is a disagreement.
-Prints one JSON object: specs run, disagreements (with the spec and config text), specs TLC
-rejected (a generator bug), verdicts, and how often each construct appeared::
+The embedded checker runs in a process of its own under the spec's drawn ``PYTHONHASHSEED``
+(``GeneratedSpec.hash_seed``): an answer that depends on the hash seed (the order of sets and
+dicts, reused object ids) shows up across specs, and each disagreement names the seed that
+reproduces it (``PYTHONHASHSEED=N tlacheck check Fuzz.tla``). Prints one JSON object: specs run,
+disagreements (with the spec and config text and the hash seed), specs TLC rejected (a generator
+bug), verdicts, and how often each construct appeared::
 
     python packages/tlacheck/tests/tla_fuzz.py --specs 2000 --jar ../shared/tlc/tla2tools.jar
 
@@ -19,6 +23,7 @@ import json
 import multiprocessing
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,10 +38,10 @@ from hypothesis import seed as hypothesis_seed
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import tlacheck
 from specgen import GeneratedSpec, specs
-from tlacheck import check_model
 from tlacheck.expectation import result_differences
-from tlacheck.result import CheckResult
+from tlacheck.result import EXIT_ERROR, CheckResult, TraceStep
 from tlacheck.tlc_batch import TlcSession
 
 # TLC statuses that mean the generator wrote something TLC cannot read (parse or semantic error,
@@ -66,13 +71,33 @@ class Verdict:
     rejected: bool
 
 
+EMBEDDED = ("import json, sys; from tlacheck import check_model; "
+            "print(json.dumps(check_model(sys.argv[1], sys.argv[2], max_memory_mb=None).to_json()))")
+
+
+def check_embedded(module: Path, config: Path, hash_seed: int) -> CheckResult:
+    """The embedded checker's answer, from a process started with ``PYTHONHASHSEED=hash_seed``
+    (the hash seed is fixed when an interpreter starts). A crash is an error result."""
+    src = str(Path(tlacheck.__file__).parents[1])
+    env = {**os.environ, "PYTHONHASHSEED": str(hash_seed),
+           "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", EMBEDDED, str(module), str(config)], capture_output=True,
+                          text=True, env=env, timeout=900)
+    if done.returncode != 0 or not done.stdout.strip():
+        return CheckResult(engine="embedded", result="error", exit_code=EXIT_ERROR,
+                           message=f"the embedded checker crashed: {done.stderr[-2000:]}")
+    answer = json.loads(done.stdout.strip().splitlines()[-1])  # after anything the spec printed
+    answer["trace"] = [TraceStep(**step) for step in answer["trace"]]
+    return CheckResult(**answer)
+
+
 def run_both(spec: GeneratedSpec, session: TlcSession, folder: Path) -> Verdict:
     """Write the spec into ``folder`` and check it under both engines."""
     module, config = folder / "Fuzz.tla", folder / "Fuzz.cfg"
     module.write_text(spec.module)
     config.write_text(spec.config)
     tlc = session.check(module, config)
-    embedded = check_model(module, config, max_memory_mb=None)
+    embedded = check_embedded(module, config, spec.hash_seed)
     rejected = tlc.exit_code in REJECTED
     differences = compare(tlc, embedded)
     if _names_another_property(spec, tlc, embedded, differences):
@@ -132,7 +157,7 @@ class Campaign:
         self.tlc_seconds += verdict.tlc.seconds
         self.embedded_seconds += verdict.embedded.seconds
         self.distinct_states.append(verdict.tlc.distinct_states)
-        case = {"module": spec.module, "config": spec.config,
+        case = {"module": spec.module, "config": spec.config, "hash_seed": spec.hash_seed,
                 "tlc": f"{verdict.tlc.result} ({verdict.tlc.exit_code}): {verdict.tlc.message[:300]}",
                 "embedded": f"{verdict.embedded.result} ({verdict.embedded.exit_code}): "
                             f"{verdict.embedded.message[:300]}"}
@@ -144,6 +169,8 @@ class Campaign:
             self.renamed.append(case)
         elif verdict.differences:
             self.disagreements.append({**case, "differences": verdict.differences})
+        print(f"spec {self.specs}: PYTHONHASHSEED={spec.hash_seed} "
+              f"{'; '.join(verdict.differences) or 'agree'}", file=sys.stderr, flush=True)
 
     def to_json(self) -> dict[str, Any]:
         states = sorted(self.distinct_states) or [0]

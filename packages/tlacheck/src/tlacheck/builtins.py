@@ -90,9 +90,12 @@ def _finite_side(a: Value, b: Value) -> tuple[Value, Value] | None:
     return None
 
 
-def _cap(a: Value, b: Value) -> frozenset[Value]:
+def _cap(a: Value, b: Value) -> Value:
     fo = _finite_side(a, b)
     if fo is not None:
+        if isinstance(fo[0], LazySet) and fo[0].infinite:
+            # Both infinite (Seq(S) \cap Seq(T)): membership, as TLC; enumerating it fails.
+            return InfiniteCombination("\\cap", a, b)
         return frozenset(x for x in iter_set(fo[0]) if x in fo[1])
     return to_set(a) & to_set(b)
 
@@ -106,13 +109,14 @@ def _cup(a: Value, b: Value) -> Value:
 def _minus(a: Value, b: Value) -> Value:
     if isinstance(a, LazySet) and a.infinite:
         return InfiniteCombination("\\", a, b)
-    if isinstance(b, LazySet) and not isinstance(a, LazySet):
+    # An infinite b (`[1..2 -> S] \ Seq(T)`) is only asked for membership, as by TLC.
+    if isinstance(b, LazySet) and (b.infinite or not isinstance(a, LazySet)):
         return frozenset(x for x in iter_set(a) if x not in b)
     return to_set(a) - to_set(b)
 
 
 def _subseteq(a: Value, b: Value) -> bool:
-    if isinstance(b, LazySet) and not isinstance(a, LazySet):
+    if isinstance(b, LazySet) and (b.infinite or not isinstance(a, LazySet)):
         return all(x in b for x in iter_set(a))
     return to_set(a) <= to_set(b)
 

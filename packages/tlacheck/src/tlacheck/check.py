@@ -24,6 +24,7 @@ from tlacheck.result import (
     TraceStep,
 )
 
+from . import builtins as B
 from . import parallel
 from .action import Compiler
 from .codegen import generate_expr
@@ -109,7 +110,8 @@ class Compiled:
 
 
 def _scopes(root: Scope) -> list[Scope]:
-    """The root scope and the scopes of every module instance reachable from it."""
+    """The root scope and the scopes of every module instance reachable from it, named or not
+    (an unnamed INSTANCE's scope is known by the definitions it lent)."""
     out, stack, seen = [], [root], set()
     while stack:
         s = stack.pop()
@@ -118,6 +120,7 @@ def _scopes(root: Scope) -> list[Scope]:
         seen.add(id(s))
         out.append(s)
         stack.extend(d.target for d in s.defs.values() if isinstance(d, InstanceRef))
+        stack.extend(d.scope for d in s.defs.values() if isinstance(d, OpDef))
     return out
 
 
@@ -189,11 +192,22 @@ def compile_model(spec_path: Path, cfg: ModelConfig) -> Compiled:
 def _substitute(root: Scope, cfg: ModelConfig) -> None:
     """Apply the config's ``CONST <- Def`` substitutions (also ``<- [Module]``): the constant is
     replaced by a definition of the spec."""
+    scopes = _scopes(root)
     for name, target in cfg.substitutions.items():
         d = root.defs.get(target)
         if d is None:
             raise TlaError(f"substitution {name} <- {target}: {target} is not defined", cfg.path,
                            cfg.const_lines.get(name, 0), 1, kind="config")
+        # TLC overrides the definition itself, so every module instance that reads it reads the
+        # replacement: MCMajority's `Seq <- BoundedSeq` reaches Init of the Majority it INSTANCEs.
+        old = root.defs.get(name)
+        for s in scopes:
+            if isinstance(old, OpDef):
+                for k, v in list(s.defs.items()):
+                    if isinstance(v, OpDef) and v.node is old.node:
+                        s.defs[k] = d
+            elif old is None and name not in s.defs and _standard(name):
+                s.defs[name] = d
         root.defs[name] = d
     for module, name, target, line in cfg.module_substitutions:
         d = root.defs.get(target)
@@ -203,6 +217,11 @@ def _substitute(root: Scope, cfg: ModelConfig) -> None:
             raise TlaError(f"substitution {name} <- [{module}] {target}: {what}", cfg.path, line, 1, kind="config")
         for s in scopes:
             s.defs[name] = d
+
+
+def _standard(name: str) -> bool:
+    """Whether ``name`` is an operator of a standard module (implemented in Python)."""
+    return name in B.FUNCTIONS or name in B.CONSTANTS or name in B.BINARY or name in B.UNARY
 
 
 def _config_constants(root: Scope, cfg: ModelConfig) -> dict[str, Value]:
@@ -1256,7 +1275,8 @@ def _search(checker: Checker, heap: SearchHeap) -> tuple[_Stop | None, int | Non
         stop = _Stop("error", None, where, None, "",
                      f"evaluation error: recursion deeper than {_RECURSION_LIMIT:,} Python frames "
                      "(a RECURSIVE operator or recursive function without a base case?)", EXIT_FAILURE_SPEC_EVAL)
-    except (TypeError, ValueError, KeyError, IndexError) as exc:
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+        # A value the evaluator did not expect (EagerLetOperator crashed so): one line, no traceback.
         where = checker.path_to(checker.current) if checker.current >= 0 else []
         stop = _Stop("error", None, where, None, "", f"evaluation error: {type(exc).__name__}: {exc}",
                      EXIT_FAILURE_SPEC_EVAL)

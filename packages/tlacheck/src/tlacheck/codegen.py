@@ -40,6 +40,7 @@ from .syntax import (
     const_value,
     flatten,
     is_action,
+    names_in,
     ordered,
     read_vars,
     state_memo,
@@ -631,7 +632,7 @@ class Source:
         comp = self.comp
         inner, thunks, _ = comp.let_locals(node.definitions, scope, locals_, False)
         defs = {d.name: d for d in node.definitions if tname(d) == "OperatorDefinition" and not d.arity}
-        if any(d.function or id(d) in comp.op_memos for d in defs.values()):
+        if any(d.function or id(d) in comp.memoised_lets for d in defs.values()):
             return inner, thunks, None  # their closures would read the name as a thunk
         body = node.expression
         while tname(body) == "Parentheses":
@@ -647,6 +648,9 @@ class Source:
         stored = {n: memo for n, _fn, memo in thunks}
         if name not in defs or not stored.get(name):
             return inner, thunks, None
+        if any(tname(d) == "OperatorDefinition" and d.arity and name in names_in(d.definiens, comp.names)
+               for d in node.definitions):
+            return inner, thunks, None  # a LET operator's body reads the name as the thunk it compiled against
         if comp.expr(defs[name].definiens, scope, inner, False)[1] & IMPURE:
             return inner, thunks, None
         inner = dict(inner)
@@ -686,7 +690,7 @@ class Source:
             d = nodes.get(name)
             if name == eager:
                 lines.append(f"{pad}{into}[{name!r}] = {self.expr(d.definiens, scope, inner, into)}")
-            elif d is not None and not d.function and id(d) not in self.comp.op_memos:
+            elif d is not None and not d.function and id(d) not in self.comp.memoised_lets:
                 body = self.helper([f"    return {self.expr(d.definiens, scope, inner, 'e')}"])
                 lines.append(f"{pad}{into}[{name!r}] = Thunk({body}, c, {into}, {memo})")
             else:

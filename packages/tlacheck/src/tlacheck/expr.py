@@ -133,15 +133,14 @@ class ExprCompiler:
         # Memoised calls of pure, expensive operators: per definition, argument values -> value.
         self.purity = Purity()
         self.primed = PrimedParameters()
-        self.op_memos: dict[int, dict[Any, Value]] = {}
+        self.op_memos: dict[Any, dict[Any, Value]] = {}
+        # The LET definitions (by their node's id) whose values are memoised (let_memoised).
+        self.memoised_lets: set[int] = set()
         # How many times ``@`` was compiled: an EXCEPT value that does not read it is evaluated
         # in its enclosing environment, without a copy that binds ``@``.
         self.at_reads = 0
-        # syntax.names_in per syntax node (the trees outlive the compiler).
-        self.names: dict[int, frozenset[str]] = {}
-        # The LET definitions (by their Local's id) that read no variable, directly or through
-        # another definition, with the bound names their values depend on (let_memoised).
-        self.stateless: dict[int, frozenset[str]] = {}
+        # syntax.names_in per syntax node.
+        self.names: dict[int, tuple[Any, frozenset[str]]] = {}
 
     # ---- errors -------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -629,15 +628,18 @@ class ExprCompiler:
             loc = inner[n]
             if loc.kind == "val":
                 keys.add(n)
-            elif loc.kind == "thunk" and id(loc) in self.stateless:
-                keys |= self.stateless[id(loc)]
+            elif loc.kind == "thunk" and loc.stateless is not None:
+                keys |= loc.stateless
             else:
                 return fn
-        self.stateless[id(local)] = frozenset(keys)
+        local.stateless = frozenset(keys)
         if not keys or not has_binder(d.definiens):
             return fn
         names = sorted(keys)
-        memo = self.op_memos.setdefault(id(d), {})
+        # One memo per definition and key names: the same definition keys on m where the
+        # generated code bound m as a value, on p (what m reads) where the closures thunk it.
+        memo = self.op_memos.setdefault((id(d), tuple(names)), {})
+        self.memoised_lets.add(id(d))
         plain, limit = PLAIN_TYPES, _OP_MEMO_LIMIT
 
         def memoised(c: Ctx, e: dict[str, Value]) -> Value:
@@ -1191,8 +1193,10 @@ class ExprCompiler:
             inner = dict(locals_)
             for p in params:
                 inner[p] = Local("val", p)
-            body, _ = self.expr(node.expression, scope, inner, primed)
-            return bound_operator(body, params), ENV
+            # The body's reads are the operator's: `LAMBDA x : smokers[x].smoking` reads a
+            # variable, and a caller that saw ENV alone would fold the call as a constant.
+            body, bd = self.expr(node.expression, scope, inner, primed)
+            return bound_operator(body, params), bd | ENV
         if tname(node) == "OperatorApplication" and not node.arguments:
             name = node.operator
             loc = locals_.get(name)
@@ -1208,8 +1212,8 @@ class ExprCompiler:
             for a in fake_args:
                 inner[a] = Local("val", a)
             argnodes = [VarRef(a, node) for a in fake_args]
-            body, _ = self.call(target, argnodes, scope, inner, primed, node)
-            return bound_operator(body, fake_args), ENV
+            body, bd = self.call(target, argnodes, scope, inner, primed, node)
+            return bound_operator(body, fake_args), bd | ENV
         raise self.unsupported(f"operator argument of form {tname(node)}", node)
 
     def call(

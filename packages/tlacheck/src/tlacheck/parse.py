@@ -45,6 +45,10 @@ def _isolate_module(text: str, path: str) -> str:
     return "\n" * head.count("\n") + body + "\n" * tail.count("\n")
 
 
+# What this module does to the parser's trees (``sany_precedence``), in the cache key: a tree
+# cached before a change of it is not the tree of its text any more.
+TREE_FORMAT = "set-prefix-operators-bind-first"
+
 # How many module trees the cache keeps (about 10-70 KB each).
 CACHED_TREES = 256
 
@@ -65,7 +69,7 @@ def tree_cache_dir() -> Path | None:
 def _cache_key(src: str) -> str:
     import tla
 
-    return hashlib.sha256(f"{tla.__version__}\0{src}".encode("utf-8", "surrogatepass")).hexdigest()
+    return hashlib.sha256(f"{tla.__version__}\0{TREE_FORMAT}\0{src}".encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _cached_tree(folder: Path, key: str) -> Any:
@@ -168,7 +172,57 @@ def _parse(src: str, path: str) -> Any:
         raise TlaError(f"parse error{what}: {exc}", path, line, col, kind="parse") from exc
     if tree is None:
         raise TlaError("parse error", path, 1, 1, kind="parse")
-    return tree
+    return sany_precedence(tree)
+
+
+# SUBSET and UNION (precedence 8-8) and the infix set operators of precedence 8-8. SANY applies the
+# prefix operator first (`UNION a \cup b` is `(UNION a) \cup b`, AllocatorImplementation's
+# Invariant); the `tla` parser shifts, giving `UNION (a \cup b)`.
+_SET_PREFIX = frozenset({"SUBSET", "UNION"})
+_SET_INFIX = frozenset({"\\", "\\setminus", "\\cap", "\\intersect", "\\cup", "\\union"})
+
+
+def _set_infix(node: Any) -> bool:
+    return (type(node).__name__ == "OperatorApplication" and node.operator in _SET_INFIX
+            and node.arguments is not None and len(node.arguments) == 2)
+
+
+def sany_precedence(node: Any) -> Any:
+    """``node`` with SUBSET and UNION applied before the set operators that follow them, as SANY
+    reads them; unchanged subtrees keep their identity."""
+    if isinstance(node, list):
+        items = [sany_precedence(x) for x in node]
+        return node if all(a is b for a, b in zip(items, node, strict=True)) else items
+    fields = getattr(node, "_fields", None)
+    if not fields:
+        return node
+    changed = {f: new for f in fields if (new := sany_precedence(old := getattr(node, f))) is not old}
+    if changed:
+        node = node._replace(**changed)
+    if type(node).__name__ != "OperatorApplication" or not node.arguments:
+        return node
+    if node.operator in _SET_PREFIX and len(node.arguments) == 1 and _set_infix(node.arguments[0]):
+        return _apply_first(node, node.arguments[0])
+    if _set_infix(node) and _set_infix(node.arguments[1]):
+        return _left_nested(node)
+    return node
+
+
+def _apply_first(prefix: Any, infix: Any) -> Any:
+    """``prefix`` applied to the leftmost operand of the left-nested chain ``infix``."""
+    left, right = infix.arguments
+    inner = _apply_first(prefix, left) if _set_infix(left) else prefix._replace(arguments=[left], end=left.end)
+    return infix._replace(arguments=[inner, right], start=prefix.start)
+
+
+def _left_nested(node: Any) -> Any:
+    """``a op1 (b op2 c)`` as ``(a op1 b) op2 c``: the parser nests set operators to the right
+    only where a prefix operator took the rest of the chain (the operators associate left)."""
+    left, right = node.arguments
+    inner = node._replace(arguments=[left, right.arguments[0]], end=right.arguments[0].end)
+    if _set_infix(right.arguments[0]):
+        inner = _left_nested(inner)
+    return right._replace(arguments=[inner, right.arguments[1]], start=node.start)
 
 
 def read_source(path: Path, what: str, kind: str) -> tuple[str, TlaError | None]:

@@ -65,7 +65,7 @@ class Thunk:
 class Local:
     """Compile-time information about a bound name."""
 
-    __slots__ = ("body", "kind", "locals", "name", "params", "scope")
+    __slots__ = ("body", "kind", "locals", "name", "params", "scope", "stateless")
 
     def __init__(
         self,
@@ -86,6 +86,11 @@ class Local:
         self.body = body
         self.scope = scope
         self.locals = locals_ or {}
+        # For a LET definition that reads no variable, directly or through another definition:
+        # the bound names its value depends on (ExprCompiler.let_memoised). Held here, not in a
+        # table keyed by id(): Locals are made afresh for each compilation of a LET and die
+        # with it, and a later one at a reused address would inherit a dead one's entry.
+        self.stateless: frozenset[str] | None = None
 
 
 def tname(node: Any) -> str:
@@ -238,18 +243,19 @@ def rebuild(p: Any, e: dict[str, Value]) -> Value:
 _SKIP_FIELDS = frozenset({"symbol", "start", "end"})
 
 
-def names_in(node: Any, cache: dict[int, frozenset[str]] | None = None) -> frozenset[str]:
+def names_in(node: Any, cache: dict[int, tuple[Any, frozenset[str]]] | None = None) -> frozenset[str]:
     """Every identifier and operator name ``node`` mentions, bound ones included, and ``@``
-    (over-approximates the names it reads from its environment). ``cache`` (by node identity,
-    for trees that outlive it) makes repeated questions on nested nodes linear."""
+    (over-approximates the names it reads from its environment). ``cache`` (by node identity)
+    makes repeated questions on nested nodes linear; each entry holds its node, since synthetic
+    nodes (``VarRef``, lists built while compiling) die and their ids are reused."""
     if node is None or isinstance(node, int | bool):
         return frozenset()
     if isinstance(node, str):
         return frozenset({"@"}) if node == "@" else frozenset()
     if cache is not None:
         hit = cache.get(id(node))
-        if hit is not None:
-            return hit
+        if hit is not None and hit[0] is node:
+            return hit[1]
     out: set[str] = set()
     if isinstance(node, list) or (isinstance(node, tuple) and not hasattr(node, "_fields")):
         for x in node:
@@ -264,7 +270,7 @@ def names_in(node: Any, cache: dict[int, frozenset[str]] | None = None) -> froze
                 out |= names_in(getattr(node, f), cache)
     names = frozenset(out)
     if cache is not None:
-        cache[id(node)] = names
+        cache[id(node)] = (node, names)
     return names
 
 

@@ -183,7 +183,10 @@ class SeqSet(LazySet):
 
     __slots__ = ("base",)
     infinite = True
-    label = "Seq(S)"
+
+    @property
+    def label(self) -> str:  # type: ignore[override]
+        return f"Seq({render(self.base)})"
 
     def __init__(self, base: Value) -> None:
         super().__init__()
@@ -194,8 +197,8 @@ class SeqSet(LazySet):
 
 
 class InfiniteCombination(LazySet):
-    """``A \\cup B`` or ``A \\ B`` where ``A`` (or ``B`` for a union) is infinite, as in
-    ``Nat \\ {0}``: answered by membership in the operands."""
+    """``A \\cup B``, ``A \\cap B`` or ``A \\ B`` where ``A`` (or ``B`` for a union, both for an
+    intersection) is infinite, as in ``Nat \\ {0}``: answered by membership in the operands."""
 
     __slots__ = ("a", "b", "op")
     infinite = True
@@ -211,6 +214,8 @@ class InfiniteCombination(LazySet):
     def contains(self, v: Value) -> bool:
         if self.op == "\\cup":
             return v in self.a or v in self.b
+        if self.op == "\\cap":
+            return v in self.a and v in self.b
         return v in self.a and v not in self.b
 
 
