@@ -31,7 +31,7 @@ The last three were learned from live engines (:mod:`kvoffload.vllm.live.conform
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -379,16 +379,23 @@ class VllmConnector:
 
 class VllmEngine(Engine):
     """kvoffload's engine around a :class:`VllmConnector`; it announces each request to vLLM when it
-    is added, as vLLM's ``Scheduler.add_request`` does."""
+    is added, as vLLM's ``Scheduler.add_request`` does. ``on_error`` receives what that raised (the
+    harness's crash handling; without one it propagates): the workloads add requests themselves."""
 
     def __init__(self, config: EngineConfig, connector: VllmConnector, worker: PatternWorker) -> None:
         super().__init__(config, scheduler=connector, backend=worker)  # type: ignore[arg-type]
         self.connector = connector
         self.worker = worker
+        self.on_error: Callable[[Exception], None] | None = None
 
     def add_request(self, prompt: list[int], max_tokens: int, request_id: str | None = None) -> SimRequest:
         request = super().add_request(prompt, max_tokens, request_id)
-        self.connector.on_new_request(request)
+        try:
+            self.connector.on_new_request(request)
+        except Exception as error:
+            if self.on_error is None:
+                raise
+            self.on_error(error)
         return request
 
     def reset_cache(self, prefix_cache: bool = True) -> None:

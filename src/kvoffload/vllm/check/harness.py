@@ -3,9 +3,11 @@
 Shared by the three checkers. After each engine step: kvoffload's invariants on the engine's
 snapshot (``GpuBlockFence``), the engine's byte comparison of every loaded block
 (``DataIntegrity``), and the violations the recording proxy saw. An exception raised inside vLLM is
-a ``Crash`` finding. :meth:`Harness.drain` finishes every job and checks ``NoLeak`` (vLLM's state,
-the proxy's pins, the worker) and the drain-time contract checks of the proxy. :meth:`Harness.close`
-shuts vLLM's connector down when the run is over (the tiering manager's shared-memory region).
+a ``Crash`` finding; one raised in kvoffload's own adapter (a call this vLLM's API does not take) is
+not vLLM's: it raises :class:`~kvoffload.vllm.check.findings.UnsupportedVllmApi` out of the
+checker. :meth:`Harness.drain` finishes every job and checks ``NoLeak`` (vLLM's state, the proxy's
+pins, the worker) and the drain-time contract checks of the proxy. :meth:`Harness.close` shuts
+vLLM's connector down when the run is over (the tiering manager's shared-memory region).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from kvoffload.sim.engine import EngineConfig
 from kvoffload.vllm.check.adapter import VllmConnector, VllmEngine
 from kvoffload.vllm.check.build import ConnectorShape
 from kvoffload.vllm.check.compat import PrivateReads
-from kvoffload.vllm.check.findings import CRASH, crash_message
+from kvoffload.vllm.check.findings import CRASH, UnsupportedVllmApi, vllm_crash
 from kvoffload.vllm.check.worker import PatternWorker
 
 DRAIN_STEPS = 2_000
@@ -63,7 +65,10 @@ class Harness:
             seed=config.seed,
         )
         self.engine = VllmEngine(engine_config, self.connector, self.worker)
+        self.engine.on_error = self._record_crash
         self.findings: list[Violation] = []
+        # Set when kvoffload's own code failed: the run is over, and nothing it found is vLLM's.
+        self.unsupported: UnsupportedVllmApi | None = None
         # vLLM's core resets at most once between two steps (one utility call per engine loop).
         self.reset_since_step = False
         self._proxy_seen = 0
@@ -71,16 +76,32 @@ class Harness:
 
     @property
     def failed(self) -> bool:
-        return bool(self.findings)
+        """A finding was made, or kvoffload's harness failed: the engine steps no more."""
+        return bool(self.findings) or self.unsupported is not None
+
+    def _crash(self, error: Exception) -> Violation:
+        """The ``Crash`` finding of an exception vLLM raised; kvoffload's own failure raises
+        :class:`UnsupportedVllmApi` instead, and is kept so that the shutdown does not report it again."""
+        try:
+            return Violation(CRASH, vllm_crash(error))
+        except UnsupportedVllmApi as unsupported:
+            self.unsupported = unsupported
+            raise
+
+    def _record_crash(self, error: Exception) -> None:
+        self.findings.append(self._crash(error))
 
     def step(self) -> None:
-        """One engine step and every check; a crash inside vLLM becomes a finding."""
+        """One engine step and every check; a crash inside vLLM becomes a finding. After a finding
+        (one made while a request was added, say) the engine steps no more."""
+        if self.failed:
+            return
         self.reset_since_step = False
         try:
             report = self.engine.step()
         except Exception as error:  # vLLM raising is a finding, reported with the steps before it
             # The crash leads: the contract breaks recorded on the way to it are in the step list.
-            self.findings.insert(0, Violation(CRASH, crash_message(error)))
+            self.findings.insert(0, self._crash(error))
             self._collect([])
             return
         self._collect(list(report.violations))
@@ -97,14 +118,14 @@ class Harness:
         try:
             engine.reset_cache()
         except Exception as error:
-            self.findings.append(Violation(CRASH, crash_message(error)))
+            self._record_crash(error)
         return True
 
     def abort(self, request_id: str) -> None:
         try:
             self.engine.abort(request_id)
         except Exception as error:
-            self.findings.append(Violation(CRASH, crash_message(error)))
+            self._record_crash(error)
         self._collect([])
 
     def drain(self) -> None:
@@ -124,11 +145,14 @@ class Harness:
         self.findings += self.connector.proxy.drain_violations()
 
     def close(self) -> None:
-        """Shut vLLM's connector down; its run is over. An exception in vLLM's shutdown is a finding."""
+        """Shut vLLM's connector down; its run is over. An exception in vLLM's shutdown is a finding,
+        unless kvoffload's harness failed already (the connector was left mid-call: its shutdown
+        proves nothing)."""
         try:
             self.connector.close()
         except Exception as error:
-            self.findings.append(Violation(CRASH, crash_message(error)))
+            if self.unsupported is None:
+                self._record_crash(error)
 
     def _collect(self, invariant_violations: list[Violation]) -> None:
         self.findings += invariant_violations
