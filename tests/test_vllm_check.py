@@ -3,16 +3,28 @@ adapter against a real vLLM (only when one is importable: installed or $KVOFFLOA
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import json
 import os
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from kvoffload.cli import main
 from kvoffload.vllm.check.compat import PrivateReads027, private_reads
+from kvoffload.vllm.check.findings import (
+    UNSUPPORTED,
+    CheckerVerdict,
+    UnsupportedVllmApi,
+    crash_message,
+    harness_error,
+)
 from kvoffload.vllm.check.proxy import RecordingManager
 from kvoffload.vllm.check.worker import PatternWorker, pattern
 from kvoffload.vllm.locate import VllmNotFound, locate_vllm
@@ -203,3 +215,199 @@ def test_json_shape_and_table_of_a_violation() -> None:
     table = format_table("0.26.0", [bad, good])
     assert "VIOLATION NoManagerCallAfterSignal" in table and "  2. step 2: finish req-0" in table
     assert requests_named(bad.error or "") == {"req-0"}
+
+
+# --- whose exception: vLLM's connector crashing, or kvoffload's harness failing to drive this vLLM ---
+
+FAKE_VLLM = '''
+class NewRequestData:
+    @classmethod
+    def from_request(cls, request, block_ids, prefill_token_ids):
+        return cls()
+
+
+class Output:
+    pass
+
+
+def prepare_store(keys):
+    assert not keys, "a store of keys still in flight"
+
+
+def add(value):
+    return value + 1
+
+
+def call_back(backend):
+    return backend.launch_copy(1, 2, 3)
+
+
+def use(backend):
+    return backend.new_attribute
+
+
+def lazy_import():
+    from fake_vllm import moved_away  # noqa: F401
+'''
+FAKE_HARNESS = '''
+from fake_vllm import api
+
+
+class Backend:
+    def launch_copy(self, src, dst):
+        return None
+
+
+def build():
+    return api.NewRequestData.from_request(None, ([1],))
+
+
+def resumed():
+    return api.Output().resumed_req_ids
+
+
+def store():
+    api.prepare_store([b"k"])
+
+
+def add():
+    api.add(None)
+
+
+def call_back():
+    api.call_back(Backend())
+
+
+def use():
+    api.use(Backend())
+
+
+def lazy_import():
+    api.lazy_import()
+'''
+
+
+@pytest.fixture
+def fake_packages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Path, Path]]:
+    """A package ``fake_harness`` (kvoffload's part) calling a package ``fake_vllm`` (vLLM's part)."""
+    for package, source in (("fake_vllm", FAKE_VLLM), ("fake_harness", FAKE_HARNESS)):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+        (tmp_path / package / ("api.py" if package == "fake_vllm" else "adapter.py")).write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("fake_vllm", "fake_vllm.api", "fake_harness", "fake_harness.adapter"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    adapter = importlib.import_module("fake_harness.adapter")
+    yield adapter, (tmp_path / "fake_harness").resolve(), (tmp_path / "fake_vllm").resolve()
+    for name in ("fake_vllm", "fake_vllm.api", "fake_harness", "fake_harness.adapter"):
+        sys.modules.pop(name, None)
+
+
+def _line(source: str, text: str) -> int:
+    """The number of the line of ``source`` that holds ``text``."""
+    return next(n for n, line in enumerate(source.splitlines(), 1) if text in line)
+
+
+def _raised(call: Any) -> Exception:
+    try:
+        call()
+    except Exception as error:
+        return error
+    raise AssertionError(f"{call} raised nothing")
+
+
+@pytest.mark.parametrize(("call", "says"), [
+    # kvoffload's call into vLLM with a signature vLLM changed: raised in kvoffload's frame (0.34.0)
+    ("build", "TypeError: NewRequestData.from_request() missing 1 required positional argument: "
+              f"'prefill_token_ids' at fake_harness/adapter.py:{_line(FAKE_HARNESS, 'from_request(None')} in build: "
+              "return api.NewRequestData.from_request(None, ([1],))"),
+    # an attribute vLLM's object no longer has, read by kvoffload
+    ("resumed", "AttributeError: 'Output' object has no attribute 'resumed_req_ids' at "
+                f"fake_harness/adapter.py:{_line(FAKE_HARNESS, 'Output()')} in resumed"),
+    # vLLM calling kvoffload's object with a signature or an attribute it does not have
+    ("call_back", f"at fake_vllm/api.py:{_line(FAKE_VLLM, 'launch_copy(1')} in call_back "
+                  "(vLLM's code using fake_harness's Backend.launch_copy)"),
+    ("use", "AttributeError: 'Backend' object has no attribute 'new_attribute' at "
+            f"fake_vllm/api.py:{_line(FAKE_VLLM, 'backend.new_attribute')} in use "
+            "(vLLM's code using fake_harness's Backend)"),
+    # a module vLLM's code imports and this vLLM lacks is no crash of its connector either
+    ("lazy_import", "ImportError: cannot import name 'moved_away' from 'fake_vllm'"),
+])
+def test_kvoffloads_own_failure_is_named_with_its_frame(fake_packages: tuple[Any, Path, Path], call: str,
+                                                       says: str) -> None:
+    adapter, ours, theirs = fake_packages
+    found = harness_error(_raised(getattr(adapter, call)), ours, theirs)
+    assert found is not None and says in found
+
+
+@pytest.mark.parametrize(("call", "says"), [
+    ("store", "AssertionError: a store of keys still in flight at "
+              f"fake_vllm/api.py:{_line(FAKE_VLLM, 'assert not keys')} in prepare_store"),
+    # a TypeError vLLM's own code raises is vLLM's, though kvoffload's frames called it
+    ("add", "TypeError: unsupported operand type(s) for +: 'NoneType' and 'int' at "
+            f"fake_vllm/api.py:{_line(FAKE_VLLM, 'value + 1')} in add"),
+])
+def test_an_exception_raised_inside_vllm_stays_a_crash(fake_packages: tuple[Any, Path, Path], call: str,
+                                                      says: str) -> None:
+    adapter, ours, theirs = fake_packages
+    error = _raised(getattr(adapter, call))
+    assert harness_error(error, ours, theirs) is None
+    assert crash_message(error, theirs) == says
+
+
+def test_cells_stop_at_the_first_unsupported_one() -> None:
+    from kvoffload.vllm.check.runner import run_cells
+
+    ran: list[tuple[str, str]] = []
+
+    def checker_of(name: str) -> Any:
+        def run(manager: str, reads: object) -> CheckerVerdict:
+            ran.append((manager, name))
+            if name == "hypothesis":
+                raise UnsupportedVllmApi("TypeError: f() missing 1 required positional argument: 'x' at a.py:1 in g")
+            if name == "sim":
+                return CheckerVerdict(manager, name, "violation", "Crash", "AssertionError at vllm/x.py:3 in f")
+            raise RuntimeError("never reached")
+        return run
+
+    results = run_cells([("lru", "sim"), ("lru", "hypothesis"), ("lru", "explore")], checker_of, None)
+    assert ran == [("lru", "sim"), ("lru", "hypothesis")]
+    assert [(r.result, r.invariant) for r in results] == [("violation", "Crash"), ("unsupported", UNSUPPORTED)]
+    assert "f() missing 1 required positional argument" in (results[1].error or "")
+
+
+def test_an_exception_escaping_a_checker_is_unsupported_not_a_violation() -> None:
+    from kvoffload.vllm.check.runner import run_cells
+
+    def checker_of(name: str) -> Any:
+        def run(manager: str, reads: object) -> CheckerVerdict:
+            raise ValueError("this configuration is not accepted")
+        return run
+
+    [result] = run_cells([("arc", "explore"), ("lru", "sim")], checker_of, None)
+    assert (result.manager, result.result, result.invariant) == ("arc", "unsupported", UNSUPPORTED)
+    assert "ValueError: this configuration is not accepted" in (result.error or "")
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_unsupported_api_is_one_line_and_exit_3(as_json: bool, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    import kvoffload.commands.vllm as command
+    import kvoffload.vllm.check.build as build
+    import kvoffload.vllm.locate as locate
+
+    install = locate.VllmInstall("0.99.0", Path("/src/vllm"), "--vllm-src")
+    monkeypatch.setattr(locate, "locate_vllm", lambda src, simple=False: install)
+    monkeypatch.setattr(build, "warm_up", lambda: None)
+    error = "TypeError: NewRequestData.from_request() missing 1 required positional argument: 'prefill_token_ids'"
+    monkeypatch.setattr(command, "_run_checkers", lambda *args: [
+        CheckerVerdict("lru", "sim", "unsupported", UNSUPPORTED, error)])
+    assert main(["vllm", "check", "--vllm-src", "/src", *(["--json"] if as_json else [])]) == 3
+    out, err = capsys.readouterr()
+    [line] = err.strip().splitlines()
+    assert "vLLM 0.99.0" in line and "unsupported vLLM API" in line and error in line
+    assert "violation" not in (out + err).lower()
+    if as_json:
+        assert json.loads(out)["results"][0]["result"] == "unsupported"
+    else:
+        assert out == ""
