@@ -10,7 +10,8 @@ and turns each call into what vLLM's core scheduler would pass at that point:
   ``KVCacheBlocks`` (prefix-cache hits carry their block hash);
 - each step's ``SchedulerOutput`` lists first-time requests in ``scheduled_new_reqs`` with all
   their blocks, running ones in ``scheduled_cached_reqs`` (resumed after a preemption or a load
-  with all their blocks, otherwise only the new ones), ``preempted_req_ids``, and in
+  with all their blocks, otherwise only the new ones; from 0.34.0 a resumed request is re-sent in
+  ``scheduled_new_reqs``, as vLLM's scheduler does), ``preempted_req_ids``, and in
   ``finished_req_ids`` the requests vLLM's scheduler saw finish since the previous step;
 - ``request_finished`` runs when the request finishes, its status already ``FINISHED_*``, and its
   GPU blocks are freed then (the connector returns False). With ``async_scheduling`` the scheduler
@@ -154,7 +155,7 @@ class VllmConnector:
         for index, block_id in enumerate(block_ids):
             block = KVCacheBlock(block_id=block_id + VLLM_BLOCK_OFFSET)
             if index < local_blocks:
-                self.reads.mark_cached(block, make_block_hash_with_group_id(request.block_hashes[index], 0))
+                block.set_block_hash(make_block_hash_with_group_id(request.block_hashes[index], 0))
             blocks.append(block)
         tracked.needs_all_blocks = True
         # Chunks up to here came from the GPU prefix cache or a load at some admission of this
@@ -233,10 +234,13 @@ class VllmConnector:
             tracked = self.tracked[request_id]
             request = self._sync(tracked)
             request.status = RequestStatus.RUNNING
-            if tracked.needs_all_blocks and not tracked.scheduled_before:
-                new_reqs.append(NewRequestData.from_request(request, (_vllm_blocks(tracked.sim.block_ids),)))
+            resumed = tracked.needs_all_blocks and tracked.scheduled_before
+            if tracked.needs_all_blocks and (not resumed or self.reads.resumed_as_new_request()):
+                # Every release's scheduler passes all the request's tokens as its prefill tokens
+                # (0.34.0 made the argument required).
+                new_reqs.append(NewRequestData.from_request(request, (_vllm_blocks(tracked.sim.block_ids),),
+                                                            list(request.all_token_ids)))
             else:
-                resumed = tracked.needs_all_blocks
                 added = tracked.sim.block_ids if resumed else output.new_block_ids.get(request_id, ())
                 new_blocks = _vllm_blocks(added)
                 cached.req_ids.append(request_id)
@@ -287,7 +291,7 @@ class VllmConnector:
         for index, block_id in enumerate(tracked.sim.block_ids):
             block = KVCacheBlock(block_id=block_id + VLLM_BLOCK_OFFSET)
             if index < cached:
-                self.reads.mark_cached(block, make_block_hash_with_group_id(request.block_hashes[index], 0))
+                block.set_block_hash(make_block_hash_with_group_id(request.block_hashes[index], 0))
             blocks.append(block)
         self._log(f"re-allocate {tracked.sim.request_id} after its load: GPU blocks {list(tracked.sim.block_ids)}")
         self.connector.update_state_after_alloc(request, KVCacheBlocks((blocks,)), 0)
