@@ -51,7 +51,8 @@ def _vllm_blocks(block_ids: Iterable[int]) -> list[int]:
 
 
 def scheduler_output_fields(cls: type, values: dict[str, Any]) -> dict[str, Any]:
-    """The ``values`` dataclass ``cls`` has fields for (``SchedulerOutput``'s fields differ by release)."""
+    """The ``values`` dataclass ``cls`` has fields for (the fields of ``SchedulerOutput`` and
+    ``ModelRunnerOutput`` differ by release)."""
     names = {f.name for f in fields(cls)}
     return {name: value for name, value in values.items() if name in names}
 
