@@ -25,6 +25,12 @@ class PrivateReads:
     def reset_jobs_pending(self, connector: Any) -> list[int]:
         return []
 
+    def second_reset_asserts(self) -> bool:
+        """Whether a second ``reset_cache`` between two steps with a job in flight fails vLLM's
+        assertion (docs/vllm-double-reset.md): the checkers then reset at most once between
+        steps, to look for bugs behind that known one."""
+        return True
+
     def jobs_to_flush(self, connector: Any) -> list[int]:
         """Jobs a cache reset handed to the next step's metadata (a second reset asserts there are none)."""
         return sorted(connector._current_batch_jobs_to_flush)
@@ -45,10 +51,14 @@ class PrivateReads027(PrivateReads):
 
 class PrivateReads034(PrivateReads027):
     """vLLM 0.34.0 and later: a resumed request is re-sent in full in ``scheduled_new_reqs``, like a
-    new one (``CachedRequestData`` lost ``resumed_req_ids``)."""
+    new one (``CachedRequestData`` lost ``resumed_req_ids``); a second cache reset between two
+    steps merges its flushed jobs into the first one's instead of asserting there are none."""
 
     def resumed_as_new_request(self) -> bool:
         return True
+
+    def second_reset_asserts(self) -> bool:
+        return False
 
 
 def private_reads(version: str) -> PrivateReads:

@@ -93,7 +93,7 @@ class VllmExploreModel:
         if harness.engine.requests or not harness.engine.idle:
             found.append(("step", ""))
         found += [("abort", rid) for rid in sorted(harness.engine.requests)]
-        if resets < MAX_RESETS and not (harness.reset_since_step or harness.connector.finishes_in_flight):
+        if resets < MAX_RESETS and not (harness.reset_blocked or harness.connector.finishes_in_flight):
             found.append(("reset_cache", ""))
         return found
 

@@ -48,6 +48,7 @@ class Harness:
     def __init__(self, manager: str, config: HarnessConfig, reads: PrivateReads) -> None:
         shape = config.shape
         self.config = config
+        self.reads = reads
         self.connector = VllmConnector(manager, shape, reads, config.async_scheduling, config.empty_step_reports)
         self.worker = PatternWorker(shape.gpu_blocks, shape.cpu_chunks, config.delay_steps)
         if manager == "tiering":
@@ -69,7 +70,7 @@ class Harness:
         self.findings: list[Violation] = []
         # Set when kvoffload's own code failed: the run is over, and nothing it found is vLLM's.
         self.unsupported: UnsupportedVllmApi | None = None
-        # vLLM's core resets at most once between two steps (one utility call per engine loop).
+        # Whether a reset ran since the last step (see reset_blocked).
         self.reset_since_step = False
         self._proxy_seen = 0
         self._integrity_seen = 0
@@ -106,13 +107,18 @@ class Harness:
             return
         self._collect(list(report.violations))
 
+    @property
+    def reset_blocked(self) -> bool:
+        """A reset ran since the last step and this release asserts on a second one (0.26.0 to
+        0.33.0: the known assertion, reproduced on its own by scripts/repro_double_reset.py)."""
+        return self.reset_since_step and self.reads.second_reset_asserts()
+
     def reset_cache(self) -> bool:
         """``reset_prefix_cache(reset_connector=True)`` as vLLM runs it: the connector is reset
-        whatever runs (the GPU prefix cache only when no request holds a block), once between two
-        steps here (a second one is the known assertion, reproduced on its own). Returns whether
-        it ran."""
+        whatever runs (the GPU prefix cache only when no request holds a block); not while
+        :attr:`reset_blocked`. Returns whether it ran."""
         engine = self.engine
-        if self.reset_since_step or self.connector.finishes_in_flight:
+        if self.reset_blocked or self.connector.finishes_in_flight:
             return False
         self.reset_since_step = True
         try:

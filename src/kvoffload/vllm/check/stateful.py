@@ -80,7 +80,7 @@ def machine_for(manager: str, reads: PrivateReads) -> type[RuleBasedStateMachine
             victim = data.draw(st.sampled_from(sorted(self.h.engine.requests)))
             self.h.abort(victim)
 
-        @precondition(lambda self: self.harness is not None and not self.harness.reset_since_step)
+        @precondition(lambda self: self.harness is not None and not self.harness.reset_blocked)
         @rule()
         def reset_cache(self) -> None:
             self.h.reset_cache()
