@@ -7,6 +7,8 @@ import importlib
 import importlib.util
 import json
 import os
+import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,7 +19,7 @@ from typing import Any
 import pytest
 
 from kvoffload.cli import main
-from kvoffload.vllm.check.compat import PrivateReads027, private_reads
+from kvoffload.vllm.check.compat import PrivateReads027, PrivateReads034, private_reads
 from kvoffload.vllm.check.findings import (
     UNSUPPORTED,
     CheckerVerdict,
@@ -50,6 +52,12 @@ def test_private_reads_by_version() -> None:
     assert type(private_reads("0.26.0")) is not PrivateReads027
     assert isinstance(private_reads("0.33.0"), PrivateReads027)
     assert isinstance(private_reads("0.27.0.dev3+gabc"), PrivateReads027)
+    # 0.34.0 re-sends resumed requests as new ones and no longer asserts on a second reset
+    behaviour = {v: (r.resumed_as_new_request(), r.second_reset_asserts())
+                 for v in ("0.26.0", "0.33.0", "0.34.0", "0.35.0.dev1") for r in [private_reads(v)]}
+    assert behaviour == {"0.26.0": (False, True), "0.33.0": (False, True), "0.34.0": (True, False),
+                         "0.35.0.dev1": (True, False)}
+    assert isinstance(private_reads("0.34.0"), PrivateReads034)
 
 
 @dataclass
@@ -411,3 +419,95 @@ def test_unsupported_api_is_one_line_and_exit_3(as_json: bool, monkeypatch: pyte
         assert json.loads(out)["results"][0]["result"] == "unsupported"
     else:
         assert out == ""
+
+
+# --- a vLLM tree whose API kvoffload does not know, and one whose code really crashes ---
+
+# Appended to a copy of a release's module: a required argument kvoffload's calls do not pass.
+NEW_REQUIRED_ARGUMENT = '''
+
+# Added by kvoffload's tests: an API kvoffload does not know.
+def _with_a_new_argument(function, qualname):
+    def changed(*args, a_new_required_argument, **kwargs):
+        return function(*args, **kwargs)
+
+    changed.__qualname__ = qualname
+    return changed
+'''
+UNKNOWN_API = {
+    # kvoffload's adapter calls it in each step (0.34.0 made its third argument required)
+    "offloading": ("v1/core/sched/output.py", NEW_REQUIRED_ARGUMENT + '''
+NewRequestData.from_request = classmethod(
+    _with_a_new_argument(NewRequestData.from_request.__func__, "NewRequestData.from_request"))
+'''),
+    # the simple connector's harness builds each request
+    "simple": ("v1/request.py", NEW_REQUIRED_ARGUMENT + '''
+Request.__init__ = _with_a_new_argument(Request.__init__, "Request.__init__")
+'''),
+}
+# Appended to the copy of vLLM's CPU manager: vLLM's own code failing an assertion.
+CRASHING_MANAGER = '''
+
+# Added by kvoffload's tests: vLLM's own code fails an assertion.
+def _prepare_store_fails(self, *args, **kwargs):
+    assert False, "injected into vLLM's manager by kvoffload's tests"
+
+
+CPUOffloadingManager.prepare_store = _prepare_store_fails
+'''
+
+
+def _vllm_tree_copy(tmp_path: Path) -> Path:
+    """A copy of the importable vLLM's Python sources (``$KVOFFLOAD_VLLM_SRC``, else the installed
+    package) and its version, in ``tmp_path/vllm-copy``."""
+    source = os.environ.get("KVOFFLOAD_VLLM_SRC")
+    if source:
+        package = Path(source) / "vllm"
+    else:
+        spec = importlib.util.find_spec("vllm")
+        assert spec is not None and spec.submodule_search_locations
+        package = Path(next(iter(spec.submodule_search_locations)))
+    root = tmp_path / "vllm-copy"
+    shutil.copytree(package, root / "vllm", ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.pyc"))
+    for info in package.parent.glob("vllm-*.dist-info"):
+        (root / info.name).mkdir()
+        shutil.copy(info / "METADATA", root / info.name / "METADATA")
+    return root
+
+
+def _check(root: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kvoffload.cli", "vllm", "check", "--vllm-src", str(root),
+                           "--checker", "sim", *argv], capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _vllm_available(), reason="vLLM is not importable (install it or set KVOFFLOAD_VLLM_SRC)")
+@pytest.mark.parametrize(("connector", "mode"), [("offloading", ["--manager", "lru"]),
+                                                 ("simple", ["--offload-mode", "eager"])])
+def test_a_vllm_api_kvoffload_does_not_know_is_one_line_exit_3(tmp_path: Path, connector: str,
+                                                              mode: list[str]) -> None:
+    root = _vllm_tree_copy(tmp_path)
+    module, patch = UNKNOWN_API[connector]
+    with (root / "vllm" / module).open("a") as source:
+        source.write(patch)
+    run = _check(root, "--connector", connector, *mode)
+    said = [line for line in run.stderr.splitlines() if line.startswith("kvoffload vllm")]
+    assert run.returncode == 3 and run.stdout == "", run.stderr[-2000:]
+    assert len(said) == 1 and "unsupported vLLM API" in said[0], run.stderr[-2000:]
+    assert "missing 1 required keyword-only argument: 'a_new_required_argument'" in said[0]
+    assert f"at kvoffload/vllm/{'check/adapter' if connector == 'offloading' else 'simple/compat'}.py:" in said[0]
+    assert "violation" not in said[0].lower() and "Crash" not in said[0]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _vllm_available(), reason="vLLM is not importable (install it or set KVOFFLOAD_VLLM_SRC)")
+def test_an_assertion_failing_inside_vllms_manager_is_still_a_crash(tmp_path: Path) -> None:
+    root = _vllm_tree_copy(tmp_path)
+    with (root / "vllm" / "v1" / "kv_offload" / "cpu" / "manager.py").open("a") as source:
+        source.write(CRASHING_MANAGER)
+    run = _check(root, "--manager", "lru", "--json")
+    assert run.returncode == 1, run.stderr[-2000:]
+    [result] = json.loads(run.stdout.splitlines()[-1])["results"]
+    assert (result["result"], result["invariant"]) == ("violation", "Crash")
+    assert "injected into vLLM's manager" in result["error"]
+    assert "at vllm/v1/kv_offload/cpu/manager.py:" in result["error"] and result["trace"]
