@@ -397,8 +397,8 @@ def test_an_exception_escaping_a_checker_is_unsupported_not_a_violation() -> Non
     assert "ValueError: this configuration is not accepted" in (result.error or "")
 
 
-@pytest.mark.parametrize("as_json", [False, True])
-def test_unsupported_api_is_one_line_and_exit_3(as_json: bool, monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(("as_json", "earlier"), [(False, False), (True, False), (False, True)])
+def test_unsupported_api_is_one_line_and_exit_3(as_json: bool, earlier: bool, monkeypatch: pytest.MonkeyPatch,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     import kvoffload.commands.vllm as command
     import kvoffload.vllm.check.build as build
@@ -408,15 +408,18 @@ def test_unsupported_api_is_one_line_and_exit_3(as_json: bool, monkeypatch: pyte
     monkeypatch.setattr(locate, "locate_vllm", lambda src, simple=False: install)
     monkeypatch.setattr(build, "warm_up", lambda: None)
     error = "TypeError: NewRequestData.from_request() missing 1 required positional argument: 'prefill_token_ids'"
+    before = [CheckerVerdict("lru", "sim", seconds=1.0)] if earlier else []
     monkeypatch.setattr(command, "_run_checkers", lambda *args: [
-        CheckerVerdict("lru", "sim", "unsupported", UNSUPPORTED, error)])
+        *before, CheckerVerdict("lru", "hypothesis", "unsupported", UNSUPPORTED, error)])
     assert main(["vllm", "check", "--vllm-src", "/src", *(["--json"] if as_json else [])]) == 3
     out, err = capsys.readouterr()
     [line] = err.strip().splitlines()
-    assert "vLLM 0.99.0" in line and "unsupported vLLM API" in line and error in line
+    assert "vLLM 0.99.0" in line and "unsupported vLLM API" in line and "lru x hypothesis" in line and error in line
     assert "violation" not in (out + err).lower()
     if as_json:
         assert json.loads(out)["results"][0]["result"] == "unsupported"
+    elif earlier:  # the cells that ran before it are shown as usual
+        assert "ok (1.0 s)" in out and "UNSUPPORTED vLLM API" in out
     else:
         assert out == ""
 
