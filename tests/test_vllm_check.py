@@ -495,7 +495,9 @@ def test_a_vllm_api_kvoffload_does_not_know_is_one_line_exit_3(tmp_path: Path, c
         source.write(patch)
     run = _check(root, "--connector", connector, *mode)
     said = [line for line in run.stderr.splitlines() if line.startswith("kvoffload vllm")]
-    assert run.returncode == 3 and run.stdout == "", run.stderr[-2000:]
+    # stdout holds no table (only what vLLM itself may log there, e.g. 0.26.0's missing triton)
+    assert run.returncode == 3 and "kvoffload vllm check" not in run.stdout, run.stderr[-2000:]
+    assert "violation" not in (run.stdout + run.stderr).lower()
     assert len(said) == 1 and "unsupported vLLM API" in said[0], run.stderr[-2000:]
     assert "missing 1 required keyword-only argument: 'a_new_required_argument'" in said[0]
     assert f"at kvoffload/vllm/{'check/adapter' if connector == 'offloading' else 'simple/compat'}.py:" in said[0]
