@@ -62,7 +62,8 @@ class PrivateReads034(PrivateReads027):
 
 
 def private_reads(version: str) -> PrivateReads:
-    """The private reads for vLLM ``version`` (a development version counts as its release)."""
+    """The private reads for vLLM ``version`` (a development version counts as its release, one
+    whose version does not parse as the newest)."""
     try:
         parsed = Version(version)
     except InvalidVersion:
