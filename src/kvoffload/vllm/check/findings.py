@@ -11,12 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import kvoffload
-
 CRASH = "Crash"
 UNSUPPORTED = "unsupported vLLM API"
 MAX_TRACE_LINES = 60
-KVOFFLOAD_DIR = Path(kvoffload.__file__).resolve().parent
+# kvoffload's package folder: this file is kvoffload/vllm/check/findings.py.
+KVOFFLOAD_DIR = Path(__file__).resolve().parents[2]
 
 
 @dataclass
