@@ -22,12 +22,12 @@ from packaging.version import Version
 
 from check_vllm_release import fetch
 
-CHECKED: tuple[str, ...] = ("0.27.0", "0.30.0", "0.33.0")
-ALL: tuple[str, ...] = ("0.26.0", "0.27.0", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
+CHECKED: tuple[str, ...] = ("0.27.0", "0.30.0", "0.33.0", "0.34.0")
+ALL: tuple[str, ...] = ("0.26.0", "0.27.0", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0")
 CHECKERS = ("sim", "hypothesis", "explore")
 # Before 0.30.0 the connector's pending stores never keep the engine stepping (``idle_store``) and
 # a request's final full block is dropped (#41704); from 0.30.0 lazy mode can keep an idle engine
-# stepping for ever (``lazy_never_idle``).
+# stepping for ever (``lazy_never_idle``), still in 0.34.0.
 IDLE_HOLDING = "the engine is idle"
 NEVER_IDLE = "the engine never became idle"
 REPRO = Path(__file__).with_name("repro_simple.py")

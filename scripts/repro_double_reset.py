@@ -66,7 +66,8 @@ def _double_reset(connector: Any) -> str | None:
         return meta
 
     request.status = RequestStatus.RUNNING
-    first = step({"r1": 9}, [NewRequestData.from_request(request, (blocks,))], set())
+    # Its prefill tokens are all its tokens, as vLLM's scheduler passes them (required from 0.34.0).
+    first = step({"r1": 9}, [NewRequestData.from_request(request, (blocks,), list(request.all_token_ids))], set())
     request.num_computed_tokens = 9
     request.append_output_token_ids([5])
     request.status = RequestStatus.FINISHED_LENGTH_CAPPED

@@ -67,6 +67,8 @@ class _Engine:
         from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
         from vllm.v1.simple_kv_offload.metadata import SimpleCPUOffloadWorkerMetadata
 
+        from kvoffload.vllm.check.adapter import scheduler_output_fields
+
         output = self.scheduler.schedule()
         metadata = output.kv_connector_metadata
         aged = [(event, left - 1) for event, left in self.in_flight]
@@ -80,10 +82,12 @@ class _Engine:
                     else [] for r in ids]
         loads = set().union(*metadata.load_event_to_reqs.values()) if metadata.load_event_to_reqs else None
         worker_meta = SimpleCPUOffloadWorkerMetadata({event: 1 for event in done}) if done else None
-        self.scheduler.update_from_output(output, ModelRunnerOutput(
-            req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=sampled,
-            logprobs=None, prompt_logprobs_dict={}, pooler_output=[],
-            kv_connector_output=KVConnectorOutput(finished_recving=loads, kv_connector_worker_meta=worker_meta)))
+        # ModelRunnerOutput's fields differ by release (0.34.0 dropped req_id_to_index).
+        self.scheduler.update_from_output(output, ModelRunnerOutput(**scheduler_output_fields(ModelRunnerOutput, {
+            "req_ids": ids, "req_id_to_index": {r: i for i, r in enumerate(ids)}, "sampled_token_ids": sampled,
+            "logprobs": None, "prompt_logprobs_dict": {}, "pooler_output": [],
+            "kv_connector_output": KVConnectorOutput(finished_recving=loads, kv_connector_worker_meta=worker_meta),
+        })))
 
     @property
     def manager(self) -> Any:

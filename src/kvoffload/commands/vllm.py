@@ -8,7 +8,9 @@ unpacked wheel or a git checkout). ``--checker engine`` runs vLLM's own connecto
 (:mod:`kvoffload.vllm.simple`) and in live engines (:mod:`kvoffload.vllm.live.simple`). Exit status
 0 when every checker holds, 1 on any violation (or, with ``--connector simple``, a lost block),
 2 on bad input (vLLM missing, a module it needs moved, an unknown manager, checker or mode, an
-engine check without a runnable engine).
+engine check without a runnable engine), 3 when kvoffload's harness cannot drive this vLLM
+(``unsupported vLLM API``: an exception raised in kvoffload's own code, such as a call into vLLM
+whose signature this release changed; the check stops there and blames nothing on vLLM).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ MANAGER_CHOICES = ("lru", "arc", "tiering", "all")
 OFFLOAD_MODE_CHOICES = ("eager", "lazy", "all")
 CHECKER_CHOICES = ("sim", "hypothesis", "explore", "engine", "all")
 MODE_CHOICES = ("inproc", "mp", "both")
+# Not 0/1/2 (holds, violation, bad input), nor 130 (interrupted): the check could not run.
+EXIT_UNSUPPORTED_VLLM = 3
 
 
 def add_parser(subparsers: Any) -> None:
@@ -117,13 +121,14 @@ def run(args: argparse.Namespace) -> int:
         warm_up()
     setup = time.perf_counter() - started
     results = _run_checkers(install.version, simple, managers, checkers)
+    unsupported = next((r for r in results if r.result == "unsupported"), None)
     report: dict[str, Any] | None = None
-    if engine:
+    if engine and unsupported is None:
         results, report = _engine(args, managers, modes, results, simple)
     if args.json:
         print(json.dumps({**to_json(install.version, results, setup, args.connector),
                           **({"engine": report} if report else {})}))
-    else:
+    elif unsupported is None or len(results) > 1:  # the cells that ran before it, if any
         print(f"{install.describe()}; set-up {setup:.1f} s")
         print(format_table(install.version, results, args.connector))
         if report is not None and simple:
@@ -134,6 +139,10 @@ def run(args: argparse.Namespace) -> int:
             from kvoffload.vllm.live.report import format_report
 
             print(format_report(report))
+    if unsupported is not None:
+        raise CommandError(f"vLLM {install.version} from {install.package_dir}: {unsupported.invariant} "
+                           f"(kvoffload's harness, not vLLM's connector, failed in {unsupported.manager} x "
+                           f"{unsupported.checker}): {unsupported.error}", status=EXIT_UNSUPPORTED_VLLM)
     return 1 if any(r.result != "success" for r in results) else 0
 
 

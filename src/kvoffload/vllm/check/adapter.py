@@ -10,7 +10,8 @@ and turns each call into what vLLM's core scheduler would pass at that point:
   ``KVCacheBlocks`` (prefix-cache hits carry their block hash);
 - each step's ``SchedulerOutput`` lists first-time requests in ``scheduled_new_reqs`` with all
   their blocks, running ones in ``scheduled_cached_reqs`` (resumed after a preemption or a load
-  with all their blocks, otherwise only the new ones), ``preempted_req_ids``, and in
+  with all their blocks, otherwise only the new ones; from 0.34.0 a resumed request is re-sent in
+  ``scheduled_new_reqs``, as vLLM's scheduler does), ``preempted_req_ids``, and in
   ``finished_req_ids`` the requests vLLM's scheduler saw finish since the previous step;
 - ``request_finished`` runs when the request finishes, its status already ``FINISHED_*``, and its
   GPU blocks are freed then (the connector returns False). With ``async_scheduling`` the scheduler
@@ -31,7 +32,7 @@ The last three were learned from live engines (:mod:`kvoffload.vllm.live.conform
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -50,7 +51,8 @@ def _vllm_blocks(block_ids: Iterable[int]) -> list[int]:
 
 
 def scheduler_output_fields(cls: type, values: dict[str, Any]) -> dict[str, Any]:
-    """The ``values`` dataclass ``cls`` has fields for (``SchedulerOutput``'s fields differ by release)."""
+    """The ``values`` dataclass ``cls`` has fields for (the fields of ``SchedulerOutput`` and
+    ``ModelRunnerOutput`` differ by release)."""
     names = {f.name for f in fields(cls)}
     return {name: value for name, value in values.items() if name in names}
 
@@ -154,7 +156,7 @@ class VllmConnector:
         for index, block_id in enumerate(block_ids):
             block = KVCacheBlock(block_id=block_id + VLLM_BLOCK_OFFSET)
             if index < local_blocks:
-                self.reads.mark_cached(block, make_block_hash_with_group_id(request.block_hashes[index], 0))
+                block.set_block_hash(make_block_hash_with_group_id(request.block_hashes[index], 0))
             blocks.append(block)
         tracked.needs_all_blocks = True
         # Chunks up to here came from the GPU prefix cache or a load at some admission of this
@@ -233,10 +235,13 @@ class VllmConnector:
             tracked = self.tracked[request_id]
             request = self._sync(tracked)
             request.status = RequestStatus.RUNNING
-            if tracked.needs_all_blocks and not tracked.scheduled_before:
-                new_reqs.append(NewRequestData.from_request(request, (_vllm_blocks(tracked.sim.block_ids),)))
+            resumed = tracked.needs_all_blocks and tracked.scheduled_before
+            if tracked.needs_all_blocks and (not resumed or self.reads.resumed_as_new_request()):
+                # Every release's scheduler passes all the request's tokens as its prefill tokens
+                # (0.34.0 made the argument required).
+                new_reqs.append(NewRequestData.from_request(request, (_vllm_blocks(tracked.sim.block_ids),),
+                                                            list(request.all_token_ids)))
             else:
-                resumed = tracked.needs_all_blocks
                 added = tracked.sim.block_ids if resumed else output.new_block_ids.get(request_id, ())
                 new_blocks = _vllm_blocks(added)
                 cached.req_ids.append(request_id)
@@ -287,7 +292,7 @@ class VllmConnector:
         for index, block_id in enumerate(tracked.sim.block_ids):
             block = KVCacheBlock(block_id=block_id + VLLM_BLOCK_OFFSET)
             if index < cached:
-                self.reads.mark_cached(block, make_block_hash_with_group_id(request.block_hashes[index], 0))
+                block.set_block_hash(make_block_hash_with_group_id(request.block_hashes[index], 0))
             blocks.append(block)
         self._log(f"re-allocate {tracked.sim.request_id} after its load: GPU blocks {list(tracked.sim.block_ids)}")
         self.connector.update_state_after_alloc(request, KVCacheBlocks((blocks,)), 0)
@@ -379,16 +384,23 @@ class VllmConnector:
 
 class VllmEngine(Engine):
     """kvoffload's engine around a :class:`VllmConnector`; it announces each request to vLLM when it
-    is added, as vLLM's ``Scheduler.add_request`` does."""
+    is added, as vLLM's ``Scheduler.add_request`` does. ``on_error`` receives what that raised (the
+    harness's crash handling; without one it propagates): the workloads add requests themselves."""
 
     def __init__(self, config: EngineConfig, connector: VllmConnector, worker: PatternWorker) -> None:
         super().__init__(config, scheduler=connector, backend=worker)  # type: ignore[arg-type]
         self.connector = connector
         self.worker = worker
+        self.on_error: Callable[[Exception], None] | None = None
 
     def add_request(self, prompt: list[int], max_tokens: int, request_id: str | None = None) -> SimRequest:
         request = super().add_request(prompt, max_tokens, request_id)
-        self.connector.on_new_request(request)
+        try:
+            self.connector.on_new_request(request)
+        except Exception as error:
+            if self.on_error is None:
+                raise
+            self.on_error(error)
         return request
 
     def reset_cache(self, prefix_cache: bool = True) -> None:

@@ -24,7 +24,7 @@ from kvoffload.lifecycles.invariants import Violation
 from kvoffload.statemachine.explore import explore
 from kvoffload.vllm.check.build import ConnectorShape
 from kvoffload.vllm.check.compat import PrivateReads
-from kvoffload.vllm.check.findings import CheckerVerdict
+from kvoffload.vllm.check.findings import CheckerVerdict, UnsupportedVllmApi
 from kvoffload.vllm.check.harness import Harness, HarnessConfig
 
 REQUESTS = 2
@@ -67,6 +67,9 @@ class VllmExploreModel:
         self.reads = reads
         # Every harness initial() built (the explorer calls it again to replay a counterexample).
         self.roots: list[Harness] = []
+        # kvoffload's harness failing in a step: the explorer reports what a step raises as a
+        # violation, so it is kept here and raised once the search is over.
+        self.unsupported: UnsupportedVllmApi | None = None
 
     def initial(self) -> tuple[Harness, int, int]:
         config = HarnessConfig(shape=SHAPE, delay_steps=1, eos_probability=0.0, max_batched_tokens=4, max_running=2)
@@ -90,7 +93,7 @@ class VllmExploreModel:
         if harness.engine.requests or not harness.engine.idle:
             found.append(("step", ""))
         found += [("abort", rid) for rid in sorted(harness.engine.requests)]
-        if resets < MAX_RESETS and not (harness.reset_since_step or harness.connector.finishes_in_flight):
+        if resets < MAX_RESETS and not (harness.reset_blocked or harness.connector.finishes_in_flight):
             found.append(("reset_cache", ""))
         return found
 
@@ -103,16 +106,20 @@ class VllmExploreModel:
         with _cloneable():
             harness = copy.deepcopy(harness)
         kind, arg = action
-        if kind == "add":
-            harness.engine.add_request(_prompt(added), 1, arg)
-            added += 1
-        elif kind == "step":
-            harness.step()
-        elif kind == "abort":
-            harness.abort(arg)
-        else:
-            harness.reset_cache()
-            resets += 1
+        try:
+            if kind == "add":
+                harness.engine.add_request(_prompt(added), 1, arg)
+                added += 1
+            elif kind == "step":
+                harness.step()
+            elif kind == "abort":
+                harness.abort(arg)
+            else:
+                harness.reset_cache()
+                resets += 1
+        except UnsupportedVllmApi as error:
+            self.unsupported = self.unsupported or error
+            raise
         return harness, added, resets
 
     def invariants(self, state: tuple[Harness, int, int]) -> list[tuple[str, str]]:
@@ -159,6 +166,8 @@ def run_explorer(manager: str, reads: PrivateReads) -> CheckerVerdict:
         outcome = explore(model, max_depth=MAX_DEPTH, max_states=MAX_STATES, drain="final")
     finally:
         shutdown = model.close()
+    if model.unsupported is not None:
+        raise model.unsupported
     result = CheckerVerdict(manager, "explore", details={
         "requests": REQUESTS, "chunks": CHUNKS, "max_depth": MAX_DEPTH, "states": outcome.states,
         "transitions": outcome.transitions, "depth": outcome.depth, "complete": outcome.complete,

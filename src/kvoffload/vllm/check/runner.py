@@ -8,7 +8,7 @@ from typing import Any
 
 from kvoffload.vllm.check.build import MANAGERS
 from kvoffload.vllm.check.compat import PrivateReads
-from kvoffload.vllm.check.findings import MAX_TRACE_LINES, CheckerVerdict
+from kvoffload.vllm.check.findings import MAX_TRACE_LINES, CheckerVerdict, unsupported_verdict
 
 
 def _checker(name: str) -> Callable[[str, PrivateReads], CheckerVerdict]:
@@ -25,17 +25,30 @@ def _checker(name: str) -> Callable[[str, PrivateReads], CheckerVerdict]:
     return run_explorer
 
 
-def run_checks(managers: Sequence[str], checkers: Sequence[str], reads: PrivateReads) -> list[CheckerVerdict]:
-    """Every manager x checker; an error of the harness itself is reported, not raised."""
+def run_cells(cells: Sequence[tuple[str, str]],
+              checker_of: Callable[[str], Callable[[str, Any], CheckerVerdict]], reads: Any) -> list[CheckerVerdict]:
+    """Each (manager or mode, checker) cell's verdict. An exception that leaves a checker is
+    kvoffload's harness failing to drive this vLLM, never a finding: that cell's verdict is
+    ``unsupported``, and it is the last (the other cells go through the same harness)."""
     results = []
-    for manager in managers:
-        if manager not in MANAGERS:
-            raise ValueError(f"unknown manager {manager!r}; known: {', '.join(MANAGERS)}")
-        for checker in checkers:
-            started = time.perf_counter()
-            results.append(_checker(checker)(manager, reads))
-            results[-1].seconds = time.perf_counter() - started
+    for manager, checker in cells:
+        started = time.perf_counter()
+        try:
+            results.append(checker_of(checker)(manager, reads))
+        except Exception as error:
+            results.append(unsupported_verdict(manager, checker, error))
+        results[-1].seconds = time.perf_counter() - started
+        if results[-1].result == "unsupported":
+            break
     return results
+
+
+def run_checks(managers: Sequence[str], checkers: Sequence[str], reads: PrivateReads) -> list[CheckerVerdict]:
+    """Every manager x checker (see :func:`run_cells`)."""
+    unknown = [m for m in managers if m not in MANAGERS]
+    if unknown:
+        raise ValueError(f"unknown manager {unknown[0]!r}; known: {', '.join(MANAGERS)}")
+    return run_cells([(m, c) for m in managers for c in checkers], _checker, reads)
 
 
 def to_json(version: str, results: Sequence[CheckerVerdict], setup_seconds: float,
@@ -51,6 +64,8 @@ def to_json(version: str, results: Sequence[CheckerVerdict], setup_seconds: floa
 def _verdict(result: CheckerVerdict) -> str:
     if result.result == "success":
         return "ok"
+    if result.result == "unsupported":
+        return "UNSUPPORTED vLLM API"
     text = f"{'LOSS' if result.result == 'loss' else 'VIOLATION'} {result.invariant}"
     return text + (" + LOSS" if "loss" in result.details else "")
 

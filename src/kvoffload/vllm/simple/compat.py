@@ -1,6 +1,6 @@
 """Every use of vLLM's private state or version-dependent API by the simple connector's checkers.
 
-The rest of :mod:`kvoffload.vllm.simple` uses only what 0.26.0 to 0.33.0 share.
+The rest of :mod:`kvoffload.vllm.simple` uses only what 0.26.0 to 0.34.0 share.
 """
 
 from __future__ import annotations
@@ -47,17 +47,20 @@ class SimpleReads:
                       worker_meta: Any) -> Any:
         from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 
+        from kvoffload.vllm.check.adapter import scheduler_output_fields
+
         request_ids = list(output.num_scheduled_tokens)
-        return ModelRunnerOutput(
-            req_ids=request_ids,
-            req_id_to_index={rid: i for i, rid in enumerate(request_ids)},
-            sampled_token_ids=[sampled[rid] for rid in request_ids],
-            logprobs=None,
-            prompt_logprobs_dict={},
-            pooler_output=[],
-            kv_connector_output=KVConnectorOutput(finished_recving=finished_recving,
-                                                  kv_connector_worker_meta=worker_meta),
-        )
+        # 0.34.0 dropped req_id_to_index (the index is the position in req_ids).
+        return ModelRunnerOutput(**scheduler_output_fields(ModelRunnerOutput, {
+            "req_ids": request_ids,
+            "req_id_to_index": {rid: i for i, rid in enumerate(request_ids)},
+            "sampled_token_ids": [sampled[rid] for rid in request_ids],
+            "logprobs": None,
+            "prompt_logprobs_dict": {},
+            "pooler_output": [],
+            "kv_connector_output": KVConnectorOutput(finished_recving=finished_recving,
+                                                     kv_connector_worker_meta=worker_meta),
+        }))
 
     def held(self, scheduler: Any, shape: Any) -> list[str]:
         """What the connector holds: GPU and CPU blocks with references, non-empty manager state."""

@@ -19,7 +19,7 @@ from collections.abc import Hashable
 from typing import Any
 
 from kvoffload.statemachine.explore import explore
-from kvoffload.vllm.check.findings import CheckerVerdict
+from kvoffload.vllm.check.findings import CheckerVerdict, UnsupportedVllmApi
 from kvoffload.vllm.simple.build import SimpleShape
 from kvoffload.vllm.simple.compat import SimpleReads
 from kvoffload.vllm.simple.harness import LOSS, SimpleConfig, SimpleHarness
@@ -46,6 +46,9 @@ class SimpleExploreModel:
         self.lazy = mode == "lazy"
         self.reads = reads
         self.losses = losses
+        # kvoffload's harness failing in a step: the explorer reports what a step raises as a
+        # violation, so it is kept here and raised once the search is over.
+        self.unsupported: UnsupportedVllmApi | None = None
 
     def initial(self) -> State:
         shape = SimpleShape(block_size=BLOCK, gpu_blocks=6, cpu_blocks=4 if self.lazy else 8, max_batched_tokens=8,
@@ -74,16 +77,20 @@ class SimpleExploreModel:
         harness, added, resets = state
         harness = _clone(harness)
         kind, arg = action
-        if kind == "add":
-            harness.add_request(arg, PROMPTS[added], MAX_TOKENS)
-            added += 1
-        elif kind == "step":
-            harness.step(after_finding=self.losses)
-        elif kind == "abort":
-            harness.abort(arg)
-        else:
-            harness.reset_cache()
-            resets += 1
+        try:
+            if kind == "add":
+                harness.add_request(arg, PROMPTS[added], MAX_TOKENS)
+                added += 1
+            elif kind == "step":
+                harness.step(after_finding=self.losses)
+            elif kind == "abort":
+                harness.abort(arg)
+            else:
+                harness.reset_cache()
+                resets += 1
+        except UnsupportedVllmApi as error:
+            self.unsupported = self.unsupported or error
+            raise
         return harness, added, resets
 
     def invariants(self, state: State) -> list[tuple[str, str]]:
@@ -111,8 +118,11 @@ def _clone(harness: SimpleHarness) -> SimpleHarness:
 
 
 def _search(mode: str, reads: SimpleReads, losses: bool) -> Any:
-    return explore(SimpleExploreModel(mode, reads, losses), max_depth=MAX_DEPTH, max_states=MAX_STATES,
-                   drain="final", reduce=False)
+    model = SimpleExploreModel(mode, reads, losses)
+    outcome = explore(model, max_depth=MAX_DEPTH, max_states=MAX_STATES, drain="final", reduce=False)
+    if model.unsupported is not None:
+        raise model.unsupported
+    return outcome
 
 
 def run_explorer(mode: str, reads: SimpleReads) -> CheckerVerdict:

@@ -9,7 +9,8 @@ while ``Scheduler.has_requests()`` (which includes the connector's pending store
 
 Findings, each with the step list that led to it:
 
-- ``Crash``: vLLM raised (file and line);
+- ``Crash``: vLLM raised (file and line); kvoffload's own code raising (a call this vLLM's API does
+  not take) is no finding: it raises :class:`~kvoffload.vllm.check.findings.UnsupportedVllmApi`;
 - ``DataIntegrity``: a step read a slot that does not hold its prefix's KV (:mod:`.model`);
 - ``GpuBlockFence``: a store's GPU block changed while the store read it (:mod:`.backend`);
 - ``NoLeak``: at idle, the connector still holds blocks (GPU or CPU), requests or transfers;
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvoffload.lifecycles.invariants import Violation
-from kvoffload.vllm.check.findings import CRASH, crash_message
+from kvoffload.vllm.check.findings import CRASH, UnsupportedVllmApi, vllm_crash
 from kvoffload.vllm.simple.build import SimpleShape, build_scheduler
 from kvoffload.vllm.simple.compat import SimpleReads
 from kvoffload.vllm.simple.model import DigestModel, next_token
@@ -68,6 +69,8 @@ class SimpleHarness:
         self.worker.attach({"kv": self.model.region()})
         self.hasher = reads.block_hasher(shape.block_size)
         self.findings: list[Violation] = []
+        # Set when kvoffload's own code failed: the run is over, and nothing it found is vLLM's.
+        self.unsupported: UnsupportedVllmApi | None = None
         self.losses: list[str] = []
         self.requests: dict[str, _Added] = {}
         self.events: list[str] = []
@@ -86,7 +89,7 @@ class SimpleHarness:
 
     @property
     def failed(self) -> bool:
-        return bool(self.findings)
+        return bool(self.findings) or self.unsupported is not None
 
     @property
     def busy(self) -> bool:
@@ -100,12 +103,24 @@ class SimpleHarness:
         if not self.findings:
             self.findings.append(Violation(invariant, message))
 
+    def _crash(self, error: Exception) -> None:
+        """``error`` raised in vLLM is a ``Crash`` finding; kvoffload's own failure raises
+        :class:`UnsupportedVllmApi` instead."""
+        try:
+            self._violate(CRASH, vllm_crash(error))
+        except UnsupportedVllmApi as unsupported:
+            self.unsupported = unsupported
+            raise
+
     def add_request(self, request_id: str, prompt: list[int], max_tokens: int) -> None:
         """A greedy request that ignores EOS: it finishes after ``max_tokens`` tokens, or by abort."""
-        request = self.reads.request(request_id, prompt, max_tokens, self.hasher)
-        self.requests[request_id] = _Added(list(prompt), max_tokens, self.resets, request)
         self.events.append(f"add_request({request_id!r}, {len(prompt)} tokens, max_tokens={max_tokens})")
-        self.scheduler.add_request(request)
+        try:
+            request = self.reads.request(request_id, prompt, max_tokens, self.hasher)
+            self.requests[request_id] = _Added(list(prompt), max_tokens, self.resets, request)
+            self.scheduler.add_request(request)
+        except Exception as error:
+            self._crash(error)
 
     def abort(self, request_id: str) -> None:
         self.events.append(f"abort({request_id!r})")
@@ -113,7 +128,7 @@ class SimpleHarness:
         try:
             self.scheduler.finish_requests(request_id, self.reads.aborted_status())
         except Exception as error:
-            self._violate(CRASH, crash_message(error))
+            self._crash(error)
 
     def reset_cache(self) -> bool:
         """``reset_prefix_cache(reset_connector=True)`` between steps, as the engine core calls it."""
@@ -122,19 +137,20 @@ class SimpleHarness:
         try:
             return bool(self.scheduler.reset_prefix_cache(reset_connector=True))
         except Exception as error:
-            self._violate(CRASH, crash_message(error))
+            self._crash(error)
             return False
 
     def step(self, after_finding: bool = False) -> None:
         """One engine step; a crash inside vLLM becomes a finding. After a finding the engine steps
-        no more, unless ``after_finding`` (the finding left the engine able to go on)."""
-        if self.failed and not after_finding:
+        no more, unless ``after_finding`` (the finding left the engine able to go on); after
+        kvoffload's own failure, never."""
+        if (self.failed and not after_finding) or self.unsupported is not None:
             return
         self.steps += 1
         try:
             self._step()
         except Exception as error:
-            self._violate(CRASH, crash_message(error))
+            self._crash(error)
         for broken in self.worker.backend.fence_breaks:
             self._violate("GpuBlockFence", str(broken))
 

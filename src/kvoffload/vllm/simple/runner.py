@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 
 from kvoffload.vllm.check.findings import CheckerVerdict
+from kvoffload.vllm.check.runner import run_cells
 from kvoffload.vllm.simple.build import MODES
 from kvoffload.vllm.simple.compat import SimpleReads
 
@@ -25,13 +25,9 @@ def _checker(name: str) -> Callable[[str, SimpleReads], CheckerVerdict]:
 
 
 def run_simple_checks(modes: Sequence[str], checkers: Sequence[str], reads: SimpleReads) -> list[CheckerVerdict]:
-    """Every offload mode ("eager", "lazy") x checker ("sim", "hypothesis", "explore")."""
-    results = []
-    for mode in modes:
-        if mode not in MODES:
-            raise ValueError(f"unknown offload mode {mode!r}; known: {', '.join(MODES)}")
-        for checker in checkers:
-            started = time.perf_counter()
-            results.append(_checker(checker)(mode, reads))
-            results[-1].seconds = time.perf_counter() - started
-    return results
+    """Every offload mode ("eager", "lazy") x checker ("sim", "hypothesis", "explore"); kvoffload's
+    harness failing ends the run with an ``unsupported`` verdict (:func:`~kvoffload.vllm.check.runner.run_cells`)."""
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise ValueError(f"unknown offload mode {unknown[0]!r}; known: {', '.join(MODES)}")
+    return run_cells([(m, c) for m in modes for c in checkers], _checker, reads)
