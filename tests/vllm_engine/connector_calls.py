@@ -65,10 +65,10 @@ class CallLog:
         """Note something the test did between calls (a reset it asked for, an abort, a step)."""
         self.calls.append(Call(name, self.steps))
 
-    def resets_inside_a_step(self) -> list[int]:
-        """Indices of ``reset_cache`` calls that fell between an admission call of a
-        ``schedule()`` (``get_num_new_matched_tokens`` or ``update_state_after_alloc``) and that
-        step's ``build_connector_meta``: what the explorer's model rules out."""
+    def inside_a_step(self, name: str = "reset_cache") -> list[int]:
+        """Indices of ``name`` calls that fell between an admission call of a ``schedule()``
+        (``get_num_new_matched_tokens`` or ``update_state_after_alloc``) and that step's
+        ``build_connector_meta``: for ``reset_cache``, what the explorer's model rules out."""
         found = []
         admitting = False
         for index, call in enumerate(self.calls):
@@ -76,7 +76,7 @@ class CallLog:
                 admitting = True
             elif call.name == "build_connector_meta":
                 admitting = False
-            elif call.name == "reset_cache" and admitting:
+            elif call.name == name and admitting:
                 found.append(index)
         return found
 

@@ -403,7 +403,7 @@ def run_plan(model_dir: Path, plan: Plan, config: dict[str, Any] | None, dtype: 
         result.external_hit_tokens = engine.counters()[1]
         result.violations, result.leaks, result.kvoffload = kvoffload_state(connector)
         if log is not None:
-            result.resets_inside_a_step = log.resets_inside_a_step()
+            result.resets_inside_a_step = log.inside_a_step()
             result.same_step_hits = log.same_step_hits()
     finally:
         engine.shutdown()
