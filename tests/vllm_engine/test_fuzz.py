@@ -76,7 +76,7 @@ def test_short_profile_makes_the_calls_between_steps() -> None:
 
 def test_random_workload_over_a_file_tier(model_dir: Path, tmp_path: Path) -> None:
     pytest.importorskip("xxhash", reason="the tiers' extra is not installed here: `make check-vllm-engine` installs it")
-    chosen = fuzz.integrations([], [], file_tier=tmp_path / "kv.tier")
+    chosen = fuzz.integrations([], [], tier_dir=tmp_path)
     assert [name for name, _ in chosen] == ["spec+file:lru", "connector+file:lru"]
     findings, coverage = fuzz.fuzz_seed(model_dir, FILE_TIER_SEED, chosen, shrink_budget_s=60, out_dir=tmp_path)
     assert not findings, "\n\n".join(finding.report() for finding in findings)
