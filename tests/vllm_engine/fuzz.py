@@ -285,6 +285,8 @@ Integration = tuple[str, Callable[[Sizes], dict[str, Any] | None]]
 
 # A file tier's size: its slots hold a chunk each (up to 3 blocks of 64 tokens of the tiny model).
 FILE_TIER_BYTES = 16 << 20
+# The CPU tier above a file tier, in chunks at most: small, so that the file tier serves loads.
+CPU_CHUNKS_ABOVE_FILE = 16
 # Calls a connector (kv_connector) is known to fail, left out of its plans (with a baseline run
 # of their own) so that the fuzzing goes on finding other things. KVOffloadConnector refuses a
 # request that reset_prefix_cache(reset_running_requests=True) preempted and the next schedule()
@@ -305,17 +307,21 @@ def integrations(
     """kvoffload's integrations: ``spec:POLICY`` (KVOffloadSpec in vLLM's OffloadingConnector) and
     ``connector:POLICY`` (KVOffloadConnector, checking its invariants every step), each checking
     its own loads (``verify_loads``); with ``tier_dir`` also ``spec+file:lru`` and
-    ``connector+file:lru``, a file tier below an LRU CPU tier (only chunks the CPU tier admitted
+    ``connector+file:lru``, a file tier below an LRU CPU tier of at most CPU_CHUNKS_ABOVE_FILE
+    chunks (only chunks the CPU tier admitted
     cascade down; the spec cannot verify loads with tiers): a file in the folder ``tier_dir``
     per integration, removed whenever a configuration is made: a tier file refuses a KV layout
     other than its own, and the layout follows the workload's sizes (the engines sharing one
     configuration, a run and its shrinking, start the same file empty)."""
 
+    def cpu_chunks(sizes: Sizes, tiers: Callable[[], dict[str, Any]] | None) -> int:
+        return sizes.num_cpu_chunks if tiers is None else min(sizes.num_cpu_chunks, CPU_CHUNKS_ABOVE_FILE)
+
     def spec(policy: str, tiers: Callable[[], dict[str, Any]] | None = None) -> Callable[[Sizes], dict[str, Any]]:
         def config(sizes: Sizes) -> dict[str, Any]:
             chunk = sizes.block_size * sizes.blocks_per_chunk if sizes.blocks_per_chunk > 1 else None
             return spec_transfer_config(
-                sizes.num_cpu_chunks, policy, chunk, verify_loads=tiers is None, tiers=tiers() if tiers else None
+                cpu_chunks(sizes, tiers), policy, chunk, verify_loads=tiers is None, tiers=tiers() if tiers else None
             )
 
         return config
@@ -323,7 +329,7 @@ def integrations(
     def connector(policy: str, tiers: Callable[[], dict[str, Any]] | None = None) -> Callable[[Sizes], dict[str, Any]]:
         def config(sizes: Sizes) -> dict[str, Any]:
             return connector_transfer_config(
-                sizes.num_cpu_chunks, policy, blocks_per_chunk=sizes.blocks_per_chunk, verify_loads=True,
+                cpu_chunks(sizes, tiers), policy, blocks_per_chunk=sizes.blocks_per_chunk, verify_loads=True,
                 tiers=tiers() if tiers else None,
             )
 
@@ -608,6 +614,7 @@ def fuzz_seed(
         "external_hit_tokens": {},
         "same_step_hits": {},
         "preempted_same_step_loads": {},
+        "tier_loaded_keys": {},
     }
     for name, make_config in chosen:
         config = make_config(full_plan.sizes)
@@ -621,6 +628,8 @@ def fuzz_seed(
             difference = first_difference(plan, baseline, run)
             coverage["external_hit_tokens"][name] = run.external_hit_tokens
             coverage["same_step_hits"][name] = len(run.same_step_hits)
+            tiers = run.kvoffload.get("tiers", {}).values()
+            coverage["tier_loaded_keys"][name] = sum(stats["loaded_keys"] for stats in tiers)
             coverage["preempted_same_step_loads"][name] = sum(
                 1 for call in run.same_step_hits if call.preemptions and call.external
             )
