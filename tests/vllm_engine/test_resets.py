@@ -11,7 +11,7 @@ between steps. This module steps an in-process engine by hand through two scenar
   tail of that prefix for the first (its GPU hit includes blocks that step's forward pass writes);
 - ``preempt``: four requests under priority scheduling in a 13-block GPU pool; p0 is preempted,
   then re-admitted with a GPU hit and a load from the CPU tier (issue 36's admission, except that
-  its GPU hit was computed in earlier steps: a random search over such workloads, recorded with
+  its GPU hit was computed in earlier steps: a random search over 80 such workloads, recorded with
   connector_calls.py, found no re-admission whose hit a running request was still computing).
 
 Each case calls ``reset_prefix_cache(reset_connector=True)`` (or with
