@@ -82,8 +82,10 @@ $(VLLM_STAMP): pyproject.toml packages/tlacheck/pyproject.toml
 	$(VLLM_VENV)/bin/python -m pip install -q -e '.[test]'
 	touch $(VLLM_STAMP)
 
-# The tier tests run in check-vllm-tiers, which installs the tiers' extra.
+# The tier tests run in check-vllm-tiers; the tiers' extra is installed here too, for the file tier
+# that the fuzzing puts below the CPU tier (redis and xxhash, no server).
 check-vllm-engine: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/python -m pip install -q -e '.[test,tiers]'
 	$(VLLM_VENV)/bin/python -m pytest -q tests/vllm_engine \
 	  --ignore=tests/vllm_engine/test_vllm_tiers.py --ignore=tests/vllm_engine/test_vllm_tiers_tp.py \
 	  --ignore=tests/vllm_engine/test_vllm_tiers_offloading_spec.py --ignore=tests/vllm_engine/test_vllm_offloading_spec_tiers_unit.py
@@ -138,10 +140,12 @@ check-vllm-live: $(VLLM_STAMP) $(VLLM026_STAMP)
 	  --workloads $(LIVE_SIMPLE_WORKLOADS) --mp-workloads $(LIVE_SIMPLE_MP_WORKLOADS)
 
 # The long profile of the differential fuzzing (tests/vllm_engine/fuzz.py): FUZZ_WORKLOADS seeded
-# workloads through every integration and policy; prints a JSON summary, failing plans go to .fuzz/.
+# workloads through every integration and policy, and both integrations over a file tier (the
+# tiers' extra); prints a JSON summary, failing plans go to .fuzz/.
 FUZZ_WORKLOADS ?= 40
 FUZZ_FIRST_SEED ?= 1000
 fuzz-vllm-engine: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/python -m pip install -q -e '.[test,tiers]'
 	$(VLLM_VENV)/bin/python tests/vllm_engine/fuzz.py --workloads $(FUZZ_WORKLOADS) --first-seed $(FUZZ_FIRST_SEED) --json --out .fuzz
 
 # vLLM's own offloading connectors through kvoffload's checkers (README, "For vLLM developers"):

@@ -5,16 +5,24 @@ A workload (:func:`generate`, seeded) is a sequence of batches of greedy request
 random Llama: conversations whose turns share prefixes of random length (block-aligned or not)
 and continue earlier turns (prompt + output + new tokens), floods of unrelated prompts of random
 size, aborts after a random number of engine steps, and ``reset_prefix_cache(reset_connector=True)``
-between batches. Its engine sizes are random too: GPU blocks from "just fits the longest request"
-(preemption, evictions under a load) up, CPU tiers from a few chunks up, ``blocks_per_chunk`` 1 to 3.
+between batches. Between the engine steps of a batch it also makes the calls vLLM allows there
+(:class:`Event`): ``reset_prefix_cache(reset_connector=True)``, the same with
+``reset_running_requests=True`` (every running request preempted and recomputed), and submits
+turns on a shared prefix a few steps into their batch, so that they are admitted in a step that
+computes that prefix for a running request (a step budget of 2 to 4 blocks splits prefills).
+Its engine sizes are random too: GPU blocks from "just fits the longest request" (preemption,
+evictions under a load) up, CPU tiers from a few chunks up, ``blocks_per_chunk`` 1 to 3.
 
 The baseline run fixes the prompts (a continuation includes the baseline's output) into a
-:class:`Plan` of plain token lists; every integration then runs the same plan. A request that
-finishes must give exactly the baseline's tokens; an aborted one stops at a timing-dependent
-point, so its tokens and the baseline's must agree up to the shorter of the two. On a failure the
-plan is shrunk (whole batches, then requests, then aborts and resets, each kept out only if the
-failure stays) and printed with the seed, the first differing request and position, and the
-command that replays it.
+:class:`Plan` of plain token lists; every integration then runs the same plan, resets and
+arrivals at the same step of the same batch. Greedy tokens do not depend on when a request was
+admitted, preempted or reset, so a request that finishes must give exactly the baseline's tokens;
+an aborted one stops at a timing-dependent point, so its tokens and the baseline's must agree up
+to the shorter of the two. The connector calls of every run are recorded (connector_calls.py): a
+``reset_cache`` between an admission and its step's ``build_connector_meta`` is a failure too. On
+a failure the plan is shrunk (whole batches, then requests, then aborts, late arrivals, resets and
+events, each kept out only if the failure stays) and printed with the seed, the first differing
+request and position, and the command that replays it.
 
 Run as a script for the long profile (``make fuzz-vllm-engine``)::
 
@@ -35,6 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from connector_calls import Call, record_calls
+
 from kvoffload.offload.policies import POLICIES
 from kvoffload.vllm.harness import Engine, build_tiny_model, connector_transfer_config, spec_transfer_config
 
@@ -52,6 +62,25 @@ class Sizes:
     num_cpu_chunks: int
     blocks_per_chunk: int
     max_num_seqs: int
+    # vLLM's token budget per step (None: its default). A small one splits prefills into chunks,
+    # so that a request can be admitted in the step that computes a prefix it shares.
+    step_tokens: int | None = None
+
+
+# The calls a plan makes between two engine steps of a batch, besides aborts and arrivals:
+# reset_prefix_cache(reset_connector=True), and with reset_running_requests=True as well (every
+# running request preempted, recomputed later).
+EVENT_KINDS = ("reset", "reset_running")
+
+
+@dataclass(frozen=True)
+class Event:
+    """A call between engine steps: ``kind`` (one of EVENT_KINDS) once ``after`` steps of its
+    batch have run (at least 1: the batch-level reset before a batch is a connector reset too,
+    and vLLM's OffloadingConnector asserts on a second one before a step)."""
+
+    after: int
+    kind: str
 
 
 @dataclass(frozen=True)
@@ -65,6 +94,8 @@ class Turn:
     continues: tuple[int, int] | None = None
     # Abort once this many engine steps of its batch have run (None: never).
     abort_after: int | None = None
+    # Submit once this many engine steps of its batch have run (None: with the batch).
+    arrive_after: int | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +107,7 @@ class Workload:
     prefixes: tuple[tuple[int, ...], ...]
     batches: tuple[tuple[Turn, ...], ...]
     resets: tuple[bool, ...]  # resets[i]: reset the prefix cache (and the connector) before batch i
+    events: tuple[tuple[Event, ...], ...] = ()  # events[i]: the calls between batch i's steps
 
 
 @dataclass(frozen=True)
@@ -85,6 +117,7 @@ class Request:
     prompt: tuple[int, ...]
     max_tokens: int
     abort_after: int | None = None
+    arrive_after: int | None = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +128,7 @@ class Plan:
     sizes: Sizes
     batches: tuple[tuple[Request, ...], ...]
     resets: tuple[bool, ...]
+    events: tuple[tuple[Event, ...], ...]
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -102,10 +136,20 @@ class Plan:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Plan:
         batches = tuple(
-            tuple(Request(tuple(r["prompt"]), r["max_tokens"], r["abort_after"]) for r in batch)
+            tuple(
+                Request(tuple(r["prompt"]), r["max_tokens"], r["abort_after"], r.get("arrive_after"))
+                for r in batch
+            )
             for batch in data["batches"]
         )
-        return cls(data["seed"], Sizes(**data["sizes"]), batches, tuple(data["resets"]))
+        # Plans written before events existed have none.
+        events = tuple(tuple(Event(**e) for e in batch) for batch in data.get("events", [[] for _ in batches]))
+        return cls(data["seed"], Sizes(**data["sizes"]), batches, tuple(data["resets"]), events)
+
+    def without_events(self, kinds: frozenset[str]) -> Plan:
+        """This plan with no event of ``kinds``."""
+        kept = tuple(tuple(e for e in batch if e.kind not in kinds) for batch in self.events)
+        return dataclasses.replace(self, events=kept)
 
     def describe(self) -> str:
         lines = [f"seed {self.seed}, {self.sizes}"]
@@ -114,11 +158,20 @@ class Plan:
             lines.append(f"  batch {index}{reset}:")
             for number, request in enumerate(batch):
                 abort = f", aborted after {request.abort_after} steps" if request.abort_after is not None else ""
+                arrive = f", submitted after {request.arrive_after} steps" if request.arrive_after is not None else ""
                 lines.append(
                     f"    request {number}: {len(request.prompt)} prompt tokens {_head(request.prompt)}, "
-                    f"max_tokens {request.max_tokens}{abort}"
+                    f"max_tokens {request.max_tokens}{arrive}{abort}"
                 )
+            for event in self.events[index]:
+                lines.append(f"    after {event.after} steps: {_EVENT_CALLS[event.kind]}")
         return "\n".join(lines)
+
+
+_EVENT_CALLS = {
+    "reset": "reset_prefix_cache(reset_connector=True)",
+    "reset_running": "reset_prefix_cache(reset_running_requests=True, reset_connector=True)",
+}
 
 
 def _head(tokens: Sequence[int]) -> str:
@@ -179,7 +232,35 @@ def generate(seed: int) -> Workload:
         max_num_seqs=rng.choice((2, 4, 8, 16)),
     )
     resets = tuple(index > 0 and rng.random() < 0.2 for index in range(len(batches)))
-    return Workload(seed, sizes, prefixes, tuple(batches), resets)
+    return _with_steps_events(Workload(seed, sizes, prefixes, tuple(batches), resets))
+
+
+def _with_steps_events(workload: Workload) -> Workload:
+    """Add what happens between engine steps: a step budget that splits prefills, turns on a
+    shared prefix (or continuing an earlier turn) submitted a few steps into their batch, so that
+    they are admitted while a running request computes that prefix, and connector resets inside
+    batches, some preempting every running request. Drawn from a generator of their own so the
+    rest of a seed's workload stays what it was."""
+    rng = random.Random(f"{workload.seed}-between-steps")
+    block = workload.sizes.block_size
+    sizes = dataclasses.replace(workload.sizes, step_tokens=rng.choice((None, 2 * block, 3 * block, 4 * block)))
+    batches = tuple(
+        tuple(
+            dataclasses.replace(turn, arrive_after=rng.randint(1, 3))
+            if number and (turn.prefix is not None or turn.continues is not None) and rng.random() < 0.3
+            else turn
+            for number, turn in enumerate(batch)
+        )
+        for batch in workload.batches
+    )
+    events = []
+    for _ in batches:
+        steps = rng.sample(range(1, 13), 2)
+        found = [Event(steps[0], "reset")] if rng.random() < 0.35 else []
+        if rng.random() < 0.2:
+            found.append(Event(steps[1], "reset_running"))
+        events.append(tuple(sorted(found, key=lambda event: event.after)))
+    return dataclasses.replace(workload, sizes=sizes, batches=batches, events=tuple(events))
 
 
 @dataclass
@@ -193,53 +274,134 @@ class RunResult:
     kvoffload: dict[str, Any] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
     leaks: list[str] = field(default_factory=list)
+    # Indices (in the recorded connector calls) of resets that fell inside a step: none may.
+    resets_inside_a_step: list[int] = field(default_factory=list)
+    # Admissions whose GPU hit includes a block the same step fills (connector_calls.CallLog).
+    same_step_hits: list[Call] = field(default_factory=list)
 
 
 Integration = tuple[str, Callable[[Sizes], dict[str, Any] | None]]
 
 
+# A file tier's size: its slots hold a chunk each (up to 3 blocks of 64 tokens of the tiny model).
+FILE_TIER_BYTES = 16 << 20
+# The CPU tier above a file tier, in chunks at most: small, so that the file tier serves loads.
+CPU_CHUNKS_ABOVE_FILE = 16
+# Calls a connector (kv_connector) is known to fail, left out of its plans (with a baseline run
+# of their own) so that the fuzzing goes on finding other things. KVOffloadConnector refuses a
+# request that reset_prefix_cache(reset_running_requests=True) preempted and the next schedule()
+# re-admitted before build_connector_meta told it of the preemption ("is both preempted and
+# scheduled"): tests/vllm_engine/test_resets.py::test_reset_with_running_requests, a strict xfail
+# until fixed. The bug zoo's mutants run inside it (vllm_mutant_connector.py).
+KNOWN_FAILURES: dict[str, frozenset[str]] = {
+    "KVOffloadConnector": frozenset({"reset_running"}),
+    "MutantConnector": frozenset({"reset_running"}),
+}
+
+
 def integrations(
-    spec_policies: Sequence[str] = tuple(POLICIES), connector_policies: Sequence[str] = tuple(POLICIES)
+    spec_policies: Sequence[str] = tuple(POLICIES),
+    connector_policies: Sequence[str] = tuple(POLICIES),
+    tier_dir: Path | None = None,
 ) -> list[Integration]:
     """kvoffload's integrations: ``spec:POLICY`` (KVOffloadSpec in vLLM's OffloadingConnector) and
     ``connector:POLICY`` (KVOffloadConnector, checking its invariants every step), each checking
-    its own loads (``verify_loads``)."""
+    its own loads (``verify_loads``); with ``tier_dir`` also ``spec+file:lru`` and
+    ``connector+file:lru``, a file tier below an LRU CPU tier of at most CPU_CHUNKS_ABOVE_FILE
+    chunks (only chunks the CPU tier admitted
+    cascade down; the spec cannot verify loads with tiers): a file in the folder ``tier_dir``
+    per integration, removed whenever a configuration is made: a tier file refuses a KV layout
+    other than its own, and the layout follows the workload's sizes (the engines sharing one
+    configuration, a run and its shrinking, start the same file empty)."""
 
-    def spec(policy: str) -> Callable[[Sizes], dict[str, Any]]:
+    def cpu_chunks(sizes: Sizes, tiers: Callable[[], dict[str, Any]] | None) -> int:
+        return sizes.num_cpu_chunks if tiers is None else min(sizes.num_cpu_chunks, CPU_CHUNKS_ABOVE_FILE)
+
+    def spec(policy: str, tiers: Callable[[], dict[str, Any]] | None = None) -> Callable[[Sizes], dict[str, Any]]:
         def config(sizes: Sizes) -> dict[str, Any]:
             chunk = sizes.block_size * sizes.blocks_per_chunk if sizes.blocks_per_chunk > 1 else None
-            return spec_transfer_config(sizes.num_cpu_chunks, policy, chunk, verify_loads=True)
-
-        return config
-
-    def connector(policy: str) -> Callable[[Sizes], dict[str, Any]]:
-        def config(sizes: Sizes) -> dict[str, Any]:
-            return connector_transfer_config(
-                sizes.num_cpu_chunks, policy, blocks_per_chunk=sizes.blocks_per_chunk, verify_loads=True
+            return spec_transfer_config(
+                cpu_chunks(sizes, tiers), policy, chunk, verify_loads=tiers is None, tiers=tiers() if tiers else None
             )
 
         return config
 
+    def connector(policy: str, tiers: Callable[[], dict[str, Any]] | None = None) -> Callable[[Sizes], dict[str, Any]]:
+        def config(sizes: Sizes) -> dict[str, Any]:
+            return connector_transfer_config(
+                cpu_chunks(sizes, tiers), policy, blocks_per_chunk=sizes.blocks_per_chunk, verify_loads=True,
+                tiers=tiers() if tiers else None,
+            )
+
+        return config
+
+    def file(kind: str) -> Callable[[], dict[str, Any]]:
+        def tiers() -> dict[str, Any]:
+            assert tier_dir is not None
+            path = tier_dir / f"{kind}.tier"
+            path.unlink(missing_ok=True)
+            return {"file_tier": {"path": str(path), "size_bytes": FILE_TIER_BYTES}}
+
+        return tiers
+
     found: list[Integration] = [(f"spec:{policy}", spec(policy)) for policy in spec_policies]
     found += [(f"connector:{policy}", connector(policy)) for policy in connector_policies]
+    if tier_dir is not None:
+        found += [
+            ("spec+file:lru", spec("lru", file("spec"))),
+            ("connector+file:lru", connector("lru", file("connector"))),
+        ]
     return found
 
 
-def _run_batch(engine: Engine, batch: Sequence[Request], prefix: str) -> tuple[list[list[int]], list[int], list[bool]]:
-    """Submit the batch, step the engine, abort requests on schedule; outputs in submission order."""
+def known_failures(config: dict[str, Any] | None) -> frozenset[str]:
+    """The event kinds left out of the plans run with kv_transfer_config ``config`` (KNOWN_FAILURES)."""
+    return frozenset() if config is None else KNOWN_FAILURES.get(config["kv_connector"], frozenset())
+
+
+def _reset(llm_engine: Any, running: bool) -> None:
+    """reset_prefix_cache(reset_connector=True, reset_running_requests=running). With running
+    requests to preempt while a request waits for a connector load, vLLM preempts them, fails to
+    empty its prefix cache, skips the connector and raises RuntimeError (Scheduler.reset_prefix_cache,
+    vllm/v1/core/sched/scheduler.py ~2868-2875, "not supported yet"); the engine goes on, and so
+    does the plan: only an engine with a connector can be in that state."""
+    try:
+        llm_engine.reset_prefix_cache(reset_running_requests=running, reset_connector=True)
+    except RuntimeError as error:
+        if not running or "Failed to reset KV cache even when all the running requests" not in str(error):
+            raise
+
+
+def _run_batch(
+    engine: Engine, batch: Sequence[Request], events: Sequence[Event], prefix: str
+) -> tuple[list[list[int]], list[int], list[bool]]:
+    """Submit the batch (a request with ``arrive_after`` once that many steps ran, or as soon as
+    nothing runs), step the engine, make the events' calls and abort requests on schedule;
+    outputs in submission order. Greedy tokens do not depend on when a request was admitted,
+    preempted or reset, so the baseline and an integration compare even where offloading
+    changed how many steps something took; an abort's point does depend on it."""
     from vllm import SamplingParams
 
     llm_engine = engine.llm.llm_engine
     ids = [f"{prefix}-{number}" for number in range(len(batch))]
-    for request_id, request in zip(ids, batch, strict=True):
-        params = SamplingParams(max_tokens=request.max_tokens, temperature=0.0, ignore_eos=True)
-        llm_engine.add_request(request_id, {"prompt_token_ids": list(request.prompt)}, params)
+    unsubmitted = dict(zip(ids, batch, strict=True))
     tokens: dict[str, list[int]] = {request_id: [] for request_id in ids}
     cached = dict.fromkeys(ids, 0)
     finished: set[str] = set()
     aborted: set[str] = set()
     steps = 0
-    while llm_engine.has_unfinished_requests():
+    while True:
+        idle = not llm_engine.has_unfinished_requests()
+        for request_id, request in list(unsubmitted.items()):
+            if request.arrive_after is None or steps >= request.arrive_after or idle:
+                params = SamplingParams(max_tokens=request.max_tokens, temperature=0.0, ignore_eos=True)
+                llm_engine.add_request(request_id, {"prompt_token_ids": list(request.prompt)}, params)
+                del unsubmitted[request_id]
+        if not llm_engine.has_unfinished_requests():
+            break
+        for event in events:
+            if event.after == steps:
+                _reset(llm_engine, event.kind == "reset_running")
         for output in llm_engine.step():
             tokens[output.request_id] = list(output.outputs[0].token_ids)
             cached[output.request_id] = int(output.num_cached_tokens or 0)
@@ -249,7 +411,7 @@ def _run_batch(engine: Engine, batch: Sequence[Request], prefix: str) -> tuple[l
         due = [
             request_id for request_id, request in zip(ids, batch, strict=True)
             if request.abort_after is not None and steps >= request.abort_after
-            and request_id not in finished and request_id not in aborted
+            and request_id not in finished and request_id not in aborted and request_id not in unsubmitted
         ]
         if due:
             llm_engine.abort_request(due)
@@ -261,36 +423,43 @@ def run_plan(model_dir: Path, plan: Plan, config: dict[str, Any] | None, dtype: 
     """Run ``plan`` in a fresh engine with ``config`` as its kv_transfer_config (None: no offloading)."""
     from kvoffload.vllm.harness import kvoffload_state
 
-    sizes = plan.sizes
-    engine = Engine(
-        model_dir, config, block_size=sizes.block_size, num_gpu_blocks=sizes.num_gpu_blocks,
-        max_num_seqs=sizes.max_num_seqs, dtype=dtype,
+    engine = _engine(model_dir, plan.sizes, config, dtype)
+    connector = engine.scheduler_connector
+    log = None if connector is None else record_calls(
+        connector, lambda: engine.core.scheduler.requests, plan.sizes.block_size
     )
     result = RunResult()
     try:
         for index, batch in enumerate(plan.batches):
             if plan.resets[index]:
                 engine.llm.reset_prefix_cache(reset_connector=True)
-            outputs, cached, aborted = _run_batch(engine, batch, f"b{index}")
+            outputs, cached, aborted = _run_batch(engine, batch, plan.events[index], f"b{index}")
             result.outputs.append(outputs)
             result.cached.append(cached)
             result.aborted.append(aborted)
         engine.drain()
         result.external_hit_tokens = engine.counters()[1]
-        result.violations, result.leaks, result.kvoffload = kvoffload_state(engine.scheduler_connector)
+        result.violations, result.leaks, result.kvoffload = kvoffload_state(connector)
+        if log is not None:
+            result.resets_inside_a_step = log.inside_a_step()
+            result.same_step_hits = log.same_step_hits()
     finally:
         engine.shutdown()
     return result
+
+
+def _engine(model_dir: Path, sizes: Sizes, config: dict[str, Any] | None, dtype: str) -> Engine:
+    return Engine(
+        model_dir, config, block_size=sizes.block_size, num_gpu_blocks=sizes.num_gpu_blocks,
+        max_num_seqs=sizes.max_num_seqs, dtype=dtype, max_num_batched_tokens=sizes.step_tokens,
+    )
 
 
 def materialise(model_dir: Path, workload: Workload, dtype: str = "float32") -> tuple[Plan, RunResult]:
     """Run the workload without offloading, batch by batch, fixing each continuation's prompt from
     the baseline's output; returns the plan and the baseline run."""
     sizes = workload.sizes
-    engine = Engine(
-        model_dir, None, block_size=sizes.block_size, num_gpu_blocks=sizes.num_gpu_blocks,
-        max_num_seqs=sizes.max_num_seqs, dtype=dtype,
-    )
+    engine = _engine(model_dir, sizes, None, dtype)
     baseline = RunResult()
     batches: list[tuple[Request, ...]] = []
     try:
@@ -303,17 +472,17 @@ def materialise(model_dir: Path, workload: Workload, dtype: str = "float32") -> 
                 if turn.continues is not None:
                     batch, number = turn.continues
                     prompt = batches[batch][number].prompt + tuple(baseline.outputs[batch][number])
-                requests.append(Request(prompt + turn.own, turn.max_tokens, turn.abort_after))
+                requests.append(Request(prompt + turn.own, turn.max_tokens, turn.abort_after, turn.arrive_after))
             batches.append(tuple(requests))
             if workload.resets[index]:
                 engine.llm.reset_prefix_cache(reset_connector=True)
-            outputs, cached, aborted = _run_batch(engine, requests, f"b{index}")
+            outputs, cached, aborted = _run_batch(engine, requests, workload.events[index], f"b{index}")
             baseline.outputs.append(outputs)
             baseline.cached.append(cached)
             baseline.aborted.append(aborted)
     finally:
         engine.shutdown()
-    return Plan(workload.seed, sizes, tuple(batches), workload.resets), baseline
+    return Plan(workload.seed, sizes, tuple(batches), workload.resets, workload.events), baseline
 
 
 def first_difference(plan: Plan, baseline: RunResult, run: RunResult) -> str | None:
@@ -338,6 +507,8 @@ def first_difference(plan: Plan, baseline: RunResult, run: RunResult) -> str | N
         return f"lifecycle violations: {run.violations[:3]}"
     if run.leaks:
         return f"state left after drain: {run.leaks[:3]}"
+    if run.resets_inside_a_step:
+        return f"reset_cache between an admission and its step's build_connector_meta: calls {run.resets_inside_a_step}"
     return None
 
 
@@ -350,21 +521,29 @@ def _replaced(items: tuple[Any, ...], index: int, item: Any) -> tuple[Any, ...]:
 
 
 def _candidates(plan: Plan) -> list[Plan]:
-    """Smaller plans, largest cuts first: drop a batch, a request, an abort, a reset."""
+    """Smaller plans, largest cuts first: drop a batch, a request, an abort, a late arrival (the
+    request comes with its batch), a reset, an event."""
     found = []
     if len(plan.batches) > 1:
         for index in range(len(plan.batches)):
-            found.append(Plan(plan.seed, plan.sizes, _without(plan.batches, index), _without(plan.resets, index)))
+            found.append(Plan(
+                plan.seed, plan.sizes, _without(plan.batches, index), _without(plan.resets, index),
+                _without(plan.events, index),
+            ))
     for index, batch in enumerate(plan.batches):
         for number, request in enumerate(batch):
             if len(batch) > 1:
                 found.append(dataclasses.replace(plan, batches=_replaced(plan.batches, index, _without(batch, number))))
-            if request.abort_after is not None:
-                kept = _replaced(batch, number, dataclasses.replace(request, abort_after=None))
-                found.append(dataclasses.replace(plan, batches=_replaced(plan.batches, index, kept)))
+            for change in ("abort_after", "arrive_after"):
+                if getattr(request, change) is not None:
+                    kept = _replaced(batch, number, dataclasses.replace(request, **{change: None}))
+                    found.append(dataclasses.replace(plan, batches=_replaced(plan.batches, index, kept)))
     for index, reset in enumerate(plan.resets):
         if reset:
             found.append(dataclasses.replace(plan, resets=_replaced(plan.resets, index, False)))
+    for index, events in enumerate(plan.events):
+        for number in range(len(events)):
+            found.append(dataclasses.replace(plan, events=_replaced(plan.events, index, _without(events, number))))
     return found
 
 
@@ -423,20 +602,37 @@ def fuzz_seed(
     out_dir: Path | None = None,
 ) -> tuple[list[Finding], dict[str, Any]]:
     """Run one seed's workload through the baseline and every integration in ``chosen``."""
-    plan, baseline = materialise(model_dir, generate(seed))
+    full_plan, full_baseline = materialise(model_dir, generate(seed))
+    baselines = {frozenset(): full_baseline}
     findings: list[Finding] = []
-    coverage = {
-        "requests": sum(len(b) for b in plan.batches),
-        "aborted": sum(sum(a) for a in baseline.aborted),
-        "resets": sum(plan.resets),
+    coverage: dict[str, Any] = {
+        "requests": sum(len(b) for b in full_plan.batches),
+        "aborted": sum(sum(a) for a in full_baseline.aborted),
+        "resets": sum(full_plan.resets),
+        "events": {kind: sum(e.kind == kind for b in full_plan.events for e in b) for kind in EVENT_KINDS},
+        "late_arrivals": sum(r.arrive_after is not None for b in full_plan.batches for r in b),
         "external_hit_tokens": {},
+        "same_step_hits": {},
+        "preempted_same_step_loads": {},
+        "tier_loaded_keys": {},
     }
     for name, make_config in chosen:
-        config = make_config(plan.sizes)
+        config = make_config(full_plan.sizes)
+        left_out = known_failures(config) & {e.kind for b in full_plan.events for e in b}
+        plan = full_plan.without_events(left_out)
+        if left_out not in baselines:
+            baselines[left_out] = run_plan(model_dir, plan, None)
+        baseline = baselines[left_out]
         try:
             run = run_plan(model_dir, plan, config)
             difference = first_difference(plan, baseline, run)
             coverage["external_hit_tokens"][name] = run.external_hit_tokens
+            coverage["same_step_hits"][name] = len(run.same_step_hits)
+            tiers = run.kvoffload.get("tiers", {}).values()
+            coverage["tier_loaded_keys"][name] = sum(stats["loaded_keys"] for stats in tiers)
+            coverage["preempted_same_step_loads"][name] = sum(
+                1 for call in run.same_step_hits if call.preemptions and call.external
+            )
         except Exception as error:  # a crash of the offloading engine is a finding
             difference = f"{type(error).__name__}: {error}"
         if difference is None:
@@ -455,18 +651,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workloads", type=int, default=40, help="how many seeds to run")
     parser.add_argument("--first-seed", type=int, default=1000)
     parser.add_argument("--replay", type=Path, help="a plan file a failure wrote")
-    parser.add_argument("--integration", help="only this integration (spec:POLICY or connector:POLICY)")
+    parser.add_argument(
+        "--integration", help="only this integration (spec:POLICY, connector:POLICY, spec+file:lru, connector+file:lru)"
+    )
     parser.add_argument("--out", type=Path, default=Path(".fuzz"), help="where failing plans are written")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     args = parser.parse_args(argv)
-    chosen = integrations()
+    args.out.mkdir(parents=True, exist_ok=True)
+    known = integrations(tier_dir=args.out)
+    chosen = known
     if args.integration:
-        chosen = [i for i in chosen if i[0] == args.integration]
+        chosen = [i for i in known if i[0] == args.integration]
         if not chosen:
-            names = ", ".join(name for name, _ in integrations())
+            names = ", ".join(name for name, _ in known)
             print(f"fuzz: unknown --integration {args.integration!r}; known: {names}", file=sys.stderr)
             return 2
-    args.out.mkdir(parents=True, exist_ok=True)
     model_dir = build_tiny_model(args.out / "tiny-llama")
     if args.replay:
         plan = Plan.from_json(json.loads(args.replay.read_text()))
@@ -477,8 +676,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     findings: list[Finding] = []
     runs = 0
+    # What the workloads reached, summed over seeds and integrations: the calls between steps, and
+    # admissions whose GPU hit the same step computes (with a preemption before and a load: issue
+    # 36's admission).
+    reached = dict.fromkeys((*EVENT_KINDS, "late_arrivals", "same_step_hits", "preempted_same_step_loads"), 0)
     for seed in range(args.first_seed, args.first_seed + args.workloads):
-        found, _ = fuzz_seed(model_dir, seed, chosen, out_dir=args.out)
+        found, coverage = fuzz_seed(model_dir, seed, chosen, out_dir=args.out)
+        for kind, count in coverage["events"].items():
+            reached[kind] += count
+        reached["late_arrivals"] += coverage["late_arrivals"]
+        for key in ("same_step_hits", "preempted_same_step_loads"):
+            reached[key] += sum(coverage[key].values())
         runs += len(chosen)
         findings += found
         for finding in found:
@@ -488,6 +696,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "integration_runs": runs,
         "integrations": [name for name, _ in chosen],
         "findings": [{"seed": f.seed, "integration": f.integration, "difference": f.difference} for f in findings],
+        "reached": reached,
         "seconds": round(time.monotonic() - started, 1),
     }
     print(json.dumps(summary) if args.json else f"{args.workloads} workloads, {runs} runs, {len(findings)} findings")

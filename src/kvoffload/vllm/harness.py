@@ -146,6 +146,8 @@ class Engine:
         dtype: str = "float32",
         distributed_executor_backend: str | None = None,
         tensor_parallel_size: int = 1,
+        max_num_batched_tokens: int | None = None,
+        scheduling_policy: str | None = None,
     ) -> None:
         from vllm import LLM
         from vllm.config import KVTransferConfig
@@ -165,6 +167,11 @@ class Engine:
             disable_log_stats=False,
             seed=0,
             **({"max_num_seqs": max_num_seqs} if max_num_seqs else {}),
+            # A small step budget splits prefills into chunks, so that a request is admitted in the
+            # step that computes the tail of a prefix it shares with a running one.
+            **({"max_num_batched_tokens": max_num_batched_tokens} if max_num_batched_tokens else {}),
+            # "priority": add_request's priority picks the preemption victim and the admission order.
+            **({"scheduling_policy": scheduling_policy} if scheduling_policy else {}),
             **({"distributed_executor_backend": distributed_executor_backend} if distributed_executor_backend else {}),
             tensor_parallel_size=tensor_parallel_size,
         )
