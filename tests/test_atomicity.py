@@ -127,9 +127,12 @@ def malformed_calls(scheduler: OffloadingScheduler) -> list[Probe]:
                 (f"alloc for {state} {rid}", lambda rid=rid: scheduler.update_state_after_alloc(
                     trackers[rid].request, trackers[rid].gpu_block_ids, 0)),
             ]
-            if state != PREEMPTED:
+            if state == LOADING:
+                # A finished request's preemption is accepted: vLLM reports a preemption by
+                # reset_prefix_cache(reset_running_requests=True) in the next step, after an abort.
                 probes.append((f"preempt {state} {rid}", lambda rid=rid: scheduler.build_connector_meta(
                     SchedulerOutput(preempted=[*valid_preempt, rid]))))
+            if state != PREEMPTED:
                 probes.append((f"lookup for {state} {rid}", lambda rid=rid: scheduler.get_num_new_matched_tokens(
                     trackers[rid].request, 0)))
             if state in (FINISHED_PENDING_STORE, SIGNALED):

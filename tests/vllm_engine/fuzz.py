@@ -146,11 +146,6 @@ class Plan:
         events = tuple(tuple(Event(**e) for e in batch) for batch in data.get("events", [[] for _ in batches]))
         return cls(data["seed"], Sizes(**data["sizes"]), batches, tuple(data["resets"]), events)
 
-    def without_events(self, kinds: frozenset[str]) -> Plan:
-        """This plan with no event of ``kinds``."""
-        kept = tuple(tuple(e for e in batch if e.kind not in kinds) for batch in self.events)
-        return dataclasses.replace(self, events=kept)
-
     def describe(self) -> str:
         lines = [f"seed {self.seed}, {self.sizes}"]
         for index, batch in enumerate(self.batches):
@@ -287,18 +282,6 @@ Integration = tuple[str, Callable[[Sizes], dict[str, Any] | None]]
 FILE_TIER_BYTES = 16 << 20
 # The CPU tier above a file tier, in chunks at most: small, so that the file tier serves loads.
 CPU_CHUNKS_ABOVE_FILE = 16
-# Calls a connector (kv_connector) is known to fail, left out of its plans (with a baseline run
-# of their own) so that the fuzzing goes on finding other things. KVOffloadConnector refuses a
-# request that reset_prefix_cache(reset_running_requests=True) preempted and the next schedule()
-# re-admitted before build_connector_meta told it of the preemption ("is both preempted and
-# scheduled"): tests/vllm_engine/test_resets.py::test_reset_with_running_requests, a strict xfail
-# until fixed. The bug zoo's mutants run inside it (vllm_mutant_connector.py).
-KNOWN_FAILURES: dict[str, frozenset[str]] = {
-    "KVOffloadConnector": frozenset({"reset_running"}),
-    "MutantConnector": frozenset({"reset_running"}),
-}
-
-
 def integrations(
     spec_policies: Sequence[str] = tuple(POLICIES),
     connector_policies: Sequence[str] = tuple(POLICIES),
@@ -352,11 +335,6 @@ def integrations(
             ("connector+file:lru", connector("lru", file("connector"))),
         ]
     return found
-
-
-def known_failures(config: dict[str, Any] | None) -> frozenset[str]:
-    """The event kinds left out of the plans run with kv_transfer_config ``config`` (KNOWN_FAILURES)."""
-    return frozenset() if config is None else KNOWN_FAILURES.get(config["kv_connector"], frozenset())
 
 
 def _reset(llm_engine: Any, running: bool) -> None:
@@ -602,27 +580,21 @@ def fuzz_seed(
     out_dir: Path | None = None,
 ) -> tuple[list[Finding], dict[str, Any]]:
     """Run one seed's workload through the baseline and every integration in ``chosen``."""
-    full_plan, full_baseline = materialise(model_dir, generate(seed))
-    baselines = {frozenset(): full_baseline}
+    plan, baseline = materialise(model_dir, generate(seed))
     findings: list[Finding] = []
     coverage: dict[str, Any] = {
-        "requests": sum(len(b) for b in full_plan.batches),
-        "aborted": sum(sum(a) for a in full_baseline.aborted),
-        "resets": sum(full_plan.resets),
-        "events": {kind: sum(e.kind == kind for b in full_plan.events for e in b) for kind in EVENT_KINDS},
-        "late_arrivals": sum(r.arrive_after is not None for b in full_plan.batches for r in b),
+        "requests": sum(len(b) for b in plan.batches),
+        "aborted": sum(sum(a) for a in baseline.aborted),
+        "resets": sum(plan.resets),
+        "events": {kind: sum(e.kind == kind for b in plan.events for e in b) for kind in EVENT_KINDS},
+        "late_arrivals": sum(r.arrive_after is not None for b in plan.batches for r in b),
         "external_hit_tokens": {},
         "same_step_hits": {},
         "preempted_same_step_loads": {},
         "tier_loaded_keys": {},
     }
     for name, make_config in chosen:
-        config = make_config(full_plan.sizes)
-        left_out = known_failures(config) & {e.kind for b in full_plan.events for e in b}
-        plan = full_plan.without_events(left_out)
-        if left_out not in baselines:
-            baselines[left_out] = run_plan(model_dir, plan, None)
-        baseline = baselines[left_out]
+        config = make_config(plan.sizes)
         try:
             run = run_plan(model_dir, plan, config)
             difference = first_difference(plan, baseline, run)

@@ -35,7 +35,6 @@ pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm
 
 from connector_calls import CallLog, record_calls
 
-from kvoffload.offload.errors import LifecycleViolation
 from kvoffload.vllm.harness import (
     Engine,
     build_tiny_model,
@@ -352,19 +351,13 @@ def test_resets_land_only_between_steps(slot: Slot, baseline: dict[Case, Outcome
 # steps (Scheduler.reset_prefix_cache, vllm/v1/core/sched/scheduler.py ~2850-2866); the connector
 # hears of those preemptions only from the next step's SchedulerOutput.preempted_req_ids, at its
 # build_connector_meta, and that same schedule() re-admits them first (get_num_new_matched_tokens
-# and update_state_after_alloc, ~979 and ~1289). KVOffloadConnector refuses the build: "request
-# ... is both preempted and scheduled" (ValueError).
-CONNECTOR_RUNNING_RESET = (
-    "KVOffloadConnector: a request preempted by reset_prefix_cache(reset_running_requests=True) is "
-    "re-admitted in the next schedule() before its preemption reaches build_connector_meta"
-)
+# and update_state_after_alloc, ~979 and ~1289). KVOffloadConnector refused that build ("request
+# ... is both preempted and scheduled") until it learnt to leave such preemptions out.
 
 
-def test_reset_with_running_requests(slot: Slot, baseline: dict[Case, Outcome], request: pytest.FixtureRequest) -> None:
+def test_reset_with_running_requests(slot: Slot, baseline: dict[Case, Outcome]) -> None:
     """reset_prefix_cache(reset_running_requests=True, reset_connector=True) at each point: every
     running request is preempted and recomputed, in both engines at the same step."""
-    if slot.config is INTEGRATIONS["connector"]:
-        request.node.add_marker(pytest.mark.xfail(strict=True, raises=ValueError, reason=CONNECTOR_RUNNING_RESET))
     for case in RUNNING_RESET_CASES:
         outcome = run_scenario(slot, case.scenario, case.reset)
         _check(case, outcome, baseline[case])
@@ -373,13 +366,13 @@ def test_reset_with_running_requests(slot: Slot, baseline: dict[Case, Outcome], 
         assert any(call.preempted for call in outcome.log.calls if call.name == "build_connector_meta"), case.id
 
 
-# Without reset_connector the same preemption crashes both integrations: kvoffload's scheduler
-# refuses the lookup of a request it still has running (LifecycleViolation LookupOnlyWhenWaiting),
-# and vLLM's own OffloadingConnectorScheduler.build_connector_meta asserts that a preempted
-# request's jobs are stores (vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py
-# ~1862) while the re-admission gave it a load job.
+# Without reset_connector, vLLM's own OffloadingConnectorScheduler.build_connector_meta asserts
+# that a preempted request's jobs are stores (vllm/distributed/kv_transfer/kv_connector/v1/
+# offloading/scheduler.py ~1862) while the re-admission gave it a load job: a crash of vLLM's
+# connector, which KVOffloadSpec runs inside. KVOffloadConnector refused the lookup of a request
+# it still had running (LifecycleViolation LookupOnlyWhenWaiting) until it learnt to apply such a
+# preemption at that lookup.
 PREEMPTION_ONLY = {
-    "connector": (LifecycleViolation, "KVOffloadConnector: lookup of a request preempted between steps"),
     "spec": (AssertionError, "vLLM's OffloadingConnectorScheduler: a load job for a request preempted between steps"),
 }
 
@@ -392,8 +385,9 @@ def test_reset_with_running_requests_without_connector_reset(
     leaves the engine unusable."""
     del baseline
     name = next(key for key, config in INTEGRATIONS.items() if config is slot.config)
-    error, reason = PREEMPTION_ONLY[name]
-    request.node.add_marker(pytest.mark.xfail(strict=True, raises=error, reason=reason))
+    if name in PREEMPTION_ONLY:
+        error, reason = PREEMPTION_ONLY[name]
+        request.node.add_marker(pytest.mark.xfail(strict=True, raises=error, reason=reason))
     engine = slot.get()
     llm = engine.llm.llm_engine
     assert llm.reset_prefix_cache(reset_running_requests=True, reset_connector=True)

@@ -433,6 +433,16 @@ class OffloadingScheduler:
         self.stats.hit_tokens += num_external_tokens
         self.lifecycle.fire(tracker, "load")
 
+    def preempt_between_steps(self, request_id: RequestId) -> None:
+        """The engine took a running request's GPU blocks back between two steps and is about to
+        look it up again, before any SchedulerOutput could say so (vLLM's
+        ``reset_prefix_cache(reset_running_requests=True)`` without a connector reset): the
+        preemption applies now (its stores are flushed in the next metadata, and their blocks are
+        fenced). The engine must leave the request out of the next SchedulerOutput's ``preempted``."""
+        tracker = self._tracker(request_id, "preempt_between_steps")
+        self._require_trigger(tracker, "preempt")
+        self._preempt(tracker)
+
     # ------------------------------------------------------------------ finish
     def request_finished(self, request: EngineRequest, block_ids: Sequence[int]) -> bool:
         """Record that the request finished or was aborted; ``block_ids`` are its GPU blocks.

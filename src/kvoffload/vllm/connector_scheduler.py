@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from kvoffload.lifecycles.invariants import check_invariants
-from kvoffload.lifecycles.request import LOADING
+from kvoffload.lifecycles.request import LOADING, RUNNING
 from kvoffload.offload.errors import LifecycleViolation
 from kvoffload.offload.scheduler import OffloadingScheduler, UnknownJob
 from kvoffload.offload.types import ConnectorMetadata, RequestId, SchedulerOutput, WorkerOutput
@@ -56,15 +56,14 @@ class VllmRequestView:
         return int(self._request.num_tokens)
 
 
-def kvoffload_scheduler_output(vllm_output: Any, is_tracked: Callable[[RequestId], bool]) -> SchedulerOutput:
+def kvoffload_scheduler_output(vllm_output: Any, to_apply: Callable[[RequestId], bool]) -> SchedulerOutput:
     """kvoffload's SchedulerOutput from vLLM's (single KV cache group).
 
     vLLM lists a preemption by ``reset_prefix_cache(reset_running_requests=True)`` (between two
-    steps) in its next SchedulerOutput, which may also resume the request: kvoffload's scheduler
-    already saw the reset and then the request's new admission, so such a preemption is left out.
-    It is also listed when the request finished between the two steps, and a second reset in
-    between may have let the scheduler forget that request: a preemption of a request it no longer
-    tracks (``is_tracked``) has nothing left to act on, and is left out too."""
+    steps) in its next SchedulerOutput, whatever happened since: the same output may resume the
+    request (kvoffload's scheduler already saw its new admission), the request may have finished,
+    and a second reset may have let the scheduler forget it. Only the preemptions ``to_apply``
+    says the scheduler has still to hear of are passed on, and none of a resumed request."""
     cached = vllm_output.scheduled_cached_reqs
     resumed = {*cached.resumed_req_ids, *(new.req_id for new in vllm_output.scheduled_new_reqs)}
     new_block_ids: dict[RequestId, Sequence[int]] = {}
@@ -77,7 +76,7 @@ def kvoffload_scheduler_output(vllm_output: Any, is_tracked: Callable[[RequestId
         new_block_ids=new_block_ids,
         preempted=tuple(
             request_id for request_id in vllm_output.preempted_req_ids or ()
-            if request_id not in resumed and is_tracked(request_id)
+            if request_id not in resumed and to_apply(request_id)
         ),
     )
 
@@ -99,6 +98,8 @@ class SchedulerSide:
         self._held: set[RequestId] = set()
         # Released by the scheduler, to be reported by the worker as finished_sending.
         self._to_release: list[RequestId] = []
+        # Preempted between steps and already applied: left out of the next SchedulerOutput.
+        self._preempted_early: set[RequestId] = set()
 
     def _strict(self, call: str, function: Callable[..., T], *args: Any) -> T:
         try:
@@ -109,6 +110,13 @@ class SchedulerSide:
 
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int | None, bool]:
         view = VllmRequestView(request)
+        request_id = request.request_id
+        if self.scheduler.is_tracked(request_id) and self.scheduler.tracker(request_id).state == RUNNING:
+            # vLLM looks up only waiting requests: this one was preempted between two steps by
+            # reset_prefix_cache(reset_running_requests=True), which the next SchedulerOutput
+            # reports only after this lookup.
+            self._strict("preempt_between_steps", self.scheduler.preempt_between_steps, request_id)
+            self._preempted_early.add(request_id)
         if self.tiers is not None and not self.scheduler.is_tracked(request.request_id):
             self.tiers.note_salt(request.request_id, getattr(request, "cache_salt", None))
         return self._strict(
@@ -131,10 +139,12 @@ class SchedulerSide:
     ) -> tuple[ConnectorMetadata, tuple[RequestId, ...], tuple[TierJob, ...]]:
         """This step's jobs, the requests whose blocks the worker must report as sent, and the
         tier jobs handed out since the last step."""
-        metadata = self._strict(
-            "build_connector_meta", self.scheduler.build_connector_meta,
-            kvoffload_scheduler_output(vllm_output, self.scheduler.is_tracked),
+        early = self._preempted_early
+        output = kvoffload_scheduler_output(
+            vllm_output, lambda request_id: request_id not in early and self.scheduler.is_tracked(request_id)
         )
+        metadata = self._strict("build_connector_meta", self.scheduler.build_connector_meta, output)
+        early.clear()
         # vLLM skips update_connector_output in a step whose worker reported nothing, so a request
         # cleaned right here (its final stores built, nothing in flight) would wait for a report
         # that never comes: collect it now, with no job outcome.
