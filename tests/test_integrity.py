@@ -3,14 +3,20 @@ the tier holds for its key, so a wrong load raises DataIntegrity instead of chan
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from kvoffload.dataplane.integrity import DataIntegrity, LoadVerifier, block_digest
 from kvoffload.dataplane.mover import BlockMover
 from kvoffload.offload.types import ConnectorMetadata, TransferJob
+from kvoffload.tiers.protocol import TierJob
+from kvoffload.tiers.record import Namespace
 from kvoffload.vllm.connector_worker import WorkerSide, make_worker
 from kvoffload.vllm.settings import ConfigError, flag
+from kvoffload.vllm.tier_io import LayerChunks, WorkerTiers, open_backends
+from kvoffload.vllm.tier_settings import FileTierSettings, TierSettings
 
 GPU_BLOCKS = 8
 BPC = 2
@@ -119,3 +125,59 @@ def test_a_flag_takes_its_default_when_absent() -> None:
     with pytest.raises(ConfigError) as caught:
         flag({"cpu_kernel": "no"}, "cpu_kernel", default=True)
     assert str(caught.value) == "kv_connector_extra_config['cpu_kernel'] must be true or false, got 'no'"
+
+
+def _tier_steps(
+    side: WorkerSide, tiers: WorkerTiers, steps: list[tuple[ConnectorMetadata, list[TierJob]]]
+) -> None:
+    """Run metadata steps as KVOffloadConnector._execute does: the transfers, then the tier jobs,
+    the collected promotions told to the verifier."""
+    for metadata, tier_jobs in steps:
+        side.execute(metadata, ())
+        for job, outcome in tiers.run(tier_jobs, metadata.step):
+            side.promoted(job, outcome.results)
+
+
+def _file_tiers(side: WorkerSide, tmp_path: Path) -> WorkerTiers:
+    chunks = LayerChunks(side.worker.mover.cpu_layers, BPC)
+    settings = TierSettings(file=FileTierSettings(str(tmp_path / "kv.tier"), 1 << 20))
+    return WorkerTiers(open_backends(settings, chunks.chunk_bytes, 4, Namespace("m", "l"), writer=1), chunks)
+
+
+def test_a_load_from_a_promoted_chunk_in_a_reused_cpu_block_is_checked_and_passes(tmp_path: Path) -> None:
+    # The fuzzer's false DataIntegrity with a file tier: KEY_A is cascaded to the file tier, then
+    # evicted; its promotion lands in CPU chunk 3, which held KEY_B; the load must check against
+    # KEY_A's promoted bytes, not against the store of KEY_B that chunk 3 held before.
+    layers = _layers()
+    side = _worker_side(layers)
+    tiers = _file_tiers(side, tmp_path)
+    try:
+        _tier_steps(side, tiers, [
+            (_store(1), []),
+            (ConnectorMetadata(2), [TierJob(1, "cascade", "file", "r", (KEY_A,), (2,), (0,))]),
+            (ConnectorMetadata(3), [TierJob(2, "promote", "file", "q", (KEY_A,), (3,), (0,))]),
+            (ConnectorMetadata(4), []),
+            (ConnectorMetadata(5, loads=(TransferJob(3, "q", "load", (KEY_A,), (6, 7), (3,)),)), []),
+        ])
+    finally:
+        tiers.close()
+    assert side.verifier is not None and side.verifier.checked_blocks == 2
+    assert all(torch.equal(layer[6:8], layer[0:2]) for layer in layers)
+
+
+def test_the_blocks_of_an_unserved_promotion_cannot_be_loaded(tmp_path: Path) -> None:
+    # Only the leading verified chunks are served: KEY_B's block of a promotion whose first chunk
+    # missed is freed by the CPU tier, so a load from it is wrong even though its bytes landed.
+    side = _worker_side(_layers())
+    tiers = _file_tiers(side, tmp_path)
+    try:
+        _tier_steps(side, tiers, [
+            (_store(1), []),
+            (ConnectorMetadata(2), [TierJob(1, "cascade", "file", "r", (KEY_B,), (3,), (1,))]),
+            (ConnectorMetadata(3), [TierJob(2, "promote", "file", "q", (0xC3, KEY_B), (0, 1), (0, 1))]),
+            (ConnectorMetadata(4), []),
+        ])
+        with pytest.raises(DataIntegrity, match="CPU block 2, which holds no completed store"):
+            side.execute(ConnectorMetadata(5, loads=(TransferJob(3, "q", "load", (KEY_B,), (6, 7), (1,)),)), ())
+    finally:
+        tiers.close()

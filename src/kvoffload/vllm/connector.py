@@ -206,7 +206,8 @@ class KVOffloadConnector(KVConnectorBase_V1):
             return
         worker.execute(metadata.jobs, metadata.released)
         if self.worker_tiers is not None:
-            self.worker_tiers.run(metadata.tier_jobs, metadata.jobs.step)
+            for job, outcome in self.worker_tiers.run(metadata.tier_jobs, metadata.jobs.step):
+                worker.promoted(job, outcome.results)
         elif metadata.tier_jobs:
             raise ValueError(f"{len(metadata.tier_jobs)} tier job(s) sent to a worker without tiers")
 

@@ -12,7 +12,7 @@ be too late for a flush. Outcomes go back three ways: every job's outcome to the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -20,6 +20,7 @@ from kvoffload.dataplane.integrity import LoadVerifier
 from kvoffload.dataplane.mover import BlockMover
 from kvoffload.dataplane.worker import OffloadingWorker, chunk_blocks
 from kvoffload.offload.types import ConnectorMetadata, JobId, RequestId, TransferJob
+from kvoffload.tiers.protocol import OK, TierJob
 
 
 def block_tensors(
@@ -92,6 +93,25 @@ class WorkerSide:
                 verifier.store_failed(cpu_blocks)
         elif ok:
             verifier.loaded(f"load job {job.job_id}", job.request_id, cpu_blocks, job.gpu_block_ids, keys)
+
+    def promoted(self, job: TierJob, results: Sequence[str]) -> None:
+        """A promotion's outcome was collected: its chunks were scattered into its CPU blocks.
+
+        The CPU tier serves its leading verified chunks (``TieringManager._finish_promotion``):
+        for the verifier those blocks now hold their promoted keys, as if stored; the other blocks
+        are freed and must not be loaded from. Without this the verifier would still name what the
+        block held before the CPU tier evicted it and reused it for the promotion.
+        """
+        if self.verifier is None:
+            return
+        served = 0
+        while served < len(results) and results[served] == OK:
+            served += 1
+        bpc = self.worker.blocks_per_chunk
+        self.verifier.stored(
+            chunk_blocks(job.cpu_block_ids[:served], bpc), [key for key in job.keys[:served] for _ in range(bpc)]
+        )
+        self.verifier.store_failed(chunk_blocks(job.cpu_block_ids[served:], bpc))
 
     def finished(self) -> tuple[set[RequestId], set[RequestId]]:
         """(finished_sending, finished_recving) since the last call."""

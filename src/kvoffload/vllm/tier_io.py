@@ -127,11 +127,24 @@ class WorkerTiers:
             chunks, threads, delay_steps=1,
         )
         self._outcomes: list[TierOutcome] = []
+        # Promotions in flight, so that their collected outcomes can name the CPU blocks they wrote.
+        self._promotions: dict[int, TierJob] = {}
 
-    def run(self, jobs: Iterable[TierJob], step: int) -> None:
-        """Collect the outcomes due at metadata step ``step``, then start ``jobs``."""
-        self._outcomes += self.driver.poll(step)
+    def run(self, jobs: Iterable[TierJob], step: int) -> list[tuple[TierJob, TierOutcome]]:
+        """Collect the outcomes due at metadata step ``step``, then start ``jobs``; returns the
+        collected promotions: their verified chunks are in the CPU rows now (the load verifier
+        must learn them before a load reads those rows)."""
+        outcomes = self.driver.poll(step)
+        self._outcomes += outcomes
+        landed = [
+            (self._promotions.pop(outcome.job_id), outcome)
+            for outcome in outcomes
+            if outcome.job_id in self._promotions
+        ]
+        jobs = list(jobs)
+        self._promotions.update((job.job_id, job) for job in jobs if job.kind == "promote")
         self.driver.submit(jobs, step)
+        return landed
 
     def take_outcomes(self) -> tuple[TierOutcome, ...]:
         outcomes, self._outcomes = tuple(self._outcomes), []
