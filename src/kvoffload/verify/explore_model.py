@@ -345,9 +345,14 @@ class OffloadExploreModel:
                 continue
             if er.status in (NEW, LOADING, RUNNING) or (er.status == WAITING and sched.is_tracked(rid)):
                 out.append(("finish", rid))
-        if w.resets < self.max_resets and (self.resets_within_schedule or not w.scheduling):
+        if w.resets < self.max_resets and not self._reset_waits(w):
             out.append(("reset",))
         return out
+
+    def _reset_waits(self, w: World) -> bool:
+        """Whether a reset that is still to come must wait for the next step: the engine is inside
+        schedule(). Only then does ``scheduling`` tell two states apart."""
+        return w.scheduling and w.resets < self.max_resets and not self.resets_within_schedule
 
     def _hit_writers(self, w: World) -> set[str]:
         """Running requests whose next chunk's block another request holds as a GPU hit: the engine
@@ -953,7 +958,7 @@ class OffloadExploreModel:
             per_request,
             _scheduler_part(sched, rids, keys, jobset),
             _manager_part(w.scheduler.manager, naming, rids, keys),
-            _world_part(w, naming, keys, job, jobset),
+            _world_part(w, naming, keys, job, jobset, self._reset_waits(w)),
         )
 
     # ------------------------------------------------------------------ readable state
@@ -1065,8 +1070,10 @@ def _world_part(
     keys: dict[Any, Any],
     job: Callable[[int], tuple[Any, ...]],
     jobset: JobSet,
+    reset_waits: bool,
 ) -> tuple[Any, ...]:
-    """The engine model's part of a canonical state: GPU and CPU contents, jobs in flight and done."""
+    """The engine model's part of a canonical state: GPU and CPU contents, jobs in flight and done,
+    and whether a reset waits for the step that ends the engine's schedule() call."""
     keys_get = keys.get
     done = w.done
     return (
@@ -1077,5 +1084,5 @@ def _world_part(
         tuple(sorted([(job(j), ok) for j, ok in done.items()])) if done else (),
         w.resets,
         w.preemptions,
-        w.scheduling,
+        reset_waits,
     )

@@ -200,7 +200,8 @@ class ProtocolRules:
             if record["to"] == RUNNING and load_job is not None:
                 return f"{trigger!r} into {RUNNING!r} while load job {load_job} is still in flight"
         if record["to"] == WAITING and jobs:
-            return f"entered {WAITING!r} with {jobs} job(s) in flight; a waiting request has none"
+            # The declared meaning of the state (docs/design.md: waiting, nothing in flight).
+            return f"{DECLARED_LIFECYCLE}: entered {WAITING!r} with {jobs} job(s) in flight; a waiting request has none"
         if record["to"] in REQUEST_LIFECYCLE.terminal and self._jobs_of(request):
             return f"CleanOnlyWhenDrained: {trigger!r} while job(s) {self._jobs_of(request)} are in flight"
         if self.jobs_traced and "store_jobs" in record:
