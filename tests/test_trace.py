@@ -38,7 +38,7 @@ def run_engine(config: EngineConfig, writer: TraceWriter | None = None, users: i
 
 # Small enough to preempt, faulty enough to fail loads, abort and reset: every trigger fires.
 FAULTY = EngineConfig(
-    num_gpu_blocks=28, num_cpu_blocks=48, fault_rate=0.1, abort_probability=0.05, reset_probability=0.02, seed=2
+    num_gpu_blocks=28, num_cpu_blocks=48, fault_rate=0.1, abort_probability=0.05, reset_probability=0.02, seed=3
 )
 
 
