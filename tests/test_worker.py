@@ -40,6 +40,9 @@ def test_store_then_load_round_trips_chunks_of_two_blocks() -> None:
         assert torch.equal(layer[2], before[4]) and torch.equal(layer[3], before[5])
     assert worker.in_flight() == set()
     assert worker.bytes_moved == 2 * 4 * 2 * 6 * 2  # two jobs x four blocks x two layers x 6 fp16
+    # Per direction too (the connector's vllm:kv_offload_{store,load}_{bytes,time}).
+    assert worker.moved_bytes == {"store": 4 * 2 * 6 * 2, "load": 4 * 2 * 6 * 2}
+    assert worker.moved_seconds["store"] > 0 and worker.moved_seconds["load"] > 0
 
 
 def test_flush_is_waited_for_before_new_jobs_are_submitted() -> None:
@@ -78,6 +81,7 @@ def test_a_failed_copy_is_reported_failed() -> None:
     )
     assert dict(out.completed) == {1: True, 2: False}
     assert worker.failed_jobs == 1
+    assert worker.moved_bytes == {"store": 1 * 2 * 6 * 2, "load": 0}, "a failed job moved nothing"
 
 
 def test_a_job_whose_blocks_do_not_make_whole_chunks_is_rejected_before_copying() -> None:

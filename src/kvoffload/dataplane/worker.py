@@ -27,6 +27,10 @@ class OffloadingWorker:
         self._loads: dict[JobId, TransferJob] = {}
         self.bytes_moved = 0
         self.failed_jobs = 0
+        # Per direction ("store", "load"): bytes and copy seconds of the jobs that succeeded, for
+        # the connector's metrics (vLLM's vllm:kv_offload_{load,store}_{bytes,time}).
+        self.moved_bytes: dict[str, int] = {"store": 0, "load": 0}
+        self.moved_seconds: dict[str, float] = {"store": 0.0, "load": 0.0}
 
     def execute(self, metadata: ConnectorMetadata) -> WorkerOutput:
         """Flush, submit stores, submit loads, then report whatever finished."""
@@ -48,6 +52,8 @@ class OffloadingWorker:
             done[result.job_id] = result.ok
             if result.ok:
                 self.bytes_moved += result.bytes
+                self.moved_bytes[result.direction] += result.bytes
+                self.moved_seconds[result.direction] += result.seconds
             else:
                 self.failed_jobs += 1
         return WorkerOutput(done)

@@ -94,6 +94,8 @@ class ManagerStats:
     stored_keys: int = 0
     failed_store_keys: int = 0
     rejected_by_admission: int = 0
+    # Keys the policy admitted and the manager gave a block (a store then writes them).
+    admitted_keys: int = 0
     evictions: int = 0
     allocation_failures: int = 0
     resets: int = 0
@@ -256,6 +258,7 @@ class CPUOffloadingManager:
             evicted = victims
             stats.evictions += len(victims)
             self._emit(tuple(victims), removed=True)
+        stats.admitted_keys += len(wanted)
         on_insert = self.policy.on_insert
         storing = record.storing
         keys_to_store = []

@@ -63,6 +63,14 @@ from kvoffload.offload.types import DEFAULT_POLICY, ConnectorMetadata, OffloadCo
 from kvoffload.tiers.protocol import TierJob
 from kvoffload.vllm.connector_scheduler import SchedulerSide
 from kvoffload.vllm.connector_worker import WorkerSide, block_tensors, make_worker
+from kvoffload.vllm.metrics import (
+    CounterDeltas,
+    KVOffloadPromMetrics,
+    KVOffloadStats,
+    scheduler_counters,
+    stats_from_payload,
+    worker_counters,
+)
 from kvoffload.vllm.rank_reports import RankReport
 from kvoffload.vllm.settings import ConfigError, flag
 from kvoffload.vllm.tier_io import LayerChunks, WorkerTiers, open_backends, writer_id
@@ -148,6 +156,8 @@ class KVOffloadConnector(KVConnectorBase_V1):
         self.kvoffload_scheduler: SchedulerSide | None = None
         self.kvoffload_worker: WorkerSide | None = None
         self.worker_tiers: WorkerTiers | None = None
+        # Each side reports the increase of its counters since its last report (kvoffload.vllm.metrics).
+        self._metric_deltas = CounterDeltas()
         if role == KVConnectorRole.SCHEDULER:
             cpu = CPUOffloadingManager(self.config.num_cpu_blocks, self.config.policy, enable_events=False)
             manager = tiering_manager(cpu, self.tier_settings, self.file_slots) if self.tier_settings.any else cpu
@@ -247,6 +257,33 @@ class KVOffloadConnector(KVConnectorBase_V1):
             self.worker_tiers.close()
         if self.kvoffload_worker is not None:
             self.kvoffload_worker.shutdown()
+
+    # ------------------------------------------------------------------ metrics (both sides)
+    def get_kv_connector_stats(self) -> KVOffloadStats | None:
+        """The increase of this side's counters since the last call (vLLM calls it after every
+        step on both sides and adds the workers' and the scheduler's together)."""
+        if self.kvoffload_scheduler is not None:
+            counters = scheduler_counters(self.kvoffload_scheduler, self.config.policy)
+        elif self.kvoffload_worker is not None:
+            counters = worker_counters(self.kvoffload_worker, self.worker_tiers)
+        else:
+            return None
+        increases = self._metric_deltas.take(counters)
+        return KVOffloadStats.of(increases) if increases else None
+
+    @classmethod
+    def build_kv_connector_stats(cls, data: dict[str, Any] | None = None) -> KVOffloadStats:
+        return stats_from_payload(data)
+
+    @classmethod
+    def build_prom_metrics(
+        cls,
+        vllm_config: Any,
+        metric_types: dict[type, type],
+        labelnames: list[str],
+        per_engine_labelvalues: dict[int, list[object]],
+    ) -> KVOffloadPromMetrics:
+        return KVOffloadPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
 
     # ------------------------------------------------------------------ scheduler side
     def get_num_new_matched_tokens(

@@ -38,6 +38,7 @@ from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec
 from kvoffload.offload.errors import LifecycleViolation
 from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.vllm.keys import KeyCodec
+from kvoffload.vllm.metrics import CounterDeltas, spec_counters
 
 
 class StrictManagerAdapter(OffloadingManager):
@@ -47,9 +48,12 @@ class StrictManagerAdapter(OffloadingManager):
     kvoffload policies each stored chunk's parent (the chunk before it in the same prefix).
     """
 
-    def __init__(self, manager: CPUOffloadingManager, chunk_tokens: int) -> None:
+    def __init__(self, manager: CPUOffloadingManager, chunk_tokens: int, policy_name: str = "") -> None:
         self.manager = manager
         self.chunk_tokens = chunk_tokens
+        # The eviction policy's configured name: the label of the policy's counters in /metrics.
+        self.policy_name = policy_name or "unknown"
+        self._metric_deltas = CounterDeltas()
         self.codec = KeyCodec()
         self.violations: list[str] = []
         # Per active request: chunk end position (tokens) -> key, for the parent of a store.
@@ -78,6 +82,30 @@ class StrictManagerAdapter(OffloadingManager):
         except LifecycleViolation as violation:
             self.violations.append(f"{call}: {violation}")
             raise
+
+    def get_stats(self) -> Any:
+        """vLLM's ``OffloadingConnectorStats`` with the increase, since the last call, of what
+        kvoffload adds to vLLM's counters (admissions, rejections and evictions by policy, each
+        secondary tier's counters, violations); None when nothing changed. vLLM's OffloadingConnector
+        calls it after every step and registers the names from ``KVOffloadSpec.build_metric_definitions``."""
+        from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import OffloadingConnectorStats
+
+        tiers = getattr(self, "tiers", None)
+        io = getattr(self, "io", None)
+        counters = spec_counters(
+            self.manager.stats,
+            self.policy_name,
+            len(self.violations),
+            tiers.tier_stats if tiers is not None else None,
+            io.stats() if io is not None else (),
+        )
+        increases = self._metric_deltas.take(counters)
+        if not increases:
+            return None
+        stats = OffloadingConnectorStats()
+        for (name, labelvalues), value in increases.items():
+            stats.increase_counter(name, value, labelvalues)
+        return stats
 
     # ------------------------------------------------------------------ requests
     def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:

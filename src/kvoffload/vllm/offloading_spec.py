@@ -39,6 +39,7 @@ from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.policies import POLICIES
 from kvoffload.offload.types import DEFAULT_POLICY
 from kvoffload.vllm.manager_adapter import StrictManagerAdapter
+from kvoffload.vllm.metrics import SPEC_COUNTERS, configured_tiers
 from kvoffload.vllm.mover_worker import MoverWorker
 from kvoffload.vllm.settings import ConfigError, flag
 from kvoffload.vllm.shared_pool import create_pool, open_pool, pool_path
@@ -73,6 +74,19 @@ def spec_layout(config: OffloadingConfig) -> str:
 class KVOffloadSpec(OffloadingSpec):
     """An ``OffloadingSpec`` whose manager is kvoffload's strict manager and whose worker is
     kvoffload's block mover."""
+
+    @classmethod
+    def build_metric_definitions(cls, extra_config: dict[str, Any]) -> dict[str, Any]:
+        """What kvoffload adds to vLLM's OffloadingConnector counters in ``/metrics``
+        (:data:`kvoffload.vllm.metrics.SPEC_COUNTERS`; the tiers' only with tiers configured)."""
+        from vllm.v1.kv_offload.base import OffloadingCounterMetadata
+
+        tiers = bool(configured_tiers(extra_config))
+        return {
+            counter.name: OffloadingCounterMetadata(documentation=counter.documentation, labelnames=counter.labelnames)
+            for counter in SPEC_COUNTERS
+            if tiers or counter.labelnames != ("tier",)
+        }
 
     def __init__(self, config: OffloadingConfig) -> None:
         super().__init__(config)
@@ -132,7 +146,7 @@ class KVOffloadSpec(OffloadingSpec):
             if self.tier_settings.any:
                 self._manager = self._tiered_manager(manager)
             else:
-                self._manager = StrictManagerAdapter(manager, self.chunk_tokens)
+                self._manager = StrictManagerAdapter(manager, self.chunk_tokens, self.policy)
         return self._manager
 
     def _tiered_manager(self, cpu: CPUOffloadingManager) -> StrictManagerAdapter:
@@ -157,7 +171,7 @@ class KVOffloadSpec(OffloadingSpec):
             backends = open_backends(settings, chunk_bytes, file_slots, namespace, writer)
             ranks.append(WorkerTiers(backends, rank_chunks))
         manager = tiering_manager(cpu, self.tier_settings, file_slots)
-        return TieredManagerAdapter(manager, self.chunk_tokens, PoolTiers(ranks))
+        return TieredManagerAdapter(manager, self.chunk_tokens, PoolTiers(ranks), self.policy)
 
     def make_mover(
         self, layers: Sequence[torch.Tensor], num_cpu_blocks: int, cpu_layers: Sequence[torch.Tensor] | None = None

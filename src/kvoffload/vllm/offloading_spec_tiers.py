@@ -70,9 +70,9 @@ class PoolTiers:
 class TieredManagerAdapter(StrictManagerAdapter):
     """:class:`StrictManagerAdapter` over a tiering manager whose tier I/O is ``io``."""
 
-    def __init__(self, manager: SaltedTieringManager, chunk_tokens: int, io: PoolTiers) -> None:
+    def __init__(self, manager: SaltedTieringManager, chunk_tokens: int, io: PoolTiers, policy_name: str = "") -> None:
         # The adapter's calls are the CPU manager's; the tiering manager offers the same ones.
-        super().__init__(manager, chunk_tokens)  # type: ignore[arg-type]
+        super().__init__(manager, chunk_tokens, policy_name)  # type: ignore[arg-type]
         self.tiers = manager
         self.io = io
 
