@@ -32,7 +32,7 @@ Findings (the first is kept, with the step list):
 from __future__ import annotations
 
 import traceback
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,6 +92,8 @@ class OwnHarness:
         self.steps = 0
         self._violations_seen = 0
         self._aborts: list[str] = []
+        # What the run exercised: jobs, preemptions, aborts, resets, failed transfers.
+        self.reached: Counter[str] = Counter()
 
     @property
     def side(self) -> Any:
@@ -148,7 +150,9 @@ class OwnHarness:
         if mid_step:
             self.events.append(f"abort({request_id!r}) arrives during the next step")
             self._aborts.append(request_id)
+            self.reached["aborts_mid_step"] += 1
             return
+        self.reached["aborts"] += 1
         self.events.append(f"abort({request_id!r})")
         self._guarded(self.scheduler.finish_requests, request_id, self.reads.aborted_status())
 
@@ -156,6 +160,7 @@ class OwnHarness:
         """``reset_prefix_cache(reset_connector=True)`` between steps, as the engine core calls it;
         ``running``: also ``reset_running_requests`` (every running request is preempted)."""
         self.events.append(f"reset_prefix_cache(reset_running_requests={running}, reset_connector=True)")
+        self.reached["resets"] += 1
         try:
             self.scheduler.reset_prefix_cache(reset_running_requests=running, reset_connector=True)
         except RuntimeError as error:
@@ -169,6 +174,7 @@ class OwnHarness:
         """The next store or load the worker submits fails before any byte moves."""
         self.events.append("fail_next_transfer()")
         self.mover.fail_next = True
+        self.reached["failed_transfers"] += 1
 
     def step(self) -> None:
         """One engine step (EngineCore.step or step_with_batch_queue); after a finding, none."""
@@ -256,6 +262,8 @@ class OwnHarness:
 
     def _log_step(self, output: Any, metadata: Any) -> None:
         jobs = metadata.jobs
+        self.reached.update(store_jobs=len(jobs.stores), load_jobs=len(jobs.loads),
+                            preemptions=len(output.preempted_req_ids or ()))
         parts = [f"{rid}+{n}" for rid, n in output.num_scheduled_tokens.items()]
         parts += [f"{job.kind}#{job.job_id} of {job.request_id} gpu{list(job.gpu_block_ids)}"
                   f"{'->' if job.kind == 'store' else '<-'}cpu{list(job.cpu_block_ids)}"
@@ -302,3 +310,31 @@ class OwnHarness:
 
     def trace(self) -> list[str]:
         return collapse_idle_steps(self.events)
+
+
+def _pool_state(pool: Any) -> tuple[Any, ...]:
+    blocks = tuple((b.ref_cnt, b.block_hash) for b in pool.blocks)
+    return blocks, tuple(b.block_id for b in pool.free_block_queue.get_all_free_blocks())
+
+
+def fingerprint(harness: OwnHarness) -> tuple[Any, ...]:
+    """What distinguishes two engine states: vLLM's requests and block pool, the steps in flight,
+    the connector's scheduler side (its scheduler's and manager's snapshot, what vLLM keeps for it),
+    its worker side, the mover's pending copies, and every KV byte."""
+    scheduler = harness.scheduler
+    requests = tuple(
+        (rid, str(r.status), r.num_computed_tokens, r.num_tokens, r.num_output_placeholders,
+         tuple(scheduler.kv_cache_manager.get_block_ids(rid)[0]))
+        for rid, r in sorted(scheduler.requests.items())
+    )
+    side, worker = harness.side, harness.worker.kvoffload_worker
+    mover = harness.mover
+    return (
+        requests, tuple(sorted(scheduler.finished_req_ids)), _pool_state(scheduler.kv_cache_manager.block_pool),
+        tuple(repr(runner) for _, runner in harness.in_flight), tuple(harness._aborts),
+        repr(side.scheduler.snapshot()), tuple(sorted(side._held)), tuple(side._to_release),
+        repr((worker._completed, worker._loads, sorted(worker._sent), sorted(worker._load_errors))),
+        repr(sorted((job_id, job.direction, job.sources, job.targets, job.polls_left)
+                    for job_id, job in mover._late.items())), mover.fail_next,
+        harness.model.kv.numpy().tobytes(), b"".join(layer.numpy().tobytes() for layer in mover.cpu_layers),
+    )
