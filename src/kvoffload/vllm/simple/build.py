@@ -2,8 +2,10 @@
 
 The ``VllmConfig`` is the one :mod:`kvoffload.vllm.check.build` uses (a hand-written model
 ``config.json``, no weights) with prefix caching on, as the connector requires, and synchronous
-scheduling, as vLLM's CPU platform forces. The KV cache is one full-attention group; the
-connector's CPU capacity is given in blocks and passed to it in bytes (``cpu_bytes_to_use``).
+scheduling, as vLLM's CPU platform forces (:func:`vllm_scheduler`, which
+:mod:`kvoffload.vllm.own` also uses, builds ``AsyncScheduler`` on request). The KV cache is one
+full-attention group; the connector's CPU capacity is given in blocks and passed to it in bytes
+(``cpu_bytes_to_use``).
 """
 
 from __future__ import annotations
