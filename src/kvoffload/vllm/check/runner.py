@@ -90,9 +90,10 @@ def format_table(version: str, results: Sequence[CheckerVerdict], connector: str
                     "kvoffload": ("KVOffloadConnector", "scheduling")}.get(connector,
                                                                            ("OffloadingConnector", "manager"))
     lines = [f"kvoffload vllm check: vLLM {version}, {title}", ""]
-    lines.append(f"{label:<10}" + "".join(f"{c:<{width}}" for c in checkers))
+    first = max(10, len(label) + 1)
+    lines.append(f"{label:<{first}}" + "".join(f"{c:<{width}}" for c in checkers))
     for manager in managers:
-        row = f"{manager:<10}"
+        row = f"{manager:<{first}}"
         for checker in checkers:
             r = cell.get((manager, checker))
             text = "-" if r is None else f"{_verdict(r)} ({r.seconds:.1f} s)"
