@@ -43,6 +43,20 @@ def test_unknown_manager_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--manager 'fifo'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--connector", "kvoffload", "--manager", "lru"], "--connector kvoffload takes --scheduling"),
+    (["--connector", "kvoffload", "--scheduling", "bogus"], "--scheduling 'bogus' is unknown"),
+    (["--connector", "kvoffload", "--checker", "engine"], "--checker engine is for vLLM's connectors"),
+    (["--connector", "kvoffload", "--async-scheduling", "--scheduling", "sync"], "contradicts --scheduling sync"),
+    (["--async-scheduling"], "are for --connector kvoffload"),
+])
+def test_kvoffload_connector_options_are_one_line_exit_2(args: list[str], expected: str,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["vllm", "check", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expected in err[0], err
+
+
 def test_locate_names_the_folder(tmp_path: Path) -> None:
     with pytest.raises(VllmNotFound, match=r"no vllm/__init__\.py"):
         locate_vllm(str(tmp_path))

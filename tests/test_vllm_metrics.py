@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm-serve` installs it in .venv-vllm and runs these")
+pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm-serve` installs it in .venv-vllm")
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 

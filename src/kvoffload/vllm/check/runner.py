@@ -80,18 +80,20 @@ def _steps(trace: Sequence[str]) -> list[str]:
 
 
 def format_table(version: str, results: Sequence[CheckerVerdict], connector: str = "offloading") -> str:
-    """manager (or offload mode) x checker -> verdict, then each finding with its invariant and step
+    """manager (or offload mode, or scheduling) x checker -> verdict, then each finding with its invariant and step
     list: safety violations, and losses (blocks a connector dropped, safe but missed later)."""
     checkers = list(dict.fromkeys(r.checker for r in results))
     managers = list(dict.fromkeys(r.manager for r in results))
     cell = {(r.manager, r.checker): r for r in results}
     width = max(len(c) for c in checkers) + 32
-    title = "SimpleCPUOffloadConnector" if connector == "simple" else "OffloadingConnector"
+    title, label = {"simple": ("SimpleCPUOffloadConnector", "offload"),
+                    "kvoffload": ("KVOffloadConnector", "scheduling")}.get(connector,
+                                                                           ("OffloadingConnector", "manager"))
     lines = [f"kvoffload vllm check: vLLM {version}, {title}", ""]
-    label = "offload" if connector == "simple" else "manager"
-    lines.append(f"{label:<10}" + "".join(f"{c:<{width}}" for c in checkers))
+    first = max(10, len(label) + 1)
+    lines.append(f"{label:<{first}}" + "".join(f"{c:<{width}}" for c in checkers))
     for manager in managers:
-        row = f"{manager:<10}"
+        row = f"{manager:<{first}}"
         for checker in checkers:
             r = cell.get((manager, checker))
             text = "-" if r is None else f"{_verdict(r)} ({r.seconds:.1f} s)"

@@ -12,11 +12,15 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kvoffload.vllm.check.findings import CheckerVerdict
 from kvoffload.vllm.simple.build import SimpleShape
 from kvoffload.vllm.simple.compat import SimpleReads
 from kvoffload.vllm.simple.harness import LOSS, SimpleConfig, SimpleHarness
+
+if TYPE_CHECKING:
+    from kvoffload.vllm.own.harness import OwnHarness
 
 SEEDS = 30
 MAX_STEPS = 600
@@ -44,7 +48,7 @@ class Conversations:
     turns_taken: dict[int, int] = field(default_factory=dict)
     count: int = 0
 
-    def tick(self, harness: SimpleHarness) -> None:
+    def tick(self, harness: SimpleHarness | OwnHarness) -> None:
         """Start a turn for each user whose last one finished (with probability one half)."""
         live = set(harness.live_requests())
         for user in range(self.users):
