@@ -243,6 +243,59 @@ def test_lfu_evicts_the_least_used_and_ages_old_fame() -> None:
     assert policy.victims(1, ANY, ()) == [1]
 
 
+class _ReferenceLFU:
+    """LFU-DA by definition: every key's (priority, stamp) and uses, victims by sorting them."""
+
+    def __init__(self) -> None:
+        self.age = self.clock = 0
+        self.keys: dict[int, tuple[int, int, int]] = {}  # key -> (priority, stamp, uses)
+
+    def stamp(self, key: int, uses: int) -> None:
+        self.clock += 1
+        self.keys[key] = (self.age + uses, self.clock, uses)
+
+    def victims(self, count: int, evictable: Callable[[int], bool]) -> list[int] | None:
+        chosen = [key for key in sorted(self.keys, key=lambda k: self.keys[k][:2]) if evictable(key)][:count]
+        if len(chosen) < count:
+            return None
+        self.age = max(self.age, max(self.keys[key][0] for key in chosen))
+        return chosen
+
+    def fingerprint(self) -> object:
+        return (self.age, self.clock, tuple(sorted((k, (p, s), u) for k, (p, s, u) in self.keys.items())))
+
+
+@settings(max_examples=200, deadline=None)
+@given(script=st.lists(st.tuples(st.sampled_from(["insert", "hit", "evict", "remove", "reset"]), st.integers(0, 7),
+                                 st.integers(0, 0xFF)), max_size=120))
+def test_lfu_matches_its_definition(script: list[tuple[str, int, int]]) -> None:
+    """Every victims() answer and every fingerprint equal the definition's, under any call order
+    (a key inserted again without a removal, hits and removals of keys not resident included)."""
+    policy, reference = LFUPolicy(), _ReferenceLFU()
+    for op, key, mask in script:
+        if op == "insert":
+            policy.on_insert(key, None)
+            reference.stamp(key, 1)
+        elif op == "hit":
+            policy.on_hit(key)
+            if key in reference.keys:
+                reference.stamp(key, reference.keys[key][2] + 1)
+        elif op == "remove":
+            policy.on_remove(key)
+            reference.keys.pop(key, None)
+        elif op == "evict":
+            count = key % 3 + 1
+
+            def evictable(k: int, mask: int = mask) -> bool:
+                return not (mask >> k) & 1
+
+            assert policy.victims(count, evictable, ()) == reference.victims(count, evictable)
+        else:
+            policy.reset()
+            reference = _ReferenceLFU()
+        assert policy.fingerprint() == reference.fingerprint()
+
+
 def _offer(policy: DoorkeeperLFUPolicy, key: int, resident: list[int]) -> bool:
     """Offer ``key`` as the manager would: admit, then evict the LRU key when the tier is full."""
     if not policy.admit(key):
