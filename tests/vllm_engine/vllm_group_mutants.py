@@ -1,0 +1,40 @@
+"""Negative controls for several KV cache groups: KVOffloadConnector whose worker loads only one
+group's blocks of each chunk (the other group's blocks keep whatever the engine left in them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from kvoffload.offload.types import TransferJob
+from kvoffload.vllm.connector import KVOffloadConnector
+from kvoffload.vllm.kv_groups import VLLM_NULL_BLOCK
+
+
+class OneGroupLoadConnector(KVOffloadConnector):
+    """Loads only the blocks of group ``LOADED_GROUP``: every other group's block of a load job is
+    replaced by the null block, which the worker skips."""
+
+    LOADED_GROUP = 0
+
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
+        super().register_kv_caches(kv_caches)
+        worker = self._worker().worker
+        groups = self.config.kv_groups
+        submit = worker._submit
+
+        def one_group(job: TransferJob) -> Any:
+            if job.kind == "load":
+                blocks = tuple(
+                    block if index % groups == self.LOADED_GROUP else VLLM_NULL_BLOCK
+                    for index, block in enumerate(job.gpu_block_ids)
+                )
+                job = job._replace(gpu_block_ids=blocks)
+            return submit(job)
+
+        worker._submit = one_group  # type: ignore[method-assign]
+
+
+class SecondGroupLoadConnector(OneGroupLoadConnector):
+    LOADED_GROUP = 1
