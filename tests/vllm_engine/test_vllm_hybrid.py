@@ -19,7 +19,14 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm-engine` installs it in .venv-vllm")
 
-from kvoffload.vllm.harness import WEIGHT_SCALE, Engine, EngineReport, connector_transfer_config, run_batches
+from kvoffload.vllm.harness import (
+    WEIGHT_SCALE,
+    Engine,
+    EngineReport,
+    connector_transfer_config,
+    run_batches,
+    spec_transfer_config,
+)
 
 BLOCK_SIZE = 32
 GPU_BLOCKS = 48
@@ -126,3 +133,26 @@ def test_negative_control_loading_one_group_changes_the_outputs(
     # ... and what they generated differs from the run without offloading.
     assert report.outputs[:-2] == baseline.outputs[:-2]
     assert report.outputs[-2:] != baseline.outputs[-2:], "loading one group's blocks went unnoticed"
+
+
+def test_kvoffload_spec_sliding_window_and_full_attention(model_dir: Path, baseline: EngineReport) -> None:
+    """KVOffloadSpec inside vLLM's OffloadingConnector: vLLM's scheduler picks each group's chunks
+    (keys carry the group), kvoffload's manager holds them and its mover copies each group's blocks."""
+    report, hybrid = _run(model_dir, spec_transfer_config(CPU_CHUNKS))
+    assert hybrid == (True, 2), "vLLM's OffloadingConnector keeps its hybrid KV cache manager on"
+    assert report.outputs == baseline.outputs, "greedy token ids differ from the run without offloading"
+    for served in report.cached_tokens[2]:
+        assert served >= PREFIX_TOKENS, f"second turns served {report.cached_tokens[2]} tokens from cache"
+    assert report.kvoffload["manager"]["loaded_keys"] >= 1
+    assert report.violations == [], "kvoffload recorded lifecycle violations"
+    assert report.leaks == [], "kvoffload state left behind after the engine drained"
+
+
+def test_negative_control_the_spec_copying_one_group_changes_the_outputs(
+    model_dir: Path, baseline: EngineReport
+) -> None:
+    config = spec_transfer_config(CPU_CHUNKS, spec_module="vllm_group_mutants", spec_name="FirstGroupSpec")
+    report, _ = _run(model_dir, config)
+    assert all(served >= PREFIX_TOKENS for served in report.cached_tokens[2])
+    assert report.outputs[:-2] == baseline.outputs[:-2]
+    assert report.outputs[-2:] != baseline.outputs[-2:], "copying one group's blocks went unnoticed"

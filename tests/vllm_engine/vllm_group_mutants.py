@@ -1,5 +1,6 @@
 """Negative controls for several KV cache groups: KVOffloadConnector whose worker loads only one
-group's blocks of each chunk (the other group's blocks keep whatever the engine left in them)."""
+group's blocks of each chunk, and KVOffloadSpec whose worker copies only the first group's blocks
+(the other group's blocks keep whatever the engine left in them)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 from kvoffload.offload.types import TransferJob
 from kvoffload.vllm.connector import KVOffloadConnector
 from kvoffload.vllm.kv_groups import VLLM_NULL_BLOCK
+from kvoffload.vllm.offloading_spec import KVOffloadSpec
 
 
 class OneGroupLoadConnector(KVOffloadConnector):
@@ -38,3 +40,19 @@ class OneGroupLoadConnector(KVOffloadConnector):
 
 class SecondGroupLoadConnector(OneGroupLoadConnector):
     LOADED_GROUP = 1
+
+
+class FirstGroupSpec(KVOffloadSpec):
+    """Copies only the first group's blocks of each job, stores and loads alike."""
+
+    def get_worker(self, kv_caches: Any) -> Any:
+        worker = super().get_worker(kv_caches)
+        pairs = worker._pairs
+
+        def first_group(gpu: Any, cpu: Any, job_id: int) -> tuple[list[int], list[int]]:
+            gpu_ids, cpu_ids = pairs(gpu, cpu, job_id)
+            first = gpu.group_sizes[0]
+            return gpu_ids[:first], cpu_ids[:first]
+
+        worker._pairs = first_group
+        return worker
