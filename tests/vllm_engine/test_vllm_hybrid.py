@@ -1,6 +1,7 @@
 """A sliding-window + full-attention model (Gemma 3 style) in a real vLLM engine with its hybrid KV
 cache manager on (``make check-vllm-engine``): KVOffloadConnector offloads every group's blocks of
-a chunk and loads them back, and the outputs equal the run without offloading token for token.
+a chunk and loads them back, KVOffloadSpec copies each group's chunks vLLM's OffloadingConnector
+picks, and in both the outputs equal the run without offloading token for token.
 
 The model: a tiny random-weight Gemma 3 with four layers, sliding window 64 and full attention
 alternating, so vLLM makes two KV cache groups and frees the sliding-window blocks that leave the
