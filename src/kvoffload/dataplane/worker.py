@@ -18,11 +18,13 @@ from kvoffload.offload.types import ConnectorMetadata, JobId, TransferJob, Worke
 class OffloadingWorker:
     """Runs :class:`ConnectorMetadata` on a :class:`BlockMover`."""
 
-    def __init__(self, mover: BlockMover, blocks_per_chunk: int) -> None:
+    def __init__(self, mover: BlockMover, blocks_per_chunk: int, null_block: int | None = None) -> None:
         if blocks_per_chunk < 1:
             raise ValueError(f"blocks_per_chunk must be >= 1, got {blocks_per_chunk}")
         self.mover = mover
         self.blocks_per_chunk = blocks_per_chunk
+        # The engine's placeholder GPU block (OffloadConfig.null_block): a load skips it.
+        self.null_block = null_block
         self._stores: dict[JobId, TransferJob] = {}
         self._loads: dict[JobId, TransferJob] = {}
         self.bytes_moved = 0
@@ -77,11 +79,19 @@ class OffloadingWorker:
                 f"for {len(job.cpu_block_ids)} chunks of {blocks_per_chunk} blocks"
             )
         mover_blocks = chunk_blocks(job.cpu_block_ids, blocks_per_chunk)
+        null = self.null_block
         if job.kind == "store":
+            if null is not None and null in job.gpu_block_ids:
+                raise ValueError(f"store job {job.job_id} of request {job.request_id!r} reads the null block {null}")
             self.mover.store(job.job_id, job.gpu_block_ids, mover_blocks)
             self._stores[job.job_id] = job
         else:
-            self.mover.load(job.job_id, mover_blocks, job.gpu_block_ids)
+            gpu_blocks: Sequence[int] = job.gpu_block_ids
+            if null is not None and null in gpu_blocks:
+                # A group holds no block for those tokens (out of a sliding window): nothing to load.
+                pairs = [(cpu, gpu) for cpu, gpu in zip(mover_blocks, gpu_blocks, strict=True) if gpu != null]
+                mover_blocks, gpu_blocks = [cpu for cpu, _ in pairs], [gpu for _, gpu in pairs]
+            self.mover.load(job.job_id, mover_blocks, gpu_blocks)
             self._loads[job.job_id] = job
 
 

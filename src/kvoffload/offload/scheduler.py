@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple, Self
@@ -291,6 +291,8 @@ class OffloadingScheduler:
         self.stats = SchedulerStats()
         self._chunk_tokens = config.chunk_tokens
         self._blocks_per_chunk = config.blocks_per_chunk
+        self._gpu_blocks_per_chunk = config.gpu_blocks_per_chunk
+        self._null_block = config.null_block
         self._trackers: dict[RequestId, RequestTracker] = {}
         self._jobs: dict[JobId, TransferJob] = {}
         # Every job not yet ended, with its lifecycle state.
@@ -400,11 +402,11 @@ class OffloadingScheduler:
             )
         start = tracker.lookup_start_chunk
         chunks = num_external_tokens // self._chunk_tokens
-        needed_blocks = (start + chunks) * self._blocks_per_chunk
+        needed_blocks = (start + chunks) * self._gpu_blocks_per_chunk
         if len(block_ids) < needed_blocks:
             raise ValueError(
                 f"{call}: {len(block_ids)} GPU blocks cannot hold {start + chunks} chunks of "
-                f"{self._blocks_per_chunk} blocks"
+                f"{self._gpu_blocks_per_chunk} blocks"
             )
         if not chunks:
             self._fence_check(block_ids)
@@ -420,7 +422,7 @@ class OffloadingScheduler:
         self._fence_check(block_ids)
         tracker.gpu_block_ids = block_ids
         job = self._new_job(
-            tracker, "load", keys, tuple(block_ids[start * self._blocks_per_chunk : needed_blocks]), cpu_block_ids,
+            tracker, "load", keys, tuple(block_ids[start * self._gpu_blocks_per_chunk : needed_blocks]), cpu_block_ids,
             tuple(range(start, start + chunks)),
         )
         tracker.load_job = job.job_id
@@ -795,7 +797,7 @@ class OffloadingScheduler:
         return min(
             (tracker.num_computed_tokens - tracker.draft_tokens) // self._chunk_tokens,
             len(tracker.request.block_hashes) // self._blocks_per_chunk,
-            len(tracker.gpu_block_ids) // self._blocks_per_chunk,
+            len(tracker.gpu_block_ids) // self._gpu_blocks_per_chunk,
         )
 
     def _chunks_to_store(self, tracker: RequestTracker) -> int:
@@ -825,31 +827,55 @@ class OffloadingScheduler:
         end = self._storable_chunks(tracker)
         if end <= first:
             return
+        for run_first, run_end in self._complete_runs(tracker, first, end):
+            if not self._store_run(tracker, run_first, run_end, out):
+                # Nothing will free blocks for a finished request's sake: give its chunks up.
+                tracker.stored_chunks = end if final else run_first
+                return
+        # A chunk naming the null block lost a group's block for good: this request never stores it.
+        tracker.stored_chunks = end
+
+    def _complete_runs(self, tracker: RequestTracker, first: int, end: int) -> Iterator[tuple[int, int]]:
+        """The runs of chunks in ``[first, end)`` whose every GPU block holds their tokens."""
+        null = self._null_block
+        if null is None:
+            yield first, end
+            return
+        per_chunk = self._gpu_blocks_per_chunk
+        blocks = tracker.gpu_block_ids
+        run_first = first
+        for chunk in range(first, end):
+            if null in blocks[chunk * per_chunk : (chunk + 1) * per_chunk]:
+                if run_first < chunk:
+                    yield run_first, chunk
+                run_first = chunk + 1
+        if run_first < end:
+            yield run_first, end
+
+    def _store_run(self, tracker: RequestTracker, first: int, end: int, out: list[TransferJob]) -> bool:
+        """Store the chunks ``[first, end)`` the tier lacks; False if they do not fit."""
         request = tracker.request
         keys = self._keys(request, first, end)
         parent = request.block_hashes[first * self._blocks_per_chunk - 1] if first else None
         plan = self.manager.prepare_store(tracker.request_id, keys, parent)
         if plan is None:
             self.stats.store_allocation_failures += 1
-            if final:
-                # Nothing will free blocks for a finished request's sake: give its chunks up.
-                tracker.stored_chunks = end
-            return
+            return False
         tracker.stored_chunks = end
         keys_to_store = plan.keys_to_store
         if not keys_to_store:
-            return
-        blocks_per_chunk = self._blocks_per_chunk
+            return True
+        per_chunk = self._gpu_blocks_per_chunk
         blocks = tracker.gpu_block_ids
         if len(keys_to_store) == end - first:
             # Every chunk offered is new to the tier (keys_to_store keeps the order of keys): one slice.
             chunks: tuple[int, ...] = tuple(range(first, end))
-            gpu_block_ids = tuple(blocks[first * blocks_per_chunk : end * blocks_per_chunk])
+            gpu_block_ids = tuple(blocks[first * per_chunk : end * per_chunk])
         else:
             chunk_of = {key: first + offset for offset, key in enumerate(keys)}
             chunks = tuple(chunk_of[key] for key in keys_to_store)
             gpu_block_ids = tuple(
-                block for chunk in chunks for block in blocks[chunk * blocks_per_chunk : (chunk + 1) * blocks_per_chunk]
+                block for chunk in chunks for block in blocks[chunk * per_chunk : (chunk + 1) * per_chunk]
             )
         job = self._new_job(tracker, "store", keys_to_store, gpu_block_ids, plan.cpu_block_ids, chunks)
         job_id = job.job_id
@@ -865,6 +891,34 @@ class OffloadingScheduler:
         stats.stores += 1
         stats.stored_chunks += len(keys_to_store)
         out.append(job)
+        return True
+
+    def blocks_reassigned(self, owners: Mapping[int, RequestId | None], groups: Collection[int]) -> None:
+        """The engine gave the GPU blocks ``owners`` names to a new owner this step (the request
+        whose block list already names them so, or None), before this step's metadata is built.
+
+        An engine frees the blocks of some groups while a request runs (vLLM frees sliding-window
+        blocks that left the window); a freed block keeps its KV until it is given out again, so the
+        request may still store it, but not once another owner may write it. Every position of a
+        ``groups`` group in a request's chunks not yet stored that names one of these blocks now
+        holds the null block, so that chunk is never stored."""
+        null = self._null_block
+        if null is None:
+            raise ValueError("blocks_reassigned needs OffloadConfig.null_block")
+        if not owners:
+            return
+        kv_groups = self.config.kv_groups
+        per_chunk = self._gpu_blocks_per_chunk
+        for tracker in self._trackers.values():
+            blocks = tracker.gpu_block_ids
+            for index in range(tracker.stored_chunks * per_chunk, len(blocks)):
+                block = blocks[index]
+                if (
+                    index % kv_groups in groups
+                    and block in owners
+                    and owners[block] != tracker.request_id
+                ):
+                    blocks[index] = null
 
     def _fence_check(self, block_ids: Iterable[int]) -> None:
         fence = self._fence

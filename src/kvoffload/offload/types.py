@@ -46,15 +46,24 @@ class OffloadConfig:
 
     ``gpu_block_size`` tokens per GPU block; ``blocks_per_chunk`` GPU blocks per CPU block;
     ``num_cpu_blocks`` CPU blocks (chunks) in the pool; ``policy`` the eviction policy's name.
+
+    ``kv_groups``: GPU blocks per engine block, one per KV cache group (vLLM's hybrid KV cache
+    manager gives each group its own blocks); a request's GPU block list then names, per engine
+    block, each group's block in group order, and a chunk is ``blocks_per_chunk * kv_groups`` of
+    them. ``null_block``: the engine's placeholder id where a group holds no block for a request's
+    tokens (vLLM's null block, for sliding-window blocks out of the window): a chunk naming it is
+    never stored, and a load does not copy into it.
     """
 
     gpu_block_size: int = 16
     blocks_per_chunk: int = 1
     num_cpu_blocks: int = 1024
     policy: str = DEFAULT_POLICY
+    kv_groups: int = 1
+    null_block: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("gpu_block_size", "blocks_per_chunk", "num_cpu_blocks"):
+        for name in ("gpu_block_size", "blocks_per_chunk", "num_cpu_blocks", "kv_groups"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"OffloadConfig.{name} must be a positive integer, got {value!r}")
@@ -80,6 +89,11 @@ class OffloadConfig:
     @property
     def chunk_tokens(self) -> int:
         return self.gpu_block_size * self.blocks_per_chunk
+
+    @property
+    def gpu_blocks_per_chunk(self) -> int:
+        """GPU blocks one chunk covers: every group's blocks for its tokens."""
+        return self.blocks_per_chunk * self.kv_groups
 
 
 class TransferJob(NamedTuple):

@@ -54,6 +54,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorMetadata,
     KVConnectorRole,
     KVConnectorWorkerMetadata,
+    SupportsHMA,
 )
 
 from kvoffload.dataplane.mover import BlockMover
@@ -63,6 +64,7 @@ from kvoffload.offload.types import DEFAULT_POLICY, ConnectorMetadata, OffloadCo
 from kvoffload.tiers.protocol import TierJob
 from kvoffload.vllm.connector_scheduler import SchedulerSide
 from kvoffload.vllm.connector_worker import WorkerSide, block_tensors, make_worker
+from kvoffload.vllm.kv_groups import VLLM_NULL_BLOCK, KVGroups, interleave, kv_groups
 from kvoffload.vllm.metrics import (
     CounterDeltas,
     KVOffloadPromMetrics,
@@ -100,7 +102,7 @@ class KVOffloadWorkerMetadata(KVConnectorWorkerMetadata):
         return KVOffloadWorkerMetadata(self.reports + other.reports)
 
 
-def _offload_config(vllm_config: Any) -> OffloadConfig:
+def _offload_config(vllm_config: Any, groups: KVGroups) -> OffloadConfig:
     extra = dict(vllm_config.kv_transfer_config.kv_connector_extra_config or {})
     try:
         return OffloadConfig(
@@ -108,28 +110,36 @@ def _offload_config(vllm_config: Any) -> OffloadConfig:
             blocks_per_chunk=int(extra.get("blocks_per_chunk", 1)),
             num_cpu_blocks=int(extra.get("num_cpu_blocks", 1024)),
             policy=str(extra.get("eviction_policy", DEFAULT_POLICY)),
+            kv_groups=len(groups.kinds),
+            null_block=VLLM_NULL_BLOCK,
         )
     except (TypeError, ValueError) as error:
         raise ValueError(f"KVOffloadConnector kv_connector_extra_config {extra}: {error}") from None
 
 
-def kv_layout(vllm_config: Any, kv_cache_config: Any, blocks_per_chunk: int) -> tuple[str, int]:
+def kv_layout(vllm_config: Any, groups: KVGroups, blocks_per_chunk: int) -> tuple[str, int]:
     """A name of the KV layout one chunk has in this engine (dtype, layers, page bytes, block
-    tokens, blocks per chunk, tensor-parallel size; the rank is a field of the tiers' namespace),
-    and the chunk's bytes as the scheduler side can know them (every layer's page: an upper bound
-    of what the worker moves)."""
-    group = kv_cache_config.kv_cache_groups[0]
-    page = int(group.kv_cache_spec.page_size_bytes)
-    layers = len(group.layer_names)
+    tokens, blocks per chunk, tensor-parallel size, and the KV cache groups' kinds unless one group
+    of full attention; the rank is a field of the tiers' namespace), and the chunk's bytes as the
+    scheduler side can know them (every layer's page of every group's blocks: an upper bound of
+    what the worker moves)."""
+    page = groups.page_bytes
+    layers = groups.layers_per_group
     layout = (
         f"{vllm_config.cache_config.cache_dtype}/{vllm_config.model_config.dtype}/l{layers}/p{page}"
         f"/b{vllm_config.cache_config.block_size}x{blocks_per_chunk}/tp{vllm_config.parallel_config.tensor_parallel_size}"
     )
-    return layout, page * layers * blocks_per_chunk
+    if not groups.legacy:
+        # Another group layout stores other blocks per chunk: it must never read these chunks.
+        layout += "/g" + "+".join(groups.kinds)
+    return layout, page * layers * blocks_per_chunk * len(groups.kinds)
 
 
-class KVOffloadConnector(KVConnectorBase_V1):
-    """kvoffload's scheduler (scheduler role) or worker (worker role) as a vLLM KV connector."""
+class KVOffloadConnector(KVConnectorBase_V1, SupportsHMA):
+    """kvoffload's scheduler (scheduler role) or worker (worker role) as a vLLM KV connector.
+
+    With vLLM's hybrid KV cache manager (full-attention and sliding-window groups) a chunk is every
+    group's blocks for its tokens (:mod:`kvoffload.vllm.kv_groups`)."""
 
     def __init__(self, vllm_config: Any, role: KVConnectorRole, kv_cache_config: Any) -> None:
         super().__init__(vllm_config, role, kv_cache_config)
@@ -139,18 +149,15 @@ class KVOffloadConnector(KVConnectorBase_V1):
             raise ConfigError(f"KVOffloadConnector supports tensor parallelism only; pipeline_parallel_size={stages}")
         self.world_size = int(parallel.tensor_parallel_size)
         self.rank = 0
-        if len(kv_cache_config.kv_cache_groups) != 1:
-            raise ValueError(
-                f"KVOffloadConnector supports one KV cache group; this model has {len(kv_cache_config.kv_cache_groups)}"
-            )
-        self.config = _offload_config(vllm_config)
+        self.groups = kv_groups(kv_cache_config)
+        self.config = _offload_config(vllm_config, self.groups)
         extra = vllm_config.kv_transfer_config.kv_connector_extra_config or {}
         self.verify_loads = flag(extra, "verify_loads")
         self.cpu_kernel = flag(extra, "cpu_kernel", default=True)
         check = flag(extra, "check_invariants")
         self.tier_settings = tier_settings(extra)
         self.model_name = str(vllm_config.model_config.model)
-        self.layout, chunk_bytes = kv_layout(vllm_config, kv_cache_config, self.config.blocks_per_chunk)
+        self.layout, chunk_bytes = kv_layout(vllm_config, self.groups, self.config.blocks_per_chunk)
         self.file_slots = self.tier_settings.file.slots(chunk_bytes) if self.tier_settings.file is not None else 0
         self.writer = writer_id(str(vllm_config.kv_transfer_config.engine_id))
         self.kvoffload_scheduler: SchedulerSide | None = None
@@ -161,7 +168,9 @@ class KVOffloadConnector(KVConnectorBase_V1):
         if role == KVConnectorRole.SCHEDULER:
             cpu = CPUOffloadingManager(self.config.num_cpu_blocks, self.config.policy, enable_events=False)
             manager = tiering_manager(cpu, self.tier_settings, self.file_slots) if self.tier_settings.any else cpu
-            self.kvoffload_scheduler = SchedulerSide(OffloadingScheduler(self.config, manager), check, self.world_size)
+            self.kvoffload_scheduler = SchedulerSide(
+                OffloadingScheduler(self.config, manager), check, self.world_size, self.groups.volatile
+            )
 
     @property
     def requires_kv_delivery(self) -> bool:
@@ -180,12 +189,14 @@ class KVOffloadConnector(KVConnectorBase_V1):
 
     # ------------------------------------------------------------------ worker side
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
-        group = self._kv_cache_config.kv_cache_groups[0]
+        # Every group's layers: groups share tensors, so a block's row of each distinct tensor is all
+        # of its KV whichever group holds it.
         layers = block_tensors(
-            kv_caches, list(group.layer_names), self._kv_cache_config.num_blocks, group.kv_cache_spec.page_size_bytes
+            kv_caches, list(self.groups.layer_names), self._kv_cache_config.num_blocks, self.groups.page_bytes
         )
-        mover = self.make_mover(layers, self.config.num_cpu_blocks * self.config.blocks_per_chunk)
-        self.kvoffload_worker = make_worker(mover, self.config.blocks_per_chunk, self.verify_loads)
+        per_chunk = self.config.gpu_blocks_per_chunk
+        mover = self.make_mover(layers, self.config.num_cpu_blocks * per_chunk)
+        self.kvoffload_worker = make_worker(mover, per_chunk, self.verify_loads, VLLM_NULL_BLOCK)
         if self.world_size > 1:
             from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
 
@@ -193,7 +204,7 @@ class KVOffloadConnector(KVConnectorBase_V1):
         if self.tier_settings.any:
             from kvoffload.tiers.record import Namespace
 
-            chunks = LayerChunks(mover.cpu_layers, self.config.blocks_per_chunk)
+            chunks = LayerChunks(mover.cpu_layers, per_chunk)
             namespace = Namespace(self.model_name, self.layout, self.rank)
             settings = self.tier_settings.for_rank(self.rank, self.world_size)
             backends = open_backends(settings, chunks.chunk_bytes, self.file_slots, namespace, self.writer)
@@ -298,7 +309,7 @@ class KVOffloadConnector(KVConnectorBase_V1):
         return tokens, load_async
 
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
-        self._scheduler().update_state_after_alloc(request, blocks.get_block_ids()[0], num_external_tokens)
+        self._scheduler().update_state_after_alloc(request, blocks.get_block_ids(), num_external_tokens)
 
     def build_connector_meta(self, scheduler_output: Any) -> KVConnectorMetadata:
         jobs, released, tier_jobs = self._scheduler().build_connector_meta(scheduler_output)
@@ -310,6 +321,11 @@ class KVOffloadConnector(KVConnectorBase_V1):
 
     def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
         return self._scheduler().request_finished(request, block_ids), None
+
+    def request_finished_all_groups(
+        self, request: Any, block_ids: tuple[list[int], ...]
+    ) -> tuple[bool, dict[str, Any] | None]:
+        return self._scheduler().request_finished(request, interleave(block_ids)), None
 
     def has_pending_push_work(self) -> bool:
         return self._scheduler().has_pending_work()

@@ -35,6 +35,7 @@ from kvoffload.statemachine.runtime import LifecycleError
 from kvoffload.tiers.invariants import check_tier_invariants
 from kvoffload.tiers.protocol import TierJob, TierOutcome
 from kvoffload.vllm.keys import HashesAsInts
+from kvoffload.vllm.kv_groups import VLLM_NULL_BLOCK, interleave
 from kvoffload.vllm.rank_reports import RankReport, RankTally
 from kvoffload.vllm.tier_manager import SaltedTieringManager
 
@@ -57,7 +58,7 @@ class VllmRequestView:
 
 
 def kvoffload_scheduler_output(vllm_output: Any, to_apply: Callable[[RequestId], bool]) -> SchedulerOutput:
-    """kvoffload's SchedulerOutput from vLLM's (single KV cache group).
+    """kvoffload's SchedulerOutput from vLLM's (each group's new blocks interleaved, see :func:`interleave`).
 
     vLLM lists a preemption by ``reset_prefix_cache(reset_running_requests=True)`` (between two
     steps) in its next SchedulerOutput, whatever happened since: the same output may resume the
@@ -69,8 +70,8 @@ def kvoffload_scheduler_output(vllm_output: Any, to_apply: Callable[[RequestId],
     new_block_ids: dict[RequestId, Sequence[int]] = {}
     for request_id, groups in zip(cached.req_ids, cached.new_block_ids, strict=True):
         # A resumed request's list replaces its blocks; update_state_after_alloc already gave them.
-        if groups is not None and groups[0] and request_id not in cached.resumed_req_ids:
-            new_block_ids[request_id] = groups[0]
+        if groups is not None and any(groups) and request_id not in cached.resumed_req_ids:
+            new_block_ids[request_id] = interleave(groups)
     return SchedulerOutput(
         num_scheduled_tokens=dict(vllm_output.num_scheduled_tokens),
         new_block_ids=new_block_ids,
@@ -86,8 +87,18 @@ class SchedulerSide:
     every invariant of :mod:`kvoffload.lifecycles` is checked after every step (for tests: it costs a
     snapshot of the whole scheduler per step) and each violation recorded."""
 
-    def __init__(self, scheduler: OffloadingScheduler, check_invariants: bool = False, world_size: int = 1) -> None:
+    def __init__(
+        self,
+        scheduler: OffloadingScheduler,
+        check_invariants: bool = False,
+        world_size: int = 1,
+        volatile_groups: frozenset[int] = frozenset(),
+    ) -> None:
         self.scheduler = scheduler
+        # The sliding-window groups, and the blocks vLLM gave out since the last build (block ->
+        # the request whose list already names it as its own): scheduler.blocks_reassigned.
+        self.volatile_groups = volatile_groups
+        self._given_out: dict[int, RequestId | None] = {}
         # The tensor-parallel ranks' reports, until every rank reported a job.
         self.tally = RankTally(world_size)
         manager = scheduler.manager
@@ -123,16 +134,40 @@ class SchedulerSide:
             "get_num_new_matched_tokens", self.scheduler.get_num_new_matched_tokens, view, num_computed_tokens
         )
 
-    def update_state_after_alloc(self, request: Any, block_ids: Sequence[int], num_external_tokens: int) -> None:
+    def update_state_after_alloc(
+        self, request: Any, block_ids: Sequence[Sequence[int]], num_external_tokens: int
+    ) -> None:
+        """``block_ids``: the request's blocks, one list per KV cache group."""
+        blocks = interleave(block_ids)
+        if self.volatile_groups:
+            self._give_out(blocks, request.request_id)
         if not self.scheduler.is_tracked(request.request_id):
             return
         self._strict(
             "update_state_after_alloc",
             self.scheduler.update_state_after_alloc,
             VllmRequestView(request),
-            list(block_ids),
+            blocks,
             num_external_tokens,
         )
+
+    def _give_out(self, blocks: Sequence[int], owner: RequestId | None) -> None:
+        for block in blocks:
+            if block != VLLM_NULL_BLOCK:
+                self._given_out[block] = owner
+
+    def _note_given_out(self, vllm_output: Any) -> None:
+        """Every block this step's output gives out: a new or resumed request's list names it
+        as its own; a running request's new blocks are appended after the check."""
+        for new in vllm_output.scheduled_new_reqs:
+            self._give_out(interleave(new.block_ids), new.req_id)
+        cached = vllm_output.scheduled_cached_reqs
+        for request_id, groups in zip(cached.req_ids, cached.new_block_ids, strict=True):
+            if groups is not None:
+                owner = request_id if request_id in cached.resumed_req_ids else None
+                self._give_out(interleave(groups), owner)
+        for copy in getattr(vllm_output, "kv_cache_block_copies", None) or ():
+            self._give_out((copy.dst_block_id,), None)
 
     def build_connector_meta(
         self, vllm_output: Any
@@ -140,6 +175,10 @@ class SchedulerSide:
         """This step's jobs, the requests whose blocks the worker must report as sent, and the
         tier jobs handed out since the last step."""
         early = self._preempted_early
+        if self.volatile_groups:
+            self._note_given_out(vllm_output)
+            self.scheduler.blocks_reassigned(self._given_out, self.volatile_groups)
+            self._given_out = {}
         output = kvoffload_scheduler_output(
             vllm_output, lambda request_id: request_id not in early and self.scheduler.is_tracked(request_id)
         )

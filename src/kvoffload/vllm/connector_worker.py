@@ -92,7 +92,12 @@ class WorkerSide:
             else:
                 verifier.store_failed(cpu_blocks)
         elif ok:
-            verifier.loaded(f"load job {job.job_id}", job.request_id, cpu_blocks, job.gpu_block_ids, keys)
+            # A load copies nothing into the null block (a group's block out of its window).
+            loaded = [i for i, gpu in enumerate(job.gpu_block_ids) if gpu != self.worker.null_block]
+            verifier.loaded(
+                f"load job {job.job_id}", job.request_id, [cpu_blocks[i] for i in loaded],
+                [job.gpu_block_ids[i] for i in loaded], [keys[i] for i in loaded],
+            )
 
     def promoted(self, job: TierJob, results: Sequence[str]) -> None:
         """A promotion's outcome was collected: its chunks were scattered into its CPU blocks.
@@ -124,7 +129,7 @@ class WorkerSide:
             request_id, gpu_block_ids = load
             recving.add(request_id)
             if not ok:
-                self._load_errors.update(gpu_block_ids)
+                self._load_errors.update(block for block in gpu_block_ids if block != self.worker.null_block)
         sending, self._sent = self._sent, set()
         return sending, recving
 
@@ -140,8 +145,12 @@ class WorkerSide:
         self.worker.mover.close()
 
 
-def make_worker(mover: BlockMover, blocks_per_chunk: int, verify_loads: bool = False) -> WorkerSide:
+def make_worker(
+    mover: BlockMover, blocks_per_chunk: int, verify_loads: bool = False, null_block: int | None = None
+) -> WorkerSide:
     """A worker side on ``mover`` (whose GPU layers are the engine's block tensors);
-    ``verify_loads``: check every load against the digests of what was stored."""
+    ``blocks_per_chunk``: GPU blocks per chunk (every KV cache group's); ``verify_loads``: check
+    every load against the digests of what was stored; ``null_block``: the engine's placeholder
+    block, never loaded into."""
     verifier = LoadVerifier(mover.gpu_layers, mover.cpu_layers) if verify_loads else None
-    return WorkerSide(OffloadingWorker(mover, blocks_per_chunk), verifier)
+    return WorkerSide(OffloadingWorker(mover, blocks_per_chunk, null_block), verifier)

@@ -51,15 +51,31 @@ class MoverWorker(OffloadingWorker):
         self._verified_jobs: dict[int, tuple[str, list[int], list[int]]] = {}
 
     def _pairs(self, gpu: GPULoadStoreSpec, cpu: LoadStoreSpec, job_id: int) -> tuple[list[int], list[int]]:
+        """(GPU blocks, mover CPU blocks) of a job. With several KV cache groups vLLM lists each
+        group's GPU blocks in turn (``group_sizes``) and each group's chunks in turn, a chunk
+        holding one group's blocks; groups share the KV tensors, so a block's rows are all of its
+        KV whichever group holds it."""
         if not isinstance(cpu, CPULoadStoreSpec):
             raise TypeError(f"job {job_id}: expected a CPULoadStoreSpec, got {type(cpu).__name__}")
-        if len(gpu.group_sizes) != 1:
+        all_gpu = gpu.block_ids.tolist()
+        all_chunks = cpu.block_ids.tolist()
+        bpc = self.blocks_per_chunk
+        gpu_ids: list[int] = []
+        cpu_ids: list[int] = []
+        gpu_at = chunk_at = 0
+        for size, first_index in zip(gpu.group_sizes, gpu.block_indices, strict=True):
+            if size == 0:
+                continue
+            chunks = -(-(first_index % bpc + size) // bpc)
+            gpu_ids += all_gpu[gpu_at : gpu_at + size]
+            cpu_ids += mover_block_ids(all_chunks[chunk_at : chunk_at + chunks], bpc, first_index, size)
+            gpu_at += size
+            chunk_at += chunks
+        if gpu_at != len(all_gpu) or chunk_at != len(all_chunks):
             raise ValueError(
-                f"job {job_id}: {len(gpu.group_sizes)} KV cache groups; KVOffloadSpec supports models "
-                "with one group (full attention in every layer)"
+                f"job {job_id}: groups of {list(gpu.group_sizes)} GPU blocks do not match {len(all_gpu)} GPU blocks "
+                f"in {len(all_chunks)} chunks"
             )
-        gpu_ids = gpu.block_ids.tolist()
-        cpu_ids = mover_block_ids(cpu.block_ids.tolist(), self.blocks_per_chunk, gpu.block_indices[0], len(gpu_ids))
         return gpu_ids, cpu_ids
 
     def submit_store(self, job_id: int, src_spec: GPULoadStoreSpec, dst_spec: LoadStoreSpec) -> bool:

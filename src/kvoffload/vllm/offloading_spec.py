@@ -65,10 +65,12 @@ def spec_layout(config: OffloadingConfig) -> str:
     """A name of the KV layout one chunk has in this engine, for the tiers' namespace (dtype,
     layers, one worker's bytes per block, block tokens, blocks per chunk, tensor-parallel size)."""
     group = config.groups[0]
-    return (
+    layout = (
         f"spec/{config.model.dtype}/l{len(group.layer_names)}/w{config.worker_kv_bytes_per_block}"
         f"/b{group.tokens_per_block}x{config.cache.blocks_per_chunk}/tp{config.parallel.tp_size}"
     )
+    # vLLM's keys carry their group's index; another group layout must still never read these chunks.
+    return layout if len(config.groups) == 1 else f"{layout}/g{len(config.groups)}"
 
 
 class KVOffloadSpec(OffloadingSpec):
@@ -91,9 +93,11 @@ class KVOffloadSpec(OffloadingSpec):
     def __init__(self, config: OffloadingConfig) -> None:
         super().__init__(config)
         extra = dict(self.extra_config)
-        if len(config.groups) != 1:
+        shapes = {(group.tokens_per_block, len(group.layer_names)) for group in config.groups}
+        if len(shapes) != 1:
             raise ConfigError(
-                f"KVOffloadSpec supports models with one KV cache group; this one has {len(config.groups)}"
+                f"KVOffloadSpec needs one block size and layer count for every KV cache group; this model's groups "
+                f"have (tokens per block, layers) {sorted(shapes)}"
             )
         self.tier_settings = tier_settings(extra)
         parallel = config.parallel
@@ -180,6 +184,22 @@ class KVOffloadSpec(OffloadingSpec):
         (a hook for tests and subclasses)."""
         return BlockMover(layers, num_cpu_blocks, cpu_layers=cpu_layers, cpu_kernel=self.cpu_kernel)
 
+    def _check_groups_share_pages(self, kv_caches: CanonicalKVCaches) -> None:
+        """The mover copies a block's row of every KV tensor: right when every group's layers use
+        every tensor's whole page (attention groups: full and sliding window), not for state groups
+        (Mamba) that use part of a page."""
+        if len(kv_caches.group_data_refs) < 2:
+            return
+        whole = {index: entry.page_size_bytes for index, entry in enumerate(kv_caches.tensors)}
+        for group, refs in zip(self.config.groups, kv_caches.group_data_refs, strict=True):
+            used = {ref.tensor_idx: ref.page_size_bytes for ref in refs}
+            if used != whole:
+                raise ConfigError(
+                    f"KVOffloadSpec offloads KV cache groups whose layers use every KV tensor's whole page (full and "
+                    f"sliding-window attention); group {group.group_id} (layers {list(group.layer_names)}) uses "
+                    f"pages {used} of {whole}"
+                )
+
     def get_worker(self, kv_caches: CanonicalKVCaches) -> OffloadingWorker:
         if self._worker is None:
             layers = [entry.tensor for entry in kv_caches.tensors]
@@ -189,6 +209,7 @@ class KVOffloadSpec(OffloadingSpec):
                         f"KV tensor {index} of shape {tuple(layer.shape)} has strides {layer.stride()}: "
                         "KVOffloadSpec needs each block's page contiguous (no packed layouts)"
                     )
+            self._check_groups_share_pages(kv_caches)
             rows = self.num_cpu_blocks * self.blocks_per_chunk
             if self.tier_settings.any:
                 path = pool_path(self.config.engine_id, self.config.parallel.rank)

@@ -1,0 +1,58 @@
+"""Negative controls for several KV cache groups: KVOffloadConnector whose worker loads only one
+group's blocks of each chunk, and KVOffloadSpec whose worker copies only the first group's blocks
+(the other group's blocks keep whatever the engine left in them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from kvoffload.offload.types import TransferJob
+from kvoffload.vllm.connector import KVOffloadConnector
+from kvoffload.vllm.kv_groups import VLLM_NULL_BLOCK
+from kvoffload.vllm.offloading_spec import KVOffloadSpec
+
+
+class OneGroupLoadConnector(KVOffloadConnector):
+    """Loads only the blocks of group ``LOADED_GROUP``: every other group's block of a load job is
+    replaced by the null block, which the worker skips."""
+
+    LOADED_GROUP = 0
+
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
+        super().register_kv_caches(kv_caches)
+        worker = self._worker().worker
+        groups = self.config.kv_groups
+        submit = worker._submit
+
+        def one_group(job: TransferJob) -> Any:
+            if job.kind == "load":
+                blocks = tuple(
+                    block if index % groups == self.LOADED_GROUP else VLLM_NULL_BLOCK
+                    for index, block in enumerate(job.gpu_block_ids)
+                )
+                job = job._replace(gpu_block_ids=blocks)
+            return submit(job)
+
+        worker._submit = one_group  # type: ignore[method-assign]
+
+
+class SecondGroupLoadConnector(OneGroupLoadConnector):
+    LOADED_GROUP = 1
+
+
+class FirstGroupSpec(KVOffloadSpec):
+    """Copies only the first group's blocks of each job, stores and loads alike."""
+
+    def get_worker(self, kv_caches: Any) -> Any:
+        worker = super().get_worker(kv_caches)
+        pairs = worker._pairs
+
+        def first_group(gpu: Any, cpu: Any, job_id: int) -> tuple[list[int], list[int]]:
+            gpu_ids, cpu_ids = pairs(gpu, cpu, job_id)
+            first = gpu.group_sizes[0]
+            return gpu_ids[:first], cpu_ids[:first]
+
+        worker._pairs = first_group
+        return worker
