@@ -23,7 +23,7 @@ the worker's report and are applied before the GPU<->CPU outcomes of the same re
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
 from kvoffload.lifecycles.invariants import check_invariants
@@ -111,6 +111,11 @@ class SchedulerSide:
         self._to_release: list[RequestId] = []
         # Preempted between steps and already applied: left out of the next SchedulerOutput.
         self._preempted_early: set[RequestId] = set()
+
+    def state_fingerprint(self) -> tuple[Hashable, ...]:
+        """What a state-space search must tell apart beyond the scheduler's snapshot: the requests
+        whose blocks vLLM keeps for us, and the releases the worker has not reported yet."""
+        return tuple(sorted(self._held)), tuple(self._to_release)
 
     def _strict(self, call: str, function: Callable[..., T], *args: Any) -> T:
         try:

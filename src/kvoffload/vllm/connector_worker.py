@@ -133,6 +133,11 @@ class WorkerSide:
         sending, self._sent = self._sent, set()
         return sending, recving
 
+    def state_fingerprint(self) -> str:
+        """What a state-space search must tell apart: the outcomes, loads, releases and failed
+        blocks not yet reported to vLLM."""
+        return repr((self._completed, self._loads, sorted(self._sent), sorted(self._load_errors)))
+
     def take_load_errors(self) -> set[int]:
         errors, self._load_errors = self._load_errors, set()
         return errors

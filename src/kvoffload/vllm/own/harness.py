@@ -332,9 +332,7 @@ def fingerprint(harness: OwnHarness) -> tuple[Any, ...]:
     return (
         requests, tuple(sorted(scheduler.finished_req_ids)), _pool_state(scheduler.kv_cache_manager.block_pool),
         tuple(repr(runner) for _, runner in harness.in_flight), tuple(harness._aborts),
-        repr(side.scheduler.snapshot()), tuple(sorted(side._held)), tuple(side._to_release),
-        repr((worker._completed, worker._loads, sorted(worker._sent), sorted(worker._load_errors))),
-        repr(sorted((job_id, job.direction, job.sources, job.targets, job.polls_left)
-                    for job_id, job in mover._late.items())), mover.fail_next,
+        repr(side.scheduler.snapshot()), *side.state_fingerprint(), worker.state_fingerprint(),
+        repr(mover.pending()), mover.fail_next,
         harness.model.kv.numpy().tobytes(), b"".join(layer.numpy().tobytes() for layer in mover.cpu_layers),
     )

@@ -38,6 +38,11 @@ class LateMover(BlockMover):
         self._late: dict[int, _Pending] = {}
         self._fail_ids: set[int] = set()
 
+    def pending(self) -> list[tuple[int, str, list[int], list[int], int]]:
+        """The copies not run yet, by job: direction, sources, targets and polls left."""
+        return sorted((job_id, job.direction, job.sources, job.targets, job.polls_left)
+                      for job_id, job in self._late.items())
+
     def _injected(self, job_id: int, direction: str) -> bool:
         return job_id in self._fail_ids
 
