@@ -1,5 +1,6 @@
 """kvoffload.vllm.kv_groups on vLLM's own KV cache specs: which groups KVOffloadConnector offloads,
-the one-line refusal of the others, and the per-engine-block interleaving of a request's blocks."""
+the one-line refusal of the others, the per-engine-block interleaving of a request's blocks, and
+MLA's latent pages (layout name, chunk bytes, the mover's rows)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,13 @@ from vllm.v1.kv_cache_interface import (
     FullAttentionSpec,
     KVCacheGroupSpec,
     MambaSpec,
+    MLAAttentionSpec,
     SlidingWindowSpec,
 )
 
+from kvoffload.dataplane.mover import BlockMover
+from kvoffload.vllm.connector import kv_layout
+from kvoffload.vllm.connector_worker import block_tensors
 from kvoffload.vllm.kv_groups import interleave, kv_groups
 from kvoffload.vllm.settings import ConfigError
 
@@ -58,3 +63,52 @@ def test_interleave_lists_each_groups_block_per_engine_block() -> None:
     assert interleave(([10, 11],)) == [10, 11]
     with pytest.raises(ValueError, match="as many in each"):
         interleave(([10, 11], [20]))
+
+
+# DeepSeek-V2's latent: kv_lora_rank 512 + rope 64 elements per token, one vector, no K/V split.
+MLA = MLAAttentionSpec(block_size=16, num_kv_heads=1, head_size=576, dtype=torch.float32)
+# A K/V page of the same bytes: 2 x 9 heads x 32 = 576 elements per token.
+SAME_PAGE_KV = FullAttentionSpec(block_size=16, num_kv_heads=9, head_size=32, dtype=torch.float32)
+
+
+def _engine(block_size: int = 16) -> SimpleNamespace:
+    return SimpleNamespace(
+        cache_config=SimpleNamespace(cache_dtype="auto", block_size=block_size),
+        model_config=SimpleNamespace(dtype=torch.float32),
+        parallel_config=SimpleNamespace(tensor_parallel_size=1),
+    )
+
+
+def test_an_mla_chunk_is_one_latent_page_per_layer_and_its_layout_names_the_latent() -> None:
+    groups = kv_groups(_config(MLA))
+    assert groups.kinds == ("mla576",) and not groups.volatile
+    assert groups.page_bytes == 16 * 576 * 4, "an MLA page has no K/V halves"
+    layout, chunk_bytes = kv_layout(_engine(), groups, blocks_per_chunk=2)
+    assert layout.endswith("/gmla576")
+    assert chunk_bytes == 2 * 2 * 16 * 576 * 4
+    # Same page bytes, other bytes in them: never the same tiers' namespace.
+    assert kv_groups(_config(SAME_PAGE_KV)).page_bytes == groups.page_bytes
+    assert kv_layout(_engine(), kv_groups(_config(SAME_PAGE_KV)), 2)[0] != layout
+    other_latent = MLAAttentionSpec(block_size=16, num_kv_heads=1, head_size=320, dtype=torch.float32)
+    assert kv_layout(_engine(), kv_groups(_config(other_latent)), 2)[0] != layout
+
+
+def test_the_mover_copies_whole_mla_latent_pages() -> None:
+    """vLLM's MLA cache is (num_blocks, block_size, latent) with no leading K/V dimension: each
+    block's row is its whole latent page, and a store then a load restores every byte of it."""
+    num_blocks = 6
+    caches = {f"layers.{i}": torch.randn(num_blocks, 16, 576) for i in range(2)}
+    rows = block_tensors(caches, list(caches), num_blocks, MLA.page_size_bytes)
+    assert [tuple(row.shape) for row in rows] == [(num_blocks, MLA.page_size_bytes)] * 2
+    before = {name: cache.clone() for name, cache in caches.items()}
+    mover = BlockMover(rows, 4, cpu_kernel=False)
+    mover.store(1, [2, 3], [0, 1])
+    mover.wait([1])
+    for cache in caches.values():
+        cache.zero_()
+    mover.load(2, [0, 1], [4, 5])
+    mover.wait([2])
+    assert all(result.ok for result in mover.poll())
+    for name, cache in caches.items():
+        assert torch.equal(cache[4:], before[name][2:4])
+    mover.close()

@@ -120,9 +120,9 @@ def _offload_config(vllm_config: Any, groups: KVGroups) -> OffloadConfig:
 def kv_layout(vllm_config: Any, groups: KVGroups, blocks_per_chunk: int) -> tuple[str, int]:
     """A name of the KV layout one chunk has in this engine (dtype, layers, page bytes, block
     tokens, blocks per chunk, tensor-parallel size, and the KV cache groups' kinds unless one group
-    of full attention; the rank is a field of the tiers' namespace), and the chunk's bytes as the
-    scheduler side can know them (every layer's page of every group's blocks: an upper bound of
-    what the worker moves)."""
+    of plain full attention: MLA's kind names its latent size; the rank is a field of the tiers'
+    namespace), and the chunk's bytes as the scheduler side can know them (every layer's page of
+    every group's blocks: an upper bound of what the worker moves)."""
     page = groups.page_bytes
     layers = groups.layers_per_group
     layout = (
@@ -130,7 +130,8 @@ def kv_layout(vllm_config: Any, groups: KVGroups, blocks_per_chunk: int) -> tupl
         f"/b{vllm_config.cache_config.block_size}x{blocks_per_chunk}/tp{vllm_config.parallel_config.tensor_parallel_size}"
     )
     if not groups.legacy:
-        # Another group layout stores other blocks per chunk: it must never read these chunks.
+        # Another group layout stores other blocks per chunk, and an MLA page of another latent size
+        # (or a K/V page of MLA's size) means other bytes: it must never read these chunks.
         layout += "/g" + "+".join(groups.kinds)
     return layout, page * layers * blocks_per_chunk * len(groups.kinds)
 

@@ -7,8 +7,10 @@ for its tokens, in one job: a request's block list names, per engine block, each
 group order (:func:`interleave`).
 
 Sliding-window groups are *volatile*: vLLM frees their blocks that left the window while the
-request runs, and names its null block there. Full attention (MLA included) keeps every block.
-Other kinds (Mamba state, chunked local attention, ...) are refused.
+request runs, and names its null block there. Full attention keeps every block, and so does MLA
+(DeepSeek-V2 style: one latent vector per token, no K/V split; its kind names the latent size, so
+that its chunks are never read by an engine with another latent or a K/V layout of the same page
+size). Other kinds (Mamba state, chunked local attention, ...) are refused.
 """
 
 from __future__ import annotations
@@ -35,15 +37,24 @@ class KVGroups:
 
     @property
     def legacy(self) -> bool:
-        """One group of full attention: what kvoffload's layouts named before groups existed."""
-        return len(self.kinds) == 1 and not self.volatile
+        """One group of plain full attention: what kvoffload's layouts named before groups existed."""
+        return self.kinds == ("full",)
 
 
 def _kind(spec: Any) -> tuple[str, bool | None]:
     """The name of a group's kind, and whether it is volatile (None: not handled)."""
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, RSWASpec, SlidingWindowSpec, UniformTypeKVCacheSpecs
+    from vllm.v1.kv_cache_interface import (
+        FullAttentionSpec,
+        MLAAttentionSpec,
+        RSWASpec,
+        SlidingWindowSpec,
+        UniformTypeKVCacheSpecs,
+    )
 
     name = type(spec).__name__
+    if type(spec) is MLAAttentionSpec:
+        # A block is block_size latent vectors of head_size elements (kv_lora_rank + rope dims).
+        return f"mla{spec.head_size}", False
     if type(spec) is SlidingWindowSpec:
         return f"sliding_window={spec.sliding_window}", True
     if isinstance(spec, FullAttentionSpec) and not isinstance(spec, RSWASpec):
