@@ -1,47 +1,36 @@
 """Prefixes several sliding windows long in a real vLLM engine with its hybrid KV cache manager on
 (``make check-vllm-engine``): KVOffloadConnector stores the full-attention part of every chunk and
 the sliding-window part only where vLLM still held it, offers a hit only where the last window
-before its end is stored, and the outputs equal the run without offloading token for token.
+before its end is stored whole, and the outputs equal the run without offloading token for token.
 
-The workload: two prompts sharing a 320-token prefix (five windows of 64 tokens); a flood of
-unrelated prompts that evicts them from the engine's prefix cache; second turns of both prompts.
-vLLM frees a window block as soon as it leaves the window and gives it out again, so most of the
-prefix's window blocks are gone before their chunks are stored: before window-aware stores, a
-chunk naming a freed window block was not stored at all and the second turns got 64 tokens each
-from the offload tier; now they get the whole prefix.
+The workload: a prompt with a 320-token prefix (five windows of 64 tokens) and, in the same batch,
+an unrelated prompt that vLLM admits the step after the first one's prefill, when it has just freed
+the first prompt's window blocks: it is given some of them before the first prompt's chunks are
+stored. Then a flood of unrelated prompts evicts the prefix from the engine's prefix cache, and the
+first prompt's second turn must be served from the offload tier. Before window-aware stores a chunk
+naming a given-out window block was not stored at all, the first chunks were among them, and the
+second turn got no token from the offload tier; now it gets the whole prefix.
 
 The model: a tiny random-weight Gemma 3 (four layers, sliding window 64 and full attention
-alternating). A gpt-oss style model runs the same rules with window 128 (:func:`test_gpt_oss`).
+alternating).
 """
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm-engine` installs it in .venv-vllm")
 
-from kvoffload.vllm.harness import (
-    WEIGHT_SCALE,
-    Engine,
-    EngineReport,
-    connector_transfer_config,
-    run_batches,
-    spec_transfer_config,
-)
+from window_workload import BLOCK_SIZE, CPU_CHUNKS, run, workload
 
-BLOCK_SIZE = 32
-GPU_BLOCKS = 40
-MAX_MODEL_LEN = 512
-CPU_CHUNKS = 96
-MAX_TOKENS = 8
+from kvoffload.vllm.harness import WEIGHT_SCALE, EngineReport, connector_transfer_config, spec_transfer_config
+
 WINDOW = 64
 PREFIX_TOKENS = 320
-# What the old rule (a chunk naming a freed window block is not stored) served each second turn.
-OLD_RULE_TOKENS = 64
+# What the old rule (a chunk naming a given-out window block is not stored) served the second turn.
+OLD_RULE_TOKENS = 0
 GEMMA3 = {
     "hidden_size": 128,
     "intermediate_size": 256,
@@ -56,23 +45,7 @@ GEMMA3 = {
     # Untied output embeddings: see test_vllm_hybrid.py (Gemma's scaled embeddings).
     "tie_word_embeddings": False,
 }
-
-
-def _workload(prefix_tokens: int, seed: int = 5) -> list[list[list[int]]]:
-    rng = random.Random(seed)
-
-    def tokens(n: int) -> list[int]:
-        return [rng.randrange(1000) for _ in range(n)]
-
-    first = tokens(prefix_tokens) + tokens(40)
-    # Admitted the step after the first prompt's prefill, when vLLM has just freed the first
-    # prompt's window blocks: it gets some of them before the first prompt's chunks are stored.
-    neighbour = tokens(300)
-    flood = [tokens(360) for _ in range(6)]
-    return [[first, neighbour], flood, [first + tokens(24)]]
-
-
-WORKLOAD = _workload(PREFIX_TOKENS)
+WORKLOAD = workload(PREFIX_TOKENS)
 
 
 @pytest.fixture(scope="module")
@@ -91,26 +64,16 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
-def run(model_dir: Path, config: dict[str, Any] | None, workload: list[list[list[int]]] = WORKLOAD) -> EngineReport:
-    engine = Engine(model_dir, config, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS, max_model_len=MAX_MODEL_LEN)
-    try:
-        groups = len(engine.core.scheduler.kv_cache_config.kv_cache_groups)
-        assert groups == 2, f"vLLM made {groups} KV cache groups of a sliding-window + full-attention model"
-        return run_batches(engine, workload, MAX_TOKENS)
-    finally:
-        engine.shutdown()
-
-
 @pytest.fixture(scope="module")
 def baseline(model_dir: Path) -> EngineReport:
-    report = run(model_dir, None)
+    report = run(model_dir, None, WORKLOAD)
     assert report.cached_tokens[2] == [0], "the flood must evict the first prompt from the GPU prefix cache"
     return report
 
 
 @pytest.fixture(scope="module")
 def connector(model_dir: Path) -> EngineReport:
-    return run(model_dir, connector_transfer_config(CPU_CHUNKS))
+    return run(model_dir, connector_transfer_config(CPU_CHUNKS), WORKLOAD)
 
 
 def test_the_connector_serves_a_prefix_several_windows_long(connector: EngineReport, baseline: EngineReport) -> None:
@@ -125,7 +88,7 @@ def test_the_connector_serves_a_prefix_several_windows_long(connector: EngineRep
 def test_chunks_past_the_window_are_stored_without_their_window_part(connector: EngineReport) -> None:
     scheduler = connector.kvoffload["scheduler"]
     assert scheduler["windowless_chunks"] > 0, "every chunk kept its window blocks: the workload tests nothing"
-    assert scheduler["loaded_chunks"] >= 2 * PREFIX_TOKENS // BLOCK_SIZE
+    assert scheduler["loaded_chunks"] >= PREFIX_TOKENS // BLOCK_SIZE
 
 
 def test_negative_control_marking_window_blocks_loaded_without_loading_them(
@@ -136,7 +99,7 @@ def test_negative_control_marking_window_blocks_loaded_without_loading_them(
     config = connector_transfer_config(
         CPU_CHUNKS, connector_module="vllm_group_mutants", connector_name="WindowSkippingLoadConnector"
     )
-    report = run(model_dir, config)
+    report = run(model_dir, config, WORKLOAD)
     assert all(tokens >= PREFIX_TOKENS for tokens in report.cached_tokens[2])
     assert report.outputs[:-1] == baseline.outputs[:-1]
     assert report.outputs[-1:] != baseline.outputs[-1:], "window blocks marked loaded without loading went unnoticed"
@@ -144,7 +107,7 @@ def test_negative_control_marking_window_blocks_loaded_without_loading_them(
 
 def test_the_spec_through_vllms_offloading_connector(model_dir: Path, baseline: EngineReport) -> None:
     """vLLM's OffloadingConnector decides what KVOffloadSpec stores and loads; token for token."""
-    report = run(model_dir, spec_transfer_config(CPU_CHUNKS))
+    report = run(model_dir, spec_transfer_config(CPU_CHUNKS), WORKLOAD)
     assert report.outputs == baseline.outputs, "greedy token ids differ from the run without offloading"
     assert report.violations == [], "kvoffload recorded lifecycle violations"
     assert report.leaks == [], "kvoffload state left behind after the engine drained"
