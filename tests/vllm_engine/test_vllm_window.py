@@ -109,5 +109,8 @@ def test_the_spec_through_vllms_offloading_connector(model_dir: Path, baseline: 
     """vLLM's OffloadingConnector decides what KVOffloadSpec stores and loads; token for token."""
     report = run(model_dir, spec_transfer_config(CPU_CHUNKS), WORKLOAD)
     assert report.outputs == baseline.outputs, "greedy token ids differ from the run without offloading"
+    # Its keys are per group and it looks a window group up over the last window only: the whole
+    # prefix too.
+    assert report.cached_tokens[2][0] >= PREFIX_TOKENS, f"the second turn served {report.cached_tokens[2]} tokens"
     assert report.violations == [], "kvoffload recorded lifecycle violations"
     assert report.leaks == [], "kvoffload state left behind after the engine drained"
