@@ -39,6 +39,10 @@ Ordering rules (docs/design.md), each enforced here by the declared lifecycle:
    a block when it schedules the block's tokens, so a request admitted behind another in the same
    step can hit blocks that only this step's forward pass writes, while the worker runs the step's
    stores before the forward.
+10. Sliding-window groups (``OffloadConfig.window_groups``, :mod:`kvoffload.offload.windows`): a
+   chunk that lost only window blocks is stored without its window part, under its windowless key;
+   a hit needs the window parts of its last window only, and a load refuses an engine block where
+   a windowless chunk has nothing to write. A chunk is still one job with one outcome.
 
 Sans-IO and deterministic: no threads, clocks, randomness or I/O; job ids count up from 1.
 """
