@@ -1,17 +1,22 @@
 """Several KV cache groups (vLLM's hybrid KV cache manager): a chunk is every group's blocks for
-its tokens, a chunk naming the engine's null block is never stored, a freed sliding-window block
-given to a new owner is never stored from, and a load skips the null block."""
+its tokens, a chunk naming the engine's null block is never stored whole, a freed sliding-window
+block given to a new owner is never stored from, and a load skips the null block. With the
+sliding-window groups named (``window_groups``), a chunk that lost only window blocks is stored
+without its window part, and a hit needs the window parts of its last window only."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kvoffload.dataplane.mover import BlockMover
 from kvoffload.dataplane.worker import OffloadingWorker
 from kvoffload.lifecycles import check_invariants
 from kvoffload.offload import ConnectorMetadata, OffloadConfig, OffloadingScheduler, SchedulerOutput, WorkerOutput
 from kvoffload.offload.types import TransferJob
+from kvoffload.offload.windows import first_window_chunk, windowless_key
 from support import request
 
 NULL = 0
@@ -90,6 +95,118 @@ def test_the_worker_loads_no_null_block_and_stores_none() -> None:
     assert worker.execute(ConnectorMetadata(2, loads=(load,))).completed == {2: True}
     assert torch.equal(layer[5], before[3])
     assert torch.equal(layer[NULL], before[NULL]), "the null block was written"
-    bad = TransferJob(3, "r", "store", (8,), (NULL, 4), (1,))
-    with pytest.raises(ValueError, match="reads the null block"):
-        worker.execute(ConnectorMetadata(3, stores=(bad,)))
+    # A chunk stored without a group's part: the null block's position of the CPU chunk is not written.
+    cpu_before = mover.cpu_layers[0][2:4].clone()
+    windowless = TransferJob(3, "r", "store", (8,), (NULL, 4), (1,))
+    assert worker.execute(ConnectorMetadata(3, stores=(windowless,))).completed == {3: True}
+    assert torch.equal(mover.cpu_layers[0][2], cpu_before[0]), "the null block was stored"
+    assert torch.equal(mover.cpu_layers[0][3], layer[4])
+
+
+# Window groups: blocks of 4 tokens, one block per chunk, group 1 a sliding window of 8 tokens, so a
+# hit ending at chunk c needs the window parts of chunks first_window_chunk(c) = (4c - 7) // 4 on.
+WINDOW_TOKENS = 8
+HASHES = [1, 2, 3, 4, 5, 6]
+
+
+def windowed() -> OffloadingScheduler:
+    config = OffloadConfig(4, 1, 16, "lru", kv_groups=2, null_block=NULL, window_groups=((WINDOW, WINDOW_TOKENS),))
+    return OffloadingScheduler(config)
+
+
+def _blocks(lost_window: set[int], chunks: int = len(HASHES)) -> list[int]:
+    """Chunk i's full block 10 + i and window block 20 + i, or the null block if it was freed."""
+    return [block for i in range(chunks) for block in (10 + i, NULL if i in lost_window else 20 + i)]
+
+
+def _store_all(s: OffloadingScheduler, lost_window: set[int]) -> ConnectorMetadata:
+    r = request("r", HASHES, extra_tokens=1)
+    s.get_num_new_matched_tokens(r, 0)
+    s.update_state_after_alloc(r, _blocks(lost_window), 0)
+    s.build_connector_meta(SchedulerOutput({"r": r.num_tokens}))
+    meta = s.build_connector_meta(SchedulerOutput({"r": 1}))
+    s.update_connector_output(WorkerOutput({job.job_id: True for job in meta.stores}))
+    return meta
+
+
+def test_a_chunk_that_lost_only_window_blocks_is_stored_without_its_window_part() -> None:
+    s = windowed()
+    meta = _store_all(s, {0, 1, 4})
+    assert _stores(meta) == [
+        ((windowless_key(1), windowless_key(2)), (10, NULL, 11, NULL)),
+        ((3, 4), (12, 22, 13, 23)),
+        ((windowless_key(5),), (14, NULL)),
+        ((6,), (15, 25)),
+    ]
+    assert s.stats.windowless_chunks == 3
+    assert check_invariants(s.snapshot()) == []
+
+
+def test_a_chunk_that_lost_a_full_attention_block_is_not_stored() -> None:
+    s = windowed()
+    r = request("r", HASHES[:2], extra_tokens=1)
+    s.get_num_new_matched_tokens(r, 0)
+    s.update_state_after_alloc(r, [NULL, 20, 11, NULL], 0)
+    s.build_connector_meta(SchedulerOutput({"r": r.num_tokens}))
+    meta = s.build_connector_meta(SchedulerOutput({"r": 1}))
+    assert _stores(meta) == [((windowless_key(2),), (11, NULL))]
+
+
+def _second_turn(s: OffloadingScheduler) -> tuple[int | None, bool]:
+    return s.get_num_new_matched_tokens(request("again", HASHES, extra_tokens=3), 0)
+
+
+def test_a_hit_loads_windowless_chunks_before_its_last_window_into_the_null_block() -> None:
+    s = windowed()
+    _store_all(s, {0, 1, 2, 3})
+    # The hit ends at chunk 6 (24 tokens); its last window needs the window parts of chunks 4 and 5.
+    assert _second_turn(s) == (24, True)
+    again = request("again", HASHES, extra_tokens=3)
+    # vLLM names the null block for the window group's blocks before the window, as its
+    # SlidingWindowManager does for tokens counted computed outside the window.
+    s.update_state_after_alloc(again, [*_blocks({0, 1, 2, 3}), 16, 26], 24)
+    meta = s.build_connector_meta(SchedulerOutput({}))
+    (load,) = meta.loads
+    assert load.keys == (*(windowless_key(h) for h in HASHES[:4]), 5, 6)
+    assert load.gpu_block_ids == tuple(_blocks({0, 1, 2, 3}))
+
+
+def test_a_load_refuses_a_window_block_it_has_nothing_for() -> None:
+    """The engine giving a real window block to a chunk stored without its window part would count
+    that block loaded with nothing in it: refused before anything changes."""
+    s = windowed()
+    _store_all(s, {0, 1, 2, 3})
+    assert _second_turn(s) == (24, True)
+    again = request("again", HASHES, extra_tokens=3)
+    with pytest.raises(ValueError, match="chunk 3 is stored without its sliding-window part"):
+        s.update_state_after_alloc(again, [*_blocks({0, 1, 2}), 16, 26], 24)
+    assert s.tracker("again").load_job is None
+    assert s.manager.entry(windowless_key(4)).ref_cnt == 0  # type: ignore[union-attr]
+
+
+def test_a_hit_stops_where_its_last_window_lacks_a_window_part() -> None:
+    s = windowed()
+    _store_all(s, {4})
+    # Ending at chunk 6 or 5 would need chunk 4's window part: the hit ends at chunk 4.
+    assert _second_turn(s) == (16, True)
+
+
+@given(st.sets(st.integers(0, len(HASHES) - 1)))
+def test_the_hit_is_the_longest_whose_last_window_has_every_window_part(lost_window: set[int]) -> None:
+    s = windowed()
+    _store_all(s, lost_window)
+    hit, _ = _second_turn(s)
+
+    def servable(end: int) -> bool:
+        return not lost_window & set(range(first_window_chunk(end, 4, 4, (WINDOW_TOKENS,)), end))
+
+    expected = max(end for end in range(len(HASHES) + 1) if servable(end))
+    assert hit == expected * 4, f"window parts lost in chunks {sorted(lost_window)}"
+    assert check_invariants(s.snapshot()) == []
+
+
+def test_window_groups_are_checked() -> None:
+    with pytest.raises(ValueError, match="window_groups"):
+        OffloadConfig(4, 1, 8, kv_groups=2, window_groups=((1, 8),))
+    with pytest.raises(ValueError, match="window_groups"):
+        OffloadConfig(4, 1, 8, kv_groups=2, null_block=NULL, window_groups=((2, 8),))

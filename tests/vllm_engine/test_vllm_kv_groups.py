@@ -38,6 +38,7 @@ def test_full_and_sliding_window_groups_are_offloaded() -> None:
     groups = kv_groups(_config(SlidingWindowSpec(**SHAPE, sliding_window=64), FullAttentionSpec(**SHAPE)))
     assert groups.kinds == ("sliding_window=64", "full")
     assert groups.volatile == frozenset({0})
+    assert groups.windows == ((0, 64),), "the scheduler needs each window group's window for its hits"
     assert groups.layers_per_group == 2 and len(groups.layer_names) == 4
     assert not groups.legacy
     assert kv_groups(_config(FullAttentionSpec(**SHAPE))).legacy

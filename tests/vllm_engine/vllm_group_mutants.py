@@ -1,6 +1,7 @@
 """Negative controls for several KV cache groups: KVOffloadConnector whose worker loads only one
-group's blocks of each chunk, and KVOffloadSpec whose worker copies only the first group's blocks
-(the other group's blocks keep whatever the engine left in them)."""
+group's blocks of each chunk or skips the sliding-window groups' blocks, and KVOffloadSpec whose
+worker copies only the first group's blocks (the other group's blocks keep whatever the engine
+left in them)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,30 @@ class OneGroupLoadConnector(KVOffloadConnector):
 
 class SecondGroupLoadConnector(OneGroupLoadConnector):
     LOADED_GROUP = 1
+
+
+class WindowSkippingLoadConnector(KVOffloadConnector):
+    """Marks the sliding-window groups' blocks of every load as loaded without loading them: the
+    scheduler offers the hit and vLLM counts those blocks computed, but the worker's load job names
+    the null block there, which it skips."""
+
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
+        super().register_kv_caches(kv_caches)
+        worker = self._worker().worker
+        groups = self.config.kv_groups
+        window_groups = self.groups.volatile
+        submit = worker._submit
+
+        def without_windows(job: TransferJob) -> Any:
+            if job.kind == "load":
+                blocks = tuple(
+                    VLLM_NULL_BLOCK if index % groups in window_groups else block
+                    for index, block in enumerate(job.gpu_block_ids)
+                )
+                job = job._replace(gpu_block_ids=blocks)
+            return submit(job)
+
+        worker._submit = without_windows  # type: ignore[method-assign]
 
 
 class FirstGroupSpec(KVOffloadSpec):

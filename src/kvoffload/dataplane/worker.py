@@ -23,7 +23,7 @@ class OffloadingWorker:
             raise ValueError(f"blocks_per_chunk must be >= 1, got {blocks_per_chunk}")
         self.mover = mover
         self.blocks_per_chunk = blocks_per_chunk
-        # The engine's placeholder GPU block (OffloadConfig.null_block): a load skips it.
+        # The engine's placeholder GPU block (OffloadConfig.null_block): stores and loads skip it.
         self.null_block = null_block
         self._stores: dict[JobId, TransferJob] = {}
         self._loads: dict[JobId, TransferJob] = {}
@@ -68,7 +68,8 @@ class OffloadingWorker:
         readers: dict[int, set[JobId]] = {}
         for job in self._stores.values():
             for block in job.gpu_block_ids:
-                readers.setdefault(block, set()).add(job.job_id)
+                if block != self.null_block:
+                    readers.setdefault(block, set()).add(job.job_id)
         return readers
 
     def _submit(self, job: TransferJob) -> None:
@@ -79,18 +80,17 @@ class OffloadingWorker:
                 f"for {len(job.cpu_block_ids)} chunks of {blocks_per_chunk} blocks"
             )
         mover_blocks = chunk_blocks(job.cpu_block_ids, blocks_per_chunk)
+        gpu_blocks: Sequence[int] = job.gpu_block_ids
         null = self.null_block
+        if null is not None and null in gpu_blocks:
+            # A group holds no block for those tokens (out of a sliding window): the chunk is
+            # stored without that group's part, or a load has nothing to write there.
+            pairs = [(cpu, gpu) for cpu, gpu in zip(mover_blocks, gpu_blocks, strict=True) if gpu != null]
+            mover_blocks, gpu_blocks = [cpu for cpu, _ in pairs], [gpu for _, gpu in pairs]
         if job.kind == "store":
-            if null is not None and null in job.gpu_block_ids:
-                raise ValueError(f"store job {job.job_id} of request {job.request_id!r} reads the null block {null}")
-            self.mover.store(job.job_id, job.gpu_block_ids, mover_blocks)
+            self.mover.store(job.job_id, gpu_blocks, mover_blocks)
             self._stores[job.job_id] = job
         else:
-            gpu_blocks: Sequence[int] = job.gpu_block_ids
-            if null is not None and null in gpu_blocks:
-                # A group holds no block for those tokens (out of a sliding window): nothing to load.
-                pairs = [(cpu, gpu) for cpu, gpu in zip(mover_blocks, gpu_blocks, strict=True) if gpu != null]
-                mover_blocks, gpu_blocks = [cpu for cpu, _ in pairs], [gpu for _, gpu in pairs]
             self.mover.load(job.job_id, mover_blocks, gpu_blocks)
             self._loads[job.job_id] = job
 

@@ -39,6 +39,10 @@ Ordering rules (docs/design.md), each enforced here by the declared lifecycle:
    a block when it schedules the block's tokens, so a request admitted behind another in the same
    step can hit blocks that only this step's forward pass writes, while the worker runs the step's
    stores before the forward.
+10. Sliding-window groups (``OffloadConfig.window_groups``, :mod:`kvoffload.offload.windows`): a
+   chunk that lost only window blocks is stored without its window part, under its windowless key;
+   a hit needs the window parts of its last window only, and a load refuses an engine block where
+   a windowless chunk has nothing to write. A chunk is still one job with one outcome.
 
 Sans-IO and deterministic: no threads, clocks, randomness or I/O; job ids count up from 1.
 """
@@ -80,6 +84,7 @@ from kvoffload.offload.types import (
     TransferJob,
     WorkerOutput,
 )
+from kvoffload.offload.windows import first_window_chunk, longest_hit, windowless_key
 from kvoffload.statemachine.runtime import DeclaredMachine, IllegalTransition
 from kvoffload.statemachine.trace import TraceWriter
 
@@ -101,6 +106,8 @@ class RequestTracker:
     # From the last lookup: where the loadable range starts and how many chunks hit.
     lookup_start_chunk: int = 0
     lookup_hit_chunks: int = 0
+    # The keys of those chunks: a chunk found only without its window part has its windowless key.
+    lookup_keys: tuple[OffloadKey, ...] = ()
     local_computed_tokens: int = 0
     # True when request_finished told the engine to keep the GPU blocks until we release them.
     holds_gpu_blocks: bool = False
@@ -149,6 +156,8 @@ class SchedulerStats:
     load_failures: int = 0
     stores: int = 0
     stored_chunks: int = 0
+    # Of stored_chunks, those stored without their sliding-window part (offload/windows.py).
+    windowless_chunks: int = 0
     store_failures: int = 0
     store_allocation_failures: int = 0
     flushes: int = 0
@@ -293,6 +302,8 @@ class OffloadingScheduler:
         self._blocks_per_chunk = config.blocks_per_chunk
         self._gpu_blocks_per_chunk = config.gpu_blocks_per_chunk
         self._null_block = config.null_block
+        self._window_groups = frozenset(group for group, _ in config.window_groups)
+        self._windows = tuple(window for _, window in config.window_groups)
         self._trackers: dict[RequestId, RequestTracker] = {}
         self._jobs: dict[JobId, TransferJob] = {}
         # Every job not yet ended, with its lifecycle state.
@@ -344,6 +355,7 @@ class OffloadingScheduler:
         tracker.request = request
         tracker.local_computed_tokens = num_computed_tokens
         tracker.lookup_hit_chunks = 0
+        tracker.lookup_keys = ()
         # Set before any early return: update_state_after_alloc reads it for this admission.
         start = num_computed_tokens // self._chunk_tokens
         tracker.lookup_start_chunk = start
@@ -355,11 +367,15 @@ class OffloadingScheduler:
         keys = self._keys(request, start, last)
         if not keys:
             return 0, False
+        if self._windows:
+            keys = self._lookup_keys(keys)
         hits = self.manager.lookup(request_id, keys)
         if hits is None:
             # A tiering manager is promoting these chunks from a secondary tier: ask again later.
             self.stats.deferred_lookups += 1
             return None, False
+        if hits and self._windows:
+            hits = self._window_hit(request, start, keys[:hits])
         if not hits:
             return 0, False
         hit_keys = keys[:hits]
@@ -368,7 +384,25 @@ class OffloadingScheduler:
             return None, False
         self.manager.touch(request_id, hit_keys)
         tracker.lookup_hit_chunks = hits
+        tracker.lookup_keys = tuple(hit_keys)
         return hits * self._chunk_tokens, True
+
+    def _lookup_keys(self, keys: list[OffloadKey]) -> list[OffloadKey]:
+        """Each chunk's key, or its windowless key where only that one is in the tier."""
+        entry = self.manager.entry
+        found = []
+        for key in keys:
+            windowless = windowless_key(key)
+            found.append(windowless if entry(key) is None and entry(windowless) is not None else key)
+        return found
+
+    def _window_hit(self, request: EngineRequest, start: int, found: Sequence[OffloadKey]) -> int:
+        """How many ``found`` chunks a hit may use: its last window must have every window part."""
+        full = self._keys(request, start, start + len(found))
+        return longest_hit(start, [key != own for key, own in zip(found, full, strict=True)], self._first_window_chunk)
+
+    def _first_window_chunk(self, end_chunk: int) -> int:
+        return first_window_chunk(end_chunk, self._chunk_tokens, self.config.gpu_block_size, self._windows)
 
     def update_state_after_alloc(
         self, request: EngineRequest, block_ids: Sequence[int], num_external_tokens: int
@@ -416,7 +450,9 @@ class OffloadingScheduler:
             tracker.gpu_hit_unwritten = tracker.local_computed_tokens > 0
             self.lifecycle.fire(tracker, "schedule")
             return
-        keys = self._keys(tracker.request, start, start + chunks)
+        keys = list(tracker.lookup_keys[:chunks])
+        if self._windows:
+            self._check_window_load(call, tracker, keys, block_ids)
         # The last call that may raise (it checks before it pins): nothing was changed before it.
         cpu_block_ids = self.manager.prepare_load(tracker.request_id, keys)
         self._fence_check(block_ids)
@@ -434,6 +470,28 @@ class OffloadingScheduler:
         self.stats.loaded_chunks += chunks
         self.stats.hit_tokens += num_external_tokens
         self.lifecycle.fire(tracker, "load")
+
+    def _check_window_load(
+        self, call: str, tracker: RequestTracker, keys: Sequence[OffloadKey], block_ids: Sequence[int]
+    ) -> None:
+        """A chunk loaded without its window part must have the null block in every window
+        group's position: the engine counts those tokens computed, so a block of its own there
+        would be marked loaded with nothing written into it."""
+        start = tracker.lookup_start_chunk
+        full = self._keys(tracker.request, start, start + len(keys))
+        per_chunk = self._gpu_blocks_per_chunk
+        kv_groups = self.config.kv_groups
+        for offset, (key, own) in enumerate(zip(keys, full, strict=True)):
+            if key == own:
+                continue
+            first = (start + offset) * per_chunk
+            for index in range(first, first + per_chunk):
+                if index % kv_groups in self._window_groups and block_ids[index] != self._null_block:
+                    raise ValueError(
+                        f"{call}: chunk {start + offset} is stored without its sliding-window part, but the "
+                        f"engine gave its window group block {block_ids[index]}, not the null block: that "
+                        f"block would count as loaded with nothing loaded into it"
+                    )
 
     def preempt_between_steps(self, request_id: RequestId) -> None:
         """The engine took a running request's GPU blocks back between two steps and is about to
@@ -827,35 +885,47 @@ class OffloadingScheduler:
         end = self._storable_chunks(tracker)
         if end <= first:
             return
-        for run_first, run_end in self._complete_runs(tracker, first, end):
-            if not self._store_run(tracker, run_first, run_end, out):
+        for run_first, run_end, windowless in self._complete_runs(tracker, first, end):
+            if not self._store_run(tracker, run_first, run_end, out, windowless):
                 # Nothing will free blocks for a finished request's sake: give its chunks up.
                 tracker.stored_chunks = end if final else run_first
                 return
         # A chunk naming the null block lost a group's block for good: this request never stores it.
         tracker.stored_chunks = end
 
-    def _complete_runs(self, tracker: RequestTracker, first: int, end: int) -> Iterator[tuple[int, int]]:
-        """The runs of chunks in ``[first, end)`` whose every GPU block holds their tokens."""
+    def _complete_runs(self, tracker: RequestTracker, first: int, end: int) -> Iterator[tuple[int, int, bool]]:
+        """The runs of chunks in ``[first, end)`` whose every GPU block holds their tokens, or
+        (True) every full-attention one while a window group's block was freed."""
         null = self._null_block
         if null is None:
-            yield first, end
+            yield first, end, False
             return
         per_chunk = self._gpu_blocks_per_chunk
+        kv_groups = self.config.kv_groups
+        window_groups = self._window_groups
         blocks = tracker.gpu_block_ids
-        run_first = first
+        run_first, run_windowless = first, False
         for chunk in range(first, end):
-            if null in blocks[chunk * per_chunk : (chunk + 1) * per_chunk]:
+            chunk_blocks = range(chunk * per_chunk, (chunk + 1) * per_chunk)
+            lost = {index % kv_groups for index in chunk_blocks if blocks[index] == null}
+            storable = lost <= window_groups
+            windowless = bool(lost)
+            if not storable or windowless != run_windowless:
                 if run_first < chunk:
-                    yield run_first, chunk
-                run_first = chunk + 1
+                    yield run_first, chunk, run_windowless
+                run_first, run_windowless = (chunk, windowless) if storable else (chunk + 1, False)
         if run_first < end:
-            yield run_first, end
+            yield run_first, end, run_windowless
 
-    def _store_run(self, tracker: RequestTracker, first: int, end: int, out: list[TransferJob]) -> bool:
-        """Store the chunks ``[first, end)`` the tier lacks; False if they do not fit."""
+    def _store_run(
+        self, tracker: RequestTracker, first: int, end: int, out: list[TransferJob], windowless: bool = False
+    ) -> bool:
+        """Store the chunks ``[first, end)`` the tier lacks (``windowless``: without their window
+        groups' blocks, under their windowless keys); False if they do not fit."""
         request = tracker.request
         keys = self._keys(request, first, end)
+        if windowless:
+            keys = [windowless_key(key) for key in keys]
         parent = request.block_hashes[first * self._blocks_per_chunk - 1] if first else None
         plan = self.manager.prepare_store(tracker.request_id, keys, parent)
         if plan is None:
@@ -877,11 +947,16 @@ class OffloadingScheduler:
             gpu_block_ids = tuple(
                 block for chunk in chunks for block in blocks[chunk * per_chunk : (chunk + 1) * per_chunk]
             )
+        if windowless:
+            gpu_block_ids = self._without_window_blocks(gpu_block_ids)
         job = self._new_job(tracker, "store", keys_to_store, gpu_block_ids, plan.cpu_block_ids, chunks)
         job_id = job.job_id
         tracker.store_jobs.add(job_id)
         fence = self._fence
+        null = self._null_block
         for block in gpu_block_ids:
+            if block == null:
+                continue
             readers = fence.get(block)
             if readers is None:
                 fence[block] = {job_id}
@@ -890,8 +965,19 @@ class OffloadingScheduler:
         stats = self.stats
         stats.stores += 1
         stats.stored_chunks += len(keys_to_store)
+        if windowless:
+            stats.windowless_chunks += len(keys_to_store)
         out.append(job)
         return True
+
+    def _without_window_blocks(self, gpu_block_ids: tuple[int, ...]) -> tuple[int, ...]:
+        """The null block in every window group's position: the worker copies nothing there."""
+        kv_groups = self.config.kv_groups
+        window_groups = self._window_groups
+        null = self._null_block
+        if null is None:
+            raise ValueError("window groups need OffloadConfig.null_block")
+        return tuple(null if index % kv_groups in window_groups else block for index, block in enumerate(gpu_block_ids))
 
     def blocks_reassigned(self, owners: Mapping[int, RequestId | None], groups: Collection[int]) -> None:
         """The engine gave the GPU blocks ``owners`` names to a new owner this step (the request

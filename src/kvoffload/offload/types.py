@@ -53,6 +53,10 @@ class OffloadConfig:
     them. ``null_block``: the engine's placeholder id where a group holds no block for a request's
     tokens (vLLM's null block, for sliding-window blocks out of the window): a chunk naming it is
     never stored, and a load does not copy into it.
+
+    ``window_groups``: ``(group, window tokens)`` of each sliding-window group
+    (:mod:`kvoffload.offload.windows`): a chunk whose only null blocks are in these groups is
+    stored without its window part, and a hit needs the window parts of its last window only.
     """
 
     gpu_block_size: int = 16
@@ -61,12 +65,19 @@ class OffloadConfig:
     policy: str = DEFAULT_POLICY
     kv_groups: int = 1
     null_block: int | None = None
+    window_groups: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("gpu_block_size", "blocks_per_chunk", "num_cpu_blocks", "kv_groups"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"OffloadConfig.{name} must be a positive integer, got {value!r}")
+        for group, window in self.window_groups:
+            if not 0 <= group < self.kv_groups or window < 1 or self.null_block is None:
+                raise ValueError(
+                    f"OffloadConfig.window_groups {self.window_groups}: each is (a group below kv_groups="
+                    f"{self.kv_groups}, a positive window), and needs a null_block"
+                )
 
     @classmethod
     def from_block_sizes(

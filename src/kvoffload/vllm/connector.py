@@ -112,6 +112,7 @@ def _offload_config(vllm_config: Any, groups: KVGroups) -> OffloadConfig:
             policy=str(extra.get("eviction_policy", DEFAULT_POLICY)),
             kv_groups=len(groups.kinds),
             null_block=VLLM_NULL_BLOCK,
+            window_groups=groups.windows,
         )
     except (TypeError, ValueError) as error:
         raise ValueError(f"KVOffloadConnector kv_connector_extra_config {extra}: {error}") from None

@@ -7,10 +7,12 @@ for its tokens, in one job: a request's block list names, per engine block, each
 group order (:func:`interleave`).
 
 Sliding-window groups are *volatile*: vLLM frees their blocks that left the window while the
-request runs, and names its null block there. Full attention keeps every block, and so does MLA
-(DeepSeek-V2 style: one latent vector per token, no K/V split; its kind names the latent size, so
-that its chunks are never read by an engine with another latent or a K/V layout of the same page
-size). Other kinds (Mamba state, chunked local attention, ...) are refused.
+request runs, and names its null block there; a chunk is then stored without its window part, and
+a hit needs the window parts of its last window only (:mod:`kvoffload.offload.windows`). Full
+attention keeps every block, and so does MLA (DeepSeek-V2 style: one latent vector per token, no
+K/V split; its kind names the latent size, so that its chunks are never read by an engine with
+another latent or a K/V layout of the same page size). Other kinds (Mamba state, chunked local
+attention, ...) are refused.
 """
 
 from __future__ import annotations
@@ -27,13 +29,15 @@ VLLM_NULL_BLOCK = 0
 
 @dataclass(frozen=True)
 class KVGroups:
-    """``kinds``: each group's kind, in group order; ``volatile``: the sliding-window groups."""
+    """``kinds``: each group's kind, in group order; ``volatile``: the sliding-window groups;
+    ``windows``: ``(group, window tokens)`` of each sliding-window group."""
 
     kinds: tuple[str, ...]
     volatile: frozenset[int]
     page_bytes: int
     layers_per_group: int
     layer_names: tuple[str, ...]
+    windows: tuple[tuple[int, int], ...] = ()
 
     @property
     def legacy(self) -> bool:
@@ -89,6 +93,11 @@ def kv_groups(kv_cache_config: Any, who: str = "KVOffloadConnector") -> KVGroups
         page_bytes=pages.pop(),
         layers_per_group=layers.pop(),
         layer_names=tuple(name for group in groups for name in group.layer_names),
+        windows=tuple(
+            (index, int(group.kv_cache_spec.sliding_window))
+            for index, (group, (_, volatile)) in enumerate(zip(groups, found, strict=True))
+            if volatile
+        ),
     )
 
 
