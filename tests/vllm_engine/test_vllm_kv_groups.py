@@ -44,6 +44,14 @@ def test_full_and_sliding_window_groups_are_offloaded() -> None:
     assert kv_groups(_config(FullAttentionSpec(**SHAPE))).legacy
 
 
+def test_a_window_counts_the_tokens_vllm_retains_for_speculative_decoding() -> None:
+    """vLLM keeps ``extra_retained_tokens`` more window blocks when multi-module speculative
+    decoding re-prefills them: a narrower window would expect its null block where the engine
+    gives a real one, and refuse the load."""
+    window = SlidingWindowSpec(**SHAPE, sliding_window=64, extra_retained_tokens=3)
+    assert kv_groups(_config(window, FullAttentionSpec(**SHAPE))).windows == ((0, 67),)
+
+
 @pytest.mark.parametrize(
     ("spec", "kind"),
     [

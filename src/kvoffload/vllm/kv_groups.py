@@ -30,7 +30,9 @@ VLLM_NULL_BLOCK = 0
 @dataclass(frozen=True)
 class KVGroups:
     """``kinds``: each group's kind, in group order; ``volatile``: the sliding-window groups;
-    ``windows``: ``(group, window tokens)`` of each sliding-window group."""
+    ``windows``: ``(group, window tokens)`` of each sliding-window group, the tokens vLLM keeps
+    blocks for before a position (its window plus the ``extra_retained_tokens`` that multi-module
+    speculative decoding re-prefills)."""
 
     kinds: tuple[str, ...]
     volatile: frozenset[int]
@@ -94,11 +96,17 @@ def kv_groups(kv_cache_config: Any, who: str = "KVOffloadConnector") -> KVGroups
         layers_per_group=layers.pop(),
         layer_names=tuple(name for group in groups for name in group.layer_names),
         windows=tuple(
-            (index, int(group.kv_cache_spec.sliding_window))
+            (index, _retained_window(group.kv_cache_spec))
             for index, (group, (_, volatile)) in enumerate(zip(groups, found, strict=True))
             if volatile
         ),
     )
+
+
+def _retained_window(spec: Any) -> int:
+    """The tokens before a position whose window blocks vLLM keeps (its SlidingWindowManager's
+    ``get_num_skipped_tokens``): older vLLM releases have no ``extra_retained_tokens``."""
+    return int(spec.sliding_window) + int(getattr(spec, "extra_retained_tokens", 0))
 
 
 def interleave(groups: Sequence[Sequence[int]]) -> list[int]:
