@@ -1,7 +1,7 @@
 """Negative controls for several KV cache groups: KVOffloadConnector whose worker loads only one
 group's blocks of each chunk or skips the sliding-window groups' blocks, and KVOffloadSpec whose
 worker copies only the first group's blocks (the other group's blocks keep whatever the engine
-left in them)."""
+left in them), or only the last group's."""
 
 from __future__ import annotations
 
@@ -80,4 +80,21 @@ class FirstGroupSpec(KVOffloadSpec):
             return gpu_ids[:first], cpu_ids[:first]
 
         worker._pairs = first_group
+        return worker
+
+
+class LastGroupSpec(KVOffloadSpec):
+    """Copies only the last group's blocks of each job (of a Mamba hybrid: the attention blocks,
+    never the state)."""
+
+    def get_worker(self, kv_caches: Any) -> Any:
+        worker = super().get_worker(kv_caches)
+        pairs = worker._pairs
+
+        def last_group(gpu: Any, cpu: Any, job_id: int) -> tuple[list[int], list[int]]:
+            gpu_ids, cpu_ids = pairs(gpu, cpu, job_id)
+            last = gpu.group_sizes[-1]
+            return gpu_ids[len(gpu_ids) - last :], cpu_ids[len(cpu_ids) - last :]
+
+        worker._pairs = last_group
         return worker

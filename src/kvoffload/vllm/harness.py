@@ -10,6 +10,7 @@ strict manager of :class:`~kvoffload.vllm.offloading_spec.KVOffloadSpec`, the sc
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,21 +34,33 @@ TINY_MODEL = {
 WEIGHT_SCALE = 8.0
 
 
-def build_tiny_model(directory: Path, seed: int = 0) -> Path:
-    """Save a random-weight Llama (head_dim 32, which vLLM's CPU attention supports) to ``directory``."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+def random_prompts(rng: random.Random, lengths: Sequence[int], vocab_size: int = 1000) -> list[list[int]]:
+    """One prompt of random token ids per length, drawn from ``rng`` in order."""
+    return [[rng.randrange(vocab_size) for _ in range(length)] for length in lengths]
 
-    if (directory / "config.json").exists():
-        return directory
+
+def save_random_model(model_class: Any, config: Any, directory: Path, seed: int = 0) -> Path:
+    """Save a seeded random-weight ``model_class(config)`` to ``directory``, its matrices scaled by
+    :data:`WEIGHT_SCALE`."""
+    import torch
+
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(LlamaConfig(**TINY_MODEL))
+    model = model_class(config)
     with torch.no_grad():
         for parameter in model.parameters():
             if parameter.dim() == 2:
                 parameter.mul_(WEIGHT_SCALE)
     model.save_pretrained(directory)
     return directory
+
+
+def build_tiny_model(directory: Path, seed: int = 0) -> Path:
+    """Save a random-weight Llama (head_dim 32, which vLLM's CPU attention supports) to ``directory``."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if (directory / "config.json").exists():
+        return directory
+    return save_random_model(LlamaForCausalLM, LlamaConfig(**TINY_MODEL), directory, seed)
 
 
 # The movers copy with torch, not the numba kernel: vLLM 0.32 scans every module's attributes when

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 from vllm.v1.kv_offload.base import CanonicalKVCaches, OffloadingManager, OffloadingSpec, OffloadingWorker
-from vllm.v1.kv_offload.config import OffloadingConfig
+from vllm.v1.kv_offload.config import OffloadingConfig, OffloadingGroupConfig
 
 from kvoffload.dataplane.integrity import LoadVerifier
 from kvoffload.dataplane.mover import BlockMover
@@ -71,6 +71,24 @@ def spec_layout(config: OffloadingConfig) -> str:
     )
     # vLLM's keys carry their group's index; another group layout must still never read these chunks.
     return layout if len(config.groups) == 1 else f"{layout}/g{len(config.groups)}"
+
+
+def check_group_pages(groups: Sequence[OffloadingGroupConfig], kv_caches: CanonicalKVCaches) -> None:
+    """Raises :class:`ConfigError` unless every group's layers use every KV tensor, each within its
+    page. The mover copies a block's whole page row of every tensor: attention groups fill the
+    page; a Mamba group's state fills its start (vLLM pads a page at its end, and its own offloading
+    worker copies that start), so a copied row holds the state, and the padding copied with it is
+    never read."""
+    if len(kv_caches.group_data_refs) < 2:
+        return
+    whole = {index: entry.page_size_bytes for index, entry in enumerate(kv_caches.tensors)}
+    for group, refs in zip(groups, kv_caches.group_data_refs, strict=True):
+        used = {ref.tensor_idx: ref.page_size_bytes for ref in refs}
+        if used.keys() != whole.keys() or any(used[index] > whole[index] for index in used):
+            raise ConfigError(
+                f"KVOffloadSpec offloads KV cache groups whose layers use every KV tensor's page; group "
+                f"{group.group_id} (layers {list(group.layer_names)}) uses pages {used} of {whole}"
+            )
 
 
 class KVOffloadSpec(OffloadingSpec):
@@ -184,22 +202,6 @@ class KVOffloadSpec(OffloadingSpec):
         (a hook for tests and subclasses)."""
         return BlockMover(layers, num_cpu_blocks, cpu_layers=cpu_layers, cpu_kernel=self.cpu_kernel)
 
-    def _check_groups_share_pages(self, kv_caches: CanonicalKVCaches) -> None:
-        """The mover copies a block's row of every KV tensor: right when every group's layers use
-        every tensor's whole page (attention groups: full and sliding window), not for state groups
-        (Mamba) that use part of a page."""
-        if len(kv_caches.group_data_refs) < 2:
-            return
-        whole = {index: entry.page_size_bytes for index, entry in enumerate(kv_caches.tensors)}
-        for group, refs in zip(self.config.groups, kv_caches.group_data_refs, strict=True):
-            used = {ref.tensor_idx: ref.page_size_bytes for ref in refs}
-            if used != whole:
-                raise ConfigError(
-                    f"KVOffloadSpec offloads KV cache groups whose layers use every KV tensor's whole page (full and "
-                    f"sliding-window attention); group {group.group_id} (layers {list(group.layer_names)}) uses "
-                    f"pages {used} of {whole}"
-                )
-
     def get_worker(self, kv_caches: CanonicalKVCaches) -> OffloadingWorker:
         if self._worker is None:
             layers = [entry.tensor for entry in kv_caches.tensors]
@@ -209,7 +211,7 @@ class KVOffloadSpec(OffloadingSpec):
                         f"KV tensor {index} of shape {tuple(layer.shape)} has strides {layer.stride()}: "
                         "KVOffloadSpec needs each block's page contiguous (no packed layouts)"
                     )
-            self._check_groups_share_pages(kv_caches)
+            check_group_pages(self.config.groups, kv_caches)
             rows = self.num_cpu_blocks * self.blocks_per_chunk
             if self.tier_settings.any:
                 path = pool_path(self.config.engine_id, self.config.parallel.rank)
