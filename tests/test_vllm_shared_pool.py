@@ -79,3 +79,10 @@ def test_a_pool_larger_than_its_filesystem_is_refused_at_creation(tmp_path: Path
     with pytest.raises(ConfigError, match=r"cannot reserve \d+ bytes for the shared CPU pool .*lower num_cpu_blocks"):
         create_pool(str(path), [1 << 20], 1 << 30)
     assert not path.exists()
+
+
+def test_the_scheduler_side_reads_the_groups_kinds_the_worker_found(tmp_path: Path) -> None:
+    path = str(tmp_path / "pool")
+    kinds = ("sliding_window=64", "full")
+    create_pool(path, PAGES, ROWS, kinds)
+    assert open_pool(path).group_kinds == kinds

@@ -87,29 +87,39 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
-def _run(model_dir: Path, config: dict[str, Any] | None) -> tuple[EngineReport, Any]:
-    engine = Engine(model_dir, config, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS, max_model_len=MAX_MODEL_LEN)
+def run_gemma3(
+    model_dir: Path,
+    config: dict[str, Any] | None,
+    workload: list[list[list[int]]] = WORKLOAD,
+    hf_overrides: dict[str, Any] | None = None,
+) -> tuple[EngineReport, Any]:
+    """``workload`` through the tiny Gemma 3 (``hf_overrides``: e.g. another sliding window); the
+    report, and whether HMA is on with how many KV cache groups."""
+    engine = Engine(
+        model_dir, config, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS, max_model_len=MAX_MODEL_LEN,
+        hf_overrides=hf_overrides,
+    )
     try:
         core = engine.core
         hybrid = (
             not core.vllm_config.scheduler_config.disable_hybrid_kv_cache_manager,
             len(core.scheduler.kv_cache_config.kv_cache_groups),
         )
-        return run_batches(engine, WORKLOAD, MAX_TOKENS), hybrid
+        return run_batches(engine, workload, MAX_TOKENS), hybrid
     finally:
         engine.shutdown()
 
 
 @pytest.fixture(scope="module")
 def baseline(model_dir: Path) -> EngineReport:
-    report, hybrid = _run(model_dir, None)
+    report, hybrid = run_gemma3(model_dir, None)
     assert hybrid == (True, 2), "vLLM's hybrid KV cache manager must make two groups of this model"
     assert report.cached_tokens[2] == [0, 0], "the flood must evict both prompts from the GPU prefix cache"
     return report
 
 
 def test_kvoffload_connector_sliding_window_and_full_attention(model_dir: Path, baseline: EngineReport) -> None:
-    report, hybrid = _run(model_dir, connector_transfer_config(CPU_CHUNKS))
+    report, hybrid = run_gemma3(model_dir, connector_transfer_config(CPU_CHUNKS))
     assert hybrid == (True, 2), "KVOffloadConnector must keep vLLM's hybrid KV cache manager on"
     assert report.outputs == baseline.outputs, "greedy token ids differ from the run without offloading"
     # Both second turns load at least the shared prefix's chunks (every group's blocks) from CPU.
@@ -128,7 +138,7 @@ def test_negative_control_loading_one_group_changes_the_outputs(
     """A load that copies only one group's blocks back must change the second turns' outputs: each
     group's part of a chunk is needed."""
     config = connector_transfer_config(CPU_CHUNKS, connector_module="vllm_group_mutants", connector_name=mutant)
-    report, _ = _run(model_dir, config)
+    report, _ = run_gemma3(model_dir, config)
     # The second turns did load (so the difference below is about the bytes, not a missed hit) ...
     assert all(served >= PREFIX_TOKENS for served in report.cached_tokens[2])
     # ... and what they generated differs from the run without offloading.
@@ -139,7 +149,7 @@ def test_negative_control_loading_one_group_changes_the_outputs(
 def test_kvoffload_spec_sliding_window_and_full_attention(model_dir: Path, baseline: EngineReport) -> None:
     """KVOffloadSpec inside vLLM's OffloadingConnector: vLLM's scheduler picks each group's chunks
     (keys carry the group), kvoffload's manager holds them and its mover copies each group's blocks."""
-    report, hybrid = _run(model_dir, spec_transfer_config(CPU_CHUNKS))
+    report, hybrid = run_gemma3(model_dir, spec_transfer_config(CPU_CHUNKS))
     assert hybrid == (True, 2), "vLLM's OffloadingConnector keeps its hybrid KV cache manager on"
     assert report.outputs == baseline.outputs, "greedy token ids differ from the run without offloading"
     for served in report.cached_tokens[2]:
@@ -153,7 +163,7 @@ def test_negative_control_the_spec_copying_one_group_changes_the_outputs(
     model_dir: Path, baseline: EngineReport
 ) -> None:
     config = spec_transfer_config(CPU_CHUNKS, spec_module="vllm_group_mutants", spec_name="FirstGroupSpec")
-    report, _ = _run(model_dir, config)
+    report, _ = run_gemma3(model_dir, config)
     assert all(served >= PREFIX_TOKENS for served in report.cached_tokens[2])
     assert report.outputs[:-2] == baseline.outputs[:-2]
     assert report.outputs[-2:] != baseline.outputs[-2:], "copying one group's blocks went unnoticed"

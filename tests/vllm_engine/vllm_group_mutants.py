@@ -1,7 +1,8 @@
 """Negative controls for several KV cache groups: KVOffloadConnector whose worker loads only one
-group's blocks of each chunk or skips the sliding-window groups' blocks, and KVOffloadSpec whose
-worker copies only the first group's blocks (the other group's blocks keep whatever the engine
-left in them), or only the last group's."""
+group's blocks of each chunk or skips the sliding-window groups' blocks, KVOffloadSpec whose worker
+copies only the first group's blocks (the other group's blocks keep whatever the engine left in
+them) or only the last group's, and both integrations with tiers whose namespace leaves the
+groups' kinds out."""
 
 from __future__ import annotations
 
@@ -98,3 +99,19 @@ class LastGroupSpec(KVOffloadSpec):
 
         worker._pairs = last_group
         return worker
+
+
+class NoGroupLayoutConnector(KVOffloadConnector):
+    """Names its tiers' namespace without the KV cache groups' kinds (``/g...``): engines of one
+    model with other sliding windows then share their chunks in Redis."""
+
+    def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any) -> None:
+        super().__init__(vllm_config, role, kv_cache_config)
+        self.layout = self.layout.partition("/g")[0]
+
+
+class NoGroupKindsSpec(KVOffloadSpec):
+    """Names its tiers' namespace without the KV cache groups' kinds, as before they were named."""
+
+    def tier_namespace_layout(self, group_kinds: tuple[str, ...]) -> str:
+        return self.layout

@@ -161,6 +161,7 @@ class Engine:
         tensor_parallel_size: int = 1,
         max_num_batched_tokens: int | None = None,
         scheduling_policy: str | None = None,
+        hf_overrides: dict[str, Any] | None = None,
     ) -> None:
         from vllm import LLM
         from vllm.config import KVTransferConfig
@@ -186,6 +187,9 @@ class Engine:
             # "priority": add_request's priority picks the preemption victim and the admission order.
             **({"scheduling_policy": scheduling_policy} if scheduling_policy else {}),
             **({"distributed_executor_backend": distributed_executor_backend} if distributed_executor_backend else {}),
+            # The same model (same name, so the same tier namespace but for the layout) with another
+            # attention setting, e.g. another sliding window.
+            **({"hf_overrides": hf_overrides} if hf_overrides else {}),
             tensor_parallel_size=tensor_parallel_size,
         )
         # None with vLLM's multiprocessing on (VLLM_ENABLE_V1_MULTIPROCESSING=1): the engine core,

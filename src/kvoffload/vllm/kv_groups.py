@@ -118,3 +118,20 @@ def interleave(groups: Sequence[Sequence[int]]) -> list[int]:
     if len(set(lengths)) != 1:
         raise ValueError(f"KV cache groups list {lengths} blocks for one request; kvoffload needs as many in each")
     return [block for blocks in zip(*groups, strict=True) for block in blocks]
+
+
+def declared_kinds(group_layers: Sequence[Sequence[str]]) -> tuple[str, ...]:
+    """Each group's kind as its layers declare it in vLLM's current config, which vLLM sets where a
+    worker builds its KV caches (a group of layers of several kinds names each, sorted; ``unknown``
+    where no config is current or no layer is found, outside an engine). For KVOffloadSpec, whose
+    OffloadingConfig names each group's layers but not its kind (the sliding window)."""
+    from vllm.config import get_current_vllm_config_or_none, get_layers_from_vllm_config
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+
+    config = get_current_vllm_config_or_none()
+    layers = {} if config is None else get_layers_from_vllm_config(config, AttentionLayerBase)
+    kinds = []
+    for names in group_layers:
+        found = {_kind(layers[name].get_kv_cache_spec(config))[0] for name in names if name in layers}
+        kinds.append(",".join(sorted(found)) or "unknown")
+    return tuple(kinds)

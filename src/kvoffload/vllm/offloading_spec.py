@@ -38,6 +38,7 @@ from kvoffload.dataplane.mover import BlockMover
 from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.policies import POLICIES
 from kvoffload.offload.types import DEFAULT_POLICY
+from kvoffload.vllm.kv_groups import declared_kinds
 from kvoffload.vllm.manager_adapter import StrictManagerAdapter
 from kvoffload.vllm.metrics import SPEC_COUNTERS, configured_tiers
 from kvoffload.vllm.mover_worker import MoverWorker
@@ -59,6 +60,13 @@ def _positive_int(extra: dict[str, Any], key: str) -> int | None:
     if number < 1:
         raise ConfigError(f"kv_connector_extra_config[{key!r}] must be a positive integer, got {value!r}")
     return number
+
+
+def tier_layout(layout: str, group_kinds: tuple[str, ...]) -> str:
+    """The layout name of the tiers' namespace: ``layout`` and, unless the engine has one group of
+    full attention, each group's kind (its sliding window), which the layout cannot name: engines
+    of one model with other windows keep the same groups and layers, but other KV."""
+    return layout if group_kinds == ("full",) else f"{layout}/{'+'.join(group_kinds)}"
 
 
 def spec_layout(config: OffloadingConfig) -> str:
@@ -189,11 +197,16 @@ class KVOffloadSpec(OffloadingSpec):
         ranks = []
         for rank, rank_chunks in enumerate(chunks):
             settings = self.tier_settings.for_rank(rank, world_size)
-            namespace = Namespace(self.config.model.name, self.layout, rank)
+            namespace = Namespace(self.config.model.name, self.tier_namespace_layout(pools[rank].group_kinds), rank)
             backends = open_backends(settings, chunk_bytes, file_slots, namespace, writer)
             ranks.append(WorkerTiers(backends, rank_chunks))
         manager = tiering_manager(cpu, self.tier_settings, file_slots)
         return TieredManagerAdapter(manager, self.chunk_tokens, PoolTiers(ranks), self.policy)
+
+    def tier_namespace_layout(self, group_kinds: tuple[str, ...]) -> str:
+        """The layout name in the tiers' namespace (:func:`tier_layout`), from the groups' kinds the
+        worker wrote in its pool; a hook for tests."""
+        return tier_layout(self.layout, group_kinds)
 
     def make_mover(
         self, layers: Sequence[torch.Tensor], num_cpu_blocks: int, cpu_layers: Sequence[torch.Tensor] | None = None
@@ -215,7 +228,8 @@ class KVOffloadSpec(OffloadingSpec):
             rows = self.num_cpu_blocks * self.blocks_per_chunk
             if self.tier_settings.any:
                 path = pool_path(self.config.engine_id, self.config.parallel.rank)
-                pool = create_pool(path, [int(layer.shape[1]) for layer in layers], rows)
+                kinds = declared_kinds([group.layer_names for group in self.config.groups])
+                pool = create_pool(path, [int(layer.shape[1]) for layer in layers], rows, kinds)
                 mover = self.make_mover(layers, rows, pool.layers)
                 release = pool.unlink
             else:

@@ -6,7 +6,8 @@ worker in each worker process, and the connector carries nothing of the spec's o
 but job ids and their completions. So the tier I/O runs next to the manager, and the CPU tier's
 bytes come to it: each worker (tensor-parallel rank) keeps its block mover's CPU pool in a file
 under ``/dev/shm`` named by the engine id and the rank, and the scheduler process maps the same
-pages. The file holds a 4 KiB header (magic, rows, each layer's page bytes), then each layer's
+pages. The file holds a 4 KiB header (magic, rows, each layer's page bytes, and the KV cache
+groups' kinds, which only the worker can know and the tiers' namespace names), then each layer's
 ``rows x page`` bytes, each layer starting on a page boundary.
 
 The worker creates the file (``O_EXCL``: never another engine's); the scheduler opens and then
@@ -54,6 +55,8 @@ class SharedPool:
     path: str
     layers: list[torch.Tensor]
     mapping: mmap.mmap
+    # Each KV cache group's kind, in group order, as the worker found them.
+    group_kinds: tuple[str, ...] = ()
 
     def unlink(self) -> None:
         """Remove the file name (the pages stay while a mapping holds them)."""
@@ -71,10 +74,10 @@ def _views(mapping: mmap.mmap, pages: list[int], rows: int) -> list[torch.Tensor
     ]
 
 
-def create_pool(path: str, pages: list[int], rows: int) -> SharedPool:
+def create_pool(path: str, pages: list[int], rows: int, group_kinds: tuple[str, ...] = ()) -> SharedPool:
     """A new pool of ``rows`` blocks per layer (the worker side); ConfigError if it cannot be made."""
     size = _offsets(pages, rows)[-1]
-    header = json.dumps({"rows": rows, "pages": pages}).encode()
+    header = json.dumps({"rows": rows, "pages": pages, "groups": list(group_kinds)}).encode()
     if len(MAGIC) + 4 + len(header) > HEADER:
         raise ConfigError(f"KVOffloadSpec: {len(pages)} KV layers do not fit the shared pool's header")
     try:
@@ -95,7 +98,7 @@ def create_pool(path: str, pages: list[int], rows: int) -> SharedPool:
         ) from None
     os.close(descriptor)
     mapping[: len(MAGIC) + 4 + len(header)] = MAGIC + len(header).to_bytes(4, "little") + header
-    return SharedPool(path, _views(mapping, pages, rows), mapping)
+    return SharedPool(path, _views(mapping, pages, rows), mapping, group_kinds)
 
 
 def open_pool(path: str) -> SharedPool:
@@ -121,4 +124,4 @@ def open_pool(path: str) -> SharedPool:
     pages, rows = [int(page) for page in header["pages"]], int(header["rows"])
     if _offsets(pages, rows)[-1] != len(mapping):
         raise ConfigError(f"KVOffloadSpec: {path} holds {len(mapping)} bytes, its header describes another size")
-    return SharedPool(path, _views(mapping, pages, rows), mapping)
+    return SharedPool(path, _views(mapping, pages, rows), mapping, tuple(str(kind) for kind in header["groups"]))
