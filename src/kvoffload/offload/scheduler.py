@@ -348,7 +348,7 @@ class OffloadingScheduler:
         start = num_computed_tokens // self._chunk_tokens
         tracker.lookup_start_chunk = start
         self.stats.lookups += 1
-        if self._reset_pending or num_computed_tokens % self._chunk_tokens:
+        if self._reset_pending or not self._may_load_behind(num_computed_tokens):
             return 0, False
         # At least one token is left for the engine to compute, so it has logits to sample from.
         last = min(len(request.block_hashes) // self._blocks_per_chunk, (request.num_tokens - 1) // self._chunk_tokens)
@@ -368,7 +368,15 @@ class OffloadingScheduler:
             return None, False
         self.manager.touch(request_id, hit_keys)
         tracker.lookup_hit_chunks = hits
-        return hits * self._chunk_tokens, True
+        return (start + hits) * self._chunk_tokens - num_computed_tokens, True
+
+    def _may_load_behind(self, num_computed_tokens: int) -> bool:
+        """Whether a load may start at ``num_computed_tokens``: on a chunk boundary, or inside a
+        chunk behind whole GPU blocks when the engine has a null block to name in the load job
+        where its prefix cache already holds the chunk's first blocks (never written)."""
+        if not num_computed_tokens % self._chunk_tokens:
+            return True
+        return self._null_block is not None and not num_computed_tokens % self.config.gpu_block_size
 
     def update_state_after_alloc(
         self, request: EngineRequest, block_ids: Sequence[int], num_external_tokens: int
@@ -388,11 +396,13 @@ class OffloadingScheduler:
                 "AllocOnlyWhenWaiting", tracker.request_id, "update_state_after_alloc", tracker.state,
                 "GPU blocks are allocated to a waiting request or a running one after its load",
             )
-        offered = tracker.lookup_hit_chunks * self._chunk_tokens
-        if num_external_tokens > offered or num_external_tokens % self._chunk_tokens:
+        local = tracker.local_computed_tokens
+        offered = (tracker.lookup_start_chunk + tracker.lookup_hit_chunks) * self._chunk_tokens - local
+        if num_external_tokens and (num_external_tokens > offered or (local + num_external_tokens) % self._chunk_tokens):
             raise ValueError(
-                f"{call}: num_external_tokens={num_external_tokens} must be a multiple of "
-                f"{self._chunk_tokens} in [0, {offered}] (what the last lookup offered)"
+                f"{call}: num_external_tokens={num_external_tokens} must be 0 or end a chunk of "
+                f"{self._chunk_tokens} tokens behind num_computed_tokens={local}, at most {offered} "
+                "(what the last lookup offered)"
             )
         if num_external_tokens and self._reset_pending:
             # The offer came from a lookup before reset_cache: its keys belong to the dropped cache
@@ -401,7 +411,7 @@ class OffloadingScheduler:
                 f"{call}: num_external_tokens={num_external_tokens} after reset_cache: look the request up again"
             )
         start = tracker.lookup_start_chunk
-        chunks = num_external_tokens // self._chunk_tokens
+        chunks = (local + num_external_tokens) // self._chunk_tokens - start if num_external_tokens else 0
         needed_blocks = (start + chunks) * self._gpu_blocks_per_chunk
         if len(block_ids) < needed_blocks:
             raise ValueError(
@@ -422,7 +432,7 @@ class OffloadingScheduler:
         self._fence_check(block_ids)
         tracker.gpu_block_ids = block_ids
         job = self._new_job(
-            tracker, "load", keys, tuple(block_ids[start * self._gpu_blocks_per_chunk : needed_blocks]), cpu_block_ids,
+            tracker, "load", keys, self._load_targets(block_ids, start, needed_blocks, local), cpu_block_ids,
             tuple(range(start, start + chunks)),
         )
         tracker.load_job = job.job_id
@@ -434,6 +444,19 @@ class OffloadingScheduler:
         self.stats.loaded_chunks += chunks
         self.stats.hit_tokens += num_external_tokens
         self.lifecycle.fire(tracker, "load")
+
+    def _load_targets(self, block_ids: Sequence[int], start: int, end: int, local: int) -> tuple[int, ...]:
+        """The GPU blocks a load from chunk ``start`` up to request block ``end`` writes, one per
+        position of its chunks: the null block at each position the engine's prefix cache already
+        holds (the blocks below ``local`` tokens, every group's), which the worker never writes;
+        those blocks may be shared with other running requests."""
+        first = start * self._gpu_blocks_per_chunk
+        held = local // self.config.gpu_block_size * self.config.kv_groups - first
+        targets = tuple(block_ids[first:end])
+        null = self._null_block
+        if held <= 0 or null is None:  # None: _may_load_behind offered no hit inside a chunk
+            return targets
+        return (null,) * held + targets[held:]
 
     def preempt_between_steps(self, request_id: RequestId) -> None:
         """The engine took a running request's GPU blocks back between two steps and is about to
