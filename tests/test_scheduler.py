@@ -382,7 +382,8 @@ def test_external_tokens_beyond_the_lookup_are_rejected() -> None:
     _stored_prefix(s, [1], [0, 1])
     b = request("b", [1, 2], extra_tokens=1)
     assert s.get_num_new_matched_tokens(b, 0) == (4, True)
-    with pytest.raises(ValueError, match="num_external_tokens=8 must be 0 or end a chunk of 4 tokens behind num_computed_tokens=0, at most 4"):
+    message = "num_external_tokens=8 must be 0 or end a chunk of 4 tokens behind num_computed_tokens=0, at most 4"
+    with pytest.raises(ValueError, match=message):
         s.update_state_after_alloc(b, [3, 4, 5], 8)
     assert view(s) == {"b": ("waiting", None, ())}
 

@@ -9,6 +9,8 @@ load writing them would replace.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -18,7 +20,7 @@ from kvoffload.dataplane.mover import BlockMover
 from kvoffload.dataplane.worker import OffloadingWorker
 from kvoffload.lifecycles import check_invariants
 from kvoffload.offload import OffloadConfig, OffloadingScheduler, SchedulerOutput, WorkerOutput
-from kvoffload.offload.types import ConnectorMetadata
+from kvoffload.offload.types import ConnectorMetadata, EngineRequest
 from support import FakeRequest
 
 NULL = 0
@@ -105,15 +107,16 @@ def _check_partial_load(scheduler: type[OffloadingScheduler], shape: tuple[int, 
     # The rest of the first chunk and the whole chunks after it, up to what the tier holds.
     assert external == stored_chunks * chunk_tokens - local, "the lookup counts tokens the engine holds"
     (load,) = engine.run({}).loads
-    start = held_blocks // per_chunk
-    held_positions = held_blocks * groups - start * per_chunk * groups
-    assert not set(load.gpu_block_ids) & set(blocks[: held_blocks * groups]), "a block below the GPU hit is a load target"
-    assert bool((engine.layer[blocks[: held_blocks * groups]] == SENTINEL).all()), "a GPU-held block was written"
+    held, end = held_blocks * groups, stored_chunks * per_chunk * groups
+    # Positions of the held blocks in the load's first chunk.
+    held_positions = held - held_blocks // per_chunk * per_chunk * groups
+    assert not set(load.gpu_block_ids) & set(blocks[:held]), "a block below the GPU hit is a load target"
+    assert bool((engine.layer[blocks[:held]] == SENTINEL).all()), "a GPU-held block was written"
     assert load.gpu_block_ids[:held_positions] == (NULL,) * held_positions
-    assert load.gpu_block_ids[held_positions:] == tuple(blocks[held_blocks * groups : stored_chunks * per_chunk * groups])
+    assert load.gpu_block_ids[held_positions:] == tuple(blocks[held:end])
     assert engine.scheduler.trackers["second"].state == "running"
-    loaded = blocks[held_blocks * groups : stored_chunks * per_chunk * groups]
-    first_turn = list(range(1 + held_blocks * groups, 1 + stored_chunks * per_chunk * groups))
+    loaded = blocks[held:end]
+    first_turn = list(range(1 + held, 1 + end))
     assert torch.equal(engine.layer[loaded], stored[first_turn]), "the load did not bring the stored KV"
     # The request runs on: its next chunk is stored, and nothing is left behind.
     engine.run({"second": second.num_tokens - stored_chunks * chunk_tokens})
@@ -140,7 +143,7 @@ def test_every_offset_inside_a_chunk_of_four_blocks_with_two_groups(held_blocks:
 class WholeFirstChunkLoad(OffloadingScheduler):
     """Mutant: the load writes the whole first chunk, the blocks the engine's prefix cache holds too."""
 
-    def _load_targets(self, block_ids, start, end, local):  # type: ignore[no-untyped-def]
+    def _load_targets(self, block_ids: Sequence[int], start: int, end: int, local: int) -> tuple[int, ...]:
         return tuple(block_ids[start * self.config.gpu_blocks_per_chunk : end])
 
 
@@ -148,11 +151,13 @@ class GpuHeldPartCountedAsLoaded(OffloadingScheduler):
     """Mutant: the lookup reports the first chunk's GPU-held tokens as loaded too (whole chunks
     from the chunk's start), and the admission takes them back before loading."""
 
-    def get_num_new_matched_tokens(self, request, num_computed_tokens):  # type: ignore[no-untyped-def]
+    def get_num_new_matched_tokens(self, request: EngineRequest, num_computed_tokens: int) -> tuple[int | None, bool]:
         tokens, is_async = super().get_num_new_matched_tokens(request, num_computed_tokens)
         return (tokens + num_computed_tokens % self.config.chunk_tokens if tokens else tokens), is_async
 
-    def update_state_after_alloc(self, request, block_ids, num_external_tokens):  # type: ignore[no-untyped-def]
+    def update_state_after_alloc(
+        self, request: EngineRequest, block_ids: Sequence[int], num_external_tokens: int
+    ) -> None:
         local = self.tracker(request.request_id).local_computed_tokens
         held = local % self.config.chunk_tokens if num_external_tokens else 0
         super().update_state_after_alloc(request, block_ids, num_external_tokens - held)
@@ -160,7 +165,10 @@ class GpuHeldPartCountedAsLoaded(OffloadingScheduler):
 
 @pytest.mark.parametrize(
     ("mutant", "caught"),
-    [(WholeFirstChunkLoad, "a block below the GPU hit is a load target"), (GpuHeldPartCountedAsLoaded, "the lookup counts tokens the engine holds")],
+    [
+        (WholeFirstChunkLoad, "a block below the GPU hit is a load target"),
+        (GpuHeldPartCountedAsLoaded, "the lookup counts tokens the engine holds"),
+    ],
 )
 def test_the_mutants_are_caught(mutant: type[OffloadingScheduler], caught: str) -> None:
     with pytest.raises(AssertionError, match=caught):

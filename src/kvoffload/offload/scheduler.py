@@ -39,6 +39,11 @@ Ordering rules (docs/design.md), each enforced here by the declared lifecycle:
    a block when it schedules the block's tokens, so a request admitted behind another in the same
    step can hit blocks that only this step's forward pass writes, while the worker runs the step's
    stores before the forward.
+10. A load never writes a GPU block the engine already holds. A lookup behind a GPU prefix-cache hit
+   that ends inside a chunk (on a block boundary, with ``OffloadConfig.null_block`` set) offers the
+   rest of that chunk and the whole chunks after it; the load job names the null block at every
+   position of the first chunk the hit covers (every group's), so the worker writes only the
+   blocks allocated for the load: the hit's blocks may be shared with other running requests.
 
 Sans-IO and deterministic: no threads, clocks, randomness or I/O; job ids count up from 1.
 """
@@ -398,7 +403,8 @@ class OffloadingScheduler:
             )
         local = tracker.local_computed_tokens
         offered = (tracker.lookup_start_chunk + tracker.lookup_hit_chunks) * self._chunk_tokens - local
-        if num_external_tokens and (num_external_tokens > offered or (local + num_external_tokens) % self._chunk_tokens):
+        ends_a_chunk = not (local + num_external_tokens) % self._chunk_tokens
+        if num_external_tokens and (num_external_tokens > offered or not ends_a_chunk):
             raise ValueError(
                 f"{call}: num_external_tokens={num_external_tokens} must be 0 or end a chunk of "
                 f"{self._chunk_tokens} tokens behind num_computed_tokens={local}, at most {offered} "
