@@ -20,7 +20,8 @@ from kvoffload.dataplane.mover import BlockMover
 from kvoffload.dataplane.worker import OffloadingWorker
 from kvoffload.lifecycles import check_invariants
 from kvoffload.offload import OffloadConfig, OffloadingScheduler, SchedulerOutput, WorkerOutput
-from kvoffload.offload.types import ConnectorMetadata, EngineRequest
+from kvoffload.offload.manager import CPUOffloadingManager
+from kvoffload.offload.types import ConnectorMetadata, EngineRequest, OffloadKey
 from support import FakeRequest
 
 NULL = 0
@@ -174,3 +175,32 @@ def test_the_mutants_are_caught(mutant: type[OffloadingScheduler], caught: str) 
     with pytest.raises(AssertionError, match=caught):
         _check_partial_load(mutant, (2, 1, 2), 1)
     _check_partial_load(OffloadingScheduler, (2, 1, 2), 1)
+
+
+class PromotingOnceManager(CPUOffloadingManager):
+    """Answers the second request's first lookup None, as a tiering manager promoting its chunks."""
+
+    promoting = True
+
+    def lookup(self, request_id: str, keys: Sequence[OffloadKey]) -> int | None:
+        if request_id == "second" and self.promoting:
+            self.promoting = False
+            return None
+        return super().lookup(request_id, keys)
+
+
+class PromotingOnceScheduler(OffloadingScheduler):
+    def __init__(self, config: OffloadConfig) -> None:
+        super().__init__(config, PromotingOnceManager(config.num_cpu_blocks, config.policy))
+
+
+def test_a_lookup_inside_a_chunk_that_a_tier_defers_offers_the_load_when_asked_again() -> None:
+    engine = Engine(2, 1, PromotingOnceScheduler)
+    s = engine.scheduler
+    hashes = [100, 101, 102, 103]
+    engine.store_prompt(_request("first", hashes))
+    second = _request("second", [*hashes, 200, 201])
+    assert s.get_num_new_matched_tokens(second, BLOCK_TOKENS) == (None, False)
+    assert s.trackers["second"].state == "waiting" and s.stats.deferred_lookups == 1
+    # Asked again next step: the rest of the first chunk (one block) and the second chunk.
+    assert s.get_num_new_matched_tokens(second, BLOCK_TOKENS) == (3 * BLOCK_TOKENS, True)
