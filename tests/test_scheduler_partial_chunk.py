@@ -204,3 +204,19 @@ def test_a_lookup_inside_a_chunk_that_a_tier_defers_offers_the_load_when_asked_a
     assert s.trackers["second"].state == "waiting" and s.stats.deferred_lookups == 1
     # Asked again next step: the rest of the first chunk (one block) and the second chunk.
     assert s.get_num_new_matched_tokens(second, BLOCK_TOKENS) == (3 * BLOCK_TOKENS, True)
+
+
+def test_an_offer_capped_by_the_engine_still_ends_on_a_chunk_boundary() -> None:
+    engine = Engine(2, 1, OffloadingScheduler)
+    s = engine.scheduler
+    hashes = [100, 101, 102, 103, 104, 105]
+    engine.store_prompt(_request("first", hashes))
+    second = _request("second", [*hashes, 200, 201])
+    assert s.get_num_new_matched_tokens(second, BLOCK_TOKENS) == (5 * BLOCK_TOKENS, True)
+    # A cap of 4 blocks behind the 1-block hit: the rest of the first chunk and one whole chunk.
+    capped = s.offer_within(BLOCK_TOKENS, 4 * BLOCK_TOKENS)
+    assert capped == 3 * BLOCK_TOKENS
+    assert s.offer_within(BLOCK_TOKENS, 0) == 0
+    s.update_state_after_alloc(second, engine.allocate(len(hashes) + 3), capped)
+    (load,) = engine.run({}).loads
+    assert load.gpu_block_ids[0] == NULL and len(load.keys) == 2

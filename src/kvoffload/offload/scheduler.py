@@ -375,6 +375,12 @@ class OffloadingScheduler:
         tracker.lookup_hit_chunks = hits
         return (start + hits) * self._chunk_tokens - num_computed_tokens, True
 
+    def offer_within(self, num_computed_tokens: int, max_tokens: int) -> int:
+        """The most tokens a load behind ``num_computed_tokens`` may cover within ``max_tokens``
+        (an engine's cap on a lookup's offer): a load ends on a chunk boundary."""
+        chunk = self._chunk_tokens
+        return max(0, (num_computed_tokens + max_tokens) // chunk * chunk - num_computed_tokens)
+
     def _may_load_behind(self, num_computed_tokens: int) -> bool:
         """Whether a load may start at ``num_computed_tokens``: on a chunk boundary, or inside a
         chunk behind whole GPU blocks when the engine has a null block to name in the load job
