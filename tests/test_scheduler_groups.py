@@ -210,3 +210,30 @@ def test_window_groups_are_checked() -> None:
         OffloadConfig(4, 1, 8, kv_groups=2, window_groups=((1, 8),))
     with pytest.raises(ValueError, match="window_groups"):
         OffloadConfig(4, 1, 8, kv_groups=2, null_block=NULL, window_groups=((2, 8),))
+
+
+def test_a_windowless_chunk_behind_a_gpu_hit_inside_it_keeps_the_engines_own_window_blocks() -> None:
+    """Behind a GPU prefix-cache hit ending inside a chunk stored without its window part, the
+    positions the hit holds are the engine's own and never written: a real window block there is
+    not refused (vLLM names its null block there; another engine need not)."""
+    # Blocks of 8 tokens, chunks of 2 blocks, a window of 8 tokens: chunk c is blocks 2c and 2c + 1.
+    s = OffloadingScheduler(
+        OffloadConfig(8, 2, 16, "lru", kv_groups=2, null_block=NULL, window_groups=((WINDOW, WINDOW_TOKENS),))
+    )
+    hashes = list(range(1, 9))
+    first = request("r", hashes, extra_tokens=1, block_size=8)
+    s.get_num_new_matched_tokens(first, 0)
+    lost = {0, 1, 2, 3, 4}  # chunks 0, 1 and 2 lose window blocks: stored windowless
+    s.update_state_after_alloc(first, [b for i in range(8) for b in (10 + i, NULL if i in lost else 20 + i)], 0)
+    s.build_connector_meta(SchedulerOutput({"r": first.num_tokens}))
+    meta = s.build_connector_meta(SchedulerOutput({"r": 1}))
+    s.update_connector_output(WorkerOutput({job.job_id: True for job in meta.stores}))
+    # The GPU hit holds blocks 0..4 (40 tokens, inside chunk 2); the hit ends at chunk 4, whose
+    # last window lies in chunk 3, stored whole.
+    again = request("again", hashes, extra_tokens=3, block_size=8)
+    assert s.get_num_new_matched_tokens(again, 40) == (24, True)
+    held = [10, NULL, 11, NULL, 12, NULL, 13, NULL, 14, 24]
+    s.update_state_after_alloc(again, [*held, 15, NULL, 16, NULL, 17, 27], 24)
+    (load,) = s.build_connector_meta(SchedulerOutput({})).loads
+    assert load.keys == (windowless_key(6), 8)
+    assert load.gpu_block_ids == (NULL, NULL, 15, NULL, 16, NULL, 17, 27), "a block the GPU hit holds is a target"

@@ -22,6 +22,8 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm-engine` installs it in .venv-vllm")
 
+from vllm_partial_chunk import PrefixCacheGuardConnector
+
 from kvoffload.vllm.harness import (
     Engine,
     EngineReport,
@@ -58,10 +60,25 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _run(model_dir: Path, workload: list[list[list[int]]], config: dict | None) -> EngineReport:
     engine = Engine(model_dir, config, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS, max_num_seqs=4)
+    connector = engine.scheduler_connector
+    guarded = isinstance(connector, PrefixCacheGuardConnector)
+    if guarded:
+        connector.block_pool = engine.core.scheduler.kv_cache_manager.block_pool
     try:
-        return run_batches(engine, workload, MAX_TOKENS)
+        report = run_batches(engine, workload, MAX_TOKENS)
     finally:
         engine.shutdown()
+    if guarded:
+        report.violations += connector.prefix_cache_writes
+    return report
+
+
+def _guarded_config(connector_name: str = "PrefixCacheGuardConnector") -> dict:
+    """Chunks of two blocks; every load checked against vLLM's prefix cache (vllm_partial_chunk.py)."""
+    return connector_transfer_config(
+        CPU_CHUNKS, blocks_per_chunk=2, verify_loads=True, connector_module="vllm_partial_chunk",
+        connector_name=connector_name,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -106,13 +123,25 @@ def test_connector_with_two_block_chunks(model_dir: Path, baselines: dict[int, E
 
 def test_connector_when_the_gpu_hit_ends_inside_a_chunk(model_dir: Path, baselines: dict[int, EngineReport]) -> None:
     """A 160-token system prompt is 2.5 chunks of 64: behind that GPU hit, kvoffload's connector
-    loads nothing (it loads whole chunks) and the engine recomputes the rest."""
-    config = connector_transfer_config(CPU_CHUNKS, blocks_per_chunk=2, verify_loads=True)
-    report = _run(model_dir, chat_workload(160), config)
+    loads the rest of the third chunk (its second block) and the user's own chunk, and never writes
+    a block of vLLM's prefix cache. Before it did, it loaded nothing there (256 tokens in all)."""
+    report = _run(model_dir, chat_workload(160), _guarded_config())
     _assert_same_outputs(baselines[160], report)
-    # Only the first second turn, with nothing in the GPU cache, loads (4 chunks of its 256+ tokens).
-    assert report.cached_tokens[2][0] == 256
-    assert report.kvoffload["scheduler"]["loads"] == 1
+    # Every second turn is served up to its 4 stored chunks: the first loads all 256 tokens, the
+    # others 96 behind their 160-token GPU hit, as vLLM's OffloadingConnector does.
+    assert report.cached_tokens[2] == [256] * USERS
+    assert report.external_hit_tokens == 256 + 96 * (USERS - 1)
+    scheduler = report.kvoffload["scheduler"]
+    assert scheduler["hit_tokens"] == report.external_hit_tokens
+    assert scheduler["loads"] == USERS
+    assert scheduler["loaded_chunks"] == 4 + 2 * (USERS - 1)
+
+
+def test_a_connector_writing_the_whole_first_chunk_is_caught(model_dir: Path) -> None:
+    """The negative control: a load that writes the first chunk's blocks vLLM's prefix cache holds."""
+    report = _run(model_dir, chat_workload(160), _guarded_config("WholeFirstChunkConnector"))
+    assert report.violations, "a load writing vLLM's prefix-cache blocks went unnoticed"
+    assert all("writes prefix-cache blocks" in violation for violation in report.violations)
 
 
 def test_spec_when_the_gpu_hit_ends_inside_a_chunk(model_dir: Path, baselines: dict[int, EngineReport]) -> None:

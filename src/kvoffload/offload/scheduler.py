@@ -43,6 +43,11 @@ Ordering rules (docs/design.md), each enforced here by the declared lifecycle:
    chunk that lost only window blocks is stored without its window part, under its windowless key;
    a hit needs the window parts of its last window only, and a load refuses an engine block where
    a windowless chunk has nothing to write. A chunk is still one job with one outcome.
+11. A load never writes a GPU block the engine already holds. A lookup behind a GPU prefix-cache hit
+   that ends inside a chunk (on a block boundary, with ``OffloadConfig.null_block`` set) offers the
+   rest of that chunk and the whole chunks after it; the load job names the null block at every
+   position of the first chunk the hit covers (every group's), so the worker writes only the
+   blocks allocated for the load: the hit's blocks may be shared with other running requests.
 
 Sans-IO and deterministic: no threads, clocks, randomness or I/O; job ids count up from 1.
 """
@@ -360,7 +365,7 @@ class OffloadingScheduler:
         start = num_computed_tokens // self._chunk_tokens
         tracker.lookup_start_chunk = start
         self.stats.lookups += 1
-        if self._reset_pending or num_computed_tokens % self._chunk_tokens:
+        if self._reset_pending or not self._may_load_behind(num_computed_tokens):
             return 0, False
         # At least one token is left for the engine to compute, so it has logits to sample from.
         last = min(len(request.block_hashes) // self._blocks_per_chunk, (request.num_tokens - 1) // self._chunk_tokens)
@@ -385,7 +390,21 @@ class OffloadingScheduler:
         self.manager.touch(request_id, hit_keys)
         tracker.lookup_hit_chunks = hits
         tracker.lookup_keys = tuple(hit_keys)
-        return hits * self._chunk_tokens, True
+        return (start + hits) * self._chunk_tokens - num_computed_tokens, True
+
+    def offer_within(self, num_computed_tokens: int, max_tokens: int) -> int:
+        """The most tokens a load behind ``num_computed_tokens`` may cover within ``max_tokens``
+        (an engine's cap on a lookup's offer): a load ends on a chunk boundary."""
+        chunk = self._chunk_tokens
+        return max(0, (num_computed_tokens + max_tokens) // chunk * chunk - num_computed_tokens)
+
+    def _may_load_behind(self, num_computed_tokens: int) -> bool:
+        """Whether a load may start at ``num_computed_tokens``: on a chunk boundary, or inside a
+        chunk behind whole GPU blocks when the engine has a null block to name in the load job
+        where its prefix cache already holds the chunk's first blocks (never written)."""
+        if not num_computed_tokens % self._chunk_tokens:
+            return True
+        return self._null_block is not None and not num_computed_tokens % self.config.gpu_block_size
 
     def _lookup_keys(self, keys: list[OffloadKey]) -> list[OffloadKey]:
         """Each chunk's key, or its windowless key where only that one is in the tier."""
@@ -422,11 +441,14 @@ class OffloadingScheduler:
                 "AllocOnlyWhenWaiting", tracker.request_id, "update_state_after_alloc", tracker.state,
                 "GPU blocks are allocated to a waiting request or a running one after its load",
             )
-        offered = tracker.lookup_hit_chunks * self._chunk_tokens
-        if num_external_tokens > offered or num_external_tokens % self._chunk_tokens:
+        local = tracker.local_computed_tokens
+        offered = (tracker.lookup_start_chunk + tracker.lookup_hit_chunks) * self._chunk_tokens - local
+        ends_a_chunk = not (local + num_external_tokens) % self._chunk_tokens
+        if num_external_tokens and (num_external_tokens > offered or not ends_a_chunk):
             raise ValueError(
-                f"{call}: num_external_tokens={num_external_tokens} must be a multiple of "
-                f"{self._chunk_tokens} in [0, {offered}] (what the last lookup offered)"
+                f"{call}: num_external_tokens={num_external_tokens} must be 0 or end a chunk of "
+                f"{self._chunk_tokens} tokens behind num_computed_tokens={local}, at most {offered} "
+                "(what the last lookup offered)"
             )
         if num_external_tokens and self._reset_pending:
             # The offer came from a lookup before reset_cache: its keys belong to the dropped cache
@@ -435,7 +457,7 @@ class OffloadingScheduler:
                 f"{call}: num_external_tokens={num_external_tokens} after reset_cache: look the request up again"
             )
         start = tracker.lookup_start_chunk
-        chunks = num_external_tokens // self._chunk_tokens
+        chunks = (local + num_external_tokens) // self._chunk_tokens - start if num_external_tokens else 0
         needed_blocks = (start + chunks) * self._gpu_blocks_per_chunk
         if len(block_ids) < needed_blocks:
             raise ValueError(
@@ -458,7 +480,7 @@ class OffloadingScheduler:
         self._fence_check(block_ids)
         tracker.gpu_block_ids = block_ids
         job = self._new_job(
-            tracker, "load", keys, tuple(block_ids[start * self._gpu_blocks_per_chunk : needed_blocks]), cpu_block_ids,
+            tracker, "load", keys, self._load_targets(block_ids, start, needed_blocks, local), cpu_block_ids,
             tuple(range(start, start + chunks)),
         )
         tracker.load_job = job.job_id
@@ -475,9 +497,11 @@ class OffloadingScheduler:
         self, call: str, tracker: RequestTracker, keys: Sequence[OffloadKey], block_ids: Sequence[int]
     ) -> None:
         """A chunk loaded without its window part must have the null block in every window
-        group's position: the engine counts those tokens computed, so a block of its own there
-        would be marked loaded with nothing written into it."""
+        group's position the load writes: the engine counts those tokens computed, so a block of
+        its own there would be marked loaded with nothing written into it. The positions its
+        prefix cache holds (behind a GPU hit inside the first chunk) are its own and not written."""
         start = tracker.lookup_start_chunk
+        held = tracker.local_computed_tokens // self.config.gpu_block_size * self.config.kv_groups
         full = self._keys(tracker.request, start, start + len(keys))
         per_chunk = self._gpu_blocks_per_chunk
         kv_groups = self.config.kv_groups
@@ -485,13 +509,26 @@ class OffloadingScheduler:
             if key == own:
                 continue
             first = (start + offset) * per_chunk
-            for index in range(first, first + per_chunk):
+            for index in range(max(first, held), first + per_chunk):
                 if index % kv_groups in self._window_groups and block_ids[index] != self._null_block:
                     raise ValueError(
                         f"{call}: chunk {start + offset} is stored without its sliding-window part, but the "
                         f"engine gave its window group block {block_ids[index]}, not the null block: that "
                         f"block would count as loaded with nothing loaded into it"
                     )
+
+    def _load_targets(self, block_ids: Sequence[int], start: int, end: int, local: int) -> tuple[int, ...]:
+        """The GPU blocks a load from chunk ``start`` up to request block ``end`` writes, one per
+        position of its chunks: the null block at each position the engine's prefix cache already
+        holds (the blocks below ``local`` tokens, every group's), which the worker never writes;
+        those blocks may be shared with other running requests."""
+        first = start * self._gpu_blocks_per_chunk
+        held = local // self.config.gpu_block_size * self.config.kv_groups - first
+        targets = tuple(block_ids[first:end])
+        null = self._null_block
+        if held <= 0 or null is None:  # None: _may_load_behind offered no hit inside a chunk
+            return targets
+        return (null,) * held + targets[held:]
 
     def preempt_between_steps(self, request_id: RequestId) -> None:
         """The engine took a running request's GPU blocks back between two steps and is about to

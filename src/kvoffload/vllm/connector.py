@@ -304,9 +304,8 @@ class KVOffloadConnector(KVConnectorBase_V1, SupportsHMA):
     ) -> tuple[int | None, bool]:
         tokens, load_async = self._scheduler().get_num_new_matched_tokens(request, num_computed_tokens)
         if tokens and max_num_new_tokens is not None and tokens > max_num_new_tokens:
-            # vLLM caps the load; kvoffload loads whole chunks, so it offers only what fits.
-            chunk = self.config.chunk_tokens
-            tokens = max_num_new_tokens // chunk * chunk
+            # vLLM caps the load; kvoffload's loads end on a chunk boundary, so it offers only what fits.
+            tokens = self._scheduler().scheduler.offer_within(num_computed_tokens, max_num_new_tokens)
             load_async = bool(tokens)
         return tokens, load_async
 

@@ -68,5 +68,6 @@ def build_worker(scheduler: Any, vllm_config: Any, kv_cache_config: Any, kv: tor
     config = connector.config
     mover = LateMover([kv], config.num_cpu_blocks * config.blocks_per_chunk, delay)
     # register_kv_caches would read vLLM's layer tensors; the digest model's cache is one region.
-    connector.kvoffload_worker = make_worker(mover, config.blocks_per_chunk)
+    # The null block: a load behind a GPU hit that ends inside a chunk names it where vLLM holds the block.
+    connector.kvoffload_worker = make_worker(mover, config.blocks_per_chunk, null_block=config.null_block)
     return connector, mover

@@ -221,8 +221,9 @@ class OwnHarness:
         worker, metadata = self.worker, output.kv_connector_metadata
         self._log_step(output, metadata)
         worker.handle_preemptions(metadata)
+        null = worker.config.null_block
         for job in metadata.jobs.loads:
-            self.model.loaded_blocks.update(job.gpu_block_ids)
+            self.model.loaded_blocks.update(block for block in job.gpu_block_ids if block != null)
         worker.bind_connector_metadata(metadata)
         sampled = self._forward(output)
         worker.start_load_kv(None)
