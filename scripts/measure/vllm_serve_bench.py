@@ -10,6 +10,7 @@ has the figures.
 
     PYTHONPATH=src:packages/tlacheck/src .venv-vllm/bin/python scripts/measure/vllm_serve_bench.py \
         --model small --out serve.json --plot serve.png
+    PYTHONPATH=src python -m kvoffload.benchmarks.serving.plot serve.json serve.png  # the figure again
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +36,22 @@ def plot(report: dict[str, Any], path: Path) -> None:
         axis.bar(names, [_value(report["servers"][name].get(workload), keys) for name in names])
         axis.set_title(title, fontsize=9)
         axis.tick_params(axis="x", labelrotation=60, labelsize=8)
-    load = report.get("load_average", {})
-    figure.suptitle(f"vllm serve, {report['model']['size']} model; load average {load.get('start')} -> "
-                    f"{load.get('end')}", fontsize=9)
+    load = report.get("load_average") or {"start": [math.nan], "end": [math.nan]}
+    figure.suptitle(f"vllm serve, {report['model']['size']} preset; 1-minute load average {load['start'][0]:.1f} "
+                    f"at start, {load['end'][0]:.1f} at end", fontsize=9)
     figure.savefig(path)
     plt.close(figure)
+
+
+def main() -> None:
+    """``python -m kvoffload.benchmarks.serving.plot REPORT.json FIGURE.png``: the figure of a saved
+    report (from any environment with matplotlib, vLLM not needed)."""
+    import json
+    import sys
+
+    report_path, figure_path = sys.argv[1:3]
+    plot(json.loads(Path(report_path).read_text()), Path(figure_path))
+
+
+if __name__ == "__main__":
+    main()
