@@ -60,6 +60,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--workloads", default="chat,prefix_repetition,no_reuse")
     parser.add_argument("--num-cpu-blocks", type=int, default=4096)
     parser.add_argument("--users", type=int, help="the chat's users (default: the preset's)")
+    parser.add_argument("--qps", type=float, default=0.0, help="chat requests started per second (0: no pacing)")
     parser.add_argument("--work-dir", type=Path, help="model and logs (default: a temporary directory)")
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     parser.add_argument("--plot", type=Path, help="draw the figure here (needs matplotlib)")
@@ -69,6 +70,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     unknown = args.workloads - {"chat", "prefix_repetition", "no_reuse"}
     if unknown:
         parser.error(f"unknown workload(s) {', '.join(sorted(unknown))}")
+    unknown_servers = [name for name in args.servers if name not in SERVERS]
+    if unknown_servers:
+        parser.error(f"unknown server(s) {', '.join(unknown_servers)}: known {', '.join(SERVERS)}")
     return args
 
 
@@ -86,7 +90,7 @@ def measure(shape: ServerShape, log: Path, transfer: dict[str, Any] | None, env:
 def main(argv: list[str]) -> dict[str, Any]:
     args = parse_args(argv)
     chat, prefix, no_reuse, gpu_blocks, max_len = PRESETS[args.model]
-    chat = replace(chat, users=args.users) if args.users else chat
+    chat = replace(chat, users=args.users or chat.users, qps=args.qps)
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="serve-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     configs = server_configs(args.servers, args.num_cpu_blocks, vllm_own_transfer_config)
