@@ -45,11 +45,11 @@ PRESETS: dict[str, tuple[ChatShape, PrefixRepetitionShape, NoReuseShape, int, in
     "tiny": (ChatShape(users=4, turns=3, system_words=100, flood_prompts=4, flood_words=150, answer_tokens=8),
              PrefixRepetitionShape(prefixes=4, prefix_tokens=256, prompts=16, output_tokens=8),
              NoReuseShape(prompts=8, words=100, answer_tokens=8), 64, 1024),
-    "small": (ChatShape(), PrefixRepetitionShape(), NoReuseShape(prompts=16), 64, 2048),
+    "small": (ChatShape(), PrefixRepetitionShape(), NoReuseShape(prompts=16), 64, 1536),
     "prefill": (ChatShape(users=8, system_words=700, first_words=50, later_words=20, flood_prompts=8,
                           flood_words=400, answer_tokens=16),
                 PrefixRepetitionShape(prefixes=8, prefix_tokens=1536, prompts=24),
-                NoReuseShape(prompts=12, words=600), 96, 4096),
+                NoReuseShape(prompts=12, words=600), 96, 2560),
 }
 
 
