@@ -13,17 +13,9 @@ the later turns, with no failure and no lifecycle violation.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import json
 import os
 import random
-import re
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -37,7 +29,11 @@ pytest.importorskip("httpx", reason="httpx (a dependency of vLLM) is missing: `m
 
 import httpx
 
-from kvoffload.vllm.harness import TINY_MODEL, TORCH_COPIES, WEIGHT_SCALE
+from kvoffload.benchmarks.serving import configs
+from kvoffload.benchmarks.serving.model import build_model, text
+from kvoffload.benchmarks.serving.prom import metric
+from kvoffload.benchmarks.serving.server import MODEL_NAME, Server, ServerShape, running, server_env
+from kvoffload.vllm.harness import TINY_MODEL, WEIGHT_SCALE
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK_SIZE = 32  # vLLM's CPU attention takes multiples of 32 only
@@ -51,170 +47,6 @@ FLOOD_PROMPTS = 12
 FLOOD_WORDS = 320
 START_TIMEOUT_S = float(os.environ.get("KVOFFLOAD_SERVE_START_TIMEOUT", "300"))
 REQUEST_TIMEOUT_S = 300.0
-MODEL_NAME = "tiny-llama"
-
-CHAT_TEMPLATE = (
-    "{{ bos_token }}{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}{{ eos_token }}\n"
-    "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
-)
-SPECIAL_TOKENS = ["<s>", "</s>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>"]
-
-
-# ---------------------------------------------------------------------------------------- model
-def _words(rng: random.Random, count: int) -> list[str]:
-    """Pronounceable pseudo-words: a corpus the BPE learns merges from, and the prompts' text."""
-    consonants, vowels = "bdfgklmnprstvz", "aeiou"
-    return [
-        "".join(rng.choice(consonants) + rng.choice(vowels) for _ in range(rng.randint(1, 3))) for _ in range(count)
-    ]
-
-
-def build_tokenizer(directory: Path) -> int:
-    """A byte-level BPE trained here on a seeded corpus (no download), saved with a chat template;
-    returns its vocabulary size."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    rng = random.Random(7)
-    corpus = [" ".join(_words(rng, 40)) + "." for _ in range(400)]
-    tokenizer = Tokenizer(models.BPE(unk_token=None))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=768, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tokenizer.train_from_iterator(corpus, trainer)
-    wrapped = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
-        additional_special_tokens=SPECIAL_TOKENS[3:],
-    )
-    wrapped.chat_template = CHAT_TEMPLATE
-    wrapped.save_pretrained(directory)
-    return len(wrapped)
-
-
-def build_model(directory: Path) -> Path:
-    """The tokenizer and a seeded random-weight Llama of that vocabulary (the end-to-end tests'
-    tiny model otherwise: hidden 128, 2 layers, head_dim 32, weights scaled up)."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    vocab = build_tokenizer(directory)
-    torch.manual_seed(0)
-    config = LlamaConfig(**{**TINY_MODEL, "vocab_size": vocab}, bos_token_id=0, eos_token_id=1)
-    model = LlamaForCausalLM(config)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.dim() == 2:
-                parameter.mul_(WEIGHT_SCALE)
-    model.save_pretrained(directory)
-    return directory
-
-
-# ---------------------------------------------------------------------------------------- servers
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def server_env() -> dict[str, str]:
-    """The servers' environment: this checkout's kvoffload first, nothing downloaded, and one core
-    reserved whether or not a connector is configured (vLLM reserves one for a connector's thread
-    on its own), so every server computes on the same threads."""
-    env = dict(os.environ)
-    # kvoffload.vllm.harness (imported here) turns vLLM's multiprocessing off for in-process
-    # engines; a server runs as users run it, its engine core in a process of its own.
-    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
-    paths = [str(ROOT / "src"), str(ROOT / "packages" / "tlacheck" / "src"), env.get("PYTHONPATH", "")]
-    env.update({
-        "PYTHONPATH": os.pathsep.join(p for p in paths if p),
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "VLLM_CPU_NUM_OF_RESERVED_CPU": "1",
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-        "DO_NOT_TRACK": "1",
-    })
-    return env
-
-
-class Server:
-    """``python -m kvoffload.vllm.cpu_cli serve`` (vLLM's CLI) in a process group of its own,
-    stopped by that group: SIGTERM, then SIGKILL, then checked gone."""
-
-    def __init__(self, model_dir: Path, log: Path, transfer: dict[str, Any] | None) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log
-        command = [
-            sys.executable, "-m", "kvoffload.vllm.cpu_cli", "serve", str(model_dir),
-            "--host", "127.0.0.1", "--port", str(self.port), "--served-model-name", MODEL_NAME,
-            "--dtype", "float32", "--block-size", str(BLOCK_SIZE), "--num-gpu-blocks-override", str(GPU_BLOCKS),
-            "--max-model-len", str(MAX_MODEL_LEN), "--enable-prefix-caching", "--enforce-eager", "--seed", "0",
-            "--max-num-seqs", "8", "--disable-uvicorn-access-log", "--enable-prompt-tokens-details",
-        ]
-        if transfer is not None:
-            command += ["--kv-transfer-config", json.dumps(transfer)]
-        self._log = log.open("wb")
-        self.process = subprocess.Popen(
-            command, stdout=self._log, stderr=subprocess.STDOUT, env=server_env(), cwd=ROOT, start_new_session=True
-        )
-        self.pgid = self.process.pid  # start_new_session: the server leads its own group
-
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited with {self.process.returncode} at start:\n{self.log_tail()}")
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
-        raise RuntimeError(f"server not ready after {START_TIMEOUT_S:.0f} s:\n{self.log_tail()}")
-
-    def log_tail(self, lines: int = 40) -> str:
-        self._log.flush()
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def metrics(self) -> str:
-        return httpx.get(self.url + "/metrics", timeout=30).text
-
-    def stop(self) -> None:
-        """Stop every process of the server's group; raises if one survives."""
-        for sig, grace in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(self.pgid, sig)
-            except ProcessLookupError:
-                break
-            deadline = time.monotonic() + grace
-            while time.monotonic() < deadline and _group_alive(self.pgid):
-                if self.process.poll() is None:
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        self.process.wait(timeout=0.5)
-                else:
-                    time.sleep(0.2)
-            if not _group_alive(self.pgid):
-                break
-        self.process.poll()
-        self._log.close()
-        if _group_alive(self.pgid):
-            raise RuntimeError(f"processes of server group {self.pgid} survived SIGKILL")
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether any process of group ``pgid`` is still running (zombies reaped or not count as gone)."""
-    for status in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = status.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        # After the command's ")": state, ppid, pgrp.
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
 
 
 # ---------------------------------------------------------------------------------------- workload
@@ -238,15 +70,11 @@ class Run:
     metrics: list[str] = field(default_factory=list)
 
 
-def _text(rng: random.Random, words: int) -> str:
-    return " ".join(_words(rng, words)) + "."
-
-
 WORKLOAD_RNG = random.Random(11)
-SYSTEM_PROMPT = _text(WORKLOAD_RNG, 200)
-FIRST_MESSAGES = [_text(WORKLOAD_RNG, 40) for _ in range(USERS)]
-LATER_MESSAGES = [[_text(WORKLOAD_RNG, 15) for _ in range(USERS)] for _ in range(TURNS - 1)]
-FLOODS = [[_text(WORKLOAD_RNG, FLOOD_WORDS) for _ in range(FLOOD_PROMPTS)] for _ in range(TURNS - 1)]
+SYSTEM_PROMPT = text(WORKLOAD_RNG, 200)
+FIRST_MESSAGES = [text(WORKLOAD_RNG, 40) for _ in range(USERS)]
+LATER_MESSAGES = [[text(WORKLOAD_RNG, 15) for _ in range(USERS)] for _ in range(TURNS - 1)]
+FLOODS = [[text(WORKLOAD_RNG, FLOOD_WORDS) for _ in range(FLOOD_PROMPTS)] for _ in range(TURNS - 1)]
 
 
 def _post(client: Any, path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -300,23 +128,6 @@ def run_chat(server: Server) -> Run:
 
 
 # ---------------------------------------------------------------------------------------- metrics
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$")
-
-
-def metric(text: str, name: str, **labels: str) -> float | None:
-    """The sum of ``name``'s samples in a /metrics text whose labels include ``labels`` (None
-    when the metric has no such sample)."""
-    total = None
-    for line in text.splitlines():
-        match = _SAMPLE.match(line)
-        if match is None or match.group(1) != name:
-            continue
-        found = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2) or ""))
-        if all(found.get(key) == value for key, value in labels.items()):
-            total = (total or 0.0) + float(match.group(3))
-    return total
-
-
 def must(text: str, name: str, **labels: str) -> float:
     value = metric(text, name, **labels)
     assert value is not None, f"{name}{labels or ''} is not in /metrics"
@@ -325,26 +136,17 @@ def must(text: str, name: str, **labels: str) -> float:
 
 # ---------------------------------------------------------------------------------------- configs
 def connector_config(**extra: Any) -> dict[str, Any]:
-    return {
-        "kv_connector": "KVOffloadConnector", "kv_connector_module_path": "kvoffload.vllm.connector",
-        "kv_role": "kv_both",
-        "kv_connector_extra_config": {"num_cpu_blocks": CPU_CHUNKS, "eviction_policy": "lru", **TORCH_COPIES, **extra},
-    }
+    return configs.connector_config(CPU_CHUNKS, "lru", **extra)
 
 
 def spec_config(**extra: Any) -> dict[str, Any]:
-    return {
-        "kv_connector": "OffloadingConnector", "kv_role": "kv_both",
-        "kv_connector_extra_config": {
-            "spec_module_path": "kvoffload.vllm.offloading_spec", "spec_name": "KVOffloadSpec",
-            "num_cpu_blocks": CPU_CHUNKS, "eviction_policy": "lru", **TORCH_COPIES, **extra,
-        },
-    }
+    return configs.spec_config(CPU_CHUNKS, "lru", **extra)
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_model(tmp_path_factory.mktemp("tiny-llama-chat"))
+    # The end-to-end tests' tiny model (hidden 128, 2 layers, head_dim 32) with the BPE's vocabulary.
+    return build_model(tmp_path_factory.mktemp("tiny-llama-chat"), TINY_MODEL, WEIGHT_SCALE)
 
 
 @pytest.fixture(scope="module")
@@ -352,16 +154,12 @@ def serve(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     """Runs the chat on a server with ``transfer`` and stops it (also on failure); one at a time."""
     logs = tmp_path_factory.mktemp("serve-logs")
 
+    shape = ServerShape(model_dir, BLOCK_SIZE, GPU_BLOCKS, MAX_MODEL_LEN, max_num_seqs=8,
+                        start_timeout_s=START_TIMEOUT_S)
+
     def run(name: str, transfer: dict[str, Any] | None) -> Run:
-        server = Server(model_dir, logs / f"{name}.log", transfer)
-        try:
-            server.wait_ready()
+        with running(shape, logs / f"{name}.log", transfer, server_env(ROOT)) as server:
             return run_chat(server)
-        except BaseException as error:
-            error.add_note(f"server {name} log tail:\n{server.log_tail()}")
-            raise
-        finally:
-            server.stop()
 
     yield run
 
