@@ -16,7 +16,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm
 
 from window_workload import CPU_CHUNKS, run, workload
 
-from kvoffload.vllm.harness import WEIGHT_SCALE, EngineReport, connector_transfer_config, spec_transfer_config
+from kvoffload.vllm.harness import EngineReport, connector_transfer_config, save_random_model, spec_transfer_config
 
 WINDOW = 128
 PREFIX_TOKENS = 384
@@ -40,20 +40,14 @@ WORKLOAD = workload(PREFIX_TOKENS, seed=7)
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import torch
     from transformers import GptOssConfig, GptOssForCausalLM
 
-    directory = tmp_path_factory.mktemp("tiny-gpt-oss")
-    torch.manual_seed(0)
-    model = GptOssForCausalLM(GptOssConfig(**GPT_OSS))
-    with torch.no_grad():
-        # The experts' weights are stacked in 3-D tensors: scaled up like every matrix, so that
-        # greedy decoding follows the context.
-        for parameter in model.parameters():
-            if parameter.dim() >= 2:
-                parameter.mul_(WEIGHT_SCALE)
-    model.save_pretrained(directory)
-    return directory
+    # The experts' weights are stacked in 3-D tensors: scaled up like every matrix, so that greedy
+    # decoding follows the context.
+    return save_random_model(
+        GptOssForCausalLM, GptOssConfig(**GPT_OSS), tmp_path_factory.mktemp("tiny-gpt-oss"),
+        scaled=lambda name, parameter: parameter.dim() >= 2,
+    )
 
 
 @pytest.fixture(scope="module")

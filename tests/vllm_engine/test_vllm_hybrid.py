@@ -12,7 +12,6 @@ turns of both prompts, which must be served from the offload tier.
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +20,12 @@ import pytest
 pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm-engine` installs it in .venv-vllm")
 
 from kvoffload.vllm.harness import (
-    WEIGHT_SCALE,
     Engine,
     EngineReport,
     connector_transfer_config,
     run_batches,
+    save_random_model,
+    shared_prefix_workload,
     spec_transfer_config,
 )
 
@@ -55,17 +55,8 @@ GEMMA3 = {
 }
 
 
-def _workload(seed: int = 3) -> list[list[list[int]]]:
-    rng = random.Random(seed)
-
-    def tokens(n: int) -> list[int]:
-        return [rng.randrange(1000) for _ in range(n)]
-
-    prefix = tokens(PREFIX_TOKENS)
-    first = [prefix + tokens(40), prefix + tokens(56)]
-    flood = [tokens(320) for _ in range(8)]
-    second = [prompt + tokens(24) for prompt in first]
-    return [first, flood, second]
+def _workload() -> list[list[list[int]]]:
+    return shared_prefix_workload(PREFIX_TOKENS, [320] * 8)
 
 
 WORKLOAD = _workload()
@@ -73,18 +64,9 @@ WORKLOAD = _workload()
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import torch
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
-    directory = tmp_path_factory.mktemp("tiny-gemma3")
-    torch.manual_seed(0)
-    model = Gemma3ForCausalLM(Gemma3TextConfig(**GEMMA3))
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.dim() == 2:
-                parameter.mul_(WEIGHT_SCALE)
-    model.save_pretrained(directory)
-    return directory
+    return save_random_model(Gemma3ForCausalLM, Gemma3TextConfig(**GEMMA3), tmp_path_factory.mktemp("tiny-gemma3"))
 
 
 def run_gemma3(

@@ -22,7 +22,6 @@ offload tier.
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +30,12 @@ import pytest
 pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm-engine` installs it in .venv-vllm")
 
 from kvoffload.vllm.harness import (
-    WEIGHT_SCALE,
     Engine,
     EngineReport,
     connector_transfer_config,
     run_batches,
+    save_random_model,
+    shared_prefix_workload,
     spec_transfer_config,
 )
 
@@ -75,20 +75,7 @@ DEEPSEEK_V2 = {
 }
 
 
-def _workload(seed: int = 3) -> list[list[list[int]]]:
-    rng = random.Random(seed)
-
-    def tokens(n: int) -> list[int]:
-        return [rng.randrange(1000) for _ in range(n)]
-
-    prefix = tokens(PREFIX_TOKENS)
-    first = [prefix + tokens(40), prefix + tokens(56)]
-    flood = [tokens(200) for _ in range(3)]
-    second = [prompt + tokens(24) for prompt in first]
-    return [first, flood, second]
-
-
-WORKLOAD = _workload()
+WORKLOAD = shared_prefix_workload(PREFIX_TOKENS, [200] * 3)
 # A second turn gets every full block of its first turn's prompt (the first turn's outputs differ
 # from its second turn's tokens).
 SERVED = [len(prompt) // BLOCK_SIZE * BLOCK_SIZE for prompt in WORKLOAD[0]]
@@ -96,18 +83,17 @@ SERVED = [len(prompt) // BLOCK_SIZE * BLOCK_SIZE for prompt in WORKLOAD[0]]
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import torch
+    return build_deepseek_v2(tmp_path_factory.mktemp("tiny-deepseek-v2"))
+
+
+def build_deepseek_v2(directory: Path) -> Path:
+    """The tiny DeepSeek-V2, its attention at the default scale (see the module's docstring)."""
     from transformers import DeepseekV2Config, DeepseekV2ForCausalLM
 
-    directory = tmp_path_factory.mktemp("tiny-deepseek-v2")
-    torch.manual_seed(0)
-    model = DeepseekV2ForCausalLM(DeepseekV2Config(**DEEPSEEK_V2))
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if parameter.dim() == 2 and ".self_attn." not in name:
-                parameter.mul_(WEIGHT_SCALE)
-    model.save_pretrained(directory)
-    return directory
+    return save_random_model(
+        DeepseekV2ForCausalLM, DeepseekV2Config(**DEEPSEEK_V2), directory,
+        scaled=lambda name, parameter: parameter.dim() == 2 and ".self_attn." not in name,
+    )
 
 
 def _run(model_dir: Path, config: dict[str, Any] | None) -> tuple[EngineReport, Any]:

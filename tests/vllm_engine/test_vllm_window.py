@@ -23,45 +23,23 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm-engine` installs it in .venv-vllm")
 
+from test_vllm_hybrid import GEMMA3
 from window_workload import BLOCK_SIZE, CPU_CHUNKS, run, workload
 
-from kvoffload.vllm.harness import WEIGHT_SCALE, EngineReport, connector_transfer_config, spec_transfer_config
+from kvoffload.vllm.harness import EngineReport, connector_transfer_config, save_random_model, spec_transfer_config
 
-WINDOW = 64
 PREFIX_TOKENS = 320
 # What the old rule (a chunk naming a given-out window block is not stored) served the second turn.
 OLD_RULE_TOKENS = 0
-GEMMA3 = {
-    "hidden_size": 128,
-    "intermediate_size": 256,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 32,
-    "vocab_size": 1000,
-    "max_position_embeddings": 8192,
-    "sliding_window": WINDOW,
-    "layer_types": ["sliding_attention", "full_attention"] * 2,
-    # Untied output embeddings: see test_vllm_hybrid.py (Gemma's scaled embeddings).
-    "tie_word_embeddings": False,
-}
 WORKLOAD = workload(PREFIX_TOKENS)
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import torch
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
     directory = tmp_path_factory.mktemp("tiny-gemma3-window")
-    torch.manual_seed(0)
-    model = Gemma3ForCausalLM(Gemma3TextConfig(**GEMMA3))
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.dim() == 2:
-                parameter.mul_(WEIGHT_SCALE)
-    model.save_pretrained(directory)
-    return directory
+    return save_random_model(Gemma3ForCausalLM, Gemma3TextConfig(**GEMMA3), directory)
 
 
 @pytest.fixture(scope="module")

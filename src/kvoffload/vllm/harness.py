@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,16 +39,28 @@ def random_prompts(rng: random.Random, lengths: Sequence[int], vocab_size: int =
     return [[rng.randrange(vocab_size) for _ in range(length)] for length in lengths]
 
 
-def save_random_model(model_class: Any, config: Any, directory: Path, seed: int = 0) -> Path:
-    """Save a seeded random-weight ``model_class(config)`` to ``directory``, its matrices scaled by
-    :data:`WEIGHT_SCALE`."""
+def shared_prefix_workload(prefix_tokens: int, flood: list[int], seed: int = 3) -> list[list[list[int]]]:
+    """Two prompts sharing a ``prefix_tokens`` prefix, a flood of prompts of the ``flood`` lengths,
+    then each prompt's second turn (the prompt and 24 more tokens)."""
+    rng = random.Random(seed)
+    (prefix,) = random_prompts(rng, [prefix_tokens])
+    first = [prefix + tail for tail in random_prompts(rng, [40, 56])]
+    floods = random_prompts(rng, flood)
+    return [first, floods, [prompt + random_prompts(rng, [24])[0] for prompt in first]]
+
+
+def save_random_model(
+    model_class: Any, config: Any, directory: Path, seed: int = 0, scaled: Callable[[str, Any], bool] | None = None
+) -> Path:
+    """Save a seeded random-weight ``model_class(config)`` to ``directory``, the parameters
+    ``scaled(name, parameter)`` accepts (by default its matrices) scaled by :data:`WEIGHT_SCALE`."""
     import torch
 
     torch.manual_seed(seed)
     model = model_class(config)
     with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.dim() == 2:
+        for name, parameter in model.named_parameters():
+            if scaled(name, parameter) if scaled is not None else parameter.dim() == 2:
                 parameter.mul_(WEIGHT_SCALE)
     model.save_pretrained(directory)
     return directory
