@@ -35,7 +35,7 @@ MUTANT_SEED = 1
 # resets), and the mutant that loads wrong bytes for that kind: one group's blocks of a chunk
 # (vllm_group_mutants), half of each latent page (vllm_mla_mutants). Shrinking is left to the long
 # profile: each cut reruns two engines.
-MODEL_SEEDS = {"sliding_window": 6, "mla": 7}
+MODEL_SEEDS = {"sliding_window": 3, "mla": 7}
 MODEL_MUTANTS = {
     "sliding_window": ("vllm_group_mutants", "OneGroupLoadConnector"),
     "mla": ("vllm_mla_mutants", "KHalfConnector"),
