@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from connector_calls import Call, record_calls
-from fuzz_models import MODELS, model_dirs, model_for_seed
+from fuzz_models import INTEGRATION_KINDS, MODELS, model_dirs, model_for_seed
 
 from kvoffload.offload.policies import POLICIES
 from kvoffload.vllm.harness import Engine, connector_transfer_config, spec_transfer_config
@@ -617,6 +617,9 @@ def fuzz_seed(
 ) -> tuple[list[Finding], dict[str, Any]]:
     """Run one seed's workload on ``model`` (built in ``model_dir``) through the baseline and every
     integration in ``chosen`` that its model is proved with (fuzz_models.MODELS)."""
+    unknown = [name for name, _ in chosen if name.split(":")[0] not in INTEGRATION_KINDS]
+    if unknown:
+        raise ValueError(f"integration names {unknown} do not start with one of {sorted(INTEGRATION_KINDS)} and ':'")
     plan, baseline = materialise(model_dir, generate(seed, model))
     chosen = [(name, make) for name, make in chosen if name.split(":")[0] in MODELS[model].integrations]
     findings: list[Finding] = []

@@ -80,12 +80,14 @@ def build_deepseek_v2(directory: Path) -> Path:
     return _save(directory, model, lambda name: ".self_attn." not in name)
 
 
-_ALL = frozenset(("spec", "connector", "spec+file", "connector+file"))
+# What an integration's name says before its ":" (fuzz.integrations; a mutant is named as the
+# integration it changes).
+INTEGRATION_KINDS = frozenset(("spec", "connector", "spec+file", "connector+file"))
 MODELS: dict[str, ModelKind] = {
     kind.name: kind
     for kind in (
         # vLLM's CPU attention takes block sizes that are multiples of 32.
-        ModelKind("llama", build_tiny_model, (32, 32, 64), (2, 4, 8, 16), 1, True, _ALL, False),
+        ModelKind("llama", build_tiny_model, (32, 32, 64), (2, 4, 8, 16), 1, True, INTEGRATION_KINDS, False),
         # The file tier is not proved with several groups yet (test_vllm_hybrid runs the CPU tier).
         ModelKind(
             "sliding_window", build_gemma3, (32,), (2, 4, 8), 2, True, frozenset(("spec", "connector")), True
