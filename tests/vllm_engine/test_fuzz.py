@@ -60,8 +60,10 @@ def test_random_workload_gives_the_tokens_of_the_run_without_offloading(
 
 
 def test_fuzzing_catches_the_split_prefix_mutant_and_shrinks_it(model_dir: Path, tmp_path: Path) -> None:
+    def config(sizes: fuzz.Sizes) -> dict[str, Any]:
+        return mutant_transfer_config(MUTANT, sizes.num_cpu_chunks, sizes.blocks_per_chunk)
+
     # Named as the integration it changes: a MutantConnector is a KVOffloadConnector.
-    config = lambda sizes: mutant_transfer_config(MUTANT, sizes.num_cpu_chunks, sizes.blocks_per_chunk)  # noqa: E731
     chosen = [(f"connector:{MUTANT}", config)]
     findings, _ = fuzz.fuzz_seed(model_dir, MUTANT_SEED, chosen, shrink_budget_s=45, out_dir=tmp_path)
     assert len(findings) == 1, "the fuzzer did not catch the mutant"
