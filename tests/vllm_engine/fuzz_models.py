@@ -16,9 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from kvoffload.vllm.harness import WEIGHT_SCALE, build_tiny_model
+from kvoffload.vllm.harness import build_tiny_model, save_random_model
 
 
 @dataclass(frozen=True)
@@ -42,42 +41,23 @@ class ModelKind:
     explicit_max_model_len: bool
 
 
-def _save(directory: Path, model: Any, scaled: Callable[[str], bool]) -> Path:
-    """Scale ``model``'s matrices whose name ``scaled`` accepts by WEIGHT_SCALE (logits that follow
-    the context), and save it."""
-    import torch
-
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if parameter.dim() == 2 and scaled(name):
-                parameter.mul_(WEIGHT_SCALE)
-    model.save_pretrained(directory)
-    return directory
-
-
 def build_gemma3(directory: Path) -> Path:
     """test_vllm_hybrid's tiny Gemma 3 (its GEMMA3 config), every matrix scaled as there."""
-    import torch
     from test_vllm_hybrid import GEMMA3
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
     if (directory / "config.json").exists():
         return directory
-    torch.manual_seed(0)
-    return _save(directory, Gemma3ForCausalLM(Gemma3TextConfig(**GEMMA3)), lambda name: True)
+    return save_random_model(Gemma3ForCausalLM, Gemma3TextConfig(**GEMMA3), directory)
 
 
 def build_deepseek_v2(directory: Path) -> Path:
-    """test_vllm_mla's tiny DeepSeek-V2 (its DEEPSEEK_V2 config), attention at its default scale as there."""
-    import torch
-    from test_vllm_mla import DEEPSEEK_V2
-    from transformers import DeepseekV2Config, DeepseekV2ForCausalLM
+    """test_vllm_mla's tiny DeepSeek-V2, attention at its default scale as there."""
+    from test_vllm_mla import build_deepseek_v2 as build
 
     if (directory / "config.json").exists():
         return directory
-    torch.manual_seed(0)
-    model = DeepseekV2ForCausalLM(DeepseekV2Config(**DEEPSEEK_V2))
-    return _save(directory, model, lambda name: ".self_attn." not in name)
+    return build(directory)
 
 
 # What an integration's name says before its ":" (fuzz.integrations; a mutant is named as the
