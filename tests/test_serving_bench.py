@@ -12,7 +12,7 @@ import pytest
 from kvoffload.benchmarks.serving.configs import SERVERS, connector_config, server_configs, spec_config
 from kvoffload.benchmarks.serving.prefix_repetition import PrefixRepetitionShape, bench_command, summarize
 from kvoffload.benchmarks.serving.prom import hit_tokens_by_source, metric
-from kvoffload.benchmarks.serving.report import Workloads, measure_server, ratios
+from kvoffload.benchmarks.serving.report import Workloads, measure_server, ratios, replay_command
 from kvoffload.benchmarks.serving.stats import Timing, percentile, step_time_ms, throughput, ttft_summary
 from kvoffload.benchmarks.serving.workloads import (
     ChatShape,
@@ -197,3 +197,10 @@ def test_the_plot_is_drawn_from_the_json(tmp_path: Path) -> None:
     report = {"servers": servers, "model": {"size": "small"}, "load_average": {"start": [1, 1, 1], "end": [2, 2, 2]}}
     plot(report, tmp_path / "serve.png")
     assert (tmp_path / "serve.png").stat().st_size > 0
+
+
+def test_the_recorded_command_names_no_path_of_the_machine_it_ran_on() -> None:
+    options = ["--model", "small", "--work-dir", "/tmp/sb/small", "--out=/tmp/sb/small.json", "--plot", "p.png",
+               "--servers", "baseline,connector"]
+    command = replay_command("scripts/measure/vllm_serve_bench.py", options)
+    assert command == "python scripts/measure/vllm_serve_bench.py --model small --servers baseline,connector"

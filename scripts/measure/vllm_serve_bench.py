@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import sys
 import tempfile
 import time
@@ -32,7 +31,7 @@ from kvoffload.benchmarks.serving.client import CompletionClient
 from kvoffload.benchmarks.serving.configs import SERVERS, server_configs
 from kvoffload.benchmarks.serving.model import MODEL_SHAPES, build_model, parameter_count
 from kvoffload.benchmarks.serving.prefix_repetition import PrefixRepetitionShape, run_prefix_repetition
-from kvoffload.benchmarks.serving.report import Workloads, measure_server, ratios
+from kvoffload.benchmarks.serving.report import Workloads, measure_server, ratios, replay_command
 from kvoffload.benchmarks.serving.server import ServerShape, running, server_env
 from kvoffload.benchmarks.serving.workloads import ChatShape, NoReuseShape
 
@@ -121,7 +120,7 @@ def main(argv: list[str]) -> dict[str, Any]:
         # Kept as each server ends: a long run's figures survive an interruption.
         (work / "servers.json").write_text(json.dumps(servers, indent=2))
     return {
-        "command": shlex.join([sys.executable, *sys.argv]),
+        "command": replay_command("scripts/measure/vllm_serve_bench.py", sys.argv[1:]),
         "load_average": {"start": started, "end": os.getloadavg()},
         "model": {"size": args.model, "shape": MODEL_SHAPES.get(args.model, MODEL_SHAPES["small"]),
                   "parameters": parameter_count(MODEL_SHAPES.get(args.model, MODEL_SHAPES["small"]))},

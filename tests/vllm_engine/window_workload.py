@@ -9,7 +9,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from kvoffload.vllm.harness import Engine, EngineReport, run_batches
+from kvoffload.vllm.harness import Engine, EngineReport, random_prompts, run_batches
 
 BLOCK_SIZE = 32
 # 39 usable blocks: the prompt's prefill leaves fewer free blocks than the neighbour needs, so
@@ -24,14 +24,9 @@ MAX_TOKENS = 8
 def workload(prefix_tokens: int, seed: int = 5) -> list[list[list[int]]]:
     """Three batches: [prompt, neighbour], the flood, [the prompt's second turn]."""
     rng = random.Random(seed)
-
-    def tokens(n: int) -> list[int]:
-        return [rng.randrange(1000) for _ in range(n)]
-
-    first = tokens(prefix_tokens) + tokens(40)
-    neighbour = tokens(300)
-    flood = [tokens(360) for _ in range(6)]
-    return [[first, neighbour], flood, [first + tokens(24)]]
+    prefix, tail, neighbour, *flood = random_prompts(rng, [prefix_tokens, 40, 300, *[360] * 6])
+    first = prefix + tail
+    return [[first, neighbour], flood, [first + random_prompts(rng, [24])[0]]]
 
 
 def run(model_dir: Path, config: dict[str, Any] | None, batches: list[list[list[int]]]) -> EngineReport:

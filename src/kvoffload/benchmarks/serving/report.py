@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -126,3 +127,25 @@ def _holds(values: list[float | None], test: Callable[[float], bool]) -> bool | 
     if any(value is None for value in values):
         return None
     return all(test(value) for value in values if value is not None)
+
+
+# Options that only say where this machine kept its files: they change no figure, and a recorded
+# command keeps none of them, so that it replays in any checkout.
+LOCAL_OPTIONS = frozenset(("--work-dir", "--out", "--plot"))
+
+
+def replay_command(script: str, options: list[str]) -> str:
+    """The command a report records: ``python`` and ``script`` as a path inside the repository,
+    then ``options`` without :data:`LOCAL_OPTIONS` (``--name value`` or ``--name=value``)."""
+    kept: list[str] = []
+    skip_value = False
+    for option in options:
+        if skip_value:
+            skip_value = False
+            continue
+        name = option.split("=", 1)[0]
+        if name in LOCAL_OPTIONS:
+            skip_value = "=" not in option
+            continue
+        kept.append(option)
+    return shlex.join(["python", script, *kept])
