@@ -100,7 +100,7 @@ def engine_report(version: str, options: list[str]) -> tuple[dict[str, Any] | No
         print(f"live release check: this interpreter has vLLM {vllm.__version__}, not {version}", file=sys.stderr)
         return None, []
     shm_before = shm_files()
-    done = subprocess.run([sys.executable, "-m", "kvoffload.cli", "vllm", "check", "--checker", "engine", "--json",
+    done = subprocess.run([sys.executable, "-m", "kvoffload_lab.cli", "vllm", "check", "--checker", "engine", "--json",
                            *options], capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode not in (0, 1) or not lines:
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     version, report, problems = began
     problems = check(version, report) + problems
     engine = report["engine"]
-    from kvoffload.vllm.live.report import format_report
+    from kvoffload_lab.vllm.live.report import format_report
 
     print(format_report(engine))
     print(json.dumps({"vllm": version, "seconds": round(time.perf_counter() - started, 1),

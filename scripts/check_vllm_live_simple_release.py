@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from check_vllm_live_release import start
-from kvoffload.vllm.live.workloads import LAZY_IDLE
+from kvoffload_lab.vllm.live.workloads import LAZY_IDLE
 
 RELEASES = ("0.32.0",)
 NEVER_IDLE = "the engine still steps"
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         return began
     version, report, problems = began
     problems = check(version, report) + problems
-    from kvoffload.vllm.live.simple import format_simple_report
+    from kvoffload_lab.vllm.live.simple import format_simple_report
 
     print(format_simple_report(report["engine"]))
     print(json.dumps({"vllm": version, "connector": "simple", "seconds": round(time.perf_counter() - started, 1),

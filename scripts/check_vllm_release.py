@@ -17,7 +17,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from kvoffload.vllm.check.build import region_files
+from kvoffload_lab.vllm.check.build import region_files
 
 # vLLM release -> {(manager, checker): (result, invariant, text the error must contain)}; pairs not
 # listed must succeed. 0.26.0 is the release before the fix of #49635; 0.34.0 changed the API the
@@ -79,7 +79,7 @@ def check_release(version: str, cache: Path) -> list[str]:
     source = fetch(version, cache)
     problems: list[str] = []
     run = _run(f"vLLM {version}: kvoffload vllm check",
-               [sys.executable, "-m", "kvoffload.cli", "vllm", "check", "--json", "--vllm-src", str(source)], problems)
+               [sys.executable, "-m", "kvoffload_lab.cli", "vllm", "check", "--json", "--vllm-src", str(source)], problems)
     lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
     if run.returncode not in (0, 1) or not lines:
         return [*problems, f"vLLM {version}: kvoffload vllm check exited {run.returncode}: {run.stderr.strip()[-400:]}"]

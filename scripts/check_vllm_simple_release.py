@@ -63,7 +63,7 @@ def check_simple_release(version: str, cache: Path) -> tuple[list[str], str]:
     """The ways ``version`` differs from what it must give, and its row of the historical table."""
     source = str(fetch(version, cache))
     problems: list[str] = []
-    run = subprocess.run([sys.executable, "-m", "kvoffload.cli", "vllm", "check", "--connector", "simple", "--json",
+    run = subprocess.run([sys.executable, "-m", "kvoffload_lab.cli", "vllm", "check", "--connector", "simple", "--json",
                           "--vllm-src", source], capture_output=True, text=True)
     report = _json_line(run.stdout)
     if run.returncode not in (0, 1) or report is None:

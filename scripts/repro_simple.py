@@ -2,7 +2,7 @@
 ``SimpleCPUOffloadConnector``.
 
 No kvoffload model or worker: each scenario drives vLLM's ``Scheduler`` (built by
-:func:`kvoffload.vllm.simple.build.build_scheduler` from vLLM's config classes) and answers every
+:func:`kvoffload_lab.vllm.simple.build.build_scheduler` from vLLM's config classes) and answers every
 step as a worker would, reporting each store complete through vLLM's own
 ``SimpleCPUOffloadWorkerMetadata`` when the scenario says its copy finished.
 
@@ -34,7 +34,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from kvoffload.vllm.simple.build import SimpleShape, build_scheduler
+from kvoffload_lab.vllm.simple.build import SimpleShape, build_scheduler
 
 BLOCK = 4
 IDLE_STEPS = 200
@@ -67,7 +67,7 @@ class _Engine:
         from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
         from vllm.v1.simple_kv_offload.metadata import SimpleCPUOffloadWorkerMetadata
 
-        from kvoffload.vllm.check.adapter import scheduler_output_fields
+        from kvoffload_lab.vllm.check.adapter import scheduler_output_fields
 
         output = self.scheduler.schedule()
         metadata = output.kv_connector_metadata
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     logging.getLogger("vllm").setLevel(logging.ERROR)
-    from kvoffload.vllm.locate import VllmNotFound, locate_vllm
+    from kvoffload_lab.vllm.locate import VllmNotFound, locate_vllm
 
     try:
         install = locate_vllm(args.vllm_src, simple=True)

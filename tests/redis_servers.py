@@ -1,4 +1,4 @@
-"""Fixture bodies over the product's private Redis servers (:mod:`kvoffload.tiers.redis_server`):
+"""Fixture bodies over the product's private Redis servers (:mod:`kvoffload_lab.redis_server`):
 started on free loopback ports (within ``KVOFFLOAD_REDIS_PORTS`` when set), stopped by the
 fixture, and a skip naming what to install when ``redis-server`` or ``redis-cli`` is missing."""
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from kvoffload.tiers.redis_server import INSTALL_HINT, LocalRedisCluster, RedisServer, RedisServerMissing
+from kvoffload_lab.redis_server import INSTALL_HINT, LocalRedisCluster, RedisServer, RedisServerMissing
 
 
 def running_server(maxmemory: str = "64mb", password: str | None = None) -> Iterator[RedisServer]:

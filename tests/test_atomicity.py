@@ -24,7 +24,7 @@ from kvoffload.lifecycles.request import FINISHED_PENDING_STORE, LOADING, PREEMP
 from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload.offload.types import ConnectorMetadata, OffloadConfig, SchedulerOutput, WorkerOutput
-from kvoffload.sim import Engine, EngineConfig
+from kvoffload_lab.sim import Engine, EngineConfig
 from support import full_state
 
 BLOCK_SIZE = 4

@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from kvoffload.cli import main
 from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload.offload.types import OffloadConfig
-from kvoffload.statemachine.explore import explore, format_counterexample
-from kvoffload.verify.bugzoo import MUTANTS, Mutant, explore_model_for
-from kvoffload.verify.explore_model import OffloadExploreModel
+from kvoffload_lab.cli import main
+from kvoffload_lab.statemachine.explore import explore, format_counterexample
+from kvoffload_lab.verify.bugzoo import MUTANTS, Mutant, explore_model_for
+from kvoffload_lab.verify.explore_model import OffloadExploreModel
 
 # Long enough for every mutant's shortest interleaving (the longest needs 7 actions), short
 # enough that a regression into a long, unreadable trace fails.
@@ -101,7 +101,7 @@ def test_factories_build_the_mutated_system(mutant: Mutant) -> None:
 @pytest.mark.parametrize("mutant", list(MUTANTS.values()), ids=list(MUTANTS))
 def test_mutant_docstring_names_its_source(mutant: Mutant) -> None:
     parts = (mutant.scheduler_class, mutant.manager_class, mutant.worker_report)
-    bugged = [part for part in parts if part is not None and part.__module__.startswith("kvoffload.verify.bugzoo")]
+    bugged = [part for part in parts if part is not None and part.__module__.startswith("kvoffload_lab.verify.bugzoo")]
     assert bugged
     for bug in bugged:
         doc = inspect.getdoc(bug) or ""

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kvoffload.cli import main
+from kvoffload_lab.cli import main
 
 HUGE = "1000000000000"
 
@@ -195,7 +195,7 @@ def _interrupt(
     args: list[str], ready: Callable[[subprocess.Popen[str]], bool], tmp_path: Path
 ) -> subprocess.CompletedProcess[str]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "kvoffload.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "kvoffload_lab.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         cwd=tmp_path, preexec_fn=_sigint_as_in_a_terminal,
     )
     deadline = time.monotonic() + 60

@@ -25,7 +25,7 @@ import pytest
 )
 def test_bad_input_is_one_clear_line(args: list[str], message: str) -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "kvoffload.cli", *args], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "kvoffload_lab.cli", *args], capture_output=True, text=True, check=False
     )
     assert completed.returncode == 2
     assert completed.stderr.startswith(message), completed.stderr
@@ -38,8 +38,8 @@ def test_bad_input_is_one_clear_line(args: list[str], message: str) -> None:
 def test_a_missing_extra_is_one_line_naming_it_and_exit_2(
     module: str, extra: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from kvoffload import cli
-    from kvoffload.commands import simulate
+    from kvoffload_lab import cli
+    from kvoffload_lab.commands import simulate
 
     def needs_it(args: object) -> int:
         raise ModuleNotFoundError(f"No module named {module!r}", name=module)
@@ -51,8 +51,8 @@ def test_a_missing_extra_is_one_line_naming_it_and_exit_2(
 
 
 def test_a_missing_module_of_no_extra_still_raises(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kvoffload import cli
-    from kvoffload.commands import simulate
+    from kvoffload_lab import cli
+    from kvoffload_lab.commands import simulate
 
     def broken(args: object) -> int:
         raise ModuleNotFoundError("No module named 'kvoffload.gone'", name="kvoffload.gone")
@@ -78,7 +78,7 @@ def test_the_real_command_without_an_extras_module_names_the_extra(
     lines = [{"timestamp": 1000 * i, "input_length": 1024, "output_length": 8, "hash_ids": [i % 3, 7]}
              for i in range(6)]
     (tmp_path / "tiny.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
-    program = f"import sys; sys.modules[{module!r}] = None; from kvoffload.cli import main; sys.exit(main({args!r}))"
+    program = f"import sys; sys.modules[{module!r}] = None; from kvoffload_lab.cli import main; sys.exit(main({args!r}))"
     completed = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, capture_output=True, text=True,
                                check=False)
     assert completed.returncode == 2, completed.stderr

@@ -10,10 +10,10 @@ import pytest
 from kvoffload.offload.manager import BlockEntry, CPUOffloadingManager, RequestRecord
 from kvoffload.offload.scheduler import JobRecord, OffloadingScheduler, RequestTracker
 from kvoffload.offload.types import OffloadConfig
-from kvoffload.sim.engine import Engine, EngineConfig
-from kvoffload.sim.workload import MultiTurnWorkload, WorkloadConfig
 from kvoffload.tiers.index import LocalTierIndex
 from kvoffload.tiers.manager import TieringManager
+from kvoffload_lab.sim.engine import Engine, EngineConfig
+from kvoffload_lab.sim.workload import MultiTurnWorkload, WorkloadConfig
 from support import request
 
 

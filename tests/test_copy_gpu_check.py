@@ -63,4 +63,4 @@ def test_failing_steps_do_not_stop_the_run_and_all_land_in_the_summary(tmp_path:
         "failed",
     ]
     assert steps["vllm"]["status"] == "skipped"
-    assert "stand-in: kvoffload.cli fails" in (tmp_path / "out" / "bench.log").read_text()
+    assert "stand-in: kvoffload_lab.cli fails" in (tmp_path / "out" / "bench.log").read_text()

@@ -120,7 +120,7 @@ def test_the_checker_imports_nothing_of_kvoffload_in_the_table() -> None:
 
 
 def test_the_checks_see_what_is_missing() -> None:
-    assert not _resolves("kvoffload.sim.no_such_module")
-    assert not _resolves("kvoffload.sim.runner.no_such_name")
-    assert _resolves("kvoffload.sim.runner.SimulationOptions")
+    assert not _resolves("kvoffload_lab.sim.no_such_module")
+    assert not _resolves("kvoffload_lab.sim.runner.no_such_name")
+    assert _resolves("kvoffload_lab.sim.runner.SimulationOptions")
     assert TABLE_MODULE.findall("engine.py (the loop), tiers/ (engines), `OffloadConfig`") == ["engine.py", "tiers/"]

@@ -6,11 +6,11 @@ import re
 
 import pytest
 
-from kvoffload.cli import main
 from kvoffload.lifecycles import JOB_LIFECYCLE, REQUEST_LIFECYCLE
 from kvoffload.statemachine.declaration import LifecycleDeclaration, StateDecl, TransitionDecl
 from kvoffload.statemachine.diagram import edge_label, render, to_dot, to_mermaid
-from kvoffload.statemachine.lifecycle_tla import lifecycle_module
+from kvoffload_lab.cli import main
+from kvoffload_lab.statemachine.lifecycle_tla import lifecycle_module
 
 DOOR = LifecycleDeclaration(
     name="door",

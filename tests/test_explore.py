@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pytest
 
 from kvoffload.offload.errors import LifecycleViolation
-from kvoffload.statemachine.explore import (
+from kvoffload_lab.statemachine.explore import (
     CRASH,
     DRAIN_ACTION,
     Counterexample,
@@ -341,7 +341,7 @@ def test_sleep_sets_keep_the_shortest_counterexample() -> None:
 
 
 def test_parallel_worker_failure_is_an_error_not_a_hang() -> None:
-    from kvoffload.statemachine.explore_parallel import explore_parallel
+    from kvoffload_lab.statemachine.explore_parallel import explore_parallel
 
     class Broken(Grid):
         def invariants(self, s: tuple[int, ...]) -> list[tuple[str, str]]:

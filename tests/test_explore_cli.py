@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from kvoffload.cli import main
-from kvoffload.verify.bugzoo import MUTANTS
+from kvoffload_lab.cli import main
+from kvoffload_lab.verify.bugzoo import MUTANTS
 
 RESULT_KEYS = {"states", "transitions", "complete", "depth", "seconds", "cpu_seconds", "states_per_s", "violations"}
 
@@ -57,7 +57,7 @@ def test_explore_usage_errors_exit_two(args: list[str], capsys: pytest.CaptureFi
 
 def test_explore_set_up_does_not_grow_factorially(capsys: pytest.CaptureFixture[str]) -> None:
     """Request-order renamings are made when a fingerprint needs them, not all n! up front."""
-    from kvoffload.verify.explore_model import OffloadExploreModel
+    from kvoffload_lab.verify.explore_model import OffloadExploreModel
 
     model = OffloadExploreModel(12, 3)
     assert len(model._namings) == 1 + 12  # the identity and one relative renaming per request

@@ -10,11 +10,11 @@ import threading
 
 import pytest
 
-from kvoffload.cli import main
-from kvoffload.statemachine.explore import explore
-from kvoffload.statemachine.explore_parallel import _work, explore_parallel
-from kvoffload.verify.bugzoo import MUTANTS, Mutant, explore_model_for
-from kvoffload.verify.explore_model import OffloadExploreModel
+from kvoffload_lab.cli import main
+from kvoffload_lab.statemachine.explore import explore
+from kvoffload_lab.statemachine.explore_parallel import _work, explore_parallel
+from kvoffload_lab.verify.bugzoo import MUTANTS, Mutant, explore_model_for
+from kvoffload_lab.verify.explore_model import OffloadExploreModel
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvoffload.verify.explore_model import OffloadExploreModel, World
+from kvoffload_lab.verify.explore_model import OffloadExploreModel, World
 
 STEP = ("step", None, None, True)
 RESET = ("reset",)

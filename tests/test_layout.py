@@ -227,18 +227,18 @@ PRIVATE_READS_ALLOWED = {
     # vLLM's connector scheduler has no public view of its per-request state or jobs in flight;
     # the check reads them in this one module, one class per vLLM version range (issue: "keep
     # those reads in one place per version range").
-    ("kvoffload.vllm.check.compat", "_req_status"),
-    ("kvoffload.vllm.check.compat", "_jobs"),
-    ("kvoffload.vllm.check.compat", "_current_batch_jobs_to_flush"),
+    ("kvoffload_lab.vllm.check.compat", "_req_status"),
+    ("kvoffload_lab.vllm.check.compat", "_jobs"),
+    ("kvoffload_lab.vllm.check.compat", "_current_batch_jobs_to_flush"),
     # SimpleCPUOffloadConnector's manager has no public view of the GPU pool it was bound to, of its
     # mode or of lazy mode's cursor; the simple connector's checks read them in this one module.
-    ("kvoffload.vllm.simple.compat", "_gpu_block_pool"),
-    ("kvoffload.vllm.simple.compat", "_lazy_mode"),
-    ("kvoffload.vllm.simple.compat", "_cursor"),
+    ("kvoffload_lab.vllm.simple.compat", "_gpu_block_pool"),
+    ("kvoffload_lab.vllm.simple.compat", "_lazy_mode"),
+    ("kvoffload_lab.vllm.simple.compat", "_cursor"),
     # Cloning vLLM's connector for the explorer: deepcopy must re-create its locks and share its
     # shared-memory region, and the copy module's dispatch table is the only hook for types it
     # cannot copy.
-    ("kvoffload.vllm.check.explorer", "_deepcopy_dispatch"),
+    ("kvoffload_lab.vllm.check.explorer", "_deepcopy_dispatch"),
 }
 
 
@@ -263,17 +263,17 @@ def test_no_module_reads_another_modules_private_attributes(module: str, path: P
 
 def test_the_rule_sees_a_forbidden_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
-    bad.write_text("def f():\n    from kvoffload.verify.bugzoo import MUTANTS\n    return MUTANTS\n")
+    bad.write_text("def f():\n    from kvoffload_lab.verify.bugzoo import MUTANTS\n    return MUTANTS\n")
     imported = [name for _, name, _ in _imports("kvoffload.offload.bad", bad)]
-    assert imported == ["kvoffload.verify.bugzoo"]
+    assert imported == ["kvoffload_lab.verify.bugzoo"]
     assert _package(imported[0]) not in ALLOWED["offload"]
 
 
 # The TLA+ checker's distribution, and the kvoffload modules that may import it (a module, or a
 # package and everything under it): the checkers' layers, never the framework or the product.
 CHECKER = "tlacheck"
-MAY_IMPORT_THE_CHECKER = ("kvoffload.verify", "kvoffload.vllm.check", "kvoffload.vllm.live", "kvoffload.benchmarks",
-                          "kvoffload.commands")
+MAY_IMPORT_THE_CHECKER = ("kvoffload_lab.verify", "kvoffload_lab.vllm.check", "kvoffload_lab.vllm.live", "kvoffload_lab.benchmarks",
+                          "kvoffload_lab.commands")
 
 
 def _may_import_the_checker(module: str) -> bool:
@@ -298,5 +298,5 @@ def test_the_checker_rule_sees_the_framework_and_the_product_import_it(tmp_path:
     for module in ("kvoffload.statemachine.bad", "kvoffload.offload.bad", "kvoffload.vllm.connector_bad",
                    "kvoffload.verifyx"):
         assert len(_checker_imports(module, bad)) == 2, module
-    assert _checker_imports("kvoffload.vllm.live.bad", bad) == []
-    assert _checker_imports("kvoffload.commands.tla", bad) == []
+    assert _checker_imports("kvoffload_lab.vllm.live.bad", bad) == []
+    assert _checker_imports("kvoffload_lab.commands.tla", bad) == []

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from check_vllm_live_release import check as check_release
-from kvoffload.vllm.live.checker import judge
-from kvoffload.vllm.live.conformance import check_conformance
-from kvoffload.vllm.live.logs import DRAIN_FILE, FINDINGS_FILE, TRACE_FILE, FindingLog, TraceLog, write_drain
-from kvoffload.vllm.live.workloads import DOUBLE_RESET, KINDS, Workload, build
+from kvoffload_lab.vllm.live.checker import judge
+from kvoffload_lab.vllm.live.conformance import check_conformance
+from kvoffload_lab.vllm.live.logs import DRAIN_FILE, FINDINGS_FILE, TRACE_FILE, FindingLog, TraceLog, write_drain
+from kvoffload_lab.vllm.live.workloads import DOUBLE_RESET, KINDS, Workload, build
 
 DATA = Path(__file__).parent / "data" / "live"
 
@@ -204,7 +204,7 @@ def test_live_traces_that_exposed_model_gaps_now_conform(path: Path) -> None:
 def test_bad_engine_options_are_one_line_and_exit_2(
     argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from kvoffload.cli import main
+    from kvoffload_lab.cli import main
 
     assert main(["vllm", "check", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -212,8 +212,8 @@ def test_bad_engine_options_are_one_line_and_exit_2(
 
 
 def test_the_report_groups_gaps_by_rule_and_lists_what_no_run_reached(tmp_path: Path) -> None:
-    from kvoffload.vllm.live.checker import RunVerdict, _report
-    from kvoffload.vllm.live.report import format_report
+    from kvoffload_lab.vllm.live.checker import RunVerdict, _report
+    from kvoffload_lab.vllm.live.report import format_report
 
     verdicts = [
         RunVerdict("double_reset", 0, manager, "inproc", explained=[f"M8 (...) broken at line {line}: ... (explained)"],

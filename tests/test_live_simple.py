@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import torch
 
-from kvoffload.vllm.live import simple, simple_engine
-from kvoffload.vllm.live.logs import DRAIN_FILE, FINDINGS_FILE, TRACE_FILE, FindingLog, TraceLog, read_ndjson
-from kvoffload.vllm.live.simple import (
+from kvoffload_lab.vllm.live import simple, simple_engine
+from kvoffload_lab.vllm.live.logs import DRAIN_FILE, FINDINGS_FILE, TRACE_FILE, FindingLog, TraceLog, read_ndjson
+from kvoffload_lab.vllm.live.simple import (
     SIMPLE_KINDS,
     format_simple_report,
     judge_simple,
@@ -22,7 +22,7 @@ from kvoffload.vllm.live.simple import (
     simple_report,
     simple_results,
 )
-from kvoffload.vllm.live.simple_engine import (
+from kvoffload_lab.vllm.live.simple_engine import (
     LOSS,
     LOSSES_FILE,
     WORKER_FILE,
@@ -31,8 +31,8 @@ from kvoffload.vllm.live.simple_engine import (
     copy_delay,
     simple_transfer_config,
 )
-from kvoffload.vllm.live.workloads import KINDS, LAZY_IDLE, RELOAD, Workload, build
-from kvoffload.vllm.simple.backend import LateCopyBackend
+from kvoffload_lab.vllm.live.workloads import KINDS, LAZY_IDLE, RELOAD, Workload, build
+from kvoffload_lab.vllm.simple.backend import LateCopyBackend
 
 # ---------------------------------------------------------------------- a fake SimpleCPUOffloadScheduler
 
@@ -293,7 +293,7 @@ def test_each_mode_gets_one_engine_result_violations_before_losses(tmp_path: Pat
 def test_the_transfer_config_loads_the_live_connector_with_the_mode_and_the_tier(tmp_path: Path) -> None:
     config = simple_transfer_config("lazy", build("tiny_cpu", 4), tmp_path, "engine-1")
     assert (config["kv_connector"], config["kv_connector_module_path"]) == ("LiveSimpleConnector",
-                                                                            "kvoffload.vllm.live.simple_engine")
+                                                                            "kvoffload_lab.vllm.live.simple_engine")
     extra = config["kv_connector_extra_config"]
     assert extra["lazy_offload"] is True and extra["cpu_bytes_to_use"] == 2 * 32768
     assert extra["live_check_dir"] == str(tmp_path) and extra["live_copy_delay"] == copy_delay(4) == 1

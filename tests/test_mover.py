@@ -499,7 +499,7 @@ def test_numba_not_imported_with_kvoffload() -> None:
     import subprocess
     import sys
 
-    code = "import sys, kvoffload, kvoffload.dataplane.mover, kvoffload.cli; assert 'numba' not in sys.modules"
+    code = "import sys, kvoffload, kvoffload.dataplane.mover, kvoffload_lab.cli; assert 'numba' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

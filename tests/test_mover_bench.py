@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.benchmarks import mover as bench
+from kvoffload_lab.benchmarks import mover as bench
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -104,7 +104,7 @@ def test_jobs_get_the_id_type_asked_for(ids: str, monkeypatch: pytest.MonkeyPatc
 def test_array_ids_without_numpy_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
-    from kvoffload.benchmarks.errors import BenchmarkError
+    from kvoffload_lab.benchmarks.errors import BenchmarkError
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "numpy" else real(name, *a))
@@ -133,7 +133,7 @@ def test_the_cpu_kernel_is_a_mover_argument_not_a_module_switch(monkeypatch: pyt
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the CPU-only answer to --device cuda")
 def test_device_cuda_without_a_gpu_is_one_line_and_status_2(capsys: pytest.CaptureFixture[str]) -> None:
-    from kvoffload.cli import main
+    from kvoffload_lab.cli import main
 
     assert main(["bench", "mover", "--device", "cuda", "--json"]) == 2
     captured = capsys.readouterr()
@@ -146,13 +146,13 @@ def test_device_cuda_without_a_gpu_is_one_line_and_status_2(capsys: pytest.Captu
     ("block_bytes", "goal"), [(4096, 0.6), (8192, 0.6), (16384, 0.8), (32768, 0.8), (65536, 0.9), (1 << 20, 0.9)]
 )
 def test_goal_ratio_follows_the_issue(block_bytes: int, goal: float) -> None:
-    from kvoffload.benchmarks import mover_cuda
+    from kvoffload_lab.benchmarks import mover_cuda
 
     assert mover_cuda.goal_ratio(block_bytes) == goal
 
 
 def test_goals_judge_the_chosen_path_of_each_direction() -> None:
-    from kvoffload.benchmarks import mover_cuda
+    from kvoffload_lab.benchmarks import mover_cuda
 
     paths = {
         "batched": {"store": {"ratio": 0.95, "slowdown": 0.01}, "load": {"ratio": 0.7, "slowdown": 0.0}},
@@ -181,7 +181,7 @@ def test_table_option_writes_what_the_mover_reads(tmp_path: Path) -> None:
         Measurement("merged", "store", 4096, 3.5, 0.0),
         Measurement("gather", "load", 65536, 40.0, None),
     ]
-    from kvoffload.benchmarks.errors import BenchmarkError
+    from kvoffload_lab.benchmarks.errors import BenchmarkError
 
     with pytest.raises(BenchmarkError, match=r"^--table .*missing/t.json: No such file or directory$"):
         bench._write_table(tmp_path / "missing" / "t.json", results, "cuda:0 test")

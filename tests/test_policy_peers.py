@@ -245,7 +245,7 @@ def test_sketch_halves_after_its_sample() -> None:
 
 @pytest.mark.parametrize("name", PEERS)
 def test_peer_is_registered_and_runs_in_the_replay(name: str) -> None:
-    from kvoffload.tracestudy.replay import TraceReplay
+    from kvoffload_lab.tracestudy.replay import TraceReplay
 
     chains = [[1, 2, 3], [1, 2, 4], [5, 6], [1, 2, 3, 7], [5, 6, 8], [9, 10], [1, 2, 3]] * 3
     result = TraceReplay(5, 3, make_policy(name, 3)).run(chains)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kvoffload.cli import main
+from kvoffload_lab.cli import main
 
 
 def test_bench_scheduler_json_reports_each_size(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,4 +1,4 @@
-"""The serving benchmark's pure parts (src/kvoffload/benchmarks/serving/): percentiles, the
+"""The serving benchmark's pure parts (packages/kvoffload-lab/src/kvoffload_lab/benchmarks/serving/): percentiles, the
 workloads' text and order, /metrics arithmetic, and the JSON it reports, against a fake server."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.benchmarks.serving.configs import SERVERS, connector_config, server_configs, spec_config
-from kvoffload.benchmarks.serving.prefix_repetition import PrefixRepetitionShape, bench_command, summarize
-from kvoffload.benchmarks.serving.prom import hit_tokens_by_source, metric
-from kvoffload.benchmarks.serving.report import Workloads, measure_server, ratios, replay_command
-from kvoffload.benchmarks.serving.stats import Timing, percentile, step_time_ms, throughput, ttft_summary
-from kvoffload.benchmarks.serving.workloads import (
+from kvoffload_lab.benchmarks.serving.configs import SERVERS, connector_config, server_configs, spec_config
+from kvoffload_lab.benchmarks.serving.prefix_repetition import PrefixRepetitionShape, bench_command, summarize
+from kvoffload_lab.benchmarks.serving.prom import hit_tokens_by_source, metric
+from kvoffload_lab.benchmarks.serving.report import Workloads, measure_server, ratios, replay_command
+from kvoffload_lab.benchmarks.serving.stats import Timing, percentile, step_time_ms, throughput, ttft_summary
+from kvoffload_lab.benchmarks.serving.workloads import (
     ChatShape,
     NoReuseShape,
     chat_script,
@@ -191,7 +191,7 @@ def test_prefix_repetition_runs_vllm_bench_serve_and_reads_its_result(tmp_path: 
 
 def test_the_plot_is_drawn_from_the_json(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from kvoffload.benchmarks.serving.plot import plot
+    from kvoffload_lab.benchmarks.serving.plot import plot
 
     servers = {"baseline": _measure(0.4, 2.0, 0), "connector": _measure(0.1, 5.0, 64)}
     report = {"servers": servers, "model": {"size": "small"}, "load_average": {"start": [1, 1, 1], "end": [2, 2, 2]}}

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from kvoffload.offload.types import OffloadConfig
-from kvoffload.sim import Engine, EngineConfig, MultiTurnWorkload, WorkloadConfig
-from kvoffload.sim.block_pool import BlockPool
-from kvoffload.sim.request import SimRequest, chain_hash
-from kvoffload.sim.runner import SimulationOptions, simulate
+from kvoffload_lab.sim import Engine, EngineConfig, MultiTurnWorkload, WorkloadConfig
+from kvoffload_lab.sim.block_pool import BlockPool
+from kvoffload_lab.sim.request import SimRequest, chain_hash
+from kvoffload_lab.sim.runner import SimulationOptions, simulate
 from support import NoFenceScheduler
 
 
@@ -169,7 +169,7 @@ def test_conversations_that_outgrow_the_gpu_pool_end_instead_of_hanging() -> Non
 
 def test_simulate_command_prints_one_json_object() -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "kvoffload.cli", "simulate", "--json", "--users", "6", "--turns", "2",
+        [sys.executable, "-m", "kvoffload_lab.cli", "simulate", "--json", "--users", "6", "--turns", "2",
          "--backend", "model"],
         capture_output=True,
         text=True,
@@ -183,7 +183,7 @@ def test_simulate_command_prints_one_json_object() -> None:
 
 def test_simulate_command_reports_bad_options_in_one_line() -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "kvoffload.cli", "simulate", "--faults", "3"],
+        [sys.executable, "-m", "kvoffload_lab.cli", "simulate", "--faults", "3"],
         capture_output=True,
         text=True,
         check=False,

@@ -1,4 +1,4 @@
-"""kvoffload.vllm.simple without vLLM: the late-copy backend and its fence check, the digest model's
+"""kvoffload_lab.vllm.simple without vLLM: the late-copy backend and its fence check, the digest model's
 integrity check, the CPU stand-in for the worker module's CUDA calls, the report of losses, the
 trace, and the command line's refusals."""
 
@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvoffload.cli import main
-from kvoffload.vllm.check.findings import CheckerVerdict
-from kvoffload.vllm.check.runner import format_table
-from kvoffload.vllm.simple.backend import LateCopyBackend, LateEvent
-from kvoffload.vllm.simple.harness import collapse_idle_steps
-from kvoffload.vllm.simple.model import DigestModel, digests, next_token
-from kvoffload.vllm.simple.worker import CpuTorch
+from kvoffload_lab.cli import main
+from kvoffload_lab.vllm.check.findings import CheckerVerdict
+from kvoffload_lab.vllm.check.runner import format_table
+from kvoffload_lab.vllm.simple.backend import LateCopyBackend, LateEvent
+from kvoffload_lab.vllm.simple.harness import collapse_idle_steps
+from kvoffload_lab.vllm.simple.model import DigestModel, digests, next_token
+from kvoffload_lab.vllm.simple.worker import CpuTorch
 
 
 def _backend(delay: int) -> tuple[LateCopyBackend, torch.Tensor, torch.Tensor]:
@@ -137,7 +137,7 @@ def test_bad_connector_arguments_are_one_line_and_exit_2(argv: list[str], says: 
 def test_block_regions_follow_a_layer_placement_and_an_old_config_without_one() -> None:
     from types import SimpleNamespace
 
-    from kvoffload.vllm.simple.worker import block_regions
+    from kvoffload_lab.vllm.simple.worker import block_regions
 
     cache = torch.arange(2 * 5 * 6, dtype=torch.float32).reshape(2, 5, 6)  # (K/V, blocks, slots)
     placed = SimpleNamespace(num_blocks=5, kv_cache_tensors=[SimpleNamespace(

@@ -9,10 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.cli import main
 from kvoffload.lifecycles import JOB_LIFECYCLE, REQUEST_LIFECYCLE
 from kvoffload.statemachine.declaration import LifecycleDeclaration, TransitionDecl
-from kvoffload.verify.spec_link import DECLARATIONS, check_link, coverage_problems, refinement_problems, stale_modules
+from kvoffload_lab.cli import main
+from kvoffload_lab.verify.spec_link import (
+    DECLARATIONS,
+    check_link,
+    coverage_problems,
+    refinement_problems,
+    stale_modules,
+)
 from tlacheck import check_model
 
 TLA = Path(__file__).resolve().parents[1] / "tla"

@@ -9,11 +9,11 @@ import pytest
 
 from kvoffload.offload import OffloadingScheduler, SchedulerOutput
 from kvoffload.offload.manager import CPUOffloadingManager
-from kvoffload.sim.engine import Engine
-from kvoffload.sim.runner import SimulationOptions, simulate
-from kvoffload.sim.workload import MultiTurnWorkload, WorkloadConfig
-from kvoffload.statemachine.explore import explore, format_counterexample
-from kvoffload.verify.bugzoo import MUTANTS, explore_model_for
+from kvoffload_lab.sim.engine import Engine
+from kvoffload_lab.sim.runner import SimulationOptions, simulate
+from kvoffload_lab.sim.workload import MultiTurnWorkload, WorkloadConfig
+from kvoffload_lab.statemachine.explore import explore, format_counterexample
+from kvoffload_lab.verify.bugzoo import MUTANTS, explore_model_for
 from support import FakeRequest, full_state, scheduler
 
 
@@ -111,7 +111,7 @@ def test_the_integrity_check_catches_a_connector_that_stores_drafts(delay: int) 
 
 
 def test_explorer_with_drafts_finds_no_violation_in_our_code() -> None:
-    from kvoffload.verify.explore_model import OffloadExploreModel
+    from kvoffload_lab.verify.explore_model import OffloadExploreModel
 
     result = explore(OffloadExploreModel(1, 3, speculative_decoding=True))
     assert result.ok, [format_counterexample(v) for v in result.violations]
@@ -127,7 +127,7 @@ def test_explorer_catches_the_draft_storing_mutant_in_three_actions() -> None:
 
 
 def test_explore_command_adds_draft_steps_on_request(capsys: pytest.CaptureFixture[str]) -> None:
-    from kvoffload.cli import main
+    from kvoffload_lab.cli import main
 
     figures = []
     for flags in ([], ["--speculative-decoding"]):

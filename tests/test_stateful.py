@@ -1,6 +1,6 @@
 """Hypothesis stateful tests: random programs against the simulated engine + the real connector.
 
-The state machine drives :class:`kvoffload.sim.Engine` with a model worker whose jobs never finish
+The state machine drives :class:`kvoffload_lab.sim.Engine` with a model worker whose jobs never finish
 on their own (``job_delay_steps`` is huge): the program chooses which in-flight jobs complete or
 fail, and in which order. Rules add requests (fresh, or extending an earlier prompt, so prefixes
 are shared and the CPU tier is hit), step the engine, abort requests, complete or fail jobs,
@@ -10,7 +10,7 @@ program starts from a "warm" CPU tier (one finished conversation offloaded), so 
 After every rule: every invariant of ``kvoffload.lifecycles`` on the scheduler's snapshot, the engine's
 own checks (GpuBlockFence, DataIntegrity of loaded blocks), DataIntegrity at the source (a store
 reads GPU blocks that hold its keys), and the lifecycle trace so far replays through the spec's
-mirror (``kvoffload.verify.mirror``). At the end the engine drains and nothing may be left (NoLeak,
+mirror (``kvoffload_lab.verify.mirror``). At the end the engine drains and nothing may be left (NoLeak,
 EventuallyCleaned), and every traced request reached ``cleaned``.
 
 Completions reach the connector only through ``Engine.step`` (``update_connector_output`` inside
@@ -49,14 +49,14 @@ from kvoffload.lifecycles import check_invariants
 from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload.offload.types import ConnectorMetadata, JobId, OffloadConfig, WorkerOutput
-from kvoffload.sim import Engine, EngineConfig
-from kvoffload.sim.kv_model import ModelWorker
-from kvoffload.statemachine.explore import CRASH
 from kvoffload.statemachine.runtime import LifecycleError
 from kvoffload.statemachine.trace import TraceWriter
-from kvoffload.verify.bugzoo import MUTANTS, Mutant
-from kvoffload.verify.explore_model import WorkerReport
-from kvoffload.verify.mirror import TraceMirror, parse_line
+from kvoffload_lab.sim import Engine, EngineConfig
+from kvoffload_lab.sim.kv_model import ModelWorker
+from kvoffload_lab.statemachine.explore import CRASH
+from kvoffload_lab.verify.bugzoo import MUTANTS, Mutant
+from kvoffload_lab.verify.explore_model import WorkerReport
+from kvoffload_lab.verify.mirror import TraceMirror, parse_line
 
 # Jobs complete only when the program says so (or when the scheduler flushes them).
 NEVER = 10**9

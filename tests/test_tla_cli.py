@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from kvoffload import cli
+from kvoffload_lab import cli
 from tlacheck import cli as tlacheck_cli
 from tlacheck import expectation as checker_expectation
 from tlacheck.engine import UsageError, format_tla_error

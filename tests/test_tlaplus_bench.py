@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kvoffload.benchmarks import tla as bench
+from kvoffload_lab.benchmarks import tla as bench
 from tlc_fakes import REAL_JAR, requires_tlc
 
 

@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from kvoffload.cli import main
 from kvoffload.lifecycles import JOB_LIFECYCLE, REQUEST_LIFECYCLE
-from kvoffload.sim import Engine, EngineConfig, MultiTurnWorkload, WorkloadConfig
 from kvoffload.statemachine.runtime import TransitionEvent
 from kvoffload.statemachine.trace import TraceWriter
-from kvoffload.statemachine.trace_tla import write_trace_module
-from kvoffload.verify.bugzoo import MUTANTS, Mutant
-from kvoffload.verify.mirror import MalformedTrace, check_trace_file, check_trace_lines
-from kvoffload.verify.trace_tla_rules import check_trace_module, write_product_trace_module
+from kvoffload_lab.cli import main
+from kvoffload_lab.sim import Engine, EngineConfig, MultiTurnWorkload, WorkloadConfig
+from kvoffload_lab.statemachine.trace_tla import write_trace_module
+from kvoffload_lab.verify.bugzoo import MUTANTS, Mutant
+from kvoffload_lab.verify.mirror import MalformedTrace, check_trace_file, check_trace_lines
+from kvoffload_lab.verify.trace_tla_rules import check_trace_module, write_product_trace_module
 from tlacheck import check_model
 
 

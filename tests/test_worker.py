@@ -8,9 +8,9 @@ import torch
 from kvoffload.dataplane.mover import BlockMover
 from kvoffload.dataplane.worker import OffloadingWorker
 from kvoffload.offload.types import ConnectorMetadata, TransferJob
-from kvoffload.sim.engine import Engine, EngineConfig
-from kvoffload.sim.runner import SimulationOptions, simulate
-from kvoffload.sim.torch_backend import TorchBackend, block_pattern
+from kvoffload_lab.sim.engine import Engine, EngineConfig
+from kvoffload_lab.sim.runner import SimulationOptions, simulate
+from kvoffload_lab.sim.torch_backend import TorchBackend, block_pattern
 from support import NoFenceScheduler
 
 

@@ -159,11 +159,11 @@ else
 fi
 
 # --- simulate: the lifecycle on CUDA tensors -----------------------------------------------------
-step simulate 90 "$PYTHON" -m kvoffload.cli simulate --device cuda --faults 0.05 --users 48 --turns 6 \
+step simulate 90 "$PYTHON" -m kvoffload_lab.cli simulate --device cuda --faults 0.05 --users 48 --turns 6 \
     --gpu-blocks 160 --cpu-blocks 1024 --json
 
 # --- bench: every path, the interference run, the chosen path, the goals --------------------------
-step bench 240 "$PYTHON" -m kvoffload.cli bench mover --device cuda --json --total-mib 64 --repeats 3 \
+step bench 240 "$PYTHON" -m kvoffload_lab.cli bench mover --device cuda --json --total-mib 64 --repeats 3 \
     --table "$OUT_DIR/copy_table.json"
 if [[ -s "$OUT_DIR/bench.out" ]]; then cp "$OUT_DIR/bench.out" "$OUT_DIR/bench_mover_cuda.json"; fi
 

@@ -61,11 +61,11 @@ from vllm_own_offloading_spec import VLLM_POLICIES, vllm_own_transfer_config
 from vllm_tiers import step_timers
 
 from kvoffload.offload.policies import POLICIES
-from kvoffload.tiers.redis_server import INSTALL_HINT, RedisServer, RedisServerMissing
-from kvoffload.tracestudy.bounds import infinite_cache
-from kvoffload.tracestudy.mooncake import MOONCAKE_BLOCK_TOKENS, TraceRequest, block_chains, read_trace
-from kvoffload.tracestudy.replay import replay_trace
-from kvoffload.vllm.harness import (
+from kvoffload_lab.redis_server import INSTALL_HINT, RedisServer, RedisServerMissing
+from kvoffload_lab.tracestudy.bounds import infinite_cache
+from kvoffload_lab.tracestudy.mooncake import MOONCAKE_BLOCK_TOKENS, TraceRequest, block_chains, read_trace
+from kvoffload_lab.tracestudy.replay import replay_trace
+from kvoffload_lab.vllm.harness import (
     Engine,
     build_tiny_model,
     connector_transfer_config,

@@ -3,14 +3,14 @@
 worker, ``vllm_own_offloading_spec.py``), each with its default policy and LRU, one server at a time.
 
 Each server runs the multi-turn chat, ``vllm bench serve --dataset-name prefix_repetition`` and a
-workload with no reuse (src/kvoffload/benchmarks/serving/); the script prints one JSON object (TTFT
+workload with no reuse (packages/kvoffload-lab/src/kvoffload_lab/benchmarks/serving/); the script prints one JSON object (TTFT
 per turn, throughput, prompt tokens by source, step time, ratios to the server without offloading,
 the load average at start and end, the command) and, with ``--plot``, draws it. docs/benchmarks.md
 has the figures.
 
     PYTHONPATH=src:packages/tlacheck/src .venv-vllm/bin/python scripts/measure/vllm_serve_bench.py \
         --model small --out serve.json --plot serve.png
-    PYTHONPATH=src python -m kvoffload.benchmarks.serving.plot serve.json serve.png  # the figure again
+    PYTHONPATH=src python -m kvoffload_lab.benchmarks.serving.plot serve.json serve.png  # the figure again
 """
 
 from __future__ import annotations
@@ -27,16 +27,16 @@ from typing import Any
 
 from vllm_own_offloading_spec import vllm_own_transfer_config
 
-from kvoffload.benchmarks.serving.client import CompletionClient
-from kvoffload.benchmarks.serving.configs import SERVERS, server_configs
-from kvoffload.benchmarks.serving.model import MODEL_SHAPES, build_model, parameter_count
-from kvoffload.benchmarks.serving.prefix_repetition import PrefixRepetitionShape, run_prefix_repetition
-from kvoffload.benchmarks.serving.report import Workloads, measure_server, ratios, replay_command
-from kvoffload.benchmarks.serving.server import ServerShape, running, server_env
-from kvoffload.benchmarks.serving.workloads import ChatShape, NoReuseShape
+from kvoffload_lab.benchmarks.serving.client import CompletionClient
+from kvoffload_lab.benchmarks.serving.configs import SERVERS, server_configs
+from kvoffload_lab.benchmarks.serving.model import MODEL_SHAPES, build_model, parameter_count
+from kvoffload_lab.benchmarks.serving.prefix_repetition import PrefixRepetitionShape, run_prefix_repetition
+from kvoffload_lab.benchmarks.serving.report import Workloads, measure_server, ratios, replay_command
+from kvoffload_lab.benchmarks.serving.server import ServerShape, running, server_env
+from kvoffload_lab.benchmarks.serving.workloads import ChatShape, NoReuseShape
 
 ROOT = Path(__file__).resolve().parents[2]
-WEIGHT_SCALE = 8.0  # the end-to-end tests' scale (kvoffload.vllm.harness): greedy tokens follow the prefix
+WEIGHT_SCALE = 8.0  # the end-to-end tests' scale (kvoffload_lab.vllm.harness): greedy tokens follow the prefix
 
 # Per model size: the chat, prefix_repetition and no-reuse shapes, the engine's KV cache. "tiny" is
 # for developing the benchmark; "prefill" has 2k-token histories.
@@ -141,6 +141,6 @@ if __name__ == "__main__":
     if parsed.out:
         parsed.out.write_text(text + "\n")
     if parsed.plot:
-        from kvoffload.benchmarks.serving.plot import plot
+        from kvoffload_lab.benchmarks.serving.plot import plot
 
         plot(report, parsed.plot)

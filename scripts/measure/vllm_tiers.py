@@ -37,13 +37,13 @@ from vllm.v1.kv_offload.base import OffloadingManager, OffloadingMetricMetadata
 from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager as VllmCPUOffloadingManager
 from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
 
-from kvoffload.vllm.harness import (
+from kvoffload.vllm.offloading_spec import KVOffloadSpec
+from kvoffload_lab.vllm.harness import (
     Engine,
     build_tiny_model,
     connector_transfer_config,
     spec_transfer_config,
 )
-from kvoffload.vllm.offloading_spec import KVOffloadSpec
 
 BLOCK_SIZE = 32
 GPU_BLOCKS = 48
@@ -168,7 +168,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=7, help="workload seed (default 7)")
     args = parser.parse_args()
-    from kvoffload.tiers.redis_server import RedisServer
+    from kvoffload_lab.redis_server import RedisServer
 
     batches = workload(args.seed)
     results: dict[str, dict[str, Any]] = {}

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from kvoffload.tiers.redis_server import RedisServer
+from kvoffload_lab.redis_server import RedisServer
 from redis_servers import running_server
 
 

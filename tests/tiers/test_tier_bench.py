@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.cli import main
+from kvoffload_lab.cli import main
 
 
 def test_bench_tiers_reports_every_size_verified(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,11 +7,11 @@ from pathlib import Path
 
 from tiers_support import tiering
 
-from kvoffload.sim.tiered.bytes_worker import ByteModelWorker
 from kvoffload.tiers.driver import TierDriver
 from kvoffload.tiers.file_tier import FileTier
 from kvoffload.tiers.manager import TieringManager
 from kvoffload.tiers.redis_tier import RedisTier, RedisTierConfig
+from kvoffload_lab.sim.tiered.bytes_worker import ByteModelWorker
 
 CHUNK = 4096
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.sim.tiered.bytes_worker import ByteModelWorker
 from kvoffload.tiers.driver import TierDriver, TierFaults
 from kvoffload.tiers.file_tier import FileTier
 from kvoffload.tiers.protocol import CORRUPT, FAULT, OK, TierJob
+from kvoffload_lab.sim.tiered.bytes_worker import ByteModelWorker
 
 CHUNK = 8192
 

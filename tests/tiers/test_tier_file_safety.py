@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.sim.tiered.bytes_worker import ByteModelWorker
 from kvoffload.tiers.driver import TierDriver
 from kvoffload.tiers.file_tier import FileTier
 from kvoffload.tiers.index import LocalTierIndex
 from kvoffload.tiers.protocol import CORRUPT, FAULT, OK, TierConfigError, TierJob
 from kvoffload.tiers.record import Namespace
+from kvoffload_lab.sim.tiered.bytes_worker import ByteModelWorker
 
 CHUNK = 8192
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from kvoffload.cli import main
 from kvoffload.lifecycles.tier import TIER_LIFECYCLES
 from kvoffload.statemachine.declaration import LifecycleDeclaration
 from kvoffload.statemachine.diagram import edge_label
+from kvoffload_lab.cli import main
 
 
 @pytest.mark.parametrize("declaration", TIER_LIFECYCLES, ids=lambda d: d.name)

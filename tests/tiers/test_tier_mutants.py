@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from kvoffload.cli import main
-from kvoffload.statemachine.explore import explore, format_counterexample
-from kvoffload.verify.tiering.explore_model import TierExploreModel
-from kvoffload.verify.tiering.mutants import TIER_MUTANTS, TierMutant
+from kvoffload_lab.cli import main
+from kvoffload_lab.statemachine.explore import explore, format_counterexample
+from kvoffload_lab.verify.tiering.explore_model import TierExploreModel
+from kvoffload_lab.verify.tiering.mutants import TIER_MUTANTS, TierMutant
 
 MAX_TRACE = 15
 

@@ -7,8 +7,8 @@ import pytest
 import redis
 
 from kvoffload.tiers.protocol import CORRUPT, FAULT, MISS, OK, TierJob
-from kvoffload.tiers.redis_server import RedisServer, RedisServerMissing
 from kvoffload.tiers.redis_tier import RedisTier, RedisTierConfig
+from kvoffload_lab.redis_server import RedisServer, RedisServerMissing
 
 CHUNK = 4096
 
@@ -123,7 +123,7 @@ def test_a_tls_url_configures_a_tls_connection() -> None:
 def test_free_port_keeps_to_the_configured_range(monkeypatch: pytest.MonkeyPatch) -> None:
     import socket
 
-    from kvoffload.tiers.redis_server import PORTS_VARIABLE, free_port
+    from kvoffload_lab.redis_server import PORTS_VARIABLE, free_port
 
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
         taken.bind(("127.0.0.1", 0))

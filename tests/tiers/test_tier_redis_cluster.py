@@ -22,8 +22,8 @@ from redis.crc import key_slot
 from kvoffload.tiers.driver import TierDriver
 from kvoffload.tiers.protocol import CORRUPT, FAULT, MISS, OK, TierConfigError, TierJob
 from kvoffload.tiers.redis_cluster import Node, parse_slots
-from kvoffload.tiers.redis_server import LocalRedisCluster, RedisServer
 from kvoffload.tiers.redis_tier import RedisTier, RedisTierConfig
+from kvoffload_lab.redis_server import LocalRedisCluster, RedisServer
 from redis_servers import running_cluster
 
 CHUNK = 4096

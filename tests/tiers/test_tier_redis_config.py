@@ -12,11 +12,11 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from kvoffload.sim.tiered.bytes_worker import ByteModelWorker
 from kvoffload.tiers.driver import TierDriver
 from kvoffload.tiers.protocol import CORRUPT, FAULT, OK, TierConfigError, TierJob
-from kvoffload.tiers.redis_server import RedisServer
 from kvoffload.tiers.redis_tier import RedisTier, RedisTierConfig
+from kvoffload_lab.redis_server import RedisServer
+from kvoffload_lab.sim.tiered.bytes_worker import ByteModelWorker
 
 CHUNK = 4096
 

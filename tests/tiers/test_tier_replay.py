@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.cli import main
-from kvoffload.tracestudy.mooncake import TraceRequest
-from kvoffload.tracestudy.tiered_replay import replay_tiered
+from kvoffload_lab.cli import main
+from kvoffload_lab.tracestudy.mooncake import TraceRequest
+from kvoffload_lab.tracestudy.tiered_replay import replay_tiered
 
 
 def _request(ids: list[int], full: int) -> TraceRequest:

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from kvoffload.cli import main
-from kvoffload.sim.runner import SimulationOptions
-from kvoffload.sim.tiered.runner import TierSimOptions, simulate_tiered
-from kvoffload.tiers.redis_server import RedisServer
+from kvoffload_lab.cli import main
+from kvoffload_lab.redis_server import RedisServer
+from kvoffload_lab.sim.runner import SimulationOptions
+from kvoffload_lab.sim.tiered.runner import TierSimOptions, simulate_tiered
 
 
 def test_file_tier_only_serves_what_the_cpu_tier_evicted() -> None:

@@ -7,7 +7,7 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvoffload.tracestudy.bounds import belady, infinite_cache, next_uses
+from kvoffload_lab.tracestudy.bounds import belady, infinite_cache, next_uses
 
 
 def _naive_infinite(chains: list[list[int]]) -> int:

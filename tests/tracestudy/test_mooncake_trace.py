@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.cli import main
-from kvoffload.tracestudy.mooncake import ChainKeys, TraceError, block_chains, read_trace
+from kvoffload_lab.cli import main
+from kvoffload_lab.tracestudy.mooncake import ChainKeys, TraceError, block_chains, read_trace
 
 
 def _line(timestamp: float = 0, input_length: int = 1024, output_length: int = 10, hash_ids: object = None) -> str:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.cli import main
-from kvoffload.tracestudy.mooncake import TraceRequest, block_chains
-from kvoffload.tracestudy.oracle_breakdown import (
+from kvoffload_lab.cli import main
+from kvoffload_lab.tracestudy.mooncake import TraceRequest, block_chains
+from kvoffload_lab.tracestudy.oracle_breakdown import (
     DEFAULT_HORIZONS,
     ReuseKnowingLRU,
     SecondSightingBelady,

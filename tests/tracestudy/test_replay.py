@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.cli import main
 from kvoffload.offload.policies import POLICIES
-from kvoffload.sim.block_pool import BlockPool
-from kvoffload.tracestudy.cpu_oracle import NEVER, BeladyCPUPolicy
-from kvoffload.tracestudy.mooncake import TraceRequest, block_chains
-from kvoffload.tracestudy.replay import ReplayError, TraceReplay, replay_trace
+from kvoffload_lab.cli import main
+from kvoffload_lab.sim.block_pool import BlockPool
+from kvoffload_lab.tracestudy.cpu_oracle import NEVER, BeladyCPUPolicy
+from kvoffload_lab.tracestudy.mooncake import TraceRequest, block_chains
+from kvoffload_lab.tracestudy.replay import ReplayError, TraceReplay, replay_trace
 
 TRACE = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
 
@@ -190,7 +190,7 @@ def test_real_trace_prefix(policy: str, capsys: pytest.CaptureFixture[str]) -> N
 def test_errors_and_broken_invariants_are_counted_as_violations(monkeypatch: pytest.MonkeyPatch) -> None:
     from kvoffload.lifecycles.invariants import Violation
     from kvoffload.offload.errors import LifecycleViolation
-    from kvoffload.tracestudy import replay as trace_replay
+    from kvoffload_lab.tracestudy import replay as trace_replay
 
     chains = block_chains([_request([1, 2, 3], 2), _request([1, 2, 4], 2)])
     replay = TraceReplay(8, 8, check_every=1)

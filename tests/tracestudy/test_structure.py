@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvoffload.tracestudy.mooncake import TraceRequest
-from kvoffload.tracestudy.structure import conversation_structure
+from kvoffload_lab.tracestudy.mooncake import TraceRequest
+from kvoffload_lab.tracestudy.structure import conversation_structure
 
 
 def _request(at: int, ids: list[int]) -> TraceRequest:
@@ -57,7 +57,7 @@ def test_gap_correlation_follows_the_gaps() -> None:
 
 
 def test_soon_counts_only_next_turns_within_the_horizon(monkeypatch: pytest.MonkeyPatch) -> None:
-    import kvoffload.tracestudy.structure as structure
+    import kvoffload_lab.tracestudy.structure as structure
 
     # Conversation A comes back 1 request later, B 3 requests later; "soon" is 2 requests.
     ids = {0: [1, 2], 1: [1, 2, 3], 2: [1, 5, 6], 3: [1, 70], 4: [1, 80], 5: [1, 5, 6, 7]}

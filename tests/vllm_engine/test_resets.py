@@ -35,7 +35,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm
 
 from connector_calls import CallLog, record_calls
 
-from kvoffload.vllm.harness import (
+from kvoffload_lab.vllm.harness import (
     Engine,
     build_tiny_model,
     connector_transfer_config,

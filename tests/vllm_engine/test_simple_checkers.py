@@ -14,9 +14,9 @@ pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 import repro_simple as repro
-from kvoffload.vllm.simple.build import SimpleShape
-from kvoffload.vllm.simple.compat import SimpleReads
-from kvoffload.vllm.simple.harness import LOSS, SimpleConfig, SimpleHarness
+from kvoffload_lab.vllm.simple.build import SimpleShape
+from kvoffload_lab.vllm.simple.compat import SimpleReads
+from kvoffload_lab.vllm.simple.harness import LOSS, SimpleConfig, SimpleHarness
 
 BLOCK = 4
 FIRST = [1] * BLOCK + [2] * BLOCK + [3] * (BLOCK - 1)

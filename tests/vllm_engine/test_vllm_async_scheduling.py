@@ -1,7 +1,7 @@
 """KVOffloadConnector under vLLM's real AsyncScheduler (and Scheduler, the synchronous control),
-with the model-runner stand-in of :mod:`kvoffload.vllm.own.harness` reporting each step's output
+with the model-runner stand-in of :mod:`kvoffload_lab.vllm.own.harness` reporting each step's output
 one step late: the three checkers pass the connector under both, and catch the mutant that ignores
-the one-step delay (:mod:`kvoffload.vllm.own.mutant`) under async scheduling."""
+the one-step delay (:mod:`kvoffload_lab.vllm.own.mutant`) under async scheduling."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import pytest
 pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm-engine` installs it in .venv-vllm")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
-from kvoffload.vllm.own.build import OwnShape
-from kvoffload.vllm.own.explorer import run_explorer
-from kvoffload.vllm.own.harness import OwnConfig, OwnHarness
-from kvoffload.vllm.own.sim import run_sim
-from kvoffload.vllm.own.stateful import run_hypothesis
+from kvoffload_lab.vllm.own.build import OwnShape
+from kvoffload_lab.vllm.own.explorer import run_explorer
+from kvoffload_lab.vllm.own.harness import OwnConfig, OwnHarness
+from kvoffload_lab.vllm.own.sim import run_sim
+from kvoffload_lab.vllm.own.stateful import run_hypothesis
 
 MUTANT = "scheduled_tokens_as_known"
 # Enough of the explorer's search to reach the mutant (5 actions) and the connector's steady cases.
@@ -114,7 +114,7 @@ def test_the_mutant_passes_the_simulator_and_the_explorer_under_sync_scheduling(
 
 
 def test_cli_async_scheduling_exits_0() -> None:
-    run = subprocess.run([sys.executable, "-m", "kvoffload.cli", "vllm", "check", "--connector", "kvoffload",
+    run = subprocess.run([sys.executable, "-m", "kvoffload_lab.cli", "vllm", "check", "--connector", "kvoffload",
                           "--async-scheduling", "--checker", "sim", "--json"],
                          capture_output=True, text=True, check=False, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]

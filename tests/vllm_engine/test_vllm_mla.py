@@ -29,7 +29,7 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm-engine` installs it in .venv-vllm")
 
-from kvoffload.vllm.harness import (
+from kvoffload_lab.vllm.harness import (
     Engine,
     EngineReport,
     connector_transfer_config,

@@ -29,8 +29,8 @@ pytest.importorskip("xxhash", reason="the tiers' extra is not installed here: `m
 pytest.importorskip("redis", reason="the tiers' extra is not installed here: `make check-vllm-tiers` installs it")
 
 from kvoffload.tiers.record import Namespace
-from kvoffload.tiers.redis_server import LocalRedisCluster, RedisServer
-from kvoffload.vllm.harness import (
+from kvoffload_lab.redis_server import LocalRedisCluster, RedisServer
+from kvoffload_lab.vllm.harness import (
     Engine,
     build_tiny_model,
     connector_transfer_config,
@@ -379,7 +379,7 @@ def redis_cluster_with_a_slot_migration_and_a_killed_master(
 BAD_URL = "http://127.0.0.1:6379/0"
 BAD_URL_LINE = f"kv_connector_extra_config['redis_tier']['url'] must be a redis:// or rediss:// URL, got {BAD_URL!r}"
 START_ENGINE = (
-    "import json, sys; from pathlib import Path; from kvoffload.vllm.harness import Engine; "
+    "import json, sys; from pathlib import Path; from kvoffload_lab.vllm.harness import Engine; "
     "Engine(Path(sys.argv[1]), json.loads(sys.argv[2]), block_size=32, num_gpu_blocks=48)"
 )
 

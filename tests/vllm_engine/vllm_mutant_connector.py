@@ -7,9 +7,9 @@ from typing import Any
 
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 
-from kvoffload.verify.bugzoo import MUTANTS
 from kvoffload.vllm.connector import KVOffloadConnector
 from kvoffload.vllm.connector_scheduler import SchedulerSide
+from kvoffload_lab.verify.bugzoo import MUTANTS
 
 
 class MutantConnector(KVOffloadConnector):
@@ -26,7 +26,7 @@ class MutantConnector(KVOffloadConnector):
 
 def mutant_transfer_config(name: str, num_cpu_chunks: int, blocks_per_chunk: int = 1) -> dict[str, Any]:
     """``kv_transfer_config`` for :class:`MutantConnector` running mutant ``name``."""
-    from kvoffload.vllm.harness import connector_transfer_config
+    from kvoffload_lab.vllm.harness import connector_transfer_config
 
     config = connector_transfer_config(
         num_cpu_chunks, blocks_per_chunk=blocks_per_chunk, connector_module="vllm_mutant_connector",

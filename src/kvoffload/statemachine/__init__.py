@@ -15,7 +15,6 @@ TLA+ module and the explorer all work from the same declaration. Public API:
 
 from kvoffload.statemachine.declaration import DeclarationError, LifecycleDeclaration, StateDecl, TransitionDecl
 from kvoffload.statemachine.diagram import render
-from kvoffload.statemachine.explore import Counterexample, ExploreResult, explore, format_result
 from kvoffload.statemachine.runtime import (
     DeclaredMachine,
     GuardRejected,
@@ -24,6 +23,7 @@ from kvoffload.statemachine.runtime import (
     TransitionEvent,
 )
 from kvoffload.statemachine.trace import TraceWriter
+from kvoffload_lab.statemachine.explore import Counterexample, ExploreResult, explore, format_result
 
 __all__ = [
     "Counterexample",

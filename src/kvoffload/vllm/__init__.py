@@ -1,14 +1,14 @@
 """kvoffload and vLLM (the optional ``kvoffload[vllm]`` extra); the core package never imports vLLM.
 
-- :mod:`kvoffload.vllm.locate` finds a vLLM (the installed package, or a folder of vLLM sources: an
+- :mod:`kvoffload_lab.vllm.locate` finds a vLLM (the installed package, or a folder of vLLM sources: an
   unpacked wheel or a git checkout) and reports its version;
-- :mod:`kvoffload.vllm.check` drives vLLM's real ``OffloadingConnectorScheduler`` and managers with
+- :mod:`kvoffload_lab.vllm.check` drives vLLM's real ``OffloadingConnectorScheduler`` and managers with
   kvoffload's checkers (``kvoffload vllm check``);
 - :mod:`kvoffload.vllm.offloading_spec` (``KVOffloadSpec``, an ``OffloadingSpec`` for vLLM's own
   ``OffloadingConnector``) and :mod:`kvoffload.vllm.connector` (``KVOffloadConnector``, kvoffload's
   scheduler as a whole KV connector) run kvoffload inside a vLLM engine; they import vLLM.
 """
 
-from kvoffload.vllm.locate import VllmInstall, VllmNotFound, locate_vllm
+from kvoffload_lab.vllm.locate import VllmInstall, VllmNotFound, locate_vllm
 
 __all__ = ["VllmInstall", "VllmNotFound", "locate_vllm"]

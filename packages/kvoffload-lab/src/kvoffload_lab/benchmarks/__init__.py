@@ -1,0 +1,4 @@
+"""Benchmarks behind ``kvoffload bench``: each module has ``add_arguments`` and ``run -> dict``.
+
+Bad input raises :class:`kvoffload_lab.benchmarks.errors.BenchmarkError`.
+"""

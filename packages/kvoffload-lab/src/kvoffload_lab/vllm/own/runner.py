@@ -1,0 +1,36 @@
+"""Run the chosen checkers against ``KVOffloadConnector`` under the chosen schedulings."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from kvoffload_lab.vllm.check.findings import CheckerVerdict
+from kvoffload_lab.vllm.check.runner import run_cells
+from kvoffload_lab.vllm.own.build import CONNECTORS, SCHEDULINGS
+
+
+def _checker(name: str) -> Callable[[str, str | None], CheckerVerdict]:
+    if name == "sim":
+        from kvoffload_lab.vllm.own.sim import run_sim
+
+        return run_sim
+    if name == "hypothesis":
+        from kvoffload_lab.vllm.own.stateful import run_hypothesis
+
+        return run_hypothesis
+    from kvoffload_lab.vllm.own.explorer import run_explorer
+
+    return run_explorer
+
+
+def run_own_checks(schedulings: Sequence[str], checkers: Sequence[str],
+                   mutant: str | None = None) -> list[CheckerVerdict]:
+    """Every scheduling ("sync", "async") x checker ("sim", "hypothesis", "explore"), on
+    ``KVOffloadConnector`` or the named mutant of it; the harness failing ends the run with an
+    ``unsupported`` verdict (:func:`~kvoffload_lab.vllm.check.runner.run_cells`)."""
+    unknown = [s for s in schedulings if s not in SCHEDULINGS]
+    if unknown:
+        raise ValueError(f"unknown scheduling {unknown[0]!r}; known: {', '.join(SCHEDULINGS)}")
+    if mutant not in CONNECTORS:
+        raise ValueError(f"unknown mutant {mutant!r}; known: {', '.join(m for m in CONNECTORS if m)}")
+    return run_cells([(s, c) for s in schedulings for c in checkers], _checker, mutant)

@@ -1,4 +1,0 @@
-"""Benchmarks behind ``kvoffload bench``: each module has ``add_arguments`` and ``run -> dict``.
-
-Bad input raises :class:`kvoffload.benchmarks.errors.BenchmarkError`.
-"""
