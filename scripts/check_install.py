@@ -1,24 +1,30 @@
 """``make check-install``: the built wheels, installed as a user installs them, alone and with each extra.
 
 ``python scripts/check_install.py [--cache DIR] [--torch REQUIREMENT] [--installs NAME,...]`` builds
-the wheels of the TLA+ checker (packages/tlacheck) and of kvoffload (``pip wheel --no-deps`` of a
-clean copy of each tree) and checks that each holds only files of its src/ (no script of scripts/,
-no checker module in kvoffload's).
+the wheels of the TLA+ checker (packages/tlacheck), of the product, kvoffload, and of the lab,
+kvoffload-lab (packages/kvoffload-lab) (``pip wheel --no-deps`` of a clean copy of each tree) and
+checks that each holds only files of its src/ (no script of scripts/, no lab module in the product's).
 
 The checker alone (install ``tlacheck``): its wheel in a fresh venv without torch, then, from an
 empty folder, ``tlacheck --help``, every action's ``--help``, ``tlacheck check`` and ``tlacheck
 check-all`` of a tiny model (which must pass), and a probe that neither kvoffload nor torch came in.
 
-kvoffload, for each install (the base package, then each extra alone: tiers, vllm, plot, fast-cpu):
-a fresh venv with the torch requirement (default ``torch==2.13.0``, the CPU build), then the wheel
-with that extra, its ``tlacheck`` dependency found beside it (``--find-links``). From an empty
-folder it then runs, with that venv's ``kvoffload``:
+Every other install is a fresh venv with the torch requirement (default ``torch==2.13.0``, the CPU
+build), then a wheel:
 
-- ``kvoffload --help`` and every command's and subcommand's ``--help``;
-- one small run of each command; a run that needs an extra this install lacks must answer one
-  line naming that extra (``pip install 'kvoffload[EXTRA]'``), exit status 2, no traceback;
-- a probe that each extra's modules are there exactly when the extra is installed, so that no
-  install sees another's modules.
+- ``product`` and ``product-EXTRA`` (tiers, vllm, fast-cpu): the product's wheel alone, as a vLLM
+  user installs it. Every module of it that needs neither an extra nor vLLM imports, without
+  loading the lab or what only the lab needs (kvoffload_lab, tlacheck, rich, hypothesis), none of
+  which is installed; there is no ``kvoffload`` command;
+- ``lab`` and ``lab-EXTRA`` (tiers, plot): the lab's wheel, with the product's and the checker's
+  wheels (no index serves them). From an empty folder it runs, with that venv's ``kvoffload``:
+  ``kvoffload --help`` and every command's and subcommand's ``--help``; one small run of each
+  command, where a run that needs an extra this install lacks must answer one line naming that
+  extra (``pip install 'kvoffload[tiers]'``, ``pip install 'kvoffload-lab[plot]'``), exit status 2,
+  no traceback.
+
+In each, a probe that each extra's modules are there exactly when the extra is installed, so that
+no install sees another's modules.
 
 torch is installed once into ``CACHE/torch-venv``; each install's venv starts as a hard-linked copy
 of it (seconds, no disk) instead of unpacking torch again. Prints one line per step with its
@@ -42,8 +48,15 @@ from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parents[1]
 CHECKER = "tlacheck"
-KVOFFLOAD_INSTALLS: tuple[str, ...] = ("base", "tiers", "vllm", "plot", "fast-cpu")
-INSTALLS: tuple[str, ...] = (CHECKER, *KVOFFLOAD_INSTALLS)
+PRODUCT, LAB = "kvoffload", "kvoffload-lab"
+PRODUCT_INSTALLS: tuple[str, ...] = ("product", "product-tiers", "product-vllm", "product-fast-cpu")
+LAB_INSTALLS: tuple[str, ...] = ("lab", "lab-tiers", "lab-plot")
+INSTALLS: tuple[str, ...] = (CHECKER, *PRODUCT_INSTALLS, *LAB_INSTALLS)
+# What only the lab may import, none of which a product install has: the lab, the TLA+ checker and
+# the lab's own dependencies (tests/test_layout.py holds the source to the same rule).
+LAB_ONLY = ("kvoffload_lab", CHECKER, "rich", "hypothesis")
+# The requirement a missing extra's one line names.
+REQUIREMENT_OF_EXTRA = {"tiers": "kvoffload[tiers]", "plot": "kvoffload-lab[plot]"}
 # Modules that only an extra installs: each must be importable exactly when its extra is.
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "tiers": ("xxhash", "redis"),
@@ -60,6 +73,24 @@ Small == x < 3
 ====
 """
 TINY_CONFIG = "\\* expect: success\nINIT Init\nNEXT Next\nINVARIANT Small\n"
+# Imports every module of the installed product; prints which of LAB_ONLY got loaded, which modules
+# failed on a module of kvoffload or of LAB_ONLY, and which were skipped (they need an extra or vLLM).
+PRODUCT_ALONE_PROBE = """
+import importlib, json, pkgutil, sys
+import kvoffload
+
+lab_only, skipped, failed = set(%r), [], []
+for info in pkgutil.walk_packages(kvoffload.__path__, "kvoffload."):
+    try:
+        importlib.import_module(info.name)
+    except ModuleNotFoundError as error:
+        missing = (error.name or "kvoffload").split(".")[0]
+        (failed if missing == "kvoffload" or missing in lab_only else skipped).append(info.name)
+    except ImportError:
+        skipped.append(info.name)
+loaded = sorted({name.split(".")[0] for name in sys.modules} & lab_only)
+print(json.dumps({"loaded": loaded, "failed": failed, "skipped": skipped}))
+"""
 # Every command path of the parser of the CLI module (%s), printed one per line by the installed package.
 COMMAND_PATHS = """
 import argparse
@@ -101,7 +132,7 @@ class Run:
     """One small run of a command: ``args`` after ``kvoffload``; ``needs`` the extra it needs (None:
     the base package serves it); ``served`` what its output must show when the install serves it;
     ``status`` its exit status then (not 0: a usage error, which must be one line); ``only`` the one
-    install it runs in, for a run no extra changes that costs a minute."""
+    lab install it runs in, for a run no extra changes that costs a minute."""
 
     args: tuple[str, ...]
     needs: str | None = None
@@ -131,15 +162,15 @@ def _runs(folder: Path) -> list[Run]:
         Run(("diagram",)),
         Run(("tla", "check", "Tiny.tla", "--engine", "embedded")),
         # The refinement of tla/KVOffload.tla is model-checked: about a minute on a 2-core machine.
-        Run(("link", str(PROJECT / "tla")), only="base"),
+        Run(("link", str(PROJECT / "tla")), only="lab"),
         Run(("replay", "tiny.jsonl", "--gpu-blocks", "4", "--cpu-blocks", "8", "--json")),
         # vLLM itself is the user's (installed, or --vllm-src): without it, one line, in every install.
         Run(("vllm", "check", "--vllm-src", str(folder)), status=2),
         Run(("bench", "scheduler", "--json", "--live", "16", "--steps", "2", "--lifetimes", "100")),
-        # Served everywhere: without numba the mover copies with torch.
+        # Served everywhere: without numba (the product's fast-cpu extra, in no lab install) the mover
+        # copies with torch.
         Run(("bench", "mover", "--json", "--total-mib", "1", "--repeats", "1", "--block-sizes", "16384"),
-            served=_json_shows("cpu_kernel", lambda kernel, install: kernel == ("numba" if install == "fast-cpu"
-                                                                                else "torch"))),
+            served=_json_shows("cpu_kernel", lambda kernel, _: kernel == "torch")),
         Run(("simulate", "--tiers", "cpu,file", "--users", "2", "--turns", "1", "--json"), needs="tiers"),
         Run(("bench", "tiers", "--json", "--mib", "1", "--repeats", "1", "--skip-redis", "--dir", str(folder)),
             needs="tiers"),
@@ -172,17 +203,17 @@ NOT_BUILT = shutil.ignore_patterns(".git", ".venv*", ".cache", "build", "dist", 
 
 
 def build_wheel(cache: Path, distribution: str) -> tuple[Path | None, list[str]]:
-    """The wheel of ``distribution`` (kvoffload, or the checker: packages/tlacheck), built from a clean copy of
-    its tree into ``CACHE/dist/DISTRIBUTION``, and what is wrong with its contents: a file that is not a
-    module of its src/ (a script of scripts/, a stale build, a checker module in kvoffload's)."""
-    root = PROJECT if distribution == "kvoffload" else PROJECT / "packages" / distribution
+    """The wheel of ``distribution`` (kvoffload; the lab or the checker: packages/NAME), built from a clean
+    copy of its tree into ``CACHE/dist/DISTRIBUTION``, and what is wrong with its contents: a file that is
+    not a module of its src/ (a script of scripts/, a stale build, a lab module in the product's)."""
+    root = PROJECT if distribution == PRODUCT else PROJECT / "packages" / distribution
     dist, tree = cache / "dist" / distribution, cache / f"tree-{distribution}"
     shutil.rmtree(dist, ignore_errors=True)
     shutil.rmtree(tree, ignore_errors=True)
     shutil.copytree(root, tree, ignore=NOT_BUILT)
     done = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(tree)])
     shutil.rmtree(tree, ignore_errors=True)
-    wheels = sorted(dist.glob(f"{distribution}-*.whl"))
+    wheels = sorted(dist.glob(f"{distribution.replace('-', '_')}-*.whl"))
     if done.returncode or not wheels:
         return None, [f"{distribution}: pip wheel exited {done.returncode}: {_last_line(done)}"]
     with zipfile.ZipFile(wheels[0]) as archive:
@@ -207,57 +238,97 @@ def torch_venv(cache: Path, torch: str) -> tuple[Path, list[str]]:
     return venv, []
 
 
-def install(cache: Path, base: Path, wheel: Path, checker_wheels: Path, name: str) -> tuple[Path, list[str]]:
-    """A fresh venv for install ``name``: a hard-linked copy of the torch venv, then the wheel (its
-    ``tlacheck`` dependency from the folder ``checker_wheels``, which no index serves)."""
+def _requirements(name: str, wheels: dict[str, Path]) -> list[str]:
+    """What ``pip install`` gets for install ``name`` (``product``, ``lab-tiers``, ...): the side's wheel
+    with the install's extra; a lab install also the product's and the checker's wheels, which no index
+    serves."""
+    side, _, extra = name.partition("-")
+    distribution = PRODUCT if side == "product" else LAB
+    wheel = wheels[distribution]
+    requirement = f"{distribution}[{extra}] @ {wheel.as_uri()}" if extra else str(wheel)
+    return [requirement] if side == "product" else [str(wheels[PRODUCT]), str(wheels[CHECKER]), requirement]
+
+
+def install(cache: Path, base: Path, wheels: dict[str, Path], name: str) -> tuple[Path, list[str]]:
+    """A fresh venv for install ``name``: a hard-linked copy of the torch venv, then its wheels."""
     venv = cache / f"venv-{name}"
     shutil.rmtree(venv, ignore_errors=True)
     copied = _run(["cp", "-al", str(base), str(venv)])
     if copied.returncode:
         shutil.copytree(base, venv, symlinks=True)
-    requirement = str(wheel) if name == "base" else f"kvoffload[{name}] @ {wheel.as_uri()}"
-    done = _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--find-links", str(checker_wheels),
-                 requirement])
+    requirements = _requirements(name, wheels)
+    links = sorted({str(wheel.parent) for wheel in wheels.values()})
+    done = _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
+                 *[option for link in links for option in ("--find-links", link)], *requirements])
     if done.returncode:
-        return venv, [f"{name}: pip install {requirement} exited {done.returncode}: {_last_line(done)}"]
+        return venv, [f"{name}: pip install {' '.join(requirements)} exited {done.returncode}: {_last_line(done)}"]
     return venv, []
 
 
-def _help_problems(name: str, program: str, python: str, folder: Path, listed: str) -> list[str]:
+def _help_problems(name: str, program: str, python: str, folder: Path, listed: str, cli: str) -> list[str]:
     """``PROGRAM --help`` (which must list ``listed``) and every command's and subcommand's ``--help``,
-    the paths read from the installed package's own parser (``PROGRAM.cli``); the problems."""
+    the paths read from the installed package's own parser (the module ``cli``); the problems."""
     command = Path(program).name
     problems: list[str] = []
     usage = _run([program, "--help"], cwd=folder)
     if usage.returncode or listed not in usage.stdout:
         problems.append(f"{name}: {command} --help: exit {usage.returncode}: {_last_line(usage)}")
-    paths = _run([python, "-c", COMMAND_PATHS % f"{command}.cli"], cwd=folder)
-    helped = _run([python, "-c", HELP_ALL % f"{command}.cli"], cwd=folder, stdin=paths.stdout)
+    paths = _run([python, "-c", COMMAND_PATHS % cli], cwd=folder)
+    helped = _run([python, "-c", HELP_ALL % cli], cwd=folder, stdin=paths.stdout)
     if paths.returncode or not paths.stdout.strip() or helped.returncode or helped.stdout.strip():
         problems.append(f"{name}: --help: {helped.stdout.strip() or _last_line(helped) or _last_line(paths)}")
     return problems
 
 
+def _extra_problems(python: str, folder: Path, name: str) -> list[str]:
+    """Each extra's modules are there exactly when install ``name`` has that extra."""
+    extra = name.partition("-")[2]
+    probe = "import importlib.util as u, json; print(json.dumps({m: bool(u.find_spec(m)) for m in %r}))"
+    modules = [module for group in EXTRA_MODULES.values() for module in group]
+    found = json.loads(_run([python, "-c", probe % modules], cwd=folder).stdout or "{}")
+    return [f"{name}: module {module} of the {group_extra!r} extra is {'present' if found.get(module) else 'missing'}"
+            for group_extra, group in EXTRA_MODULES.items() for module in group
+            if found.get(module) != (group_extra == extra)]
+
+
+def _product_alone_problems(venv: Path, folder: Path, name: str) -> list[str]:
+    """The product installed alone: no ``kvoffload`` command, none of LAB_ONLY installed, and every
+    module that needs neither an extra nor vLLM imports without loading any of them."""
+    python = str(venv / "bin" / "python")
+    problems: list[str] = []
+    if (venv / "bin" / "kvoffload").exists():
+        problems.append(f"{name}: {venv / 'bin' / 'kvoffload'} exists (the command is the lab's)")
+    probe = "import importlib.util as u; print([m for m in %r if u.find_spec(m)])"
+    present = _run([python, "-c", probe % (LAB_ONLY,)], cwd=folder).stdout.strip()
+    if present != "[]":
+        problems.append(f"{name}: the product alone brought in {present}")
+    done = _run([python, "-c", PRODUCT_ALONE_PROBE % (LAB_ONLY,)], cwd=folder)
+    found = json.loads(done.stdout.splitlines()[-1]) if done.returncode == 0 and done.stdout.strip() else None
+    if found is None or found["loaded"] or found["failed"]:
+        problems.append(f"{name}: importing the product's modules: {found or _last_line(done)}")
+    else:
+        print(f"{name}: every product module imports ({len(found['skipped'])} skipped: they need an extra or vLLM)",
+              flush=True)
+    return problems
+
+
+def _lab_problems(venv: Path, folder: Path, name: str) -> list[str]:
+    """The lab's command: every ``--help``, and one small run of each command."""
+    python, kvoffload = str(venv / "bin" / "python"), str(venv / "bin" / "kvoffload")
+    problems = _help_problems(name, kvoffload, python, folder, "simulate", "kvoffload_lab.cli")
+    for run in _runs(folder):
+        if run.only in (None, name):
+            problems += _small_run(kvoffload, folder, name, run)
+    return problems
+
+
 def check_install(venv: Path, name: str) -> list[str]:
     """Every check above for one install; its problems."""
-    python, kvoffload = str(venv / "bin" / "python"), str(venv / "bin" / "kvoffload")
-    problems: list[str] = []
     with tempfile.TemporaryDirectory(prefix="kvoffload-check-install-") as empty:
         folder = Path(empty)
         _write_inputs(folder)
-        problems += _help_problems(name, kvoffload, python, folder, "simulate")
-        for run in _runs(folder):
-            if run.only in (None, name):
-                problems += _small_run(kvoffload, folder, name, run)
-        probe = "import importlib.util as u, json; print(json.dumps({m: bool(u.find_spec(m)) for m in %r}))"
-        modules = [module for group in EXTRA_MODULES.values() for module in group]
-        found = json.loads(_run([python, "-c", probe % modules], cwd=folder).stdout or "{}")
-        for extra, group in EXTRA_MODULES.items():
-            for module in group:
-                if found.get(module) != (extra == name):
-                    problems.append(f"{name}: module {module} of the {extra!r} extra is "
-                                    f"{'present' if found.get(module) else 'missing'}")
-    return problems
+        side = _product_alone_problems if name.startswith("product") else _lab_problems
+        return side(venv, folder, name) + _extra_problems(str(venv / "bin" / "python"), folder, name)
 
 
 def check_checker_alone(cache: Path, wheel: Path) -> list[str]:
@@ -274,7 +345,7 @@ def check_checker_alone(cache: Path, wheel: Path) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="tlacheck-check-install-") as empty:
         folder = Path(empty)
         _write_inputs(folder)
-        problems += _help_problems(CHECKER, tlacheck, python, folder, "check-all")
+        problems += _help_problems(CHECKER, tlacheck, python, folder, "check-all", f"{CHECKER}.cli")
         for args, shows in ((("check", "Tiny.tla", "--engine", "embedded"), "No error has been found"),
                             (("check-all", ".", "--engine", "embedded"), "1/1 models met their expectation")):
             began = time.perf_counter()
@@ -297,7 +368,7 @@ def _small_run(kvoffload: str, folder: Path, name: str, run: Run) -> list[str]:
     done = _run([kvoffload, *run.args], cwd=folder)
     shown = f"{name}: kvoffload {' '.join(run.args)}"
     print(f"{shown} -> exit {done.returncode} ({time.perf_counter() - began:.1f} s)", flush=True)
-    if run.needs is None or run.needs == name:
+    if run.needs is None or run.needs == name.partition("-")[2]:
         if done.returncode != run.status:
             return [f"{shown}: exit {done.returncode} (want {run.status}): {_last_line(done)}"]
         if run.status and len(done.stderr.strip().splitlines()) != 1:
@@ -306,28 +377,36 @@ def _small_run(kvoffload: str, folder: Path, name: str, run: Run) -> list[str]:
             return [f"{shown}: output lacks what it must show: {done.stdout.strip()[-300:]}"]
         return []
     lines = done.stderr.strip().splitlines()
-    if done.returncode != 2 or len(lines) != 1 or f"kvoffload[{run.needs}]" not in lines[0]:
-        return [f"{shown}: expected one line naming kvoffload[{run.needs}] and exit 2, got exit {done.returncode}: "
+    wanted = f"pip install '{REQUIREMENT_OF_EXTRA[run.needs]}'"
+    if done.returncode != 2 or len(lines) != 1 or wanted not in lines[0]:
+        return [f"{shown}: expected one line naming {wanted} and exit 2, got exit {done.returncode}: "
                 f"{done.stderr.strip()[-300:]}"]
     return []
 
 
-def check_kvoffload_installs(cache: Path, torch: str, names: list[str], checker_wheels: Path,
+def check_kvoffload_installs(cache: Path, torch: str, names: list[str], checker_wheel: Path,
                              seconds: dict[str, float]) -> list[str]:
-    """kvoffload's wheel, then each install ``names`` in turn (its seconds added to ``seconds``); the problems."""
+    """The product's wheel, the lab's when a lab install is named, then each install ``names`` in turn
+    (its seconds added to ``seconds``); the problems."""
     began = time.perf_counter()
-    wheel, problems = build_wheel(cache, "kvoffload")
+    wheels, problems = {CHECKER: checker_wheel}, []
+    for distribution in (PRODUCT, *([LAB] if any(name.startswith("lab") for name in names) else [])):
+        wheel, failed = build_wheel(cache, distribution)
+        problems += failed
+        if wheel is None:
+            return problems
+        wheels[distribution] = wheel
     built = time.perf_counter()
-    seconds["wheel"] = round(built - began, 1)
+    seconds["wheels"] = round(built - began, 1)
     base, failed = torch_venv(cache, torch)
     problems += failed
     seconds["torch venv"] = round(time.perf_counter() - built, 1)
-    print(f"check-install: wheel in {seconds['wheel']} s, torch venv in {seconds['torch venv']} s", flush=True)
-    if wheel is None or failed:
+    print(f"check-install: wheels in {seconds['wheels']} s, torch venv in {seconds['torch venv']} s", flush=True)
+    if failed:
         return problems
     for name in names:
         began = time.perf_counter()
-        venv, failed = install(cache, base, wheel, checker_wheels, name)
+        venv, failed = install(cache, base, wheels, name)
         installed = time.perf_counter() - began
         problems += failed or check_install(venv, name)
         shutil.rmtree(venv, ignore_errors=True)
@@ -362,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"check-install: {CHECKER} alone: installed and checked in {seconds[CHECKER]} s", flush=True)
     kvoffload_installs = [name for name in names if name != CHECKER]
     if kvoffload_installs and checker_wheel is not None:
-        problems += check_kvoffload_installs(cache, args.torch, kvoffload_installs, checker_wheel.parent, seconds)
+        problems += check_kvoffload_installs(cache, args.torch, kvoffload_installs, checker_wheel, seconds)
     for problem in problems:
         print(f"FAIL: {problem}")
     total = round(time.perf_counter() - started, 1)

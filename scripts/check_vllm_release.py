@@ -79,7 +79,8 @@ def check_release(version: str, cache: Path) -> list[str]:
     source = fetch(version, cache)
     problems: list[str] = []
     run = _run(f"vLLM {version}: kvoffload vllm check",
-               [sys.executable, "-m", "kvoffload_lab.cli", "vllm", "check", "--json", "--vllm-src", str(source)], problems)
+               [sys.executable, "-m", "kvoffload_lab.cli", "vllm", "check", "--json", "--vllm-src", str(source)],
+               problems)
     lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
     if run.returncode not in (0, 1) or not lines:
         return [*problems, f"vLLM {version}: kvoffload vllm check exited {run.returncode}: {run.stderr.strip()[-400:]}"]

@@ -33,8 +33,9 @@ def test_bad_input_is_one_clear_line(args: list[str], message: str) -> None:
     assert len(completed.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize(("module", "extra"), [("xxhash", "tiers"), ("redis.connection", "tiers"),
-                                                ("matplotlib", "plot")])
+@pytest.mark.parametrize(("module", "extra"), [("xxhash", "kvoffload[tiers]"),
+                                                ("redis.connection", "kvoffload[tiers]"),
+                                                ("matplotlib", "kvoffload-lab[plot]")])
 def test_a_missing_extra_is_one_line_naming_it_and_exit_2(
     module: str, extra: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -47,7 +48,7 @@ def test_a_missing_extra_is_one_line_naming_it_and_exit_2(
     monkeypatch.setattr(simulate, "run", needs_it)
     assert cli.main(["simulate", "--tiers", "cpu,file"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and f"pip install 'kvoffload[{extra}]'" in err[0] and repr(module) in err[0]
+    assert len(err) == 1 and f"pip install '{extra}'" in err[0] and repr(module) in err[0]
 
 
 def test_a_missing_module_of_no_extra_still_raises(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,9 +66,9 @@ def test_a_missing_module_of_no_extra_still_raises(monkeypatch: pytest.MonkeyPat
 @pytest.mark.parametrize(
     ("module", "extra", "args"),
     [
-        ("xxhash", "tiers", ["simulate", "--tiers", "cpu,file", "--users", "1", "--turns", "1", "--json"]),
-        ("matplotlib", "plot", ["replay", "tiny.jsonl", "--sweep", "--cpu-sizes", "4,8", "--policies", "lru",
-                                "--gpu-blocks", "4", "--plot", "sweep.png"]),
+        ("xxhash", "kvoffload[tiers]", ["simulate", "--tiers", "cpu,file", "--users", "1", "--turns", "1", "--json"]),
+        ("matplotlib", "kvoffload-lab[plot]", ["replay", "tiny.jsonl", "--sweep", "--cpu-sizes", "4,8",
+                                               "--policies", "lru", "--gpu-blocks", "4", "--plot", "sweep.png"]),
     ],
 )
 def test_the_real_command_without_an_extras_module_names_the_extra(
@@ -78,10 +79,11 @@ def test_the_real_command_without_an_extras_module_names_the_extra(
     lines = [{"timestamp": 1000 * i, "input_length": 1024, "output_length": 8, "hash_ids": [i % 3, 7]}
              for i in range(6)]
     (tmp_path / "tiny.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
-    program = f"import sys; sys.modules[{module!r}] = None; from kvoffload_lab.cli import main; sys.exit(main({args!r}))"
+    program = (f"import sys; sys.modules[{module!r}] = None; from kvoffload_lab.cli import main; "
+               f"sys.exit(main({args!r}))")
     completed = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, capture_output=True, text=True,
                                check=False)
     assert completed.returncode == 2, completed.stderr
     err = completed.stderr.strip().splitlines()
-    assert len(err) == 1 and f"pip install 'kvoffload[{extra}]'" in err[0] and repr(module) in err[0], err
+    assert len(err) == 1 and f"pip install '{extra}'" in err[0] and repr(module) in err[0], err
     assert not (tmp_path / "sweep.png").exists()

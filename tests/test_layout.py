@@ -1,27 +1,32 @@
 """The package layout is the architecture: who may import whom, and no reading of another's privates.
 
-Every package under ``src/kvoffload`` has a rule in :data:`ALLOWED`, the kvoffload packages it may
-import (lazy imports inside functions included); the rules form layers, so no two packages import
-each other:
+Two distributions share this repository, each with its own root: the product, ``kvoffload``
+(src/kvoffload: what runs in a user's vLLM), and the lab, ``kvoffload_lab``
+(packages/kvoffload-lab: the simulator, the explorer, the checkers, the benchmarks and the
+``kvoffload`` command). **The product imports nothing of the lab**, nor what only the lab needs
+(``tlacheck``, ``rich``, ``hypothesis``); the lab may import any package of the product.
+
+Within each root every package has a rule, the packages of its root it may import (lazy imports
+inside functions included; :data:`ALLOWED` for the product, :data:`LAB_ALLOWED` for the lab); the
+rules form layers, so no two packages import each other:
 
 - ``statemachine`` (the framework) imports nothing else of kvoffload;
-- the TLA+ checker is its own distribution, ``tlacheck`` (packages/tlacheck), which never imports
-  kvoffload (its own tests say so); of kvoffload, only the checkers' layers import it
-  (:data:`MAY_IMPORT_THE_CHECKER`: ``verify``, ``vllm.check``, ``vllm.live``, ``benchmarks``,
-  ``commands``), never the framework or the product;
 - ``lifecycles`` (what must hold: the lifecycles as data and the invariants) does not depend on
   the code it judges;
-- ``offload``, ``dataplane`` and ``tiers`` (the product) import no checker, simulator or command,
-  and the CPU tier knows nothing of the tiers below it;
 - ``dataplane`` (the worker, the mover and what moves bytes) sits above ``offload`` (the control
   plane) and imports only its shared vocabulary, ``types`` and ``errors``: never the scheduler, the
   manager or the policies; the control plane does not import the data plane;
-- ``sim`` (the engine simulator) and ``verify`` (the explorer's models, the bug zoo, the spec links)
-  stand apart: a bug-zoo mutant's engine is assembled by the commands;
-- ``tracestudy`` (the Mooncake trace through the real scheduler, bounds, oracles) builds on the
-  simulator's GPU block pool; only the commands import it;
-- ``vllm`` builds on both; ``benchmarks`` raise their own error and do not import the commands;
-- ``commands`` import everything but the CLI, which imports only the commands.
+- the CPU tier knows nothing of the ``tiers`` below it; ``vllm`` (the integrations) builds on all;
+- in the lab, the explorer (``statemachine``), ``redis_server`` and ``sim`` (the engine simulator)
+  build on the product alone (the simulator starts its Redis through ``redis_server``); ``verify``
+  (the explorer's models, the bug zoo, the spec links) stands apart from ``sim``: a bug-zoo
+  mutant's engine is assembled by the commands; ``tracestudy`` builds on the simulator's GPU block
+  pool; ``vllm`` (vLLM's checks) builds on ``sim`` and ``verify``; ``benchmarks`` raise their own
+  error and do not import the commands; ``commands`` import everything but the CLI, which imports
+  only the commands;
+- the TLA+ checker is its own distribution, ``tlacheck`` (packages/tlacheck), which never imports
+  kvoffload (its own tests say so); only the lab's checking layers import it
+  (:data:`MAY_IMPORT_THE_CHECKER`).
 """
 
 from __future__ import annotations
@@ -37,13 +42,17 @@ from pathlib import Path
 import pytest
 
 import kvoffload
+import kvoffload_lab
+from check_install import LAB_ONLY, PRODUCT_ALONE_PROBE
 
+PRODUCT, LAB = "kvoffload", "kvoffload_lab"
 ROOT = Path(kvoffload.__file__).parent
+LAB_ROOT = Path(kvoffload_lab.__file__).parent
+ROOTS = {PRODUCT: ROOT, LAB: LAB_ROOT}
 
 FRAMEWORK = ("statemachine",)
-PRODUCT = ("offload", "dataplane", "tiers", "lifecycles", *FRAMEWORK)
-# package ("" is kvoffload/__init__.py, "cli" is kvoffload/cli.py) -> the packages it may import
-# besides itself.
+# The product's packages ("" is kvoffload/__init__.py) -> the product packages each may import besides
+# itself.
 ALLOWED: dict[str, tuple[str, ...]] = {
     "": (),
     "statemachine": (),
@@ -51,21 +60,36 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "offload": ("lifecycles", *FRAMEWORK),
     "dataplane": ("offload",),
     "tiers": ("offload", "lifecycles", *FRAMEWORK),
-    "sim": PRODUCT,
-    "tracestudy": ("sim", *PRODUCT),
-    "verify": PRODUCT,
-    "vllm": ("sim", "verify", *PRODUCT),
-    "benchmarks": ("sim", *PRODUCT),
-    "commands": ("benchmarks", "vllm", "tracestudy", "sim", "verify", *PRODUCT),
+    "vllm": ("tiers", "dataplane", "offload", "lifecycles", *FRAMEWORK),
+}
+# The lab's packages ("" is kvoffload_lab/__init__.py; cli and redis_server are modules) -> the lab
+# packages each may import besides itself; every one may import any package of the product too.
+LAB_ALLOWED: dict[str, tuple[str, ...]] = {
+    "": (),
+    "statemachine": (),
+    "redis_server": (),
+    "sim": ("redis_server",),
+    "verify": ("statemachine",),
+    "tracestudy": ("sim",),
+    "benchmarks": ("sim", "redis_server"),
+    "vllm": ("sim", "verify", "statemachine"),
+    "commands": ("benchmarks", "vllm", "tracestudy", "sim", "verify", "statemachine", "redis_server"),
     "cli": ("commands",),
 }
-# (module, imported module) that breaks ALLOWED until its owner moves it, each with its reason.
+RULES = {PRODUCT: ALLOWED, LAB: LAB_ALLOWED}
+
+
 def _modules() -> Iterator[tuple[str, Path]]:
-    for path in sorted(ROOT.rglob("*.py")):
-        parts = path.relative_to(ROOT).with_suffix("").parts
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        yield ".".join(("kvoffload", *parts)), path
+    for root_name, root in ROOTS.items():
+        for path in sorted(root.rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            yield ".".join((root_name, *parts)), path
+
+
+def _root(module: str) -> str:
+    return module.split(".")[0]
 
 
 def _package(module: str) -> str:
@@ -93,31 +117,95 @@ MODULES = list(_modules())
 
 
 def test_every_package_has_a_rule() -> None:
-    packages = {_package(module) for module, _ in MODULES}
-    assert packages == set(ALLOWED), f"packages without a rule: {sorted(packages - set(ALLOWED))}"
+    for root_name, rules in RULES.items():
+        packages = {_package(module) for module, _ in MODULES if _root(module) == root_name}
+        assert packages == set(rules), f"{root_name}: packages without a rule: {sorted(packages - set(rules))}"
 
 
 def test_the_rules_are_layers() -> None:
     order = list(TopologicalSorter({package: set(allowed) for package, allowed in ALLOWED.items()}).static_order())
-    assert order.index("statemachine") < order.index("offload") < order.index("dataplane") < order.index("sim")
-    assert order.index("sim") < order.index("tracestudy") < order.index("commands")
+    assert order.index("statemachine") < order.index("offload") < order.index("dataplane") < order.index("vllm")
+    lab = list(TopologicalSorter({package: set(allowed) for package, allowed in LAB_ALLOWED.items()}).static_order())
+    assert lab.index("sim") < lab.index("tracestudy") < lab.index("commands") < lab.index("cli")
+
+
+def _wrong_import(module: str, imported: str) -> str | None:
+    """Why ``module`` may not import ``imported`` (a module of either root), or None when it may."""
+    root, target_root = _root(module), _root(imported)
+    package, target = _package(module), _package(imported)
+    if root == PRODUCT and target_root == LAB:
+        return "the product imports nothing of the lab"
+    if root == target_root and target != package and target not in RULES[root][package]:
+        return f"{root}.{package} must not"
+    return None
 
 
 @pytest.mark.parametrize(("module", "path"), MODULES, ids=[module for module, _ in MODULES])
 def test_imports_follow_the_layout(module: str, path: Path) -> None:
-    package = _package(module)
-    allowed = (package, *ALLOWED.get(package, ()))
     wrong = []
     for line, imported, names in _imports(module, path):
-        if not imported.startswith("kvoffload"):
+        if _root(imported) not in ROOTS:
             continue
-        target = _package(imported)
-        if target not in allowed:
-            wrong.append(f"{path}:{line}: {module} imports {imported} (kvoffload.{package} must not)")
+        why = _wrong_import(module, imported)
+        if why is not None:
+            wrong.append(f"{path}:{line}: {module} imports {imported} ({why})")
         private = [name for name in names if name.startswith("_") and not name.startswith("__")]
-        if private and target != package:
+        if private and (_root(imported), _package(imported)) != (_root(module), _package(module)):
             wrong.append(f"{path}:{line}: imports private name(s) {private} of another package")
     assert not wrong, "\n".join(wrong)
+
+
+def _lab_only_imports(module: str, path: Path) -> list[str]:
+    return [f"{path}:{line}: {module} imports {imported} (only the lab may)"
+            for line, imported, _ in _imports(module, path) if _root(imported) in LAB_ONLY]
+
+
+PRODUCT_MODULES = [(module, path) for module, path in MODULES if _root(module) == PRODUCT]
+
+
+@pytest.mark.parametrize(("module", "path"), PRODUCT_MODULES, ids=[module for module, _ in PRODUCT_MODULES])
+def test_the_product_imports_nothing_of_the_lab(module: str, path: Path) -> None:
+    wrong = _lab_only_imports(module, path)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_lab_rule_sees_lazy_imports_of_the_lab_and_its_dependencies(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("import rich\n\ndef f():\n    from kvoffload_lab.sim import engine\n    import hypothesis\n"
+                   "    import tlacheck.check\n    import torch\n    return engine\n")
+    assert [line.rsplit(" imports ", 1)[1] for line in _lab_only_imports("kvoffload.offload.bad", bad)] == [
+        "rich (only the lab may)", "kvoffload_lab.sim (only the lab may)", "hypothesis (only the lab may)",
+        "tlacheck.check (only the lab may)"]
+    assert _wrong_import("kvoffload.offload.bad", "kvoffload_lab.sim") is not None
+    assert _wrong_import("kvoffload_lab.sim.bad", "kvoffload.vllm.settings") is None
+
+
+def test_importing_the_product_loads_nothing_of_the_lab() -> None:
+    # Importlib-made imports (a module's __getattr__, f-string module names) are invisible to the
+    # AST rule above; the interpreter sees them. The probe is check-install's, which runs it in an
+    # install of the product alone; here the lab and its dependencies are installed, so nothing stops
+    # a product module from loading them but the rule.
+    import json
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT.parent), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", PRODUCT_ALONE_PROBE % (LAB_ONLY,)], capture_output=True, text=True,
+                          check=True, env=env)
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert found["loaded"] == [] and found["failed"] == [], found
+    assert "kvoffload.offload.scheduler" not in found["skipped"]
+
+
+@pytest.mark.parametrize("leaks", [False, True])
+def test_the_import_probe_sees_a_lab_module_loaded_through_importlib(tmp_path: Path, leaks: bool) -> None:
+    # A stand-in product whose one module imports a stand-in lab by name, as cli.py imports commands.
+    for package in ("kvoffload", "fake_lab"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "kvoffload" / "leaky.py").write_text(
+        "import importlib\n" + ("importlib.import_module('fake_' + 'lab')\n" if leaks else ""))
+    done = subprocess.run([sys.executable, "-c", PRODUCT_ALONE_PROBE % (("fake_lab", "rich"),)], capture_output=True,
+                          text=True, check=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert f'"loaded": {["fake_lab"] if leaks else []}'.replace("'", '"') in done.stdout
 
 
 # The control plane's modules the data plane may import: the vocabulary both planes speak.
@@ -133,8 +221,8 @@ def _control_plane_modules(imported: str, names: tuple[str, ...]) -> list[str]:
 
 @pytest.mark.parametrize(
     ("module", "path"),
-    [(module, path) for module, path in MODULES if _package(module) == "dataplane"],
-    ids=[module for module, _ in MODULES if _package(module) == "dataplane"],
+    [(module, path) for module, path in PRODUCT_MODULES if _package(module) == "dataplane"],
+    ids=[module for module, _ in PRODUCT_MODULES if _package(module) == "dataplane"],
 )
 def test_the_data_plane_imports_only_the_control_planes_vocabulary(module: str, path: Path) -> None:
     wrong = [
@@ -175,14 +263,19 @@ def test_the_control_planes_public_names_resolve() -> None:
         offload.NoSuchName  # noqa: B018
 
 
+def _qualified_package(module: str) -> str:
+    """``root.package`` (``kvoffload.offload``, ``kvoffload_lab.sim``)."""
+    return f"{_root(module)}.{_package(module)}"
+
+
 def _package_graph() -> dict[str, set[str]]:
-    """package -> the other packages it imports, lazy imports included."""
-    graph: dict[str, set[str]] = {package: set() for package in ALLOWED}
+    """package -> the other packages it imports, of both roots, lazy imports included."""
+    graph: dict[str, set[str]] = {f"{root}.{package}": set() for root, rules in RULES.items() for package in rules}
     for module, path in MODULES:
-        package = _package(module)
+        package = _qualified_package(module)
         for _, imported, _ in _imports(module, path):
-            if imported.startswith("kvoffload") and _package(imported) != package:
-                graph.setdefault(package, set()).add(_package(imported))
+            if _root(imported) in ROOTS and _qualified_package(imported) != package:
+                graph.setdefault(package, set()).add(_qualified_package(imported))
     return graph
 
 
@@ -266,14 +359,16 @@ def test_the_rule_sees_a_forbidden_import(tmp_path: Path) -> None:
     bad.write_text("def f():\n    from kvoffload_lab.verify.bugzoo import MUTANTS\n    return MUTANTS\n")
     imported = [name for _, name, _ in _imports("kvoffload.offload.bad", bad)]
     assert imported == ["kvoffload_lab.verify.bugzoo"]
-    assert _package(imported[0]) not in ALLOWED["offload"]
+    assert _wrong_import("kvoffload.offload.bad", imported[0]) == "the product imports nothing of the lab"
+    assert _wrong_import("kvoffload_lab.sim.bad", imported[0]) == "kvoffload_lab.sim must not"
+    assert _wrong_import("kvoffload.dataplane.bad", "kvoffload.tiers.index") == "kvoffload.dataplane must not"
 
 
-# The TLA+ checker's distribution, and the kvoffload modules that may import it (a module, or a
-# package and everything under it): the checkers' layers, never the framework or the product.
+# The TLA+ checker's distribution, and the lab's modules that may import it (a module, or a package
+# and everything under it): the checkers' layers, never the explorer or the simulator; never the product.
 CHECKER = "tlacheck"
-MAY_IMPORT_THE_CHECKER = ("kvoffload_lab.verify", "kvoffload_lab.vllm.check", "kvoffload_lab.vllm.live", "kvoffload_lab.benchmarks",
-                          "kvoffload_lab.commands")
+MAY_IMPORT_THE_CHECKER = ("kvoffload_lab.verify", "kvoffload_lab.vllm.check", "kvoffload_lab.vllm.live",
+                          "kvoffload_lab.benchmarks", "kvoffload_lab.commands")
 
 
 def _may_import_the_checker(module: str) -> bool:
@@ -296,7 +391,7 @@ def test_the_checker_rule_sees_the_framework_and_the_product_import_it(tmp_path:
     bad = tmp_path / "bad.py"
     bad.write_text("import tlacheck\n\ndef f():\n    from tlacheck.result import CheckResult\n    return CheckResult\n")
     for module in ("kvoffload.statemachine.bad", "kvoffload.offload.bad", "kvoffload.vllm.connector_bad",
-                   "kvoffload.verifyx"):
+                   "kvoffload_lab.verifyx", "kvoffload_lab.sim.bad", "kvoffload_lab.statemachine.explore"):
         assert len(_checker_imports(module, bad)) == 2, module
     assert _checker_imports("kvoffload_lab.vllm.live.bad", bad) == []
     assert _checker_imports("kvoffload_lab.commands.tla", bad) == []

@@ -358,7 +358,7 @@ def _raised(call: Any) -> Exception:
 def test_kvoffloads_own_failure_is_named_with_its_frame(fake_packages: tuple[Any, Path, Path], call: str,
                                                        says: str) -> None:
     adapter, ours, theirs = fake_packages
-    found = harness_error(_raised(getattr(adapter, call)), ours, theirs)
+    found = harness_error(_raised(getattr(adapter, call)), (ours,), theirs)
     assert found is not None and says in found
 
 
@@ -373,7 +373,7 @@ def test_an_exception_raised_inside_vllm_stays_a_crash(fake_packages: tuple[Any,
                                                       says: str) -> None:
     adapter, ours, theirs = fake_packages
     error = _raised(getattr(adapter, call))
-    assert harness_error(error, ours, theirs) is None
+    assert harness_error(error, (ours,), theirs) is None
     assert crash_message(error, theirs) == says
 
 

@@ -100,7 +100,7 @@ fi
 
 # --- env: a CUDA torch and a device --------------------------------------------------------------
 SITE="${GPU_CHECK_SITE:-${TMPDIR:-/tmp}/kvoffload-gpu-check-site}"
-export PYTHONPATH="$PWD/src:$SITE${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$PWD/src:$PWD/packages/kvoffload-lab/src:$PWD/packages/tlacheck/src:$SITE${PYTHONPATH:+:$PYTHONPATH}"
 if [[ -n "${GPU_CHECK_WHEELS:-}" ]]; then
     "$PYTHON" -m pip install -q --no-index --no-deps --upgrade --target "$SITE" "$GPU_CHECK_WHEELS"/*.whl \
         >"$OUT_DIR/pip_wheels.log" 2>&1 || log "installing $GPU_CHECK_WHEELS offline failed, see $OUT_DIR/pip_wheels.log"

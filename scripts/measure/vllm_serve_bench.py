@@ -3,14 +3,14 @@
 worker, ``vllm_own_offloading_spec.py``), each with its default policy and LRU, one server at a time.
 
 Each server runs the multi-turn chat, ``vllm bench serve --dataset-name prefix_repetition`` and a
-workload with no reuse (packages/kvoffload-lab/src/kvoffload_lab/benchmarks/serving/); the script prints one JSON object (TTFT
-per turn, throughput, prompt tokens by source, step time, ratios to the server without offloading,
-the load average at start and end, the command) and, with ``--plot``, draws it. docs/benchmarks.md
-has the figures.
+workload with no reuse (packages/kvoffload-lab/src/kvoffload_lab/benchmarks/serving/); the script
+prints one JSON object (TTFT per turn, throughput, prompt tokens by source, step time, ratios to the
+server without offloading, the load average at start and end, the command) and, with ``--plot``,
+draws it. docs/benchmarks.md has the figures.
 
-    PYTHONPATH=src:packages/tlacheck/src .venv-vllm/bin/python scripts/measure/vllm_serve_bench.py \
-        --model small --out serve.json --plot serve.png
-    PYTHONPATH=src python -m kvoffload_lab.benchmarks.serving.plot serve.json serve.png  # the figure again
+    export PYTHONPATH=src:packages/kvoffload-lab/src:packages/tlacheck/src
+    .venv-vllm/bin/python scripts/measure/vllm_serve_bench.py --model small --out serve.json --plot serve.png
+    python -m kvoffload_lab.benchmarks.serving.plot serve.json serve.png  # the figure again
 """
 
 from __future__ import annotations

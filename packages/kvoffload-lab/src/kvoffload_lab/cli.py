@@ -16,8 +16,10 @@ from kvoffload_lab.commands.errors import CommandError
 
 __all__ = ["COMMAND_MODULES", "CommandError", "build_parser", "main"]
 
-# The optional extras' modules a command may need (numba is not one: the mover falls back without it).
-EXTRA_OF_MODULE = {"xxhash": "tiers", "redis": "tiers", "hiredis": "tiers", "matplotlib": "plot"}
+# The optional extras' modules a command may need, and the requirement that installs each (numba is not
+# one: the mover falls back without it): the tiers are the product's extra, the plots the lab's.
+EXTRA_OF_MODULE = {"xxhash": "kvoffload[tiers]", "redis": "kvoffload[tiers]", "hiredis": "kvoffload[tiers]",
+                   "matplotlib": "kvoffload-lab[plot]"}
 
 COMMAND_MODULES: tuple[str, ...] = (
     "simulate",
@@ -57,8 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra = EXTRA_OF_MODULE.get((error.name or "").partition(".")[0])
         if extra is None:
             raise
-        print(f"kvoffload {args.command}: error: this needs the module {error.name!r} of the {extra!r} extra, "
-              f"which is not installed: pip install 'kvoffload[{extra}]'", file=sys.stderr)
+        print(f"kvoffload {args.command}: error: this needs the module {error.name!r} of the {extra} extra, "
+              f"which is not installed: pip install '{extra}'", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0

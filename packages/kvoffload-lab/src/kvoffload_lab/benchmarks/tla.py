@@ -31,7 +31,7 @@ from typing import Any
 from tlacheck import check_model, tlc
 from tlacheck.parse import tree_cache_dir
 
-_REPO = Path(__file__).resolve().parents[3]
+_REPO = Path(__file__).resolve().parents[5]
 # tlacheck's conformance specs and public corpus, beside its tests.
 _CHECKER_TESTS = Path("packages/tlacheck/tests")
 

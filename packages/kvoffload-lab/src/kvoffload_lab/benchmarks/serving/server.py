@@ -37,7 +37,7 @@ def _free_port() -> int:
 
 
 def server_env(root: Path, extra_paths: tuple[Path, ...] = ()) -> dict[str, str]:
-    """The servers' environment: ``root``'s kvoffload first (and ``extra_paths``, where a spec
+    """The servers' environment: ``root``'s kvoffload, its lab and tlacheck first (and ``extra_paths``, where a spec
     module lives), nothing downloaded, and one core reserved whether or not a connector is
     configured (vLLM reserves one for a connector's thread on its own), so every server computes
     on the same threads."""
@@ -45,8 +45,8 @@ def server_env(root: Path, extra_paths: tuple[Path, ...] = ()) -> dict[str, str]
     # kvoffload_lab.vllm.harness turns vLLM's multiprocessing off for in-process engines; a server runs
     # as users run it, its engine core in a process of its own.
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
-    paths = [str(root / "src"), str(root / "packages" / "tlacheck" / "src"), *map(str, extra_paths),
-             env.get("PYTHONPATH", "")]
+    paths = [str(root / "src"), str(root / "packages" / "kvoffload-lab" / "src"),
+             str(root / "packages" / "tlacheck" / "src"), *map(str, extra_paths), env.get("PYTHONPATH", "")]
     env.update({
         "PYTHONPATH": os.pathsep.join(p for p in paths if p),
         "HF_HUB_OFFLINE": "1",

@@ -11,11 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import kvoffload
+
 CRASH = "Crash"
 UNSUPPORTED = "unsupported vLLM API"
 MAX_TRACE_LINES = 60
-# kvoffload's package folder: this file is kvoffload/vllm/check/findings.py.
-KVOFFLOAD_DIR = Path(__file__).resolve().parents[2]
+# kvoffload's package folders, the product's and the lab's (this file is kvoffload_lab/vllm/check/
+# findings.py): a frame in either is our harness's, never vLLM's crash.
+KVOFFLOAD_DIRS = (Path(kvoffload.__file__).resolve().parent, Path(__file__).resolve().parents[2])
 
 
 @dataclass
@@ -66,6 +69,11 @@ def _inside(filename: str, folder: Path | None) -> bool:
     return folder is not None and Path(filename).resolve().is_relative_to(folder)
 
 
+def _ours(filename: str, ours: tuple[Path, ...]) -> Path | None:
+    """The folder of ``ours`` that holds ``filename``, or None."""
+    return next((folder for folder in ours if _inside(filename, folder)), None)
+
+
 def _short(filename: str, folder: Path | None) -> str:
     """``filename`` from its package's folder on (``vllm/...``, ``kvoffload/...``)."""
     path = Path(filename).resolve()
@@ -109,27 +117,31 @@ def _on_our_object(error: BaseException, ours: str, theirs: str) -> str | None:
     return None
 
 
-def harness_error(error: BaseException, ours: Path = KVOFFLOAD_DIR, theirs: Path | None = None) -> str | None:
+def harness_error(error: BaseException, ours: tuple[Path, ...] = KVOFFLOAD_DIRS,
+                  theirs: Path | None = None) -> str | None:
     """Why ``error`` is kvoffload's harness failing rather than vLLM's code crashing, as one line,
     or None when it is vLLM's. The innermost frame of either package decides (frames of neither,
     such as the standard library or torch, belong to their caller): raised in kvoffload's code is
     kvoffload's (a mismatched call into vLLM raises in the calling frame); raised in vLLM's code is
     vLLM's, unless vLLM failed on one of kvoffload's objects (an attribute it lacks, a call whose
-    signature does not fit). An ``ImportError`` is never vLLM's crash. ``theirs`` is vLLM's package
-    folder (default: the imported vLLM)."""
+    signature does not fit). An ``ImportError`` is never vLLM's crash. ``ours`` are kvoffload's package
+    folders, ``theirs`` is vLLM's (default: the imported vLLM)."""
     theirs = theirs if theirs is not None else vllm_dir()
     owned = [f for f in traceback.extract_tb(error.__traceback__)
-             if _inside(f.filename, ours) or _inside(f.filename, theirs)]
+             if _ours(f.filename, ours) or _inside(f.filename, theirs)]
     if not owned:
         return None
     frame = owned[-1]
     text = f"{type(error).__name__}: {error}"
+    our_folder = _ours(frame.filename, ours)
     if isinstance(error, ImportError):  # a module or name this vLLM lacks, whoever imported it
-        return f"{text} at {_where(frame, ours if _inside(frame.filename, ours) else theirs)}"
-    if _inside(frame.filename, ours):
+        return f"{text} at {_where(frame, our_folder or theirs)}"
+    if our_folder is not None:
         call = f": {frame.line.strip()}" if frame.line else ""
-        return f"{text} at {_where(frame, ours)}{call}"
-    used = _on_our_object(error, ours.name, theirs.name) if theirs is not None else None
+        return f"{text} at {_where(frame, our_folder)}{call}"
+    if theirs is None:
+        return None
+    used = next(filter(None, (_on_our_object(error, folder.name, theirs.name) for folder in ours)), None)
     return None if used is None else f"{text} at {_where(frame, theirs)} (vLLM's code using {used})"
 
 

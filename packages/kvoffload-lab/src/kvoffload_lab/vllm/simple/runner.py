@@ -26,7 +26,8 @@ def _checker(name: str) -> Callable[[str, SimpleReads], CheckerVerdict]:
 
 def run_simple_checks(modes: Sequence[str], checkers: Sequence[str], reads: SimpleReads) -> list[CheckerVerdict]:
     """Every offload mode ("eager", "lazy") x checker ("sim", "hypothesis", "explore"); kvoffload's
-    harness failing ends the run with an ``unsupported`` verdict (:func:`~kvoffload_lab.vllm.check.runner.run_cells`)."""
+    harness failing ends the run with an ``unsupported`` verdict
+    (:func:`~kvoffload_lab.vllm.check.runner.run_cells`)."""
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise ValueError(f"unknown offload mode {unknown[0]!r}; known: {', '.join(MODES)}")
