@@ -1,6 +1,6 @@
-"""docs/design.md and the code agree: every path and module it names exists, and its layout table
-lists exactly the modules of each package (kvoffload's, and the TLA+ checker's distribution,
-tlacheck), with the import rules of tests/test_layout.py."""
+"""docs/design.md and the code agree: every path and module it names exists, and its layout tables
+list exactly the modules of each package (the product's, kvoffload; the lab's, kvoffload_lab; and the
+TLA+ checker's distribution, tlacheck), with the import rules of tests/test_layout.py."""
 
 from __future__ import annotations
 
@@ -10,11 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from test_layout import ALLOWED, CHECKER, MAY_IMPORT_THE_CHECKER
+from test_layout import CHECKER, LAB, MAY_IMPORT_THE_CHECKER, PRODUCT, RULES
 
 REPO = Path(__file__).parents[1]
-SRC = REPO / "src" / "kvoffload"
+SRC = REPO / "src" / PRODUCT
+LAB_SRC = REPO / "packages" / "kvoffload-lab" / "src" / LAB
 CHECKER_SRC = REPO / "packages" / CHECKER / "src" / CHECKER
+SOURCES = {PRODUCT: SRC, LAB: LAB_SRC, CHECKER: CHECKER_SRC}
+# The lab's rows that are modules, not packages.
+LAB_MODULES = (f"{LAB}.cli", f"{LAB}.redis_server")
 DESIGN = REPO / "docs" / "design.md"
 TEXT = DESIGN.read_text(encoding="utf-8")
 
@@ -22,7 +26,7 @@ TEXT = DESIGN.read_text(encoding="utf-8")
 # inside a package (check/adapter.py).
 ROOTED_PATH = re.compile(r"(?<![\w./-])((?:src|tests|tla|scripts|docs|packages)/[\w./-]*\w)")
 PACKAGE_PATH = re.compile(r"(?<![\w./-])((?:\w+/)+\w+\.py)\b")
-DOTTED = re.compile(r"(?<![\w.])((?:kvoffload|tlacheck)(?:\.\w+)+)")
+DOTTED = re.compile(r"(?<![\w.])((?:kvoffload_lab|kvoffload|tlacheck)(?:\.\w+)+)")
 # A module or subpackage named in the layout table: scheduler.py, library/, README.md.
 TABLE_MODULE = re.compile(r"(?<![\w./-])(\w+\.(?:py|md)|\w+/)(?![\w/])")
 
@@ -40,9 +44,9 @@ def _defines(path: Path, name: str) -> bool:
 
 
 def _resolves(dotted: str) -> bool:
-    """``kvoffload.a.b`` (or ``tlacheck.a.b``) is a module or package, or a name a module of it
-    defines at top level."""
-    root = CHECKER_SRC if dotted.split(".")[0] == CHECKER else SRC
+    """``kvoffload.a.b`` (or ``kvoffload_lab.a.b``, ``tlacheck.a.b``) is a module or package, or a name a
+    module of it defines at top level."""
+    root = SOURCES[dotted.split(".")[0]]
     parts = dotted.split(".")[1:]
     for cut in range(len(parts), 0, -1):
         base = root.joinpath(*parts[:cut])
@@ -69,11 +73,12 @@ def test_every_module_design_md_names_exists() -> None:
 
 
 def _layout_rows() -> dict[str, tuple[str, str]]:
-    """package -> (modules column, may-import column) of the layout table."""
+    """package (``kvoffload.offload``, ``kvoffload_lab.sim``, ``tlacheck``) -> (modules column, may-import
+    column) of the layout tables."""
     rows = {}
     for line in TEXT.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if len(cells) == 4 and re.fullmatch(r"`\w+`", cells[0]):
+        if len(cells) == 4 and re.fullmatch(r"`[\w.]+`", cells[0]):
             rows[cells[0].strip("`")] = (cells[2], cells[3])
     return rows
 
@@ -81,15 +86,19 @@ def _layout_rows() -> dict[str, tuple[str, str]]:
 ROWS = _layout_rows()
 
 
-def test_the_layout_table_has_a_row_per_package() -> None:
-    packages = {path.name for path in SRC.iterdir() if (path / "__init__.py").is_file()} | {"cli"}
-    assert set(ROWS) == packages | {CHECKER}
+def _packages(root: str) -> set[str]:
+    return {f"{root}.{path.name}" for path in SOURCES[root].iterdir() if (path / "__init__.py").is_file()}
 
 
-@pytest.mark.parametrize("package", sorted(set(ROWS) - {"cli"}))
+def test_the_layout_tables_have_a_row_per_package() -> None:
+    assert set(ROWS) == _packages(PRODUCT) | _packages(LAB) | set(LAB_MODULES) | {CHECKER}
+
+
+@pytest.mark.parametrize("package", sorted(set(ROWS) - set(LAB_MODULES)))
 def test_the_layout_table_lists_exactly_the_modules_of_each_package(package: str) -> None:
-    folder = CHECKER_SRC if package == CHECKER else SRC / package
-    named = {name.rstrip("/") for name in TABLE_MODULE.findall(ROWS[package][0])}
+    root, _, name = package.partition(".")
+    folder = SOURCES[root] / name
+    named = {module.rstrip("/") for module in TABLE_MODULE.findall(ROWS[package][0])}
     present = {path.name for path in folder.iterdir() if path.name not in ("__init__.py", "__pycache__", "py.typed")}
     assert named - present == set(), f"{package}: the table names modules that do not exist"
     assert present - named == set(), f"{package}: modules missing from the table"
@@ -97,22 +106,29 @@ def test_the_layout_table_lists_exactly_the_modules_of_each_package(package: str
 
 def _may_import_the_checker(package: str) -> bool:
     """Whether test_layout lets ``package``, or a subpackage of it, import the checker."""
-    return any(module == f"kvoffload.{package}" or module.startswith(f"kvoffload.{package}.")
-               for module in MAY_IMPORT_THE_CHECKER)
+    return any(module == package or module.startswith(f"{package}.") for module in MAY_IMPORT_THE_CHECKER)
+
+
+def _allowed(package: str, column: str) -> set[str]:
+    """The packages of its own root a row's may-import column names: ``nothing``; the lab's ``every lab
+    package but `cli```; or the names in backticks (the checker aside). A lab row says that it may also
+    import the product."""
+    root, _, name = package.partition(".")
+    if root == LAB:
+        assert "the product" in column, f"{package}: its row must say that it may import the product"
+    if column == "nothing" or column.startswith("the product"):
+        return set()
+    if column.startswith("every lab package but `cli`"):
+        return set(RULES[LAB]) - {"", "cli", name}
+    return set(re.findall(r"`(\w+)`", column)) - {CHECKER}
 
 
 @pytest.mark.parametrize("package", sorted(set(ROWS) - {CHECKER}))
 def test_the_layout_table_gives_the_import_rules_of_test_layout(package: str) -> None:
+    root, _, name = package.partition(".")
     column = ROWS[package][1]
-    named = set(re.findall(r"`(\w+)`", column))
-    if column == "nothing":
-        allowed = set()
-    elif column.startswith("every package but `cli`"):
-        allowed = set(ALLOWED) - {"", "cli", package}
-    else:
-        allowed = named - {CHECKER}
-    assert allowed == set(ALLOWED[package])
-    assert (CHECKER in named) == _may_import_the_checker(package)
+    assert _allowed(package, column) == set(RULES[root][name])
+    assert (f"`{CHECKER}`" in column) == _may_import_the_checker(package)
 
 
 def test_the_checker_imports_nothing_of_kvoffload_in_the_table() -> None:
@@ -123,4 +139,8 @@ def test_the_checks_see_what_is_missing() -> None:
     assert not _resolves("kvoffload_lab.sim.no_such_module")
     assert not _resolves("kvoffload_lab.sim.runner.no_such_name")
     assert _resolves("kvoffload_lab.sim.runner.SimulationOptions")
+    assert _resolves("kvoffload.offload.scheduler") and not _resolves("kvoffload.sim.runner")
+    assert _allowed("kvoffload_lab.tracestudy", "`sim`; the product") == {"sim"}
+    with pytest.raises(AssertionError):
+        _allowed("kvoffload_lab.tracestudy", "`sim`")
     assert TABLE_MODULE.findall("engine.py (the loop), tiers/ (engines), `OffloadConfig`") == ["engine.py", "tiers/"]
