@@ -1,10 +1,11 @@
-"""``make check-vllm``'s last step: ``kvoffload[vllm]`` alone, in a fresh virtual environment.
+"""``make check-vllm``'s last step: ``kvoffload[vllm]`` and the lab alone, in a fresh virtual environment.
 
 ``python scripts/check_vllm_fresh_venv.py CACHE_DIR [--project DIR] [--torch REQUIREMENT]``
 creates ``CACHE_DIR/venv-vllm-extra`` anew and installs into it the torch requirement (default
 ``torch==2.13.0``, the CPU build: a bare ``torch`` would pull a CUDA build of several GB), then
-kvoffload's TLA+ checker (packages/tlacheck, which no index serves), then the project with only its
-``[vllm]`` extra, not editable (as a user installs it), then xgrammar without
+the project with only its ``[vllm]`` extra, not editable (as a user installs it), then the lab that
+runs ``kvoffload vllm check`` (packages/kvoffload-lab, with the TLA+ checker it depends on,
+packages/tlacheck; no index serves either), then xgrammar without
 its dependencies (as docs/vllm-check.md says). From an empty folder it then runs what a vLLM user runs:
 ``kvoffload --help``, ``kvoffload vllm check --help``, a ``--vllm-src`` that holds no vLLM (exit 2,
 one line), one real check against the newest release in ``CACHE_DIR`` (fetched by scripts/check_vllm_release.py
@@ -40,9 +41,11 @@ def _install(venv: Path, project: Path, torch: str) -> str | None:
     steps = [
         [sys.executable, "-m", "venv", str(venv)],
         [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", torch],
-        # kvoffload's TLA+ checker, a distribution of this repository that no index serves.
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(project / "packages" / "tlacheck")],
         [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", f"{project}[vllm]"],
+        # The lab (the kvoffload command) and its TLA+ checker, distributions of this repository that no
+        # index serves; the product they depend on is the one installed above.
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(project / "packages" / "tlacheck"),
+         str(project / "packages" / "kvoffload-lab")],
         [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "xgrammar<1", "apache-tvm-ffi"],
     ]
     for args in steps:
@@ -62,7 +65,7 @@ def check_fresh_venv(cache: Path, project: Path, torch: str) -> list[str]:
     failed = _install(venv, project.resolve(), torch)
     if failed:
         return [f"fresh venv: {failed}"]
-    print(f"fresh venv: installed torch, kvoffload[vllm] and xgrammar in {time.perf_counter() - started:.0f} s")
+    print(f"fresh venv: installed torch, kvoffload[vllm], the lab and xgrammar in {time.perf_counter() - started:.0f} s")
     python, kvoffload = str(venv / "bin" / "python"), str(venv / "bin" / "kvoffload")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KVOFFLOAD_VLLM_SRC")}
     problems: list[str] = []
