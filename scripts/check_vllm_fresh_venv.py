@@ -65,7 +65,8 @@ def check_fresh_venv(cache: Path, project: Path, torch: str) -> list[str]:
     failed = _install(venv, project.resolve(), torch)
     if failed:
         return [f"fresh venv: {failed}"]
-    print(f"fresh venv: installed torch, kvoffload[vllm], the lab and xgrammar in {time.perf_counter() - started:.0f} s")
+    print(f"fresh venv: installed torch, kvoffload[vllm], the lab and xgrammar in "
+          f"{time.perf_counter() - started:.0f} s")
     python, kvoffload = str(venv / "bin" / "python"), str(venv / "bin" / "kvoffload")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KVOFFLOAD_VLLM_SRC")}
     problems: list[str] = []
