@@ -27,6 +27,9 @@ rules form layers, so no two packages import each other:
 - the TLA+ checker is its own distribution, ``tlacheck`` (packages/tlacheck), which never imports
   kvoffload (its own tests say so); only the lab's checking layers import it
   (:data:`MAY_IMPORT_THE_CHECKER`).
+
+Within the product (:data:`PRODUCT_MODULES`) no two modules import each other either, through any
+chain.
 """
 
 from __future__ import annotations
@@ -289,6 +292,38 @@ def test_no_import_cycle_between_packages() -> None:
 def test_the_cycle_check_sees_a_cycle() -> None:
     with pytest.raises(CycleError):
         TopologicalSorter({"sim": {"verify"}, "verify": {"sim"}}).prepare()
+
+
+def _module_graph(modules: list[tuple[str, Path]]) -> dict[str, set[str]]:
+    """module -> the modules of ``modules`` it imports (``from package import module`` names the
+    module; any other name, the package's ``__init__``), lazy imports included."""
+    known = {module for module, _ in modules}
+    graph: dict[str, set[str]] = {module: set() for module in known}
+    for module, path in modules:
+        for _, imported, names in _imports(module, path):
+            targets = {f"{imported}.{name}" if f"{imported}.{name}" in known else imported for name in names}
+            graph[module] |= (targets or {imported}) & known - {module}
+    return graph
+
+
+def test_no_import_circle_between_the_products_modules() -> None:
+    # No two of the product's modules import each other through any chain, lazy imports included:
+    # such a circle is a side channel between modules.
+    try:
+        TopologicalSorter(_module_graph(PRODUCT_MODULES)).prepare()
+    except CycleError as error:
+        pytest.fail(f"modules import each other: {' -> '.join(error.args[1])}")
+
+
+def test_the_module_circle_check_sees_a_lazy_circle_through_a_package(tmp_path: Path) -> None:
+    one, two = tmp_path / "one.py", tmp_path / "two.py"
+    one.write_text("from kvoffload.offload.two import X\n")
+    two.write_text("def f():\n    from kvoffload.offload import one\n    return one\n")
+    graph = _module_graph([("kvoffload.offload.one", one), ("kvoffload.offload.two", two)])
+    assert graph == {"kvoffload.offload.one": {"kvoffload.offload.two"},
+                     "kvoffload.offload.two": {"kvoffload.offload.one"}}
+    with pytest.raises(CycleError):
+        TopologicalSorter(graph).prepare()
 
 
 def _defined_here(tree: ast.AST) -> set[str]:

@@ -1,6 +1,6 @@
 """``kvoffload bench mover --device cuda``: every CUDA copy path against one contiguous DMA.
 
-For one block size (a :class:`~kvoffload_lab.benchmarks.mover.Workload`: scattered ids on both
+For one block size (a :class:`~kvoffload_lab.benchmarks.mover_workload.Workload`: scattered ids on both
 sides) each path of :mod:`kvoffload.dataplane.cuda_paths` that can run here stores and loads the
 same bytes through a :class:`~kvoffload.dataplane.mover.BlockMover` of its own (all sharing one
 pinned CPU tier), interleaved with the contiguous DMA of that many bytes each way (the ceiling).
@@ -23,7 +23,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from kvoffload.dataplane.copy_calibration import MAX_SLOWDOWN, Direction, Measurement, choose
-from kvoffload_lab.benchmarks.mover import Workload, gbps, median_seconds, mover_job
+from kvoffload_lab.benchmarks.mover_workload import Workload, gbps, median_seconds, mover_job
 
 if TYPE_CHECKING:
     from collections.abc import Callable
