@@ -185,9 +185,11 @@ check-vllm: $(STAMP)
 	$(PY) scripts/check_vllm_simple_release.py $(VLLM_CACHE)
 	$(PY) scripts/check_vllm_fresh_venv.py $(VLLM_CACHE) --torch '$(TORCH_PIN)'
 
-# The built wheel, installed as a user installs it (torch first, then the wheel) in fresh venvs: the base
-# package and each extra alone; every command's --help, a small run of each, and the one-line
-# message naming a missing extra (scripts/check_install.py; venvs under .cache/check-install).
+# The built wheels, installed as a user installs them (torch first, then the wheel) in fresh venvs: the
+# TLA+ checker alone; the product alone and with each extra (none of the lab, tlacheck, rich or
+# hypothesis comes in or is imported, no kvoffload command); the lab alone and with each extra (every
+# command's --help, a small run of each, the one-line message naming a missing extra)
+# (scripts/check_install.py; venvs under .cache/check-install).
 check-install:
 	$(PYTHON) scripts/check_install.py --torch '$(TORCH_PIN)'
 
