@@ -77,6 +77,7 @@ from kvoffload.lifecycles.request import (
 from kvoffload.offload.errors import LifecycleViolation
 from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.types import (
+    NO_CONTEXT,
     ConnectorMetadata,
     ConnectorUpdate,
     EngineRequest,
@@ -84,6 +85,7 @@ from kvoffload.offload.types import (
     OffloadConfig,
     OffloadEvent,
     OffloadKey,
+    RequestContext,
     RequestId,
     SchedulerOutput,
     TransferJob,
@@ -344,7 +346,9 @@ class OffloadingScheduler:
             )
         tracker = self._trackers.get(request_id)
         if tracker is None:
-            self.manager.on_new_request(request_id)
+            # Engines without tenants (the simulator) have no cache_salt.
+            salt = getattr(request, "cache_salt", None)
+            self.manager.on_new_request(request_id, RequestContext(salt) if salt else NO_CONTEXT)
             tracker = RequestTracker(request_id=request_id, request=request)
             self._trackers[request_id] = tracker
         elif tracker.state == PREEMPTED:

@@ -31,10 +31,10 @@ from collections.abc import Sequence
 
 from vllm.v1.kv_offload.base import LookupResult, OffloadKey, ReqContext, ScheduleEndContext
 
+from kvoffload.tiers.manager import TieringManager
 from kvoffload.vllm.manager_adapter import StrictManagerAdapter
 from kvoffload.vllm.rank_reports import RankReport, RankTally
 from kvoffload.vllm.tier_io import WorkerTiers
-from kvoffload.vllm.tier_manager import SaltedTieringManager
 
 
 class PoolTiers:
@@ -45,7 +45,7 @@ class PoolTiers:
         self.tally = RankTally(len(self.ranks))
         self.step = 0
 
-    def run(self, manager: SaltedTieringManager) -> None:
+    def run(self, manager: TieringManager) -> None:
         """One scheduler step: start the jobs handed out since the last step on every rank, and
         apply the outcomes every rank has reported (each job reports one step after its start)."""
         self.step += 1
@@ -70,7 +70,7 @@ class PoolTiers:
 class TieredManagerAdapter(StrictManagerAdapter):
     """:class:`StrictManagerAdapter` over a tiering manager whose tier I/O is ``io``."""
 
-    def __init__(self, manager: SaltedTieringManager, chunk_tokens: int, io: PoolTiers, policy_name: str = "") -> None:
+    def __init__(self, manager: TieringManager, chunk_tokens: int, io: PoolTiers, policy_name: str = "") -> None:
         # The adapter's calls are the CPU manager's; the tiering manager offers the same ones.
         super().__init__(manager, chunk_tokens, policy_name)  # type: ignore[arg-type]
         self.tiers = manager
