@@ -349,7 +349,7 @@ def test_bad_input_is_rejected_with_a_clear_error_and_changes_nothing() -> None:
         s.update_state_after_alloc(FakeRequest("zz", [], 3), [0], 0)
     with pytest.raises(ValueError, match="'n': num_computed_tokens must be >= 0, got -1"):
         s.get_num_new_matched_tokens(FakeRequest("n", [], 3), -1)
-    with pytest.raises(LifecycleViolation, match="LookupOnlyWhenWaiting"):
+    with pytest.raises(IllegalTransition, match="request 'a': trigger 'lookup' is not allowed in state 'running'"):
         s.get_num_new_matched_tokens(a, 0)
     with pytest.raises(UnknownJob, match="job 99, which was never issued"):
         complete(s, 99)
