@@ -8,22 +8,12 @@ does not import vLLM through :mod:`.connector`.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from kvoffload.vllm.lazy_class import served_lazily
 
 if TYPE_CHECKING:
     from kvoffload.vllm.connector.connector import KVOffloadConnector
 
 __all__ = ["KVOffloadConnector"]
-
-
-def __getattr__(name: str) -> Any:
-    if name not in __all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.connector"), name)
-    globals()[name] = value  # later reads find it without this hook
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = served_lazily(__name__, "connector", "KVOffloadConnector")

@@ -7,22 +7,12 @@ and reads the class with ``getattr``; the class is imported on that first read, 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from kvoffload.vllm.lazy_class import served_lazily
 
 if TYPE_CHECKING:
     from kvoffload.vllm.spec.spec import KVOffloadSpec
 
 __all__ = ["KVOffloadSpec"]
-
-
-def __getattr__(name: str) -> Any:
-    if name not in __all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.spec"), name)
-    globals()[name] = value  # later reads find it without this hook
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = served_lazily(__name__, "spec", "KVOffloadSpec")
