@@ -22,6 +22,9 @@ each other:
   simulator's GPU block pool; only the commands import it;
 - ``vllm`` builds on both; ``benchmarks`` raise their own error and do not import the commands;
 - ``commands`` import everything but the CLI, which imports only the commands.
+
+Within the product (:data:`PRODUCT_MODULES`) no two modules import each other either, through any
+chain.
 """
 
 from __future__ import annotations
@@ -225,6 +228,54 @@ def test_no_import_cycle_between_packages() -> None:
 def test_the_cycle_check_sees_a_cycle() -> None:
     with pytest.raises(CycleError):
         TopologicalSorter({"sim": {"verify"}, "verify": {"sim"}}).prepare()
+
+
+# The product: the packages the kvoffload distribution keeps once the lab moves out (these lab
+# modules, checkers and explorers, still live in its packages). No two of its modules import each
+# other through any chain, lazy imports included: such a circle is a side channel between modules.
+PRODUCT_PACKAGES = ("lifecycles", "statemachine", "offload", "dataplane", "tiers", "vllm")
+LAB_IN_PRODUCT_PACKAGES = tuple(f"kvoffload.{name}" for name in (
+    "statemachine.explore", "statemachine.explore_parallel", "statemachine.replay", "statemachine.trace_tla",
+    "statemachine.lifecycle_tla", "vllm.check", "vllm.simple", "vllm.live", "vllm.own", "vllm.harness",
+    "vllm.locate"))
+
+
+def _within(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == prefix or module.startswith(prefix + ".") for prefix in prefixes)
+
+
+def _module_graph(modules: list[tuple[str, Path]]) -> dict[str, set[str]]:
+    """module -> the modules of ``modules`` it imports (``from package import module`` names the
+    module; any other name, the package's ``__init__``), lazy imports included."""
+    known = {module for module, _ in modules}
+    graph: dict[str, set[str]] = {module: set() for module in known}
+    for module, path in modules:
+        for _, imported, names in _imports(module, path):
+            targets = {f"{imported}.{name}" if f"{imported}.{name}" in known else imported for name in names}
+            graph[module] |= (targets or {imported}) & known - {module}
+    return graph
+
+
+PRODUCT_MODULES = [(module, path) for module, path in MODULES
+                   if _package(module) in PRODUCT_PACKAGES and not _within(module, LAB_IN_PRODUCT_PACKAGES)]
+
+
+def test_no_import_circle_between_the_products_modules() -> None:
+    try:
+        TopologicalSorter(_module_graph(PRODUCT_MODULES)).prepare()
+    except CycleError as error:
+        pytest.fail(f"modules import each other: {' -> '.join(error.args[1])}")
+
+
+def test_the_module_circle_check_sees_a_lazy_circle_through_a_package(tmp_path: Path) -> None:
+    one, two = tmp_path / "one.py", tmp_path / "two.py"
+    one.write_text("from kvoffload.offload.two import X\n")
+    two.write_text("def f():\n    from kvoffload.offload import one\n    return one\n")
+    graph = _module_graph([("kvoffload.offload.one", one), ("kvoffload.offload.two", two)])
+    assert graph == {"kvoffload.offload.one": {"kvoffload.offload.two"},
+                     "kvoffload.offload.two": {"kvoffload.offload.one"}}
+    with pytest.raises(CycleError):
+        TopologicalSorter(graph).prepare()
 
 
 def _defined_here(tree: ast.AST) -> set[str]:

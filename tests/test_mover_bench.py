@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kvoffload.benchmarks import mover as bench
+from kvoffload.benchmarks import mover_workload
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -23,9 +24,9 @@ def test_runs_are_interleaved_rounds_after_a_warm_up(settle: bool, monkeypatch: 
     settle, every timed run (and only those) first waits for the process to go idle."""
     calls: list[str] = []
     settles: list[int] = []
-    monkeypatch.setattr(bench, "_settle", lambda: settles.append(len(calls)))
+    monkeypatch.setattr(mover_workload, "_settle", lambda: settles.append(len(calls)))
     variants = {name: (lambda name=name: calls.append(name)) for name in "abcd"}
-    timings = bench.median_seconds(variants, 5, lambda: None, settle)
+    timings = mover_workload.median_seconds(variants, 5, lambda: None, settle)
     assert calls[:4] == list("abcd")
     rounds = [calls[4 + 4 * r : 8 + 4 * r] for r in range(5)]
     assert len(calls) == 4 + 5 * 4 and all(sorted(r) == list("abcd") for r in rounds)
@@ -51,7 +52,7 @@ def test_figures_come_from_one_run_of_every_variant() -> None:
 
 
 def test_no_settle_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bench, "_settle", lambda: pytest.fail("--no-settle must not wait"))
+    monkeypatch.setattr(mover_workload, "_settle", lambda: pytest.fail("--no-settle must not wait"))
     args = parse("--device", "cpu", "--total-mib", "1", "--repeats", "1", "--block-sizes", "4096", "--no-settle")
     out = bench.run(args)
     assert out["settle"] is False and len(out["results"]) == 1

@@ -21,7 +21,7 @@ from kvoffload.offload.policies import (
     PrefixLRUPolicy,
     make_policy,
 )
-from kvoffload.offload.policy_peers import S3FIFOPolicy
+from kvoffload.offload.policies.peers import S3FIFOPolicy
 
 ALL = sorted(POLICIES)
 EXPECTED = {

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvoffload.offload.policies import EvictionPolicy, LFUPolicy, make_policy
-from kvoffload.offload.policy_peers import (
+from kvoffload.offload.policies.peers import (
     FrequencySketch,
     LMCacheAdmissionPolicy,
     SievePolicy,

@@ -1,6 +1,6 @@
 """``kvoffload bench mover --device cuda``: every CUDA copy path against one contiguous DMA.
 
-For one block size (a :class:`~kvoffload.benchmarks.mover.Workload`: scattered ids on both
+For one block size (a :class:`~kvoffload.benchmarks.mover_workload.Workload`: scattered ids on both
 sides) each path of :mod:`kvoffload.dataplane.cuda_paths` that can run here stores and loads the
 same bytes through a :class:`~kvoffload.dataplane.mover.BlockMover` of its own (all sharing one
 pinned CPU tier), interleaved with the contiguous DMA of that many bytes each way (the ceiling).
@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from kvoffload.benchmarks.mover import Workload, gbps, median_seconds, mover_job
+from kvoffload.benchmarks.mover_workload import Workload, gbps, median_seconds, mover_job
 from kvoffload.dataplane.copy_calibration import MAX_SLOWDOWN, Direction, Measurement, choose
 
 if TYPE_CHECKING:

@@ -9,13 +9,14 @@ TLA+ module and the explorer all work from the same declaration. Public API:
 - runtime: :class:`DeclaredMachine`, :class:`TransitionEvent`, :class:`LifecycleError`,
   :class:`IllegalTransition`, :class:`GuardRejected`;
 - traces: :class:`TraceWriter` (``kvoffload.statemachine.trace``) and ``trace_tla``;
-- diagrams: :func:`render` (mermaid or dot);
-- explorer: :func:`explore`, :class:`ExploreResult`, :class:`Counterexample`, :func:`format_result`;
+- diagrams: :func:`render` (mermaid or dot).
+
+The explorer is imported from its own module (``explore``): importing the framework does not load
+it.
 """
 
 from kvoffload.statemachine.declaration import DeclarationError, LifecycleDeclaration, StateDecl, TransitionDecl
 from kvoffload.statemachine.diagram import render
-from kvoffload.statemachine.explore import Counterexample, ExploreResult, explore, format_result
 from kvoffload.statemachine.runtime import (
     DeclaredMachine,
     GuardRejected,
@@ -26,10 +27,8 @@ from kvoffload.statemachine.runtime import (
 from kvoffload.statemachine.trace import TraceWriter
 
 __all__ = [
-    "Counterexample",
     "DeclarationError",
     "DeclaredMachine",
-    "ExploreResult",
     "GuardRejected",
     "IllegalTransition",
     "LifecycleDeclaration",
@@ -38,7 +37,5 @@ __all__ = [
     "TraceWriter",
     "TransitionDecl",
     "TransitionEvent",
-    "explore",
-    "format_result",
     "render",
 ]

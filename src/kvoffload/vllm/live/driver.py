@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvoffload.vllm.live.workloads import BLOCK_SIZE, Workload
+from kvoffload.vllm.live.workloads import BLOCK_BYTES, BLOCK_SIZE, Workload
 
 MANAGERS: tuple[str, ...] = ("lru", "arc", "tiering")
 BASELINE = "none"
@@ -32,8 +32,6 @@ MAX_STEPS = 2_000
 SIMPLE_PREFIX = "simple-"
 SIMPLE_DRAIN_STEPS = 300
 IDLE_STEP_S = 0.02
-# Bytes of one block's KV in the tiny model (2 layers x K and V x 32 tokens x 2 heads x 32 x fp32).
-BLOCK_BYTES = 2 * 2 * BLOCK_SIZE * 2 * 32 * 4
 
 
 @dataclass

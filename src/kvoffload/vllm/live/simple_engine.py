@@ -39,9 +39,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from kvoffload.vllm.check.findings import CRASH, crash_message
-from kvoffload.vllm.live.driver import BLOCK_BYTES
 from kvoffload.vllm.live.logs import DRAIN_FILE, FINDINGS_FILE, TRACE_FILE, FindingLog, TraceLog
-from kvoffload.vllm.live.workloads import Workload
+from kvoffload.vllm.live.workloads import BLOCK_BYTES, Workload
 from kvoffload.vllm.simple.compat import SimpleReads
 
 MODES: tuple[str, ...] = ("eager", "lazy")
@@ -334,9 +333,9 @@ _WORKER: list[type] = []
 def _checked_worker_class() -> type:
     if _WORKER:
         return _WORKER[0]
-    from kvoffload.vllm.simple.worker import _worker_class
+    from kvoffload.vllm.simple.worker import worker_class
 
-    class CheckedSimpleWorker(_worker_class()):  # type: ignore[misc]
+    class CheckedSimpleWorker(worker_class()):  # type: ignore[misc]
         """:class:`~kvoffload.vllm.simple.worker.TorchSimpleWorker` whose copies are checked."""
 
         live_folder: Path

@@ -28,6 +28,8 @@ from typing import Any
 
 VOCAB = 1000
 BLOCK_SIZE = 32
+# Bytes of one block's KV in the tiny model (2 layers x K and V x 32 tokens x 2 heads x 32 x fp32).
+BLOCK_BYTES = 2 * 2 * BLOCK_SIZE * 2 * 32 * 4
 KINDS: tuple[str, ...] = ("multi_turn", "preempt", "abort", "reset", "tiny_cpu", "final_store")
 # Expected to fail in every release that has the double-reset assertion; run on its own.
 DOUBLE_RESET = "double_reset"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvoffload.vllm.check.build import LAYER, _kv_cache_tensor, _model_config
+from kvoffload.vllm.check.build import LAYER, kv_cache_tensor, model_config
 
 MODES: tuple[str, ...] = ("eager", "lazy")
 HEADS, HEAD_SIZE = 2, 32
@@ -62,7 +62,7 @@ def vllm_scheduler(block_size: int, gpu_blocks: int, max_batched_tokens: int, ma
     from vllm.v1.structured_output import StructuredOutputManager
 
     spec = FullAttentionSpec(block_size=block_size, num_kv_heads=HEADS, head_size=HEAD_SIZE, dtype=torch.float32)
-    model = _model_config()
+    model = model_config()
     vllm_config = VllmConfig(
         model_config=model,
         device_config=DeviceConfig(device="cpu"),
@@ -79,7 +79,7 @@ def vllm_scheduler(block_size: int, gpu_blocks: int, max_batched_tokens: int, ma
     vllm_config.cache_config.num_gpu_blocks = num_blocks
     kv_cache_config = KVCacheConfig(
         num_blocks=num_blocks,
-        kv_cache_tensors=[_kv_cache_tensor(spec.page_size_bytes, num_blocks)],
+        kv_cache_tensors=[kv_cache_tensor(spec.page_size_bytes, num_blocks)],
         kv_cache_groups=[KVCacheGroupSpec([LAYER], spec)],
     )
     scheduler_class = AsyncScheduler if async_scheduling else Scheduler

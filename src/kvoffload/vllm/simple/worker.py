@@ -95,13 +95,14 @@ def _block_rows(name: str, cache: torch.Tensor, num_blocks: int) -> dict[str, to
 
 def make_worker(vllm_config: Any, kv_cache_config: Any, cpu_capacity_bytes: int, delay: int) -> Any:
     """A :class:`TorchSimpleWorker` (the class is made on first use: it subclasses vLLM's)."""
-    return _worker_class()(vllm_config, kv_cache_config, cpu_capacity_bytes, delay=delay)
+    return worker_class()(vllm_config, kv_cache_config, cpu_capacity_bytes, delay=delay)
 
 
 _CLASS: list[type] = []
 
 
-def _worker_class() -> type:
+def worker_class() -> type:
+    """:class:`TorchSimpleWorker`, the class itself (made on first use: it subclasses vLLM's)."""
     if _CLASS:
         return _CLASS[0]
     from vllm.v1.simple_kv_offload import worker as vllm_worker

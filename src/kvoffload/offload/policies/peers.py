@@ -11,8 +11,8 @@ so ``kvoffload replay --sweep`` compares the default against them behind the sam
   new key is stored (once the tier is full) only if it is more frequent than the coldest resident.
 
 ``lfu`` (LFU with dynamic aging, as SGLang HiCache and LMCache offer LFU) is in
-:mod:`kvoffload.offload.policies`, as the default evicts by it. The call contract is
-:class:`~kvoffload.offload.policies.EvictionPolicy`'s.
+:mod:`kvoffload.offload.policies.classic`, as the default evicts by it. The call contract is
+:class:`~kvoffload.offload.policies.base.EvictionPolicy`'s.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from collections import OrderedDict
 from collections.abc import Collection, Hashable
 from itertools import islice
 
-from kvoffload.offload.policies import Evictable, EvictionPolicy, KeyHistory, LRUPolicy
+from kvoffload.offload.policies.base import Evictable, EvictionPolicy, KeyHistory
+from kvoffload.offload.policies.classic import LRUPolicy
 from kvoffload.offload.types import OffloadKey
 
 _MASK64 = (1 << 64) - 1

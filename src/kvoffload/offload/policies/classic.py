@@ -1,76 +1,18 @@
-"""Eviction (and admission) policies of the CPU tier.
-
-The manager owns the blocks and decides what may be evicted (nothing being loaded from or written);
-a policy only orders candidates. Contract, in the order the manager calls it:
-
-- ``admit(key)``: a store was offered for a key that is not resident; False skips storing it;
-- ``on_insert(key, parent)``: the key became resident (write pending); ``parent`` is the key of the
-  previous chunk of the same prefix, or None for a first chunk;
-- ``on_hit(key)``: a lookup/touch used the key;
-- ``victims(count, evictable, incoming)``: up to ``count`` resident keys to evict, best first,
-  each passing ``evictable``; None when fewer than ``count`` can be found (the manager then changes
-  nothing and reports the allocation failure);
-- ``on_remove(key)``: the key left the tier (evicted, failed store, reset);
-- ``reset()``: forget everything.
-
-Policies are deterministic and copyable: the explorer copies and compares them.
-
-Shipped policies (``POLICIES``; figures on the Mooncake conversation trace in docs/policies.md):
-
-- ``doorkeeper_lfu`` (default): second-sighting admission dueled against admit-all, in front of
-  LFU with dynamic aging; at least every peer's policy at every measured CPU-tier size.
-- ``doorkeeper``: LRU with second-sighting admission (once full); the default before.
-- the peers' policies, for comparison: ``lru``, ``arc`` (vLLM), ``prefix_lru`` (SGLang's radix
-  cache), ``lfu`` (LFU-DA) here; ``s3fifo``, ``wtinylfu``, ``sieve`` and ``lmcache_admission`` in
-  :mod:`kvoffload.offload.policy_peers`.
+"""The default and the classic policies of the CPU tier: ``lru``, ``arc`` (vLLM), ``prefix_lru``
+(SGLang's radix cache), ``lfu`` (LFU with dynamic aging), the second-sighting admissions in front
+of them (``doorkeeper``) and the default, ``doorkeeper_lfu``. The call contract is
+:class:`~kvoffload.offload.policies.base.EvictionPolicy`'s.
 """
 
 from __future__ import annotations
 
-import copy
 import heapq
-from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Hashable
 from typing import Self
 
-from kvoffload.offload.types import DEFAULT_POLICY, OffloadKey
-
-Evictable = Callable[[OffloadKey], bool]
-
-
-class EvictionPolicy(ABC):
-    """Orders resident keys for eviction; see the module docstring for the call contract."""
-
-    name: str = ""
-
-    def admit(self, key: OffloadKey) -> bool:
-        return True
-
-    @abstractmethod
-    def on_insert(self, key: OffloadKey, parent: OffloadKey | None) -> None: ...
-
-    @abstractmethod
-    def on_hit(self, key: OffloadKey) -> None: ...
-
-    @abstractmethod
-    def on_remove(self, key: OffloadKey) -> None: ...
-
-    @abstractmethod
-    def victims(
-        self, count: int, evictable: Evictable, incoming: Collection[OffloadKey]
-    ) -> list[OffloadKey] | None: ...
-
-    @abstractmethod
-    def reset(self) -> None: ...
-
-    @abstractmethod
-    def fingerprint(self) -> Hashable:
-        """A hashable summary of the whole policy state (for the explorer)."""
-
-    def clone(self) -> Self:
-        """An independent copy (the manager's ``clone`` uses it)."""
-        return copy.deepcopy(self)
+from kvoffload.offload.policies.base import Evictable, EvictionPolicy, KeyHistory
+from kvoffload.offload.types import OffloadKey
 
 
 def _oldest_evictable(order: OrderedDict[OffloadKey, None], count: int, evictable: Evictable) -> list[OffloadKey]:
@@ -318,33 +260,6 @@ class PrefixLRUPolicy(EvictionPolicy):
             tuple(sorted((k, s, self._parent[k]) for k, s in self._stamp.items())),
             tuple(self._orphans),
         )
-
-
-class KeyHistory:
-    """A bounded FIFO set of keys no longer (or not yet) resident: the history admission reads
-    (and S3-FIFO's ghost queue)."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = max(1, capacity)
-        self._keys: OrderedDict[OffloadKey, None] = OrderedDict()
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._keys
-
-    def add(self, key: OffloadKey) -> None:
-        self._keys[key] = None
-        self._keys.move_to_end(key)
-        while len(self._keys) > self.capacity:
-            self._keys.popitem(last=False)
-
-    def discard(self, key: OffloadKey) -> None:
-        self._keys.pop(key, None)
-
-    def clear(self) -> None:
-        self._keys.clear()
-
-    def fingerprint(self) -> Hashable:
-        return tuple(self._keys)
 
 
 class SecondSightingAdmission(EvictionPolicy):
@@ -649,38 +564,3 @@ class DoorkeeperLFUPolicy(DuelingAdmission):
 
     def __init__(self, capacity: int, ghost_factor: int = 4, limit: int = 1024) -> None:
         super().__init__(capacity, LFUPolicy(), LFUPolicy, ghost_factor, limit)
-
-
-# The peers' policies build on the classes above, so they are imported once those exist.
-from kvoffload.offload.policy_peers import (  # noqa: E402
-    LMCacheAdmissionPolicy,
-    S3FIFOPolicy,
-    SievePolicy,
-    WTinyLFUPolicy,
-)
-
-PolicyFactory = Callable[[int], EvictionPolicy]
-
-__all__ = ["DEFAULT_POLICY", "POLICIES", "EvictionPolicy", "make_policy"]
-
-POLICIES: dict[str, PolicyFactory] = {
-    "lru": lambda capacity: LRUPolicy(),
-    "arc": ARCPolicy,
-    "prefix_lru": lambda capacity: PrefixLRUPolicy(),
-    "doorkeeper": DoorkeeperLRUPolicy,
-    "s3fifo": S3FIFOPolicy,
-    "lfu": lambda capacity: LFUPolicy(),
-    "doorkeeper_lfu": DoorkeeperLFUPolicy,
-    "wtinylfu": WTinyLFUPolicy,
-    "sieve": lambda capacity: SievePolicy(),
-    "lmcache_admission": LMCacheAdmissionPolicy,
-}
-
-
-def make_policy(name: str, capacity: int) -> EvictionPolicy:
-    """The policy registered as ``name``, sized for ``capacity`` CPU blocks."""
-    try:
-        factory = POLICIES[name]
-    except KeyError:
-        raise ValueError(f"unknown eviction policy {name!r}; known: {', '.join(sorted(POLICIES))}") from None
-    return factory(capacity)

@@ -1,0 +1,76 @@
+"""What every policy of the CPU tier shares: the call contract (:class:`EvictionPolicy`, described in
+:mod:`kvoffload.offload.policies`) and the bounded key history admission reads (:class:`KeyHistory`).
+"""
+
+from __future__ import annotations
+
+import copy
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Hashable
+from typing import Self
+
+from kvoffload.offload.types import OffloadKey
+
+Evictable = Callable[[OffloadKey], bool]
+
+
+class EvictionPolicy(ABC):
+    """Orders resident keys for eviction; see the module docstring for the call contract."""
+
+    name: str = ""
+
+    def admit(self, key: OffloadKey) -> bool:
+        return True
+
+    @abstractmethod
+    def on_insert(self, key: OffloadKey, parent: OffloadKey | None) -> None: ...
+
+    @abstractmethod
+    def on_hit(self, key: OffloadKey) -> None: ...
+
+    @abstractmethod
+    def on_remove(self, key: OffloadKey) -> None: ...
+
+    @abstractmethod
+    def victims(
+        self, count: int, evictable: Evictable, incoming: Collection[OffloadKey]
+    ) -> list[OffloadKey] | None: ...
+
+    @abstractmethod
+    def reset(self) -> None: ...
+
+    @abstractmethod
+    def fingerprint(self) -> Hashable:
+        """A hashable summary of the whole policy state (for the explorer)."""
+
+    def clone(self) -> Self:
+        """An independent copy (the manager's ``clone`` uses it)."""
+        return copy.deepcopy(self)
+
+
+class KeyHistory:
+    """A bounded FIFO set of keys no longer (or not yet) resident: the history admission reads
+    (and S3-FIFO's ghost queue)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        self._keys: OrderedDict[OffloadKey, None] = OrderedDict()
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys
+
+    def add(self, key: OffloadKey) -> None:
+        self._keys[key] = None
+        self._keys.move_to_end(key)
+        while len(self._keys) > self.capacity:
+            self._keys.popitem(last=False)
+
+    def discard(self, key: OffloadKey) -> None:
+        self._keys.pop(key, None)
+
+    def clear(self) -> None:
+        self._keys.clear()
+
+    def fingerprint(self) -> Hashable:
+        return tuple(self._keys)
