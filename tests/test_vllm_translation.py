@@ -14,8 +14,8 @@ from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload.offload.types import OffloadConfig
 from kvoffload.tiers.index import SharedTierIndex
 from kvoffload.tiers.manager import TieringManager
-from kvoffload.vllm import connector_scheduler
-from kvoffload.vllm.connector_scheduler import SchedulerSide, VllmRequestView
+from kvoffload.vllm.connector import scheduler_side
+from kvoffload.vllm.connector.scheduler_side import SchedulerSide, VllmRequestView
 from kvoffload.vllm.keys import HashesAsInts, KeyCodec
 from kvoffload.vllm.layout import mover_block_ids
 
@@ -102,5 +102,5 @@ def tier_job_salts_of_a_salted_lookup() -> set[str]:
 
 def test_the_tier_jobs_of_a_vllm_request_carry_its_cache_salt(monkeypatch: pytest.MonkeyPatch) -> None:
     assert tier_job_salts_of_a_salted_lookup() == {"a"}
-    monkeypatch.setattr(connector_scheduler, "VllmRequestView", SaltDroppingView)
+    monkeypatch.setattr(scheduler_side, "VllmRequestView", SaltDroppingView)
     assert tier_job_salts_of_a_salted_lookup() == {""}, "the check catches a view that drops the salt"

@@ -43,7 +43,7 @@ from kvoffload.vllm.harness import (
     connector_transfer_config,
     spec_transfer_config,
 )
-from kvoffload.vllm.offloading_spec import KVOffloadSpec
+from kvoffload.vllm.spec import KVOffloadSpec
 
 BLOCK_SIZE = 32
 GPU_BLOCKS = 48

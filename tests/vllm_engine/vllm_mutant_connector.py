@@ -9,7 +9,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 
 from kvoffload.verify.bugzoo import MUTANTS
 from kvoffload.vllm.connector import KVOffloadConnector
-from kvoffload.vllm.connector_scheduler import SchedulerSide
+from kvoffload.vllm.connector.scheduler_side import SchedulerSide
 
 
 class MutantConnector(KVOffloadConnector):

@@ -40,7 +40,7 @@ from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
 from kvoffload.dataplane.mover import BlockMover
 from kvoffload.vllm.check.compat import PrivateReads027
 from kvoffload.vllm.harness import build_tiny_model, in_process_engine_env
-from kvoffload.vllm.mover_worker import MoverWorker
+from kvoffload.vllm.spec.mover_worker import MoverWorker
 
 BLOCK_SIZE = 32  # a multiple of what vLLM's CPU attention takes
 PROMPT = [(7 * i) % 997 + 1 for i in range(6 * BLOCK_SIZE)]

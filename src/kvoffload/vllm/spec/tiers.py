@@ -1,10 +1,10 @@
-"""Secondary tiers behind :class:`~kvoffload.vllm.offloading_spec.KVOffloadSpec`: the scheduler side.
+"""Secondary tiers behind :class:`~kvoffload.vllm.spec.KVOffloadSpec`: the scheduler side.
 
 vLLM's ``OffloadingConnector`` carries only its own GPU<->CPU jobs between the spec's manager
 (scheduler process) and its worker (worker processes), and a worker may only report success. So
 the tier jobs never travel: the tiering manager and the tier I/O both run in the scheduler
 process, and the I/O reads and writes the CPU tier's bytes in the workers' pools, mapped from
-shared memory (:mod:`kvoffload.vllm.shared_pool`).
+shared memory (:mod:`kvoffload.vllm.spec.shared_pool`).
 
 - :class:`PoolTiers`: per tensor-parallel rank a :class:`~kvoffload.vllm.tier_io.WorkerTiers` (the
   connector's tier I/O: a ``TierDriver`` with that rank's file and Redis backends, gathering and
@@ -32,8 +32,8 @@ from collections.abc import Sequence
 from vllm.v1.kv_offload.base import LookupResult, OffloadKey, ReqContext, ScheduleEndContext
 
 from kvoffload.tiers.manager import TieringManager
-from kvoffload.vllm.manager_adapter import StrictManagerAdapter
 from kvoffload.vllm.rank_reports import RankReport, RankTally
+from kvoffload.vllm.spec.manager_adapter import StrictManagerAdapter
 from kvoffload.vllm.tier_io import WorkerTiers
 
 
