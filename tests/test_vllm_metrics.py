@@ -18,8 +18,7 @@ from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload.offload.types import OffloadConfig
 from kvoffload.vllm.connector import KVOffloadConnector
-from kvoffload.vllm.connector_scheduler import SchedulerSide
-from kvoffload.vllm.manager_adapter import StrictManagerAdapter
+from kvoffload.vllm.connector.scheduler_side import SchedulerSide
 from kvoffload.vllm.metrics import (
     CONNECTOR_COUNTERS,
     EVICTIONS,
@@ -33,7 +32,8 @@ from kvoffload.vllm.metrics import (
     scheduler_counters,
     spec_counters,
 )
-from kvoffload.vllm.offloading_spec import KVOffloadSpec
+from kvoffload.vllm.spec import KVOffloadSpec
+from kvoffload.vllm.spec.manager_adapter import StrictManagerAdapter
 
 
 def test_deltas_report_only_increases() -> None:
@@ -137,7 +137,7 @@ def test_spec_stats_are_accepted_by_vllms_offloading_prom_metrics() -> None:
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import OffloadPromMetrics
 
     extra = {
-        "spec_module_path": "kvoffload.vllm.offloading_spec",
+        "spec_module_path": "kvoffload.vllm.spec",
         "spec_name": "KVOffloadSpec",
         "eviction_policy": "lru",
     }

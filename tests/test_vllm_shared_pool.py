@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from kvoffload.vllm.settings import ConfigError
-from kvoffload.vllm.shared_pool import create_pool, open_pool, pool_path
+from kvoffload.vllm.spec.shared_pool import create_pool, open_pool, pool_path
 from kvoffload.vllm.tier_io import LayerChunks
 
 PAGES = [96, 4100, 32]

@@ -7,14 +7,17 @@
 States == {"waiting", "loading", "running", "preempted", "finished_pending_store", "signaled", "cleaned"}
 Initial == "waiting"
 Terminal == {"cleaned"}
-Triggers == {"schedule", "load", "load_done", "preempt", "resume", "finish", "signal", "clean", "reset"}
+Triggers == {"lookup", "schedule", "load", "load_done", "realloc", "preempt", "resume", "finish", "signal", "clean", "reset"}
 
 \* <<from, trigger, to>> for every (state, trigger) the runtime accepts.
 Edges == {
+    <<"waiting", "lookup", "waiting">>,
     <<"waiting", "schedule", "running">>,
     <<"waiting", "load", "loading">>,
     <<"loading", "load_done", "running">>,
+    <<"running", "realloc", "running">>,
     <<"running", "preempt", "preempted">>,
+    <<"waiting", "preempt", "waiting">>,
     <<"preempted", "resume", "waiting">>,
     <<"waiting", "finish", "finished_pending_store">>,
     <<"loading", "finish", "finished_pending_store">>,

@@ -7,7 +7,7 @@ GPUs"): its ``CPUOffloadingWorker`` copies with CUDA streams and pinned or mmap'
 ``CPUOffloadingManager`` with ``eviction_policy`` ``lru`` or ``arc``, picked by vLLM's
 ``CachePolicyFactory``) and replaces only the worker, as
 :class:`~kvoffload_lab.vllm.check.repro_double_reset_engine.TorchCopyCPUSpec` does, which it extends:
-kvoffload's :class:`~kvoffload.vllm.mover_worker.MoverWorker` on a torch-copy
+kvoffload's :class:`~kvoffload.vllm.spec.mover_worker.MoverWorker` on a torch-copy
 :class:`~kvoffload.dataplane.mover.BlockMover`, which executes the same ``CPULoadStoreSpec`` jobs.
 
 The CPU tier's size is ``num_cpu_blocks`` chunks, given directly rather than through

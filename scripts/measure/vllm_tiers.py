@@ -37,7 +37,7 @@ from vllm.v1.kv_offload.base import OffloadingManager, OffloadingMetricMetadata
 from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager as VllmCPUOffloadingManager
 from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
 
-from kvoffload.vllm.offloading_spec import KVOffloadSpec
+from kvoffload.vllm.spec import KVOffloadSpec
 from kvoffload_lab.vllm.harness import (
     Engine,
     build_tiny_model,

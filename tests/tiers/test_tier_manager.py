@@ -8,6 +8,7 @@ from tiers_support import all_ok, store, tiering
 from kvoffload.lifecycles.tier import PROMOTION, TIER_FINALISED, TIER_SIGNALED
 from kvoffload.offload import OffloadConfig, OffloadingScheduler
 from kvoffload.offload.errors import LifecycleViolation
+from kvoffload.offload.types import NO_CONTEXT, RequestContext
 from kvoffload.statemachine.runtime import IllegalTransition
 from kvoffload.tiers.manager import TieringManager
 from kvoffload.tiers.protocol import CORRUPT, MISS, OK, TierOutcome
@@ -186,12 +187,10 @@ def test_a_promotion_reports_exactly_once() -> None:
 
 def test_the_cache_salt_goes_with_every_tier_job_of_the_request() -> None:
     manager = tiering(shared=True)
-    manager.on_new_request("tenant-a")
-    manager.set_cache_salt("tenant-a", "a")
+    manager.on_new_request("tenant-a", RequestContext(cache_salt="a"))
     store(manager, "tenant-a", [1])
     assert {job.salt for job in manager.take_tier_jobs()} == {"a"}
-    manager.on_new_request("tenant-b")
-    manager.set_cache_salt("tenant-b", "b")
+    manager.on_new_request("tenant-b", RequestContext(cache_salt="b"))
     assert manager.lookup("tenant-b", [7]) is None  # redis may hold 7 under salt b
     (job,) = manager.take_tier_jobs()
     assert (job.kind, job.salt) == ("probe", "b")
@@ -199,9 +198,9 @@ def test_the_cache_salt_goes_with_every_tier_job_of_the_request() -> None:
     assert manager.lookup("tenant-b", [7]) is None
     (job,) = manager.take_tier_jobs()
     assert (job.kind, job.salt) == ("promote", "b")
-    manager.on_request_finished("tenant-b")
-    with pytest.raises(LifecycleViolation, match="NoManagerCallAfterSignal"):
-        manager.set_cache_salt("tenant-b", "c")
+    manager.on_new_request("no-tenant", NO_CONTEXT)
+    store(manager, "no-tenant", [2])
+    assert {job.salt for job in manager.take_tier_jobs()} == {""}
 
 
 def promoted_then_evicted() -> TieringManager:

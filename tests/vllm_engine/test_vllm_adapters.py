@@ -11,7 +11,7 @@ from vllm.v1.kv_offload.base import LookupResult, ReqContext, make_offload_key
 from kvoffload.offload.errors import LifecycleViolation
 from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.policies import LRUPolicy
-from kvoffload.vllm.manager_adapter import StrictManagerAdapter
+from kvoffload.vllm.spec.manager_adapter import StrictManagerAdapter
 
 CHUNK = 32
 

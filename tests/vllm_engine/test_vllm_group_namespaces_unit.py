@@ -21,10 +21,10 @@ pytest.importorskip("redis", reason="the tiers' extra is not installed here: `ma
 
 from kvoffload.tiers.protocol import CORRUPT, MISS, OK, TierJob
 from kvoffload.tiers.record import Namespace, key_bytes
-from kvoffload.vllm.connector import kv_layout
+from kvoffload.vllm.connector.connector import kv_layout
 from kvoffload.vllm.kv_groups import KVGroups
-from kvoffload.vllm.offloading_spec import tier_layout
 from kvoffload.vllm.settings import ConfigError
+from kvoffload.vllm.spec.spec import tier_layout
 from kvoffload.vllm.tier_io import LayerChunks, WorkerTiers, open_backends
 from kvoffload.vllm.tier_settings import FileTierSettings, RedisTierSettings, TierSettings
 from kvoffload_lab.redis_server import RedisServer

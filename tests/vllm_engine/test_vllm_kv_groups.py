@@ -21,8 +21,8 @@ from vllm.v1.kv_cache_interface import (
 )
 
 from kvoffload.dataplane.mover import BlockMover
-from kvoffload.vllm.connector import kv_layout
-from kvoffload.vllm.connector_worker import block_tensors
+from kvoffload.vllm.connector.connector import kv_layout
+from kvoffload.vllm.connector.worker_side import block_tensors
 from kvoffload.vllm.kv_groups import interleave, kv_groups
 from kvoffload.vllm.settings import ConfigError
 

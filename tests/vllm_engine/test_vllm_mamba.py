@@ -173,8 +173,8 @@ def test_the_spec_copies_groups_using_the_start_of_every_page() -> None:
     missing a tensor or using more than its page is refused in one line naming its layers."""
     from vllm.v1.kv_offload.config import OffloadingGroupConfig
 
-    from kvoffload.vllm.offloading_spec import check_group_pages
     from kvoffload.vllm.settings import ConfigError
+    from kvoffload.vllm.spec.spec import check_group_pages
 
     groups = [OffloadingGroupConfig(32, (f"layers.{i}", f"layers.{i + 2}"), i) for i in range(2)]
     check_group_pages(groups, _caches({0: 60, 1: 60}, {0: 64, 1: 64}))

@@ -33,9 +33,9 @@ from vllm.v1.kv_offload.config import (
     OffloadingParallelConfig,
 )
 
-from kvoffload.vllm.offloading_spec import KVOffloadSpec
 from kvoffload.vllm.settings import ConfigError
-from kvoffload.vllm.shared_pool import pool_path
+from kvoffload.vllm.spec import KVOffloadSpec
+from kvoffload.vllm.spec.shared_pool import pool_path
 
 PAGE = 512
 GPU_BLOCKS = 8

@@ -13,7 +13,7 @@ import torch
 from kvoffload.offload.types import TransferJob
 from kvoffload.vllm.connector import KVOffloadConnector
 from kvoffload.vllm.kv_groups import VLLM_NULL_BLOCK
-from kvoffload.vllm.offloading_spec import KVOffloadSpec
+from kvoffload.vllm.spec import KVOffloadSpec
 
 
 class OneGroupLoadConnector(KVOffloadConnector):

@@ -8,7 +8,7 @@ from typing import Any
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 
 from kvoffload.vllm.connector import KVOffloadConnector
-from kvoffload.vllm.connector_scheduler import SchedulerSide
+from kvoffload.vllm.connector.scheduler_side import SchedulerSide
 from kvoffload_lab.verify.bugzoo import MUTANTS
 
 

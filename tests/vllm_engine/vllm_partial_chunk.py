@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvoffload.vllm.connector import KVOffloadConnector, KVOffloadConnectorMetadata
+from kvoffload.vllm.connector.connector import KVOffloadConnector, KVOffloadConnectorMetadata
 from kvoffload.vllm.kv_groups import VLLM_NULL_BLOCK
 
 

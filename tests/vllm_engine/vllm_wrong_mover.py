@@ -9,7 +9,7 @@ import torch
 
 from kvoffload.dataplane.mover import BlockMover
 from kvoffload.vllm.connector import KVOffloadConnector
-from kvoffload.vllm.offloading_spec import KVOffloadSpec
+from kvoffload.vllm.spec import KVOffloadSpec
 
 
 class WrongBlockMover(BlockMover):

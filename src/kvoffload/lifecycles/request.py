@@ -13,6 +13,10 @@ Rules that the table encodes:
   ``no_jobs_in_flight``: nothing is dropped or re-used while a transfer may still touch its blocks.
 - ``reset`` (reset_cache) sends live requests back to ``waiting``; finished ones are signaled (if
   not yet) and cleaned by the ordinary ``signal`` and ``clean`` triggers, so "exactly once" holds.
+- The engine's calls are triggers too, where they change no state: ``lookup`` only for a waiting
+  request (a preempted one is resumed first), ``realloc`` (the engine allocates again once a loaded
+  request is scheduled) only for a running one, and ``preempt`` of a waiting request (tracked as
+  waiting after reset_cache, nothing in flight) leaves it waiting.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ SIGNALED = "signaled"
 CLEANED = "cleaned"
 
 LIVE_STATES: frozenset[str] = frozenset({WAITING, LOADING, RUNNING, PREEMPTED})
+# Finished, not yet cleaned: the engine may still report such a request (a late preemption).
+FINISHED_STATES: frozenset[str] = frozenset({FINISHED_PENDING_STORE, SIGNALED})
 
 NO_JOBS_IN_FLIGHT = "no_jobs_in_flight"
 
@@ -50,10 +56,17 @@ REQUEST_LIFECYCLE = LifecycleDeclaration(
         )
     },
     transitions=(
+        TransitionDecl("lookup", (WAITING,), WAITING, doc="get_num_new_matched_tokens: what the CPU tier holds"),
         TransitionDecl("schedule", (WAITING,), RUNNING, doc="scheduled with nothing to load"),
         TransitionDecl("load", (WAITING,), LOADING, doc="a load job of offloaded chunks was prepared"),
         TransitionDecl("load_done", (LOADING,), RUNNING, doc="the load job completed or failed"),
+        TransitionDecl(
+            "realloc", (RUNNING,), RUNNING, doc="update_state_after_alloc again once a loaded request is scheduled"
+        ),
         TransitionDecl("preempt", (RUNNING,), PREEMPTED, doc="the engine took the GPU blocks back"),
+        TransitionDecl(
+            "preempt", (WAITING,), WAITING, doc="after reset_cache: nothing in flight, nothing to undo"
+        ),
         TransitionDecl(
             "resume", (PREEMPTED,), WAITING, guard=NO_JOBS_IN_FLIGHT, doc="re-admitted after draining"
         ),

@@ -28,7 +28,15 @@ from typing import NamedTuple, Self
 
 from kvoffload.offload.errors import LifecycleViolation
 from kvoffload.offload.policies import EvictionPolicy, make_policy
-from kvoffload.offload.types import DEFAULT_POLICY, OffloadEvent, OffloadKey, RequestId, StorePlan
+from kvoffload.offload.types import (
+    DEFAULT_POLICY,
+    NO_CONTEXT,
+    OffloadEvent,
+    OffloadKey,
+    RequestContext,
+    RequestId,
+    StorePlan,
+)
 
 
 def _key_text(key: object) -> str:
@@ -122,7 +130,9 @@ class CPUOffloadingManager:
         self.stats = ManagerStats()
 
     # ----------------------------------------------------------------- request lifecycle
-    def on_new_request(self, request_id: RequestId) -> None:
+    def on_new_request(self, request_id: RequestId, context: RequestContext = NO_CONTEXT) -> None:
+        """Announce a request. The CPU tier keys chunks by their key alone, so ``context`` (the
+        salt) is not kept: the engine mixes the salt into the block hashes."""
         if request_id in self._requests or request_id in self._retired:
             state = "retired" if request_id in self._retired else "active"
             raise LifecycleViolation(

@@ -65,18 +65,18 @@ from kvoffload.lifecycles.invariants import JobView, ManagerEntryView, RequestVi
 from kvoffload.lifecycles.job import JOB_LIFECYCLE, REQUEST_NOT_SIGNALED
 from kvoffload.lifecycles.job import PREPARED as JOB_PREPARED
 from kvoffload.lifecycles.request import (
-    FINISHED_PENDING_STORE,
+    FINISHED_STATES,
     LOADING,
     NO_JOBS_IN_FLIGHT,
     PREEMPTED,
     REQUEST_LIFECYCLE,
     RUNNING,
-    SIGNALED,
     WAITING,
 )
 from kvoffload.offload.errors import LifecycleViolation
 from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.types import (
+    NO_CONTEXT,
     ConnectorMetadata,
     ConnectorUpdate,
     EngineRequest,
@@ -84,6 +84,7 @@ from kvoffload.offload.types import (
     OffloadConfig,
     OffloadEvent,
     OffloadKey,
+    RequestContext,
     RequestId,
     SchedulerOutput,
     TransferJob,
@@ -344,19 +345,18 @@ class OffloadingScheduler:
             )
         tracker = self._trackers.get(request_id)
         if tracker is None:
-            self.manager.on_new_request(request_id)
+            # Engines without tenants (the simulator) have no cache_salt.
+            salt = getattr(request, "cache_salt", None)
+            self.manager.on_new_request(request_id, RequestContext(salt) if salt else NO_CONTEXT)
             tracker = RequestTracker(request_id=request_id, request=request)
             self._trackers[request_id] = tracker
-        elif tracker.state == PREEMPTED:
+        elif self.lifecycle.declares(tracker, "resume"):
             if not self.lifecycle.can_fire(tracker, "resume"):
                 self.stats.deferred_lookups += 1
                 return None, False
             self.lifecycle.fire(tracker, "resume")
-        elif tracker.state != WAITING:
-            raise LifecycleViolation(
-                "LookupOnlyWhenWaiting", request_id, "get_num_new_matched_tokens", tracker.state,
-                "a lookup is only issued for a waiting or preempted request",
-            )
+        # Raises, changing nothing, unless the request is waiting (a preempted one was resumed).
+        self.lifecycle.fire(tracker, "lookup")
         tracker.request = request
         tracker.local_computed_tokens = num_computed_tokens
         tracker.lookup_hit_chunks = 0
@@ -432,15 +432,13 @@ class OffloadingScheduler:
         call = f"update_state_after_alloc for request {tracker.request_id!r}"
         block_ids = [_count(block, call, "a GPU block id") for block in block_ids]
         num_external_tokens = _count(num_external_tokens, call, "num_external_tokens")
-        if tracker.state == RUNNING:
+        if self.lifecycle.declares(tracker, "realloc"):
+            self.lifecycle.fire(tracker, "realloc")
             self._fence_check(block_ids)
             tracker.gpu_block_ids = block_ids
             return
-        if tracker.state != WAITING:
-            raise LifecycleViolation(
-                "AllocOnlyWhenWaiting", tracker.request_id, "update_state_after_alloc", tracker.state,
-                "GPU blocks are allocated to a waiting request or a running one after its load",
-            )
+        # A first allocation is for a request the engine is about to schedule.
+        self._require_trigger(tracker, "schedule")
         local = tracker.local_computed_tokens
         offered = (tracker.lookup_start_chunk + tracker.lookup_hit_chunks) * self._chunk_tokens - local
         ends_a_chunk = not (local + num_external_tokens) % self._chunk_tokens
@@ -610,7 +608,7 @@ class OffloadingScheduler:
         chunk_tokens = self._chunk_tokens
         storing = not self._reset_pending
         for tracker, num_tokens in deferred:
-            if tracker.state != RUNNING:
+            if self.lifecycle.declares(tracker, "schedule"):
                 # After reset_cache a running request is tracked as waiting; being scheduled again
                 # makes it running (_advance_scheduled rejected every other state).
                 self.lifecycle.fire(tracker, "schedule")
@@ -652,15 +650,14 @@ class OffloadingScheduler:
             tracker = self._tracker(request_id, f"{call}(preempted)")
             if request_id in preempted or request_id in finished_since:
                 raise ValueError(f"{call}: request {request_id!r} is listed twice in preempted")
-            if tracker.state in (FINISHED_PENDING_STORE, SIGNALED):
+            if tracker.state in FINISHED_STATES:
                 # Preempted between two steps (vLLM's reset_prefix_cache(reset_running_requests=True)),
                 # then finished or aborted before this step: vLLM reports such a preemption only in
                 # the next SchedulerOutput. request_finished was given no GPU blocks, so nothing of
                 # the request is stored and there is nothing to undo.
                 finished_since.add(request_id)
                 continue
-            if tracker.state != WAITING:
-                self._require_trigger(tracker, "preempt")
+            self._require_trigger(tracker, "preempt")
             preempted.add(request_id)
         new_block_ids: dict[RequestId, Sequence[int]] = {}
         for request_id, block_ids in scheduler_output.new_block_ids.items():
@@ -697,6 +694,8 @@ class OffloadingScheduler:
         try:
             for request_id, num_tokens in scheduled.items():
                 tracker = trackers.get(request_id)
+                # The fast path of a running request; _checked_scheduled checks the rest against
+                # the declared table. A state comparison: a table lookup per request per step costs.
                 if (
                     tracker is None or tracker.state != RUNNING or tracker.draft_tokens
                     or type(num_tokens) is not int or num_tokens < 0 or (preempted and request_id in preempted)
@@ -839,17 +838,15 @@ class OffloadingScheduler:
                 self._stale_jobs[job_id] = self._jobs.pop(job_id)
                 self._pending_flush[job_id] = None
                 self.job_lifecycle.fire(self._job_records[job_id], "reset")
-            if tracker.state == LOADING:
-                cancelled_loads.append(tracker.request_id)
-            if tracker.state in (WAITING, LOADING, RUNNING, PREEMPTED):
+            if self.lifecycle.declares(tracker, "reset"):
                 if tracker.state == LOADING:
+                    cancelled_loads.append(tracker.request_id)
                     tracker.num_computed_tokens = tracker.local_computed_tokens
                 self.lifecycle.fire(tracker, "reset")
                 tracker.stored_chunks = 0
-                continue
-            if tracker.state == FINISHED_PENDING_STORE:
+            elif self.lifecycle.declares(tracker, "signal"):
                 self._signal(tracker)
-            elif tracker.state == SIGNALED:
+            elif self.lifecycle.declares(tracker, "clean"):
                 self._clean(tracker)
         self._finished_pending.clear()
         # Loads prepared this step but not yet handed to the worker never start: unpin them now
@@ -1056,12 +1053,7 @@ class OffloadingScheduler:
                         self.stats.fence_flushes += 1
 
     def _preempt(self, tracker: RequestTracker) -> None:
-        if tracker.state == WAITING:
-            # Only after reset_cache: tracked as waiting, nothing in flight, nothing to undo.
-            tracker.gpu_block_ids = []
-            tracker.num_computed_tokens = 0
-            tracker.draft_tokens = 0
-            return
+        # From waiting (only after reset_cache) a self-loop: nothing in flight, nothing to flush.
         self.lifecycle.fire(tracker, "preempt")
         for job_id in sorted(tracker.store_jobs):
             if job_id not in self._flushed:
@@ -1127,7 +1119,7 @@ class OffloadingScheduler:
         tracker = self._trackers[job.request_id]
         if job.kind == "load":
             tracker.load_job = None
-            live = tracker.state == LOADING
+            live = self.lifecycle.declares(tracker, "load_done")
             if live:
                 self.lifecycle.fire(tracker, "load_done")
             if ok:
@@ -1143,7 +1135,7 @@ class OffloadingScheduler:
             tracker.store_jobs.discard(job_id)
             if not ok:
                 self.stats.store_failures += 1
-        if tracker.state == SIGNALED and self.lifecycle.can_fire(tracker, "clean"):
+        if self.lifecycle.can_fire(tracker, "clean"):
             self._clean(tracker)
 
     # ------------------------------------------------------------------ introspection

@@ -40,6 +40,20 @@ class EngineRequest(Protocol):
     def num_tokens(self) -> int: ...
 
 
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """What a manager is told of a request when it is announced (vLLM's ``ReqContext`` idea).
+
+    ``cache_salt``: the tenant's salt; shared tiers namespace the request's chunks with it, so
+    requests with different salts never share a chunk there ("" is no salt).
+    """
+
+    cache_salt: str = ""
+
+
+NO_CONTEXT = RequestContext()
+
+
 @dataclass(frozen=True)
 class OffloadConfig:
     """Sizes of the offloading tier.

@@ -119,6 +119,10 @@ class DeclaredMachine:
     def allowed_triggers(self, state: str) -> tuple[str, ...]:
         return self._allowed.get(state, ())
 
+    def declares(self, instance: HasState, trigger: str) -> bool:
+        """Whether the table has ``trigger`` from the instance's state (its guard not evaluated)."""
+        return (instance.state, trigger) in self.table
+
     def can_fire(self, instance: HasState, trigger: str) -> bool:
         entry = self.table.get((instance.state, trigger))
         if entry is None:

@@ -52,7 +52,7 @@ from kvoffload.lifecycles.tier import (
 from kvoffload.offload.errors import LifecycleViolation
 from kvoffload.offload.manager import BlockEntry, CPUOffloadingManager, ManagerState, ManagerStats, RequestRecord
 from kvoffload.offload.policies import EvictionPolicy
-from kvoffload.offload.types import OffloadEvent, OffloadKey, RequestId, StorePlan
+from kvoffload.offload.types import NO_CONTEXT, OffloadEvent, OffloadKey, RequestContext, RequestId, StorePlan
 from kvoffload.statemachine.runtime import DeclaredMachine
 from kvoffload.tiers.admission import PromotionAdmission
 from kvoffload.tiers.index import LocalTierIndex, TierIndex
@@ -154,16 +154,13 @@ class TieringManager:
         self.deferred_lookups = 0
 
     # ------------------------------------------------------------------ request lifecycle
-    def on_new_request(self, request_id: RequestId) -> None:
-        """Announce a request (to the CPU manager too); its tier state starts ``active``."""
+    def on_new_request(self, request_id: RequestId, context: RequestContext = NO_CONTEXT) -> None:
+        """Announce a request (to the CPU manager too); its tier state starts ``active``. Its tier
+        jobs carry ``context.cache_salt``, which namespaces its chunks in shared tiers."""
         if request_id in INTERNAL_OWNERS:
             raise ValueError(f"request id {request_id!r} is reserved for the tiering manager")
-        self.cpu.on_new_request(request_id)
-        self._requests[request_id] = TierRequestState(request_id)
-
-    def set_cache_salt(self, request_id: RequestId, salt: str) -> None:
-        """Namespace the request's chunks in shared tiers: different salts never share a chunk."""
-        self._active(request_id, "set_cache_salt").salt = salt
+        self.cpu.on_new_request(request_id, context)
+        self._requests[request_id] = TierRequestState(request_id, salt=context.cache_salt)
 
     def on_request_finished(self, request_id: RequestId) -> None:
         """The deferred finish signal; the tier state is finalised once the request drained."""

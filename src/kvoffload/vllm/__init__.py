@@ -4,7 +4,7 @@
   unpacked wheel or a git checkout) and reports its version;
 - :mod:`kvoffload_lab.vllm.check` drives vLLM's real ``OffloadingConnectorScheduler`` and managers with
   kvoffload's checkers (``kvoffload vllm check``);
-- :mod:`kvoffload.vllm.offloading_spec` (``KVOffloadSpec``, an ``OffloadingSpec`` for vLLM's own
+- :mod:`kvoffload.vllm.spec` (``KVOffloadSpec``, an ``OffloadingSpec`` for vLLM's own
   ``OffloadingConnector``) and :mod:`kvoffload.vllm.connector` (``KVOffloadConnector``, kvoffload's
   scheduler as a whole KV connector) run kvoffload inside a vLLM engine; they import vLLM.
 """

@@ -15,7 +15,7 @@ every collector whose name contains ``vllm``, remove them between two servers in
 prometheus_client appends ``_total`` to every counter's name in the exposition.
 
 :data:`CONNECTOR_COUNTERS` are :class:`~kvoffload.vllm.connector.KVOffloadConnector`'s;
-:data:`SPEC_COUNTERS` the few that :class:`~kvoffload.vllm.offloading_spec.KVOffloadSpec` adds to
+:data:`SPEC_COUNTERS` the few that :class:`~kvoffload.vllm.spec.KVOffloadSpec` adds to
 vLLM's own OffloadingConnector counters (which already give bytes, times and allocation failures).
 """
 
@@ -32,8 +32,8 @@ from kvoffload.offload.types import DEFAULT_POLICY
 if TYPE_CHECKING:
     from kvoffload.offload.manager import ManagerStats
     from kvoffload.tiers.manager import TierStats
-    from kvoffload.vllm.connector_scheduler import SchedulerSide
-    from kvoffload.vllm.connector_worker import WorkerSide
+    from kvoffload.vllm.connector.scheduler_side import SchedulerSide
+    from kvoffload.vllm.connector.worker_side import WorkerSide
     from kvoffload.vllm.tier_io import WorkerTiers
 
 # (metric name, label values): one time series of one counter.
@@ -283,7 +283,7 @@ def spec_counters(
     tier_stats: Mapping[str, TierStats] | None = None,
     tier_health: Iterable[Mapping[str, Mapping[str, int]]] = (),
 ) -> dict[Sample, float]:
-    """The cumulative counters :class:`~kvoffload.vllm.offloading_spec.KVOffloadSpec`'s manager
+    """The cumulative counters :class:`~kvoffload.vllm.spec.KVOffloadSpec`'s manager
     adds to vLLM's own; ``tier_health``: per rank, per tier, ``TierDriver.stats()`` (the spec runs
     every rank's tier I/O in the scheduler process)."""
     counters = _policy_counters(stats, policy)

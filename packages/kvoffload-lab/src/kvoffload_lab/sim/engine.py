@@ -409,6 +409,8 @@ class Engine:
             self.stats.offload_hit_tokens += request.external_tokens
             request.num_computed_tokens = request.local_hit_tokens + request.external_tokens
             request.status = "running"
+            # As vLLM: a loaded request is scheduled again, and its blocks are handed over again.
+            self.scheduler.update_state_after_alloc(request, request.block_ids, 0)
             self.running.append(request)
         for request_id in update.load_failed:
             request = self.loading.pop(request_id, None)

@@ -3,7 +3,7 @@
 Used by the end-to-end tests, the Mooncake run (``scripts/measure/vllm_mooncake.py``) and the GPU check:
 a tiny random-weight Llama built on the spot (no download), an ``LLM`` with prompts given as token
 ids, vLLM's own prefix-cache counters, and the kvoffload objects living inside the engine (the
-strict manager of :class:`~kvoffload.vllm.offloading_spec.KVOffloadSpec`, the scheduler of
+strict manager of :class:`~kvoffload.vllm.spec.KVOffloadSpec`, the scheduler of
 :class:`~kvoffload.vllm.connector.KVOffloadConnector`) for their violations and leaks.
 """
 
@@ -89,7 +89,7 @@ def spec_transfer_config(
     num_cpu_blocks: int,
     policy: str = "doorkeeper",
     chunk_tokens: int | None = None,
-    spec_module: str = "kvoffload.vllm.offloading_spec",
+    spec_module: str = "kvoffload.vllm.spec",
     spec_name: str = "KVOffloadSpec",
     verify_loads: bool = False,
     tiers: dict[str, Any] | None = None,

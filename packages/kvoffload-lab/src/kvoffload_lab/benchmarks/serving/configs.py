@@ -28,7 +28,7 @@ def spec_config(num_cpu_blocks: int, policy: str | None, **extra: Any) -> dict[s
     return {
         "kv_connector": "OffloadingConnector", "kv_role": "kv_both",
         "kv_connector_extra_config": {
-            "spec_module_path": "kvoffload.vllm.offloading_spec", "spec_name": "KVOffloadSpec",
+            "spec_module_path": "kvoffload.vllm.spec", "spec_name": "KVOffloadSpec",
             **_extra(num_cpu_blocks, policy, extra),
         },
     }

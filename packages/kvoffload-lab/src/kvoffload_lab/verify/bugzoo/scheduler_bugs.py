@@ -110,9 +110,6 @@ class PreemptWithoutFlushScheduler(OffloadingScheduler):
     Copies ``_preempt`` (too coarse to hook): the fence entries are dropped instead of flushed."""
 
     def _preempt(self, tracker: RequestTracker) -> None:
-        if tracker.state == WAITING:
-            super()._preempt(tracker)
-            return
         self.lifecycle.fire(tracker, "preempt")
         for job_id in tracker.store_jobs:
             for block in self._jobs[job_id].gpu_block_ids:
@@ -123,6 +120,7 @@ class PreemptWithoutFlushScheduler(OffloadingScheduler):
                         del self._fence[block]
         tracker.gpu_block_ids = []
         tracker.num_computed_tokens = 0
+        tracker.draft_tokens = 0
 
 
 class FenceSkippedWithoutExternalTokensScheduler(OffloadingScheduler):
@@ -139,12 +137,10 @@ class FenceSkippedWithoutExternalTokensScheduler(OffloadingScheduler):
     _skip_fence = False
 
     def _preempt(self, tracker: RequestTracker) -> None:
-        if tracker.state == WAITING:
-            super()._preempt(tracker)
-            return
         self.lifecycle.fire(tracker, "preempt")
         tracker.gpu_block_ids = []
         tracker.num_computed_tokens = 0
+        tracker.draft_tokens = 0
 
     def update_state_after_alloc(
         self, request: EngineRequest, block_ids: Sequence[int], num_external_tokens: int

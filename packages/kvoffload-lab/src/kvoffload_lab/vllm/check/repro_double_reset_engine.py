@@ -38,7 +38,7 @@ from vllm.v1.kv_offload.config import OffloadingConfig
 from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
 
 from kvoffload.dataplane.mover import BlockMover
-from kvoffload.vllm.mover_worker import MoverWorker
+from kvoffload.vllm.spec.mover_worker import MoverWorker
 from kvoffload_lab.vllm.check.compat import PrivateReads027
 from kvoffload_lab.vllm.harness import build_tiny_model, in_process_engine_env
 

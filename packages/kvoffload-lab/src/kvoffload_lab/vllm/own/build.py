@@ -62,7 +62,7 @@ def build_worker(scheduler: Any, vllm_config: Any, kv_cache_config: Any, kv: tor
     ``kv`` (``(num_blocks, bytes)``), and its mover, whose copies complete ``delay`` polls late."""
     from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 
-    from kvoffload.vllm.connector_worker import make_worker
+    from kvoffload.vllm.connector.worker_side import make_worker
 
     connector = type(scheduler.connector)(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
     config = connector.config

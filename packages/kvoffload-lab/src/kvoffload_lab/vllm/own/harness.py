@@ -97,7 +97,7 @@ class OwnHarness:
 
     @property
     def side(self) -> Any:
-        """The connector's scheduler side (:class:`~kvoffload.vllm.connector_scheduler.SchedulerSide`)."""
+        """The connector's scheduler side (:class:`~kvoffload.vllm.connector.scheduler_side.SchedulerSide`)."""
         return self.scheduler.connector.kvoffload_scheduler
 
     @property

@@ -17,7 +17,7 @@ from typing import Any
 
 from kvoffload.offload.scheduler import OffloadingScheduler, RequestTracker
 from kvoffload.vllm.connector import KVOffloadConnector
-from kvoffload.vllm.connector_scheduler import SchedulerSide
+from kvoffload.vllm.connector.scheduler_side import SchedulerSide
 
 
 class ScheduledAsKnownScheduler(OffloadingScheduler):

@@ -1,4 +1,4 @@
-"""The CPU tier's pool in shared memory, for :class:`~kvoffload.vllm.offloading_spec.KVOffloadSpec` with tiers
+"""The CPU tier's pool in shared memory, for :class:`~kvoffload.vllm.spec.KVOffloadSpec` with tiers
 (no vLLM import).
 
 Under vLLM's ``OffloadingConnector`` the spec's manager runs in the scheduler process and its

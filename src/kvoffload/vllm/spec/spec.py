@@ -3,7 +3,7 @@
 Turn it on with (``vllm serve ... --kv-transfer-config '<json>'``, or ``LLM(kv_transfer_config=...)``)::
 
     {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
-     "kv_connector_extra_config": {"spec_module_path": "kvoffload.vllm.offloading_spec",
+     "kv_connector_extra_config": {"spec_module_path": "kvoffload.vllm.spec",
                                    "spec_name": "KVOffloadSpec",
                                    "num_cpu_blocks": 4096, "eviction_policy": "doorkeeper_lfu",
                                    "block_size": 64}}
@@ -17,10 +17,10 @@ against the digest of what was stored, :mod:`kvoffload.dataplane.integrity`), ``
 ``file_tier`` and ``redis_tier`` add secondary tiers below the CPU tier, with the same settings and
 checks as :class:`~kvoffload.vllm.connector.KVOffloadConnector` (:mod:`kvoffload.vllm.tier_settings`).
 
-The scheduler side gets :class:`~kvoffload.vllm.manager_adapter.StrictManagerAdapter`; the worker
-side :class:`~kvoffload.vllm.mover_worker.MoverWorker` on the engine's KV tensors. With tiers the
-scheduler side gets :class:`~kvoffload.vllm.offloading_spec_tiers.TieredManagerAdapter`, which runs the tier
-I/O itself on the workers' CPU pools, shared through /dev/shm (:mod:`kvoffload.vllm.shared_pool`):
+The scheduler side gets :class:`~kvoffload.vllm.spec.manager_adapter.StrictManagerAdapter`; the worker
+side :class:`~kvoffload.vllm.spec.mover_worker.MoverWorker` on the engine's KV tensors. With tiers the
+scheduler side gets :class:`~kvoffload.vllm.spec.tiers.TieredManagerAdapter`, which runs the tier
+I/O itself on the workers' CPU pools, shared through /dev/shm (:mod:`kvoffload.vllm.spec.shared_pool`):
 vLLM's OffloadingConnector carries no tier jobs or outcomes between the processes.
 """
 
@@ -39,11 +39,11 @@ from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.policies import POLICIES
 from kvoffload.offload.types import DEFAULT_POLICY
 from kvoffload.vllm.kv_groups import declared_kinds
-from kvoffload.vllm.manager_adapter import StrictManagerAdapter
 from kvoffload.vllm.metrics import SPEC_COUNTERS, configured_tiers
-from kvoffload.vllm.mover_worker import MoverWorker
 from kvoffload.vllm.settings import ConfigError, flag
-from kvoffload.vllm.shared_pool import create_pool, open_pool, pool_path
+from kvoffload.vllm.spec.manager_adapter import StrictManagerAdapter
+from kvoffload.vllm.spec.mover_worker import MoverWorker
+from kvoffload.vllm.spec.shared_pool import create_pool, open_pool, pool_path
 from kvoffload.vllm.tier_io import LayerChunks, WorkerTiers, open_backends, writer_id
 from kvoffload.vllm.tier_manager import tiering_manager
 from kvoffload.vllm.tier_settings import tier_settings
@@ -184,7 +184,7 @@ class KVOffloadSpec(OffloadingSpec):
         (the workers created the pools when they registered their KV caches, before vLLM builds
         the scheduler)."""
         from kvoffload.tiers.record import Namespace
-        from kvoffload.vllm.offloading_spec_tiers import PoolTiers, TieredManagerAdapter
+        from kvoffload.vllm.spec.tiers import PoolTiers, TieredManagerAdapter
 
         world_size = self.config.parallel.world_size
         pools = [open_pool(pool_path(self.config.engine_id, rank)) for rank in range(world_size)]

@@ -16,9 +16,10 @@ Mapping of what kvoffload decides onto what vLLM can hear:
   reports (``finished_recving``), so the connector answers False and never reports it as sent (a
   second free would crash vLLM).
 
-With secondary tiers the manager is a :class:`~kvoffload.vllm.tier_manager.SaltedTieringManager`:
-the tier jobs it handed out go down with each step's metadata, their outcomes come back with
-the worker's report and are applied before the GPU<->CPU outcomes of the same report.
+With secondary tiers the manager is a :class:`~kvoffload.tiers.manager.TieringManager`, told each
+request's cache salt when the scheduler announces the request: the tier jobs it handed out go
+down with each step's metadata, their outcomes come back with the worker's report and are applied
+before the GPU<->CPU outcomes of the same report.
 """
 
 from __future__ import annotations
@@ -33,24 +34,26 @@ from kvoffload.offload.scheduler import OffloadingScheduler, UnknownJob
 from kvoffload.offload.types import ConnectorMetadata, RequestId, SchedulerOutput, WorkerOutput
 from kvoffload.statemachine.runtime import LifecycleError
 from kvoffload.tiers.invariants import check_tier_invariants
+from kvoffload.tiers.manager import TieringManager
 from kvoffload.tiers.protocol import TierJob, TierOutcome
 from kvoffload.vllm.keys import HashesAsInts
 from kvoffload.vllm.kv_groups import VLLM_NULL_BLOCK, interleave
 from kvoffload.vllm.rank_reports import RankReport, RankTally
-from kvoffload.vllm.tier_manager import SaltedTieringManager
 
 T = TypeVar("T")
 
 
 class VllmRequestView:
-    """A vLLM ``Request`` as kvoffload's EngineRequest: live, block hashes as ints."""
+    """A vLLM ``Request`` as kvoffload's EngineRequest: live, block hashes as ints, and its
+    ``cache_salt`` ("" for none), which the scheduler hands to the manager with the request."""
 
-    __slots__ = ("_request", "block_hashes", "request_id")
+    __slots__ = ("_request", "block_hashes", "cache_salt", "request_id")
 
     def __init__(self, request: Any) -> None:
         self._request = request
         self.request_id: RequestId = request.request_id
         self.block_hashes = HashesAsInts(request.block_hashes)
+        self.cache_salt: str = getattr(request, "cache_salt", None) or ""
 
     @property
     def num_tokens(self) -> int:
@@ -102,7 +105,7 @@ class SchedulerSide:
         # The tensor-parallel ranks' reports, until every rank reported a job.
         self.tally = RankTally(world_size)
         manager = scheduler.manager
-        self.tiers: SaltedTieringManager | None = manager if isinstance(manager, SaltedTieringManager) else None
+        self.tiers: TieringManager | None = manager if isinstance(manager, TieringManager) else None
         self.checking = check_invariants
         self.violations: list[str] = []
         # Requests whose blocks vLLM keeps for us (request_finished returned True).
@@ -133,8 +136,6 @@ class SchedulerSide:
             # reports only after this lookup.
             self._strict("preempt_between_steps", self.scheduler.preempt_between_steps, request_id)
             self._preempted_early.add(request_id)
-        if self.tiers is not None and not self.scheduler.is_tracked(request.request_id):
-            self.tiers.note_salt(request.request_id, getattr(request, "cache_salt", None))
         return self._strict(
             "get_num_new_matched_tokens", self.scheduler.get_num_new_matched_tokens, view, num_computed_tokens
         )

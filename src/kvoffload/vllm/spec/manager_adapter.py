@@ -37,6 +37,7 @@ from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec
 
 from kvoffload.offload.errors import LifecycleViolation
 from kvoffload.offload.manager import CPUOffloadingManager
+from kvoffload.offload.types import NO_CONTEXT
 from kvoffload.vllm.keys import KeyCodec
 from kvoffload.vllm.metrics import CounterDeltas, spec_counters
 
@@ -109,7 +110,9 @@ class StrictManagerAdapter(OffloadingManager):
 
     # ------------------------------------------------------------------ requests
     def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
-        self._strict("on_new_request", self.manager.on_new_request, req_context.req_id)
+        # vLLM's ReqContext carries no cache salt: tenants are kept apart by the salt vLLM mixes
+        # into the first block hash, in every tier (docs/design.md, the spec's tiers).
+        self._strict("on_new_request", self.manager.on_new_request, req_context.req_id, NO_CONTEXT)
         self._positions[req_context.req_id] = {}
         return RequestOffloadingContext()
 

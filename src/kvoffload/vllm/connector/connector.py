@@ -19,7 +19,7 @@ chunks cascade and promote), the worker side does their I/O on the CPU tier's by
 there. Tier jobs travel down in the step's metadata and their outcomes up in the worker's report,
 as GPU<->CPU jobs do, so the same code runs with vLLM's multiprocessing on or off.
 
-Unlike :class:`~kvoffload.vllm.offloading_spec.KVOffloadSpec` (kvoffload's manager and mover under vLLM's
+Unlike :class:`~kvoffload.vllm.spec.KVOffloadSpec` (kvoffload's manager and mover under vLLM's
 scheduler logic), here kvoffload's scheduler makes every decision: the declared lifecycle, the
 deferred ``on_request_finished`` signal, the GPU block fence, the preemption flush, the two-phase
 reset and failure handling. The two sides talk only through vLLM's connector metadata
@@ -62,8 +62,8 @@ from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload.offload.types import DEFAULT_POLICY, ConnectorMetadata, OffloadConfig, RequestId
 from kvoffload.tiers.protocol import TierJob
-from kvoffload.vllm.connector_scheduler import SchedulerSide
-from kvoffload.vllm.connector_worker import WorkerSide, block_tensors, make_worker
+from kvoffload.vllm.connector.scheduler_side import SchedulerSide
+from kvoffload.vllm.connector.worker_side import WorkerSide, block_tensors, make_worker
 from kvoffload.vllm.kv_groups import VLLM_NULL_BLOCK, KVGroups, interleave, kv_groups
 from kvoffload.vllm.metrics import (
     CounterDeltas,

@@ -1,10 +1,10 @@
-"""Secondary tiers behind :class:`~kvoffload.vllm.offloading_spec.KVOffloadSpec`: the scheduler side.
+"""Secondary tiers behind :class:`~kvoffload.vllm.spec.KVOffloadSpec`: the scheduler side.
 
 vLLM's ``OffloadingConnector`` carries only its own GPU<->CPU jobs between the spec's manager
 (scheduler process) and its worker (worker processes), and a worker may only report success. So
 the tier jobs never travel: the tiering manager and the tier I/O both run in the scheduler
 process, and the I/O reads and writes the CPU tier's bytes in the workers' pools, mapped from
-shared memory (:mod:`kvoffload.vllm.shared_pool`).
+shared memory (:mod:`kvoffload.vllm.spec.shared_pool`).
 
 - :class:`PoolTiers`: per tensor-parallel rank a :class:`~kvoffload.vllm.tier_io.WorkerTiers` (the
   connector's tier I/O: a ``TierDriver`` with that rank's file and Redis backends, gathering and
@@ -31,10 +31,10 @@ from collections.abc import Sequence
 
 from vllm.v1.kv_offload.base import LookupResult, OffloadKey, ReqContext, ScheduleEndContext
 
-from kvoffload.vllm.manager_adapter import StrictManagerAdapter
+from kvoffload.tiers.manager import TieringManager
 from kvoffload.vllm.rank_reports import RankReport, RankTally
+from kvoffload.vllm.spec.manager_adapter import StrictManagerAdapter
 from kvoffload.vllm.tier_io import WorkerTiers
-from kvoffload.vllm.tier_manager import SaltedTieringManager
 
 
 class PoolTiers:
@@ -45,7 +45,7 @@ class PoolTiers:
         self.tally = RankTally(len(self.ranks))
         self.step = 0
 
-    def run(self, manager: SaltedTieringManager) -> None:
+    def run(self, manager: TieringManager) -> None:
         """One scheduler step: start the jobs handed out since the last step on every rank, and
         apply the outcomes every rank has reported (each job reports one step after its start)."""
         self.step += 1
@@ -70,7 +70,7 @@ class PoolTiers:
 class TieredManagerAdapter(StrictManagerAdapter):
     """:class:`StrictManagerAdapter` over a tiering manager whose tier I/O is ``io``."""
 
-    def __init__(self, manager: SaltedTieringManager, chunk_tokens: int, io: PoolTiers, policy_name: str = "") -> None:
+    def __init__(self, manager: TieringManager, chunk_tokens: int, io: PoolTiers, policy_name: str = "") -> None:
         # The adapter's calls are the CPU manager's; the tiering manager offers the same ones.
         super().__init__(manager, chunk_tokens, policy_name)  # type: ignore[arg-type]
         self.tiers = manager
