@@ -63,6 +63,14 @@ def test_table_matches_the_declaration_exactly() -> None:
     assert runtime.table == expected
 
 
+def test_sources_name_exactly_the_states_that_declare_each_trigger() -> None:
+    # The scheduler's hot loops read sources[trigger] in place of declares(): they must agree on every pair.
+    runtime = machine()
+    assert set(runtime.sources) == set(REQUEST_LIFECYCLE.triggers)
+    for state, trigger in itertools.product(REQUEST_LIFECYCLE.state_names, REQUEST_LIFECYCLE.triggers):
+        assert (state in runtime.sources[trigger]) == runtime.declares(Thing(state), trigger), (state, trigger)
+
+
 def test_illegal_trigger_names_request_state_trigger_and_changes_nothing() -> None:
     thing = Thing("signaled")
     with pytest.raises(IllegalTransition) as raised:

@@ -607,8 +607,9 @@ class OffloadingScheduler:
         stores: list[TransferJob] = []
         chunk_tokens = self._chunk_tokens
         storing = not self._reset_pending
+        schedulable = self.lifecycle.sources["schedule"]
         for tracker, num_tokens in deferred:
-            if self.lifecycle.declares(tracker, "schedule"):
+            if tracker.state in schedulable:
                 # After reset_cache a running request is tracked as waiting; being scheduled again
                 # makes it running (_advance_scheduled rejected every other state).
                 self.lifecycle.fire(tracker, "schedule")
@@ -919,7 +920,9 @@ class OffloadingScheduler:
         end = self._storable_chunks(tracker)
         if end <= first:
             return
-        for run_first, run_end, windowless in self._complete_runs(tracker, first, end):
+        # Without a null block every chunk is complete: one run, and no generator built per store.
+        runs = ((first, end, False),) if self._null_block is None else self._complete_runs(tracker, first, end)
+        for run_first, run_end, windowless in runs:
             if not self._store_run(tracker, run_first, run_end, out, windowless):
                 # Nothing will free blocks for a finished request's sake: give its chunks up.
                 tracker.stored_chunks = end if final else run_first
@@ -929,11 +932,9 @@ class OffloadingScheduler:
 
     def _complete_runs(self, tracker: RequestTracker, first: int, end: int) -> Iterator[tuple[int, int, bool]]:
         """The runs of chunks in ``[first, end)`` whose every GPU block holds their tokens, or
-        (True) every full-attention one while a window group's block was freed."""
+        (True) every full-attention one while a window group's block was freed. Needs
+        ``OffloadConfig.null_block``: without it no block is ever lost (_build_stores)."""
         null = self._null_block
-        if null is None:
-            yield first, end, False
-            return
         per_chunk = self._gpu_blocks_per_chunk
         kv_groups = self.config.kv_groups
         window_groups = self._window_groups
@@ -1135,7 +1136,8 @@ class OffloadingScheduler:
             tracker.store_jobs.discard(job_id)
             if not ok:
                 self.stats.store_failures += 1
-        if self.lifecycle.can_fire(tracker, "clean"):
+        # The set lookup first: most completions are of a running request, which clean cannot leave.
+        if tracker.state in self.lifecycle.sources["clean"] and self.lifecycle.can_fire(tracker, "clean"):
             self._clean(tracker)
 
     # ------------------------------------------------------------------ introspection

@@ -103,6 +103,11 @@ class DeclaredMachine:
         self._allowed: dict[str, tuple[str, ...]] = {
             state: tuple(t for (s, t) in self.table if s == state) for state in declaration.state_names
         }
+        # trigger -> the states that declare it: a hot loop reads ``state in sources[trigger]``
+        # (one set lookup) where a ``declares`` call per instance would cost a method call and a tuple.
+        self.sources: dict[str, frozenset[str]] = {
+            trigger: frozenset(s for (s, t) in self.table if t == trigger) for trigger in declaration.triggers
+        }
         self._observers: list[Observer] = []
 
     def add_observer(self, observer: Observer) -> None:

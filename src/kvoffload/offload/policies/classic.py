@@ -300,7 +300,8 @@ class SecondSightingAdmission(EvictionPolicy):
         return False
 
     def on_insert(self, key: OffloadKey, parent: OffloadKey | None) -> None:
-        self._promised = max(0, self._promised - 1)
+        if self._promised:
+            self._promised -= 1
         self._resident += 1
         self._seen.discard(key)
         self.inner.on_insert(key, parent)
