@@ -35,9 +35,16 @@ from kvoffload.vllm.check.findings import CheckerVerdict, relevant_events, reque
 from kvoffload.vllm.live.conformance import BEHAVIOURS, EXPLAINED, check_conformance
 from kvoffload.vllm.live.driver import MAX_STEPS
 from kvoffload.vllm.live.interface import LiveConnector
-from kvoffload.vllm.live.logs import DRAIN_FILE, FINDINGS_FILE, TRACE_FILE, read_drain, read_ndjson
+from kvoffload.vllm.live.logs import TRACE_FILE
 from kvoffload.vllm.live.tracecheck import check_live_trace
-from kvoffload.vllm.live.verdicts import first_failure, strip_suffix, token_difference
+from kvoffload.vllm.live.verdicts import (
+    LiveVerdict,
+    RunFiles,
+    first_failure,
+    request_of,
+    strip_suffix,
+    token_difference,
+)
 from kvoffload.vllm.live.workloads import BLOCK_BYTES, DOUBLE_RESET, KINDS, Workload
 
 MANAGERS: tuple[str, ...] = ("lru", "arc", "tiering")
@@ -74,50 +81,36 @@ def transfer_config(manager: str, workload: Workload, folder: Path, engine_id: s
 
 
 @dataclass
-class RunVerdict:
-    """One run's verdict and what went into it."""
+class RunVerdict(LiveVerdict):
+    """One run's verdict and what went into it: its manager and run mode, the trace checkers' answers,
+    the engine model's gaps and what the run reached of the model."""
 
-    workload: str
-    seed: int
     manager: str
     mode: str
-    invariant: str | None = None
-    error: str | None = None
-    trace: list[str] = field(default_factory=list)
     traces: list[str] = field(default_factory=list)
     gaps: list[str] = field(default_factory=list)
     explained: list[str] = field(default_factory=list)
-    resets: list[str] = field(default_factory=list)
     reached: dict[str, int] = field(default_factory=dict)
-    seconds: float = 0.0
-    folder: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 def _event(line: dict[str, Any]) -> tuple[int, str]:
     """A trace line as a violation's trace shows it: the object's call, its request, keys and step."""
-    who = f"({line['id']})" if "id" in line else "()"
     keys = f" [{', '.join(line['keys'])}]" if line.get("keys") else ""
     extra = ""
     if line["call"] == "build_connector_meta":
         extra = f" scheduled={line['scheduled']} finished={line['finished']}"
         if line.get("preempted"):
             extra += f" preempted={line['preempted']}"
-    return line["step"], f"{line['object']}.{line['call']}{who}{keys}{extra}"
+    return line["step"], f"{line['object']}.{line['call']}{request_of(line)}{keys}{extra}"
 
 
 def judge(outcome: dict[str, Any], baseline: dict[str, Any], workload: Workload, tlc_jar: str | None) -> RunVerdict:
     """The verdict of one run (see the module docstring for the order)."""
-    folder = Path(outcome["folder"])
+    run = RunFiles.of(outcome)
     verdict = RunVerdict(workload.name, workload.seed, outcome["manager"], outcome["mode"],
-                         resets=outcome["resets"], seconds=outcome["seconds"], folder=str(folder))
-    trace_lines = read_ndjson(folder / TRACE_FILE)
-    problems = read_ndjson(folder / FINDINGS_FILE)
-    drain = read_drain(folder / DRAIN_FILE)
-    last_seq = trace_lines[-1]["seq"] if trace_lines else 0
-    if (failure := first_failure(problems, outcome)) is not None:
+                         **run.verdict_fields(outcome))
+    trace_lines, drain, last_seq = run.trace_lines, run.drain, run.last_seq
+    if (failure := first_failure(run.problems, outcome)) is not None:
         verdict.invariant, verdict.error = failure
     elif drain is None or (drain["when"] == "idle" and drain["seq"] < last_seq):
         seen = "never" if drain is None else f"last at trace line {drain['seq']} of {last_seq}"
@@ -129,7 +122,7 @@ def judge(outcome: dict[str, Any], baseline: dict[str, Any], workload: Workload,
         if difference is not None:
             verdict.invariant, verdict.error = "SameTokens", difference
     if trace_lines:
-        verdicts = check_live_trace(folder / TRACE_FILE, tlc_jar)
+        verdicts = check_live_trace(run.folder / TRACE_FILE, tlc_jar)
         verdict.traces = [str(v) for v in verdicts]
         rejected = next((v for v in verdicts if not v.ok), None)
         if verdict.invariant is None and rejected is not None:

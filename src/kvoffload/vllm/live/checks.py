@@ -24,8 +24,9 @@ from typing import Any
 from kvoffload.vllm.check.findings import CheckerVerdict
 from kvoffload.vllm.harness import build_tiny_model
 from kvoffload.vllm.live.driver import BASELINE
-from kvoffload.vllm.live.interface import LiveConnector, Verdict
+from kvoffload.vllm.live.interface import LiveConnector
 from kvoffload.vllm.live.report import engine_report
+from kvoffload.vllm.live.verdicts import LiveVerdict
 from kvoffload.vllm.live.workloads import Workload, build
 
 RUN_MODES: tuple[str, ...] = ("inproc", "mp")
@@ -70,7 +71,7 @@ class _Runs:
         self.connector, self.model_dir, self.root = connector, model_dir, root
         self.python, self.timeout, self.tlc_jar = python, timeout, tlc_jar
         self.seconds: dict[str, float] = {}
-        self.verdicts: list[Verdict] = []
+        self.verdicts: list[LiveVerdict] = []
         self.baseline_of: dict[tuple[str, int], dict[str, Any]] = {}
 
     def drive(self, mode: str, runs: list[tuple[Workload, str]], timed_as: str) -> None:

@@ -16,10 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from kvoffload.vllm.check.findings import CheckerVerdict
+from kvoffload.vllm.live.verdicts import LiveVerdict
 from kvoffload.vllm.live.workloads import Workload
-
-# What a connector's judge makes of one run (its own dataclass, with ``to_json``).
-Verdict = Any
 
 
 @dataclass(frozen=True)
@@ -36,11 +34,11 @@ class LiveConnector:
     """``(manager, workload, folder, engine_id)``: the engine's ``kv_transfer_config``."""
     drain_limit: int
     """At most this many steps of an idle in-process engine at the end of a run."""
-    judge: Callable[[dict[str, Any], dict[str, Any], Workload, str | None], Verdict]
+    judge: Callable[[dict[str, Any], dict[str, Any], Workload, str | None], LiveVerdict]
     """``(outcome, baseline outcome, workload, tlc_jar)``: one run's verdict."""
-    results: Callable[[list[Verdict], Sequence[str], dict[str, tuple[str, ...]]], list[CheckerVerdict]]
+    results: Callable[[list[LiveVerdict], Sequence[str], dict[str, tuple[str, ...]]], list[CheckerVerdict]]
     """``(verdicts, managers, kinds per run mode)``: the check's results."""
-    summary: Callable[[list[Verdict]], dict[str, Any]]
+    summary: Callable[[list[LiveVerdict]], dict[str, Any]]
     """The report's own part (beside its folder and seconds)."""
     report_lines: Callable[[dict[str, Any]], list[str]]
     """The report's own part as printed: a title line, then indented lines."""

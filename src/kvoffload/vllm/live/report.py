@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kvoffload.vllm.live.interface import LiveConnector, Verdict
+from kvoffload.vllm.live.interface import LiveConnector
+from kvoffload.vllm.live.verdicts import LiveVerdict
 
 
-def engine_report(connector: LiveConnector, verdicts: list[Verdict], seconds: dict[str, float],
+def engine_report(connector: LiveConnector, verdicts: list[LiveVerdict], seconds: dict[str, float],
                   root: Path) -> dict[str, Any]:
     """The JSON-able report: the runs' folder, the seconds per driver, and ``connector.summary``."""
     return {"out": str(root), "seconds_per_mode": {mode: round(s, 1) for mode, s in seconds.items()},

@@ -25,12 +25,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from kvoffload.vllm.check.findings import CheckerVerdict, relevant_events, requests_named
 from kvoffload.vllm.live.interface import LiveConnector
-from kvoffload.vllm.live.logs import DRAIN_FILE, FINDINGS_FILE, TRACE_FILE, read_ndjson
+from kvoffload.vllm.live.logs import read_ndjson
 from kvoffload.vllm.live.simple_engine import (
     LOSS,
     LOSSES_FILE,
@@ -39,7 +38,7 @@ from kvoffload.vllm.live.simple_engine import (
     read_json,
     simple_transfer_config,
 )
-from kvoffload.vllm.live.verdicts import first_failure, token_difference
+from kvoffload.vllm.live.verdicts import LiveVerdict, RunFiles, first_failure, request_of, token_difference
 from kvoffload.vllm.live.workloads import KINDS, LAZY_IDLE, RELOAD, Workload
 
 SIMPLE_KINDS: tuple[str, ...] = (*KINDS, RELOAD, LAZY_IDLE)
@@ -50,33 +49,21 @@ NEVER_IDLE_STEPS = 100
 
 
 @dataclass
-class SimpleVerdict:
+class SimpleVerdict(LiveVerdict):
     """One run's verdict, its losses and what the connector counted."""
 
-    workload: str
-    seed: int
     mode: str  # eager or lazy
     run_mode: str  # inproc or mp
-    invariant: str | None = None
-    error: str | None = None
-    trace: list[str] = field(default_factory=list)
     losses: list[str] = field(default_factory=list)
     tokens: str = "same"  # or how they differ from the baseline, whatever the verdict
     stats: dict[str, Any] = field(default_factory=dict)
     worker: dict[str, Any] = field(default_factory=dict)
-    resets: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    folder: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 def _event(line: dict[str, Any]) -> tuple[int, str]:
     """A trace line as a violation's trace shows it: the call, its request and every field."""
-    who = f"({line['id']})" if "id" in line else "()"
     extra = " ".join(f"{k}={line[k]}" for k in line if k not in ("seq", "step", "object", "call", "id"))
-    return line["step"], f"{line['call']}{who}" + (f" {extra}" if extra else "")
+    return line["step"], f"{line['call']}{request_of(line)}" + (f" {extra}" if extra else "")
 
 
 def _idle_numbers(drain: dict[str, Any]) -> str:
@@ -109,21 +96,17 @@ def judge(outcome: dict[str, Any], baseline: dict[str, Any], workload: Workload,
           tlc_jar: str | None = None) -> SimpleVerdict:
     """One simple-connector run's verdict (the order is in the module docstring); its trace goes to no
     TLA+ spec, so ``tlc_jar`` is not used."""
-    folder = Path(outcome["folder"])
+    run = RunFiles.of(outcome)
     verdict = SimpleVerdict(workload.name, workload.seed, outcome["manager"], outcome["mode"],
-                            resets=outcome["resets"], seconds=outcome["seconds"], folder=str(folder))
-    trace_lines = read_ndjson(folder / TRACE_FILE)
-    problems = read_ndjson(folder / FINDINGS_FILE)
-    drain = read_json(folder / DRAIN_FILE)
-    verdict.losses = [line["message"] for line in read_ndjson(folder / LOSSES_FILE)]
-    verdict.worker = read_json(folder / WORKER_FILE) or {}
-    if drain is not None:
-        verdict.stats = {k: v for k, v in drain.items() if k not in ("held", "live", "seq")}
+                            **run.verdict_fields(outcome))
+    verdict.losses = [line["message"] for line in read_ndjson(run.folder / LOSSES_FILE)]
+    verdict.worker = read_json(run.folder / WORKER_FILE) or {}
+    if run.drain is not None:
+        verdict.stats = {k: v for k, v in run.drain.items() if k not in ("held", "live", "seq")}
     verdict.stats["drain_steps"] = outcome.get("drain_steps", 0)
-    last_seq = trace_lines[-1]["seq"] if trace_lines else 0
-    if (failure := first_failure(problems, outcome)) is not None:
+    if (failure := first_failure(run.problems, outcome)) is not None:
         verdict.invariant, verdict.error = failure
-    elif (leak := _leak(outcome, drain, last_seq)) is not None:
+    elif (leak := _leak(outcome, run.drain, run.last_seq)) is not None:
         verdict.invariant, verdict.error = "NoLeak", leak
     difference = token_difference(outcome, baseline)
     if difference is not None:
@@ -132,7 +115,7 @@ def judge(outcome: dict[str, Any], baseline: dict[str, Any], workload: Workload,
             verdict.invariant, verdict.error = "SameTokens", difference
     shown = verdict.error if verdict.invariant is not None else (verdict.losses[0] if verdict.losses else None)
     if shown is not None:
-        verdict.trace = relevant_events([_event(line) for line in trace_lines], requests_named(shown))
+        verdict.trace = relevant_events([_event(line) for line in run.trace_lines], requests_named(shown))
     return verdict
 
 

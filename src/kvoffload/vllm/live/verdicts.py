@@ -1,11 +1,64 @@
-"""What every connector's judge reads of a run the same way: its first failure from inside the
-engine, and its tokens against the run without offloading."""
+"""What every connector's judge makes and reads the same way: the verdict's common part, a run's
+files, its first failure from inside the engine, its tokens against the run without offloading,
+and how a trace line names its request."""
 
 from __future__ import annotations
 
+from dataclasses import KW_ONLY, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kvoffload.vllm.check.findings import CRASH
+from kvoffload.vllm.live.logs import DRAIN_FILE, FINDINGS_FILE, TRACE_FILE, read_drain, read_ndjson
+
+
+@dataclass
+class LiveVerdict:
+    """One run's verdict, the part every connector's has (a connector's judge adds its own fields)."""
+
+    workload: str
+    seed: int
+    _: KW_ONLY
+    invariant: str | None = None
+    error: str | None = None
+    trace: list[str] = field(default_factory=list)
+    resets: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    folder: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """What a run wrote from inside the engine (:mod:`.logs`): its trace, findings and last drain report."""
+
+    folder: Path
+    trace_lines: list[dict[str, Any]]
+    problems: list[dict[str, Any]]
+    drain: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, outcome: dict[str, Any]) -> RunFiles:
+        """The files of the run the driver's ``outcome`` describes."""
+        folder = Path(outcome["folder"])
+        return cls(folder, read_ndjson(folder / TRACE_FILE), read_ndjson(folder / FINDINGS_FILE),
+                   read_drain(folder / DRAIN_FILE))
+
+    @property
+    def last_seq(self) -> int:
+        """The number of the trace's last line (0 for an empty trace)."""
+        return self.trace_lines[-1]["seq"] if self.trace_lines else 0
+
+    def verdict_fields(self, outcome: dict[str, Any]) -> dict[str, Any]:
+        """The keyword fields of the run's :class:`LiveVerdict` that the driver's ``outcome`` gives."""
+        return {"resets": outcome["resets"], "seconds": outcome["seconds"], "folder": str(self.folder)}
+
+
+def request_of(line: dict[str, Any]) -> str:
+    """A trace line's request as a violation's trace shows it: ``(id)``, or ``()`` for none."""
+    return f"({line['id']})" if "id" in line else "()"
 
 
 def strip_suffix(request_id: str) -> str:
