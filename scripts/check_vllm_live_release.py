@@ -137,9 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     version, report, problems = began
     problems = check(version, report) + problems
     engine = report["engine"]
+    from kvoffload_lab.vllm.live.registry import CONNECTORS
     from kvoffload_lab.vllm.live.report import format_report
 
-    print(format_report(engine))
+    print(format_report(engine, CONNECTORS["offloading"]))
     print(json.dumps({"vllm": version, "seconds": round(time.perf_counter() - started, 1),
                       "seconds_per_mode": engine["seconds_per_mode"], "model_gaps": len(engine["model_gaps"])}))
     for problem in problems:

@@ -56,9 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         return began
     version, report, problems = began
     problems = check(version, report) + problems
-    from kvoffload_lab.vllm.live.simple import format_simple_report
+    from kvoffload_lab.vllm.live.registry import CONNECTORS
+    from kvoffload_lab.vllm.live.report import format_report
 
-    print(format_simple_report(report["engine"]))
+    print(format_report(report["engine"], CONNECTORS["simple"]))
     print(json.dumps({"vllm": version, "connector": "simple", "seconds": round(time.perf_counter() - started, 1),
                       "seconds_per_mode": report["engine"]["seconds_per_mode"]}))
     for problem in problems:

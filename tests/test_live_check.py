@@ -212,18 +212,18 @@ def test_bad_engine_options_are_one_line_and_exit_2(
 
 
 def test_the_report_groups_gaps_by_rule_and_lists_what_no_run_reached(tmp_path: Path) -> None:
-    from kvoffload_lab.vllm.live.checker import RunVerdict, _report
-    from kvoffload_lab.vllm.live.report import format_report
+    from kvoffload_lab.vllm.live.checker import OFFLOADING, RunVerdict
+    from kvoffload_lab.vllm.live.report import engine_report, format_report
 
     verdicts = [
         RunVerdict("double_reset", 0, manager, "inproc", explained=[f"M8 (...) broken at line {line}: ... (explained)"],
                    reached={"preempt": 2})
         for manager, line in (("lru", 13), ("arc", 15))
     ]
-    report = _report(verdicts, {"inproc": 12.0}, tmp_path)
+    report = engine_report(OFFLOADING, verdicts, {"inproc": 12.0}, tmp_path)
     assert report["model_gaps"] == []
     first = verdicts[0].explained[0]
     assert report["explained_gaps"] == [f"2 x in 2 run(s), first in double_reset-0 lru inproc (): {first}"]
     assert report["coverage"]["preempt"] == 4 and "preempt" not in " ".join(report["not_reached"])
-    text = format_report(report)
+    text = format_report(report, OFFLOADING)
     assert "0 unexplained model gap(s)" in text and "1 explained gap(s):" in text and "inproc 12 s" in text

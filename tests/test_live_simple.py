@@ -13,15 +13,10 @@ import pytest
 import torch
 
 from kvoffload_lab.vllm.live import simple, simple_engine
+from kvoffload_lab.vllm.live.checks import run_engine_checks
 from kvoffload_lab.vllm.live.logs import DRAIN_FILE, FINDINGS_FILE, TRACE_FILE, FindingLog, TraceLog, read_ndjson
-from kvoffload_lab.vllm.live.simple import (
-    SIMPLE_KINDS,
-    format_simple_report,
-    judge_simple,
-    run_simple_engine_checks,
-    simple_report,
-    simple_results,
-)
+from kvoffload_lab.vllm.live.report import engine_report, format_report
+from kvoffload_lab.vllm.live.simple import SIMPLE, SIMPLE_KINDS, judge, results
 from kvoffload_lab.vllm.live.simple_engine import (
     LOSS,
     LOSSES_FILE,
@@ -226,8 +221,8 @@ def _run(folder: Path, findings: list[tuple[str, str]] = (), drain: dict[str, An
 
 
 def _outcome(folder: Path, tokens: dict[str, list[int]], **extra: Any) -> dict[str, Any]:
-    return {"folder": str(folder), "manager": "simple-lazy", "mode": "mp", "tokens": tokens, "aborted": [],
-            "resets": [], "error": None, "seconds": 1.0, "drain_steps": 1, "drain_busy": False, **extra}
+    return {"folder": str(folder), "connector": "simple", "manager": "lazy", "mode": "mp", "tokens": tokens,
+            "aborted": [], "resets": [], "error": None, "seconds": 1.0, "drain_steps": 1, "drain_busy": False, **extra}
 
 
 def test_a_simple_run_is_judged_by_crash_findings_leaks_then_tokens(tmp_path: Path) -> None:
@@ -237,7 +232,7 @@ def test_a_simple_run_is_judged_by_crash_findings_leaks_then_tokens(tmp_path: Pa
 
     def verdict(name: str, tokens: dict[str, list[int]] = same, **run: Any) -> Any:
         extra = run.pop("outcome", {})
-        return judge_simple(_outcome(_run(tmp_path / name, **run), tokens, **extra), baseline, workload)
+        return judge(_outcome(_run(tmp_path / name, **run), tokens, **extra), baseline, workload)
 
     clean = verdict("clean", drain={})
     assert (clean.invariant, clean.mode, clean.run_mode, clean.losses) == (None, "lazy", "mp", [])
@@ -273,18 +268,18 @@ def test_each_mode_gets_one_engine_result_violations_before_losses(tmp_path: Pat
                                     stats={"store_events": 2, "idle_steps": 3}, worker={"blocks_loaded_checked": 4})
 
     verdicts = [run("eager", losses=2), run("lazy", losses=1), run("lazy", "NoLeak")]
-    results = simple_results(verdicts, ("eager", "lazy"))
-    assert [(r.manager, r.checker, r.result, r.invariant) for r in results] == [
+    per_mode = results(verdicts, ("eager", "lazy"))
+    assert [(r.manager, r.checker, r.result, r.invariant) for r in per_mode] == [
         ("eager", "engine", "loss", LOSS), ("lazy", "engine", "violation", "NoLeak")]
-    assert results[0].error == "multi_turn (seed 0, inproc): lost (2 block(s) lost in 1 run(s))"
-    assert results[1].error == "multi_turn (seed 0, inproc): NoLeak here"
-    assert len(results[1].details["runs"]) == 2
-    assert simple_results([run("eager")], ("eager",))[0].result == "success"
-    report = simple_report(verdicts, {"inproc": 12.3}, tmp_path)
+    assert per_mode[0].error == "multi_turn (seed 0, inproc): lost (2 block(s) lost in 1 run(s))"
+    assert per_mode[1].error == "multi_turn (seed 0, inproc): NoLeak here"
+    assert len(per_mode[1].details["runs"]) == 2
+    assert results([run("eager")], ("eager",))[0].result == "success"
+    report = engine_report(SIMPLE, verdicts, {"inproc": 12.3}, tmp_path)
     assert report["per_mode"]["lazy-inproc"]["violations"] == {"NoLeak": 1}
     assert report["per_mode"]["eager-inproc"]["blocks_loaded_checked"] == 4
     json.dumps(report)
-    text = format_simple_report(report)
+    text = format_report(report, SIMPLE)
     assert "lazy-inproc: 2 run(s), violations: NoLeak 1; 0 run(s) with other tokens; 1 lost block(s)" in text
     assert "inproc 12 s" in text
 
@@ -321,12 +316,12 @@ def test_the_simple_workloads_are_seeded_survive_json_and_stay_out_of_the_offloa
 
 
 def test_bad_modes_and_kinds_are_refused_before_any_engine_starts(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="unknown simple connector mode 'fifo'"):
-        run_simple_engine_checks(("fifo",), (0,), out=tmp_path)
+    with pytest.raises(ValueError, match="unknown manager 'fifo' of the simple connector; known: eager, lazy"):
+        run_engine_checks(SIMPLE, ("fifo",), (0,), out=tmp_path)
     with pytest.raises(ValueError, match="unknown run mode 'gpu'"):
-        run_simple_engine_checks(("eager",), (0,), ("gpu",), out=tmp_path)
+        run_engine_checks(SIMPLE, ("eager",), (0,), ("gpu",), out=tmp_path)
     with pytest.raises(ValueError, match="unknown workload kind 'nope'"):
-        run_simple_engine_checks(("eager",), (0,), kinds=("nope",), out=tmp_path)
+        run_engine_checks(SIMPLE, ("eager",), (0,), kinds=("nope",), out=tmp_path)
     assert not any(tmp_path.iterdir())
 
 

@@ -149,21 +149,18 @@ def run(args: argparse.Namespace) -> int:
     unsupported = next((r for r in results if r.result == "unsupported"), None)
     report: dict[str, Any] | None = None
     if engine and unsupported is None:
-        results, report = _engine(args, managers, modes, results, simple)
+        results, report = _engine(args, managers, modes, results)
     if args.json:
         print(json.dumps({**to_json(install.version, results, setup, args.connector),
                           **({"engine": report} if report else {})}))
     elif unsupported is None or len(results) > 1:  # the cells that ran before it, if any
         print(f"{install.describe()}; set-up {setup:.1f} s")
         print(format_table(install.version, results, args.connector))
-        if report is not None and simple:
-            from kvoffload_lab.vllm.live.simple import format_simple_report
-
-            print(format_simple_report(report))
-        elif report is not None:
+        if report is not None:
+            from kvoffload_lab.vllm.live.registry import CONNECTORS
             from kvoffload_lab.vllm.live.report import format_report
 
-            print(format_report(report))
+            print(format_report(report, CONNECTORS[args.connector]))
     if unsupported is not None:
         raise CommandError(f"vLLM {install.version} from {install.package_dir}: {unsupported.invariant} "
                            f"(kvoffload's harness, not vLLM's connector, failed in {unsupported.manager} x "
@@ -227,15 +224,15 @@ def _run_checkers(version: str, simple: bool, managers: list[str], checkers: lis
 
 
 def _engine(
-    args: argparse.Namespace, managers: list[str], modes: list[str], results: list[Any], simple: bool
+    args: argparse.Namespace, managers: list[str], modes: list[str], results: list[Any]
 ) -> tuple[list[Any], dict[str, Any]]:
     from pathlib import Path
 
-    from kvoffload_lab.vllm.live.checker import run_engine_checks
-    from kvoffload_lab.vllm.live.simple import SIMPLE_KINDS, run_simple_engine_checks
-    from kvoffload_lab.vllm.live.workloads import DOUBLE_RESET, KINDS
+    from kvoffload_lab.vllm.live.checks import run_engine_checks
+    from kvoffload_lab.vllm.live.registry import CONNECTORS
 
-    known = SIMPLE_KINDS if simple else (*KINDS, DOUBLE_RESET)
+    connector = CONNECTORS[args.connector]
+    known = connector.kinds
 
     def kinds_of(value: str | None, flag: str, default: tuple[str, ...]) -> tuple[str, ...]:
         kinds = tuple(value.split(",")) if value else default
@@ -248,13 +245,9 @@ def _engine(
     mp_kinds = kinds_of(args.mp_workloads, "--mp-workloads", kinds)
     if args.tlc_jar is not None and not Path(args.tlc_jar).is_file():
         raise CommandError(f"--tlc-jar {args.tlc_jar}: no such file")
-    out = Path(args.out) if args.out else None
-    if simple:
-        live, report = run_simple_engine_checks(managers, range(args.seeds), modes, kinds, out, mp_kinds)
-        return results + live, report
     try:
-        live, report = run_engine_checks(managers, range(args.seeds), modes, kinds, mp_kinds, tlc_jar=args.tlc_jar,
-                                         out=Path(args.out) if args.out else None)
+        live, report = run_engine_checks(connector, managers, range(args.seeds), modes, kinds, mp_kinds,
+                                         tlc_jar=args.tlc_jar, out=Path(args.out) if args.out else None)
     except RuntimeError as error:
         raise CommandError(f"--checker engine: {error}") from None
     return results + live, report

