@@ -104,6 +104,9 @@ class OwnHarness:
     def failed(self) -> bool:
         return bool(self.findings)
 
+    # No release of this connector fails a second reset between two steps: the checkers may always reset.
+    reset_blocked = False
+
     @property
     def busy(self) -> bool:
         """Whether vLLM's engine would step: requests, connector work, or outputs to process."""

@@ -91,6 +91,9 @@ class SimpleHarness:
     def failed(self) -> bool:
         return bool(self.findings) or self.unsupported is not None
 
+    # No release of this connector fails a second reset between two steps: the checkers may always reset.
+    reset_blocked = False
+
     @property
     def busy(self) -> bool:
         """Whether vLLM's engine would step: requests, finishes to report, or pending stores."""
