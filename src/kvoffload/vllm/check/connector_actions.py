@@ -55,3 +55,11 @@ ABORT = Action("abort")
 RESET = Action("reset_cache")
 FAIL_TRANSFER = Action("fail_next_transfer")
 DRAIN = Action("drain")
+
+
+def step_while_busy(harness: ConnectorHarness, limit: int) -> None:
+    """Step as vLLM's engine does while it has work, at most ``limit`` times; a finding stops it."""
+    for _ in range(limit):
+        if harness.failed or not harness.busy:
+            return
+        STEP.apply(harness, {})
