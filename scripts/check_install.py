@@ -52,7 +52,7 @@ PRODUCT, LAB = "kvoffload", "kvoffload-lab"
 PRODUCT_INSTALLS: tuple[str, ...] = ("product", "product-tiers", "product-vllm", "product-fast-cpu")
 LAB_INSTALLS: tuple[str, ...] = ("lab", "lab-tiers", "lab-plot")
 INSTALLS: tuple[str, ...] = (CHECKER, *PRODUCT_INSTALLS, *LAB_INSTALLS)
-# What only the lab may import, none of which a product install has: the lab, the TLA+ checker and
+# What only the lab may import, none of which the bare product install has: the lab, the TLA+ checker and
 # the lab's own dependencies (tests/test_layout.py holds the source to the same rule).
 LAB_ONLY = ("kvoffload_lab", CHECKER, "rich", "hypothesis")
 # The requirement a missing extra's one line names.
@@ -292,14 +292,17 @@ def _extra_problems(python: str, folder: Path, name: str) -> list[str]:
 
 
 def _product_alone_problems(venv: Path, folder: Path, name: str) -> list[str]:
-    """The product installed alone: no ``kvoffload`` command, none of LAB_ONLY installed, and every
-    module that needs neither an extra nor vLLM imports without loading any of them."""
+    """The product installed alone: no ``kvoffload`` command, none of LAB_ONLY installed (with an
+    extra, only the lab and its checker: an extra's own requirements may bring rich or hypothesis,
+    as the vllm extra's fastapi brings rich), and every module that needs neither an extra nor vLLM
+    imports without loading any of them."""
     python = str(venv / "bin" / "python")
     problems: list[str] = []
     if (venv / "bin" / "kvoffload").exists():
         problems.append(f"{name}: {venv / 'bin' / 'kvoffload'} exists (the command is the lab's)")
+    absent = LAB_ONLY if name == "product" else LAB_ONLY[:2]
     probe = "import importlib.util as u; print([m for m in %r if u.find_spec(m)])"
-    present = _run([python, "-c", probe % (LAB_ONLY,)], cwd=folder).stdout.strip()
+    present = _run([python, "-c", probe % (absent,)], cwd=folder).stdout.strip()
     if present != "[]":
         problems.append(f"{name}: the product alone brought in {present}")
     done = _run([python, "-c", PRODUCT_ALONE_PROBE % (LAB_ONLY,)], cwd=folder)

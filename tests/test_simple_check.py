@@ -103,14 +103,16 @@ def test_idle_steps_are_collapsed_into_one_line() -> None:
 
 def test_the_table_tells_losses_from_violations() -> None:
     lossy = CheckerVerdict("eager", "sim", "loss", "FinalBlockStored", "request 'r' lost block 1", ["step 1: r+4"])
-    both = CheckerVerdict("eager", "explore", "violation", "NoLeak", "idle, holding GPU blocks [3]", ["step()"],
-                       details={"loss": {"invariant": "FinalBlockStored", "error": "block 1 lost", "trace": ["add"]}})
+    loss = {"invariant": "FinalBlockStored", "error": "block 1 lost", "trace": ["harness.add_request(request_id='r0')"]}
+    both = CheckerVerdict("eager", "explore", "violation", "NoLeak", "idle, holding GPU blocks [3]",
+                          ["harness.step()"], details={"loss": loss})
     clean = CheckerVerdict("lazy", "sim")
     table = format_table("0.27.0", [lossy, both, clean], "simple")
     assert "SimpleCPUOffloadConnector" in table and table.splitlines()[2].startswith("offload")
     assert "LOSS FinalBlockStored" in table and "VIOLATION NoLeak + LOSS" in table
     assert "eager x sim: loss (FinalBlockStored): request 'r' lost block 1" in table
     assert "eager x explore: NoLeak violated" in table and "eager x explore: loss (FinalBlockStored)" in table
+    assert "  1. harness.step()" in table and "  1. harness.add_request(request_id='r0')" in table
     assert "lazy      ok" in table
 
 

@@ -57,6 +57,24 @@ def scheduler_output_fields(cls: type, values: dict[str, Any]) -> dict[str, Any]
     return {name: value for name, value in values.items() if name in names}
 
 
+
+def model_runner_output(scheduler_output: Any, sampled: dict[str, list[int]], connector_output: Any) -> Any:
+    """vLLM's ``ModelRunnerOutput`` of one step: each scheduled request's sampled tokens, and the
+    connector's output."""
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    request_ids = list(scheduler_output.num_scheduled_tokens)
+    # 0.34.0 dropped req_id_to_index (the index is the position in req_ids).
+    return ModelRunnerOutput(**scheduler_output_fields(ModelRunnerOutput, {
+        "req_ids": request_ids,
+        "req_id_to_index": {rid: i for i, rid in enumerate(request_ids)},
+        "sampled_token_ids": [sampled[rid] for rid in request_ids],
+        "logprobs": None,
+        "prompt_logprobs_dict": {},
+        "pooler_output": [],
+        "kv_connector_output": connector_output,
+    }))
+
 @dataclass
 class _Tracked:
     request: Any  # vllm.v1.request.Request

@@ -80,6 +80,18 @@ class Harness:
         """A finding was made, or kvoffload's harness failed: the engine steps no more."""
         return bool(self.findings) or self.unsupported is not None
 
+    @property
+    def busy(self) -> bool:
+        """Whether the engine has work: live requests, or jobs and finishes still to report."""
+        return bool(self.engine.requests) or not self.engine.idle
+
+    def live_requests(self) -> list[str]:
+        return sorted(self.engine.requests)
+
+    def add_request(self, request_id: str, prompt: list[int], max_tokens: int) -> None:
+        """A request that produces ``max_tokens`` tokens (EOS as the config draws it), or is aborted."""
+        self.engine.add_request(prompt, max_tokens, request_id)
+
     def _crash(self, error: Exception) -> Violation:
         """The ``Crash`` finding of an exception vLLM raised; kvoffload's own failure raises
         :class:`UnsupportedVllmApi` instead, and is kept so that the shutdown does not report it again."""

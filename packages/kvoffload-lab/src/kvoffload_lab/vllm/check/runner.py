@@ -2,27 +2,26 @@
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from kvoffload_lab.vllm.check.build import MANAGERS
 from kvoffload_lab.vllm.check.compat import PrivateReads
 from kvoffload_lab.vllm.check.findings import MAX_TRACE_LINES, CheckerVerdict, unsupported_verdict
 
+# Each checker's module and function in a connector's folder.
+_CHECKERS = {"sim": ("sim", "run_sim"), "hypothesis": ("stateful", "run_hypothesis"),
+             "explore": ("explorer", "run_explorer")}
 
-def _checker(name: str) -> Callable[[str, PrivateReads], CheckerVerdict]:
-    if name == "sim":
-        from kvoffload_lab.vllm.check.sim import run_sim
 
-        return run_sim
-    if name == "hypothesis":
-        from kvoffload_lab.vllm.check.stateful import run_hypothesis
-
-        return run_hypothesis
-    from kvoffload_lab.vllm.check.explorer import run_explorer
-
-    return run_explorer
+def checker(package: str, name: str) -> Callable[..., CheckerVerdict]:
+    """The checker ``name`` of the connector folder ``package`` (this one's, ``simple``'s, ``own``'s),
+    imported only when asked for: a run of the simulator alone does not load hypothesis."""
+    module, function = _CHECKERS[name]
+    return getattr(importlib.import_module(f"{package}.{module}"), function)  # type: ignore[no-any-return]
 
 
 def run_cells(cells: Sequence[tuple[str, str]],
@@ -48,7 +47,7 @@ def run_checks(managers: Sequence[str], checkers: Sequence[str], reads: PrivateR
     unknown = [m for m in managers if m not in MANAGERS]
     if unknown:
         raise ValueError(f"unknown manager {unknown[0]!r}; known: {', '.join(MANAGERS)}")
-    return run_cells([(m, c) for m in managers for c in checkers], _checker, reads)
+    return run_cells([(m, c) for m in managers for c in checkers], partial(checker, __package__), reads)
 
 
 def to_json(version: str, results: Sequence[CheckerVerdict], setup_seconds: float,

@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvoffload.lifecycles.invariants import Violation
-from kvoffload_lab.vllm.check.adapter import scheduler_output_fields
+from kvoffload_lab.vllm.check.adapter import model_runner_output
+from kvoffload_lab.vllm.check.connector_actions import step_while_busy
 from kvoffload_lab.vllm.own.build import OwnShape, build_scheduler, build_worker
 from kvoffload_lab.vllm.simple.compat import SimpleReads
 from kvoffload_lab.vllm.simple.harness import collapse_idle_steps
@@ -103,6 +104,9 @@ class OwnHarness:
     @property
     def failed(self) -> bool:
         return bool(self.findings)
+
+    # No release of this connector fails a second reset between two steps: the checkers may always reset.
+    reset_blocked = False
 
     @property
     def busy(self) -> bool:
@@ -216,7 +220,7 @@ class OwnHarness:
 
     def _execute(self, output: Any) -> Any:
         """The model runner: the connector's worker side around the forward; the step's output."""
-        from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+        from vllm.v1.outputs import KVConnectorOutput
 
         worker, metadata = self.worker, output.kv_connector_metadata
         self._log_step(output, metadata)
@@ -234,16 +238,7 @@ class OwnHarness:
             kv_connector_worker_meta=worker.build_connector_worker_meta(),
             invalid_block_ids=worker.get_block_ids_with_load_errors())
         worker.clear_connector_metadata()
-        request_ids = list(output.num_scheduled_tokens)
-        return ModelRunnerOutput(**scheduler_output_fields(ModelRunnerOutput, {
-            "req_ids": request_ids,
-            "req_id_to_index": {rid: i for i, rid in enumerate(request_ids)},
-            "sampled_token_ids": [sampled[rid] for rid in request_ids],
-            "logprobs": None,
-            "prompt_logprobs_dict": {},
-            "pooler_output": [],
-            "kv_connector_output": connector_output,
-        }))
+        return model_runner_output(output, sampled, connector_output)
 
     def _forward(self, output: Any) -> dict[str, list[int]]:
         sampled: dict[str, list[int]] = {}
@@ -295,10 +290,7 @@ class OwnHarness:
 
     def drain(self) -> None:
         """Step while vLLM's engine would; then it must hold nothing (``NoLeak``)."""
-        for _ in range(DRAIN_STEPS):
-            if self.failed or not self.busy:
-                break
-            self.step()
+        step_while_busy(self, DRAIN_STEPS)
         if self.failed:
             return
         if self.busy:

@@ -2,25 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from functools import partial
 
 from kvoffload_lab.vllm.check.findings import CheckerVerdict
-from kvoffload_lab.vllm.check.runner import run_cells
+from kvoffload_lab.vllm.check.runner import checker, run_cells
 from kvoffload_lab.vllm.own.build import CONNECTORS, SCHEDULINGS
-
-
-def _checker(name: str) -> Callable[[str, str | None], CheckerVerdict]:
-    if name == "sim":
-        from kvoffload_lab.vllm.own.sim import run_sim
-
-        return run_sim
-    if name == "hypothesis":
-        from kvoffload_lab.vllm.own.stateful import run_hypothesis
-
-        return run_hypothesis
-    from kvoffload_lab.vllm.own.explorer import run_explorer
-
-    return run_explorer
 
 
 def run_own_checks(schedulings: Sequence[str], checkers: Sequence[str],
@@ -33,4 +20,4 @@ def run_own_checks(schedulings: Sequence[str], checkers: Sequence[str],
         raise ValueError(f"unknown scheduling {unknown[0]!r}; known: {', '.join(SCHEDULINGS)}")
     if mutant not in CONNECTORS:
         raise ValueError(f"unknown mutant {mutant!r}; known: {', '.join(m for m in CONNECTORS if m)}")
-    return run_cells([(s, c) for s in schedulings for c in checkers], _checker, mutant)
+    return run_cells([(s, c) for s in schedulings for c in checkers], partial(checker, __package__), mutant)

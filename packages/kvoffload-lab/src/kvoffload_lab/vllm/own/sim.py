@@ -16,16 +16,19 @@ import random
 import time
 from collections import Counter
 
+from kvoffload_lab.vllm.check.connector_actions import ABORT, FAIL_TRANSFER, RESET
 from kvoffload_lab.vllm.check.findings import CheckerVerdict
+from kvoffload_lab.vllm.check.seeded import Rate, SeedTally, run_seeded
 from kvoffload_lab.vllm.own.build import OwnShape
 from kvoffload_lab.vllm.own.harness import OwnConfig, OwnHarness
-from kvoffload_lab.vllm.simple.sim import Conversations
 
 SEEDS = 30
 MAX_STEPS = 500
-ABORT_PROBABILITY = 0.03
-RESET_PROBABILITY = 0.01
-FAIL_PROBABILITY = 0.02
+# Between two steps: this folder's actions besides adding requests (the conversations') and stepping;
+# half the aborts arrive inside the next step, half the resets preempt the running requests.
+RATES = (Rate(ABORT, 0.03, lambda rng: {"mid_step": rng.random() < 0.5}),
+         Rate(RESET, 0.01, lambda rng: {"running": rng.random() < 0.5}),
+         Rate(FAIL_TRANSFER, 0.02))
 
 
 def seed_config(seed: int, async_scheduling: bool, mutant: str | None = None) -> OwnConfig:
@@ -37,50 +40,18 @@ def seed_config(seed: int, async_scheduling: bool, mutant: str | None = None) ->
     return OwnConfig(shape=shape, delay=rng.choice((1, 2, 3)), async_scheduling=async_scheduling, mutant=mutant)
 
 
-def run_seed(seed: int, config: OwnConfig) -> OwnHarness:
-    """One seeded run, drained."""
-    harness = OwnHarness(config)
-    rng = random.Random(seed + 1000)
-    conversations = Conversations(rng)
-    for _ in range(MAX_STEPS):
-        conversations.tick(harness)
-        if conversations.done and not harness.busy:
-            break
-        live = harness.live_requests()
-        if live and rng.random() < ABORT_PROBABILITY:
-            harness.abort(rng.choice(live), mid_step=rng.random() < 0.5)
-        if rng.random() < RESET_PROBABILITY:
-            harness.reset_cache(running=rng.random() < 0.5)
-        if rng.random() < FAIL_PROBABILITY:
-            harness.fail_next_transfer()
-        if harness.busy:
-            harness.step()
-        if harness.failed:
-            return harness
-    harness.drain()
-    return harness
-
-
 def run_sim(scheduling: str, mutant: str | None = None, seeds: int = SEEDS) -> CheckerVerdict:
     """Run ``seeds`` seeded workloads under ``scheduling`` ("sync" or "async"); the first violation
     is the result, with its step list."""
     started = time.perf_counter()
     result = CheckerVerdict(scheduling, "sim")
-    steps = requests = violating = 0
+    tally = SeedTally(result, seeds)
     reached: Counter[str] = Counter()
     for seed in range(seeds):
         config = seed_config(seed, scheduling == "async", mutant)
-        harness = run_seed(seed, config)
-        steps += harness.steps
-        requests += len(harness.requests)
+        harness = run_seeded(OwnHarness(config), seed, RATES, MAX_STEPS)
         reached.update(harness.reached)
-        if harness.failed:
-            violating += 1
-            if result.result == "success":
-                first = harness.findings[0]
-                result.result, result.invariant, result.error = "violation", first.invariant, first.message
-                result.trace = [f"seed {seed}: {config}", *harness.trace()]
-    result.details = {"seeds": seeds, "seeds_with_violations": violating, "steps": steps, "requests": requests,
-                      "reached": dict(sorted(reached.items()))}
+        tally.add(seed, config, harness)
+    result.details = {**tally.details(), "reached": dict(sorted(reached.items()))}
     result.seconds = time.perf_counter() - started
     return result

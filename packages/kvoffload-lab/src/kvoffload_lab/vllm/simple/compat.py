@@ -45,22 +45,12 @@ class SimpleReads:
 
     def runner_output(self, output: Any, sampled: dict[str, list[int]], finished_recving: set[str] | None,
                       worker_meta: Any) -> Any:
-        from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+        from vllm.v1.outputs import KVConnectorOutput
 
-        from kvoffload_lab.vllm.check.adapter import scheduler_output_fields
+        from kvoffload_lab.vllm.check.adapter import model_runner_output
 
-        request_ids = list(output.num_scheduled_tokens)
-        # 0.34.0 dropped req_id_to_index (the index is the position in req_ids).
-        return ModelRunnerOutput(**scheduler_output_fields(ModelRunnerOutput, {
-            "req_ids": request_ids,
-            "req_id_to_index": {rid: i for i, rid in enumerate(request_ids)},
-            "sampled_token_ids": [sampled[rid] for rid in request_ids],
-            "logprobs": None,
-            "prompt_logprobs_dict": {},
-            "pooler_output": [],
-            "kv_connector_output": KVConnectorOutput(finished_recving=finished_recving,
-                                                     kv_connector_worker_meta=worker_meta),
-        }))
+        connector_output = KVConnectorOutput(finished_recving=finished_recving, kv_connector_worker_meta=worker_meta)
+        return model_runner_output(output, sampled, connector_output)
 
     def held(self, scheduler: Any, shape: Any) -> list[str]:
         """What the connector holds: GPU and CPU blocks with references, non-empty manager state."""

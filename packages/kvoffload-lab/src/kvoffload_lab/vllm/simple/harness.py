@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvoffload.lifecycles.invariants import Violation
+from kvoffload_lab.vllm.check.connector_actions import step_while_busy
 from kvoffload_lab.vllm.check.findings import CRASH, UnsupportedVllmApi, vllm_crash
 from kvoffload_lab.vllm.simple.build import SimpleShape, build_scheduler
 from kvoffload_lab.vllm.simple.compat import SimpleReads
@@ -90,6 +91,9 @@ class SimpleHarness:
     @property
     def failed(self) -> bool:
         return bool(self.findings) or self.unsupported is not None
+
+    # No release of this connector fails a second reset between two steps: the checkers may always reset.
+    reset_blocked = False
 
     @property
     def busy(self) -> bool:
@@ -212,10 +216,7 @@ class SimpleHarness:
         finish, as DMA does with no step to report it, and the idle engine must hold nothing
         (``NoLeak``); then the losses."""
         stores_before = self.worker.backend.launched
-        for _ in range(DRAIN_STEPS):
-            if self.failed or not self.busy:
-                break
-            self.step()
+        step_while_busy(self, DRAIN_STEPS)
         if self.failed:
             return
         if self.busy:

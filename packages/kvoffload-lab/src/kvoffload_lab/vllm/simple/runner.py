@@ -2,26 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from functools import partial
 
 from kvoffload_lab.vllm.check.findings import CheckerVerdict
-from kvoffload_lab.vllm.check.runner import run_cells
+from kvoffload_lab.vllm.check.runner import checker, run_cells
 from kvoffload_lab.vllm.simple.build import MODES
 from kvoffload_lab.vllm.simple.compat import SimpleReads
-
-
-def _checker(name: str) -> Callable[[str, SimpleReads], CheckerVerdict]:
-    if name == "sim":
-        from kvoffload_lab.vllm.simple.sim import run_sim
-
-        return run_sim
-    if name == "hypothesis":
-        from kvoffload_lab.vllm.simple.stateful import run_hypothesis
-
-        return run_hypothesis
-    from kvoffload_lab.vllm.simple.explorer import run_explorer
-
-    return run_explorer
 
 
 def run_simple_checks(modes: Sequence[str], checkers: Sequence[str], reads: SimpleReads) -> list[CheckerVerdict]:
@@ -31,4 +18,4 @@ def run_simple_checks(modes: Sequence[str], checkers: Sequence[str], reads: Simp
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise ValueError(f"unknown offload mode {unknown[0]!r}; known: {', '.join(MODES)}")
-    return run_cells([(m, c) for m in modes for c in checkers], _checker, reads)
+    return run_cells([(m, c) for m in modes for c in checkers], partial(checker, __package__), reads)

@@ -1,0 +1,7 @@
+"""The actions the checkers of vLLM's SimpleCPUOffloadConnector take, in the order the explorer tries
+them: add a request, step the engine, abort a live request, reset the prefix cache with the
+connector."""
+
+from kvoffload_lab.vllm.check.connector_actions import ABORT, ADD, RESET, STEP
+
+ACTIONS = (ADD, STEP, ABORT, RESET)
