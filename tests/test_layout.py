@@ -16,8 +16,10 @@ each other:
 - ``dataplane`` (the worker, the mover and what moves bytes) sits above ``offload`` (the control
   plane) and imports only its shared vocabulary, ``types`` and ``errors``: never the scheduler, the
   manager or the policies; the control plane does not import the data plane;
-- ``sim`` (the engine simulator) and ``verify`` (the explorer's models, the bug zoo, the spec links)
-  stand apart: a bug-zoo mutant's engine is assembled by the commands;
+- ``sim`` (the engine simulator) never imports ``verify`` (the explorer's models, the bug zoo, the
+  spec links): a bug-zoo mutant's engine is assembled by the commands; ``verify``'s engine model
+  keeps its requests as the simulator's ``SimRequest`` and follows vLLM's rules as ``sim`` writes
+  them, once (``sim.vllm_rules``);
 - ``tracestudy`` (the Mooncake trace through the real scheduler, bounds, oracles) builds on the
   simulator's GPU block pool; only the commands import it;
 - ``vllm`` builds on both; ``benchmarks`` raise their own error and do not import the commands;
@@ -56,7 +58,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "tiers": ("offload", "lifecycles", *FRAMEWORK),
     "sim": PRODUCT,
     "tracestudy": ("sim", *PRODUCT),
-    "verify": PRODUCT,
+    "verify": ("sim", *PRODUCT),
     "vllm": ("sim", "verify", *PRODUCT),
     "benchmarks": ("sim", *PRODUCT),
     "commands": ("benchmarks", "vllm", "tracestudy", "sim", "verify", *PRODUCT),
