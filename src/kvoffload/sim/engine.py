@@ -31,15 +31,10 @@ from dataclasses import dataclass, field
 from kvoffload.lifecycles.invariants import Violation, check_invariants
 from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload.offload.types import DEFAULT_POLICY, ConnectorUpdate, OffloadConfig, SchedulerOutput
+from kvoffload.sim import vllm_rules
 from kvoffload.sim.block_pool import BlockPool
 from kvoffload.sim.kv_model import KVBackend, ModelWorker
 from kvoffload.sim.request import FINISHED, LOADING, RUNNING, WAITING, SimRequest, chain_hash
-from kvoffload.sim.vllm_rules import (
-    blocks_cached_when_scheduled,
-    hit_limit_blocks,
-    load_completed,
-    recompute_after_failed_load,
-)
 
 VOCAB = 32000
 MAX_REPORTED_VIOLATIONS = 20
@@ -313,7 +308,7 @@ class Engine:
         """Admit ``request``: returns tokens scheduled (0 when it waits for a load), None when
         the connector asks to retry later, -1 when the GPU pool is full."""
         size = self.config.gpu_block_size
-        local = self.pool.cached_prefix(request.block_hashes)[: hit_limit_blocks(request.num_tokens, size)]
+        local = self.pool.cached_prefix(request.block_hashes)[: vllm_rules.hit_limit_blocks(request.num_tokens, size)]
         computed = len(local) * size
         external, _ = self.scheduler.get_num_new_matched_tokens(request, computed)
         if external is None:
@@ -346,7 +341,7 @@ class Engine:
 
     def _cache_scheduled(self, request: SimRequest, n: int) -> None:
         """Cache the blocks that ``n`` tokens scheduled after the computed ones fill (cache at schedule)."""
-        for index in blocks_cached_when_scheduled(request, n):
+        for index in vllm_rules.blocks_cached_when_scheduled(request, n):
             block = request.block_ids[index]
             self.pool.register(block, request.block_hashes[index])
             self._unwritten.add(block)
@@ -409,7 +404,7 @@ class Engine:
                     self.stats.integrity_failures += 1
                     self._record([Violation("DataIntegrity", f"block {block} of {request_id!r} loaded wrong bytes")])
             self.stats.offload_hit_tokens += request.external_tokens
-            load_completed(request)
+            vllm_rules.load_completed(request)
             self.running.append(request)
         for request_id in update.load_failed:
             request = self.loading.pop(request_id, None)
@@ -422,7 +417,7 @@ class Engine:
             request.block_ids = []
 
     def _resume_after_failed_load(self, request: SimRequest) -> None:
-        recompute_after_failed_load(request)
+        vllm_rules.recompute_after_failed_load(request)
         self.running.append(request)
 
     def _sample(self, output: SchedulerOutput) -> tuple[str, ...]:

@@ -81,8 +81,8 @@ from kvoffload.lifecycles.request import CLEANED
 from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.scheduler import OffloadingScheduler, SchedulerState
 from kvoffload.offload.types import OffloadConfig, SchedulerOutput, TransferJob, WorkerOutput
+from kvoffload.sim import vllm_rules
 from kvoffload.sim.request import DONE, FINISHED, LOADING, NEW, RUNNING, WAITING, SimRequest
-from kvoffload.sim.vllm_rules import cached_blocks, load_completed, recompute_after_failed_load
 
 # Keys are large so that no block id, count or job id can be mistaken for one when renaming.
 KEY_BASE = 1 << 20
@@ -556,8 +556,11 @@ class OffloadExploreModel:
         computed, or as its next chunk, which it is scheduled to compute in the next step (vLLM
         caches a block when it schedules it). The last chunk is left for the engine to compute."""
         hit: list[int] = []
-        cached = {other_id: cached_blocks(other, 1) for other_id, other in w.requests.items() if other_id != rid}
-        for chunk in range(self.shared_chunks if self.gpu_prefix_cache else 0):
+        if not self.gpu_prefix_cache:
+            return hit
+        # A running request is scheduled one chunk per step.
+        cached = {other_id: vllm_rules.cached_blocks(other, 1) for other_id, other in w.requests.items()}
+        for chunk in range(min(self.shared_chunks, vllm_rules.hit_limit_blocks(self.chunks, 1))):
             for other_id, other in w.requests.items():
                 if other_id != rid and chunk < len(other.block_ids) and chunk < cached[other_id]:
                     hit.append(other.block_ids[chunk])
@@ -616,7 +619,7 @@ class OffloadExploreModel:
         for rid in cancelled:
             er = w.requests[rid]
             if er.status == LOADING:
-                recompute_after_failed_load(er)  # the load is cancelled
+                vllm_rules.recompute_after_failed_load(er)  # the load is cancelled
 
     def _copy(self, w: World, job: TransferJob, ok: bool) -> None:
         """The copy itself: content moves when the job completes (or is flushed)."""
@@ -730,11 +733,11 @@ class OffloadExploreModel:
         for rid in update.loaded:
             er = w.requests[rid]
             if er.status == LOADING:
-                load_completed(er)
+                vllm_rules.load_completed(er)
         for rid in update.load_failed:
             er = w.requests[rid]
             if er.status == LOADING:
-                recompute_after_failed_load(er)
+                vllm_rules.recompute_after_failed_load(er)
         for rid in update.released:
             er = w.requests[rid]
             self._free_blocks(w, er)
