@@ -25,7 +25,7 @@ def chain_hash(parent: int | None, tokens: Sequence[int]) -> int:
     return hash((parent if parent is not None else -1, tuple(tokens))) & HASH_MASK
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class SimRequest:
     """One request of the simulated engine, with what the connector reads (vLLM's names)."""
 

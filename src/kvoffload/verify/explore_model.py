@@ -108,12 +108,14 @@ def _copy_request(request: SimRequest) -> SimRequest:
     """A copy of an explorer request: its block list is copied; its tokens and block hashes, which
     the explorer never changes, are shared (the scheduler's clones share them too)."""
     copy = _new_request(SimRequest)
-    copy.__dict__.update(request.__dict__)
+    for name in _SHARED_FIELDS:
+        setattr(copy, name, getattr(request, name))
     copy.block_ids = request.block_ids.copy()
     return copy
 
 
 _new_request = object.__new__
+_SHARED_FIELDS = tuple(f.name for f in fields(SimRequest) if f.name != "block_ids")
 
 
 @dataclass
