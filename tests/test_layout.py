@@ -19,8 +19,10 @@ rules form layers, so no two packages import each other:
 - the CPU tier knows nothing of the ``tiers`` below it; ``vllm`` (the integrations) builds on all;
 - in the lab, the explorer (``statemachine``), ``redis_server`` and ``sim`` (the engine simulator)
   build on the product alone (the simulator starts its Redis through ``redis_server``); ``verify``
-  (the explorer's models, the bug zoo, the spec links) stands apart from ``sim``: a bug-zoo
-  mutant's engine is assembled by the commands; ``tracestudy`` builds on the simulator's GPU block
+  (the explorer's models, the bug zoo, the spec links) builds on ``sim``: its engine model keeps
+  its requests as the simulator's ``SimRequest`` and follows vLLM's rules as ``sim`` writes them,
+  once (``sim.vllm_rules``); ``sim`` never imports ``verify``: a bug-zoo mutant's engine is
+  assembled by the commands; ``tracestudy`` builds on the simulator's GPU block
   pool; ``vllm`` (vLLM's checks) builds on ``sim`` and ``verify``; ``benchmarks`` raise their own
   error and do not import the commands; ``commands`` import everything but the CLI, which imports
   only the commands;
@@ -73,7 +75,7 @@ LAB_ALLOWED: dict[str, tuple[str, ...]] = {
     "statemachine": (),
     "redis_server": (),
     "sim": ("redis_server",),
-    "verify": ("statemachine",),
+    "verify": ("sim", "statemachine"),
     "tracestudy": ("sim",),
     "benchmarks": ("sim", "redis_server"),
     "vllm": ("sim", "verify", "statemachine"),

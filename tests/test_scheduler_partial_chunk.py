@@ -30,7 +30,7 @@ GPU_BLOCKS = 64
 SENTINEL = -1.0
 
 
-class Engine:
+class NullBlockRig:
     """One scheduler with a null block, its worker on a one-layer mover, and a GPU block allocator."""
 
     def __init__(self, blocks_per_chunk: int, groups: int, scheduler: type[OffloadingScheduler]) -> None:
@@ -73,7 +73,7 @@ def _request(request_id: str, hashes: list[int]) -> FakeRequest:
 
 
 def _admit_behind_gpu_hit(
-    engine: Engine, stored_chunks: int, held_blocks: int
+    engine: NullBlockRig, stored_chunks: int, held_blocks: int
 ) -> tuple[FakeRequest, list[int], int, int]:
     """Store ``stored_chunks`` chunks, then admit a longer request whose first ``held_blocks``
     engine blocks the engine's prefix cache holds (the stored prompt's own GPU blocks, carrying
@@ -101,7 +101,7 @@ chunk_shapes = st.integers(2, 4).flatmap(
 
 def _check_partial_load(scheduler: type[OffloadingScheduler], shape: tuple[int, int, int], held_blocks: int) -> None:
     per_chunk, groups, stored_chunks = shape
-    engine = Engine(per_chunk, groups, scheduler)
+    engine = NullBlockRig(per_chunk, groups, scheduler)
     stored = engine.layer.clone()
     second, blocks, external, local = _admit_behind_gpu_hit(engine, stored_chunks, held_blocks)
     chunk_tokens = per_chunk * BLOCK_TOKENS
@@ -195,7 +195,7 @@ class PromotingOnceScheduler(OffloadingScheduler):
 
 
 def test_a_lookup_inside_a_chunk_that_a_tier_defers_offers_the_load_when_asked_again() -> None:
-    engine = Engine(2, 1, PromotingOnceScheduler)
+    engine = NullBlockRig(2, 1, PromotingOnceScheduler)
     s = engine.scheduler
     hashes = [100, 101, 102, 103]
     engine.store_prompt(_request("first", hashes))
@@ -207,7 +207,7 @@ def test_a_lookup_inside_a_chunk_that_a_tier_defers_offers_the_load_when_asked_a
 
 
 def test_an_offer_capped_by_the_engine_still_ends_on_a_chunk_boundary() -> None:
-    engine = Engine(2, 1, OffloadingScheduler)
+    engine = NullBlockRig(2, 1, OffloadingScheduler)
     s = engine.scheduler
     hashes = [100, 101, 102, 103, 104, 105]
     engine.store_prompt(_request("first", hashes))

@@ -66,7 +66,7 @@ from kvoffload_lab.tracestudy.bounds import infinite_cache
 from kvoffload_lab.tracestudy.mooncake import MOONCAKE_BLOCK_TOKENS, TraceRequest, block_chains, read_trace
 from kvoffload_lab.tracestudy.replay import replay_trace
 from kvoffload_lab.vllm.harness import (
-    Engine,
+    InProcessEngine,
     build_tiny_model,
     connector_transfer_config,
     kvoffload_state,
@@ -103,7 +103,7 @@ def run_engine(
     else:
         config = spec_transfer_config(args.cpu_blocks, policy)
     # One more block than the replay's GPU tier: vLLM keeps one as its null block.
-    engine = Engine(model_dir, config, block_size=args.block_size, num_gpu_blocks=args.gpu_blocks + 1)
+    engine = InProcessEngine(model_dir, config, block_size=args.block_size, num_gpu_blocks=args.gpu_blocks + 1)
     started = time.perf_counter()
     try:
         for request in requests:
@@ -133,7 +133,7 @@ def run_tiered_engine(
     """One kvoffload connector engine with ``tiers`` through ``requests``: steps, time per step,
     hit tokens per source, tier counters, violations and leaks."""
     config = connector_transfer_config(args.cpu_blocks, args.tier_policy, check_invariants=False, tiers=tiers)
-    engine = Engine(model_dir, config, block_size=args.block_size, num_gpu_blocks=args.gpu_blocks + 1)
+    engine = InProcessEngine(model_dir, config, block_size=args.block_size, num_gpu_blocks=args.gpu_blocks + 1)
     try:
         steps, connector = step_timers(engine)
         started = time.perf_counter()

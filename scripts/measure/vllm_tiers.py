@@ -39,7 +39,7 @@ from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
 
 from kvoffload.vllm.spec import KVOffloadSpec
 from kvoffload_lab.vllm.harness import (
-    Engine,
+    InProcessEngine,
     build_tiny_model,
     connector_transfer_config,
     spec_transfer_config,
@@ -111,7 +111,7 @@ class Timer:
         return timed
 
 
-def step_timers(engine: Engine) -> tuple[Timer, Timer]:
+def step_timers(engine: InProcessEngine) -> tuple[Timer, Timer]:
     """Timers on an in-process engine: its scheduler's steps, and the time inside its connector's
     calls (scheduler side and worker side)."""
     from vllm.distributed.kv_transfer import get_kv_transfer_group, has_kv_transfer_group
@@ -128,7 +128,7 @@ def step_timers(engine: Engine) -> tuple[Timer, Timer]:
 
 def run(model_dir: Path, config: dict[str, Any] | None, batches: list[list[list[int]]]) -> dict[str, Any]:
     """One engine through ``batches``: steps, time per step, connector time, hits by source."""
-    engine = Engine(model_dir, config, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS)
+    engine = InProcessEngine(model_dir, config, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS)
     try:
         steps, connector = step_timers(engine)
         outputs: list[list[int]] = []

@@ -49,7 +49,7 @@ from connector_calls import Call, record_calls
 from fuzz_models import INTEGRATION_KINDS, MODELS, model_dirs, model_for_seed
 
 from kvoffload.offload.policies import POLICIES
-from kvoffload_lab.vllm.harness import Engine, connector_transfer_config, spec_transfer_config
+from kvoffload_lab.vllm.harness import InProcessEngine, connector_transfer_config, spec_transfer_config
 
 VOCAB = 1000
 
@@ -66,7 +66,7 @@ class Sizes:
     # vLLM's token budget per step (None: its default). A small one splits prefills into chunks,
     # so that a request can be admitted in the step that computes a prefix it shares.
     step_tokens: int | None = None
-    # The engine's max_model_len (None: Engine's default, the whole GPU pool).
+    # The engine's max_model_len (None: InProcessEngine's default, the whole GPU pool).
     max_model_len: int | None = None
 
 
@@ -370,7 +370,7 @@ def _reset(llm_engine: Any, running: bool) -> None:
 
 
 def _run_batch(
-    engine: Engine, batch: Sequence[Request], events: Sequence[Event], prefix: str
+    engine: InProcessEngine, batch: Sequence[Request], events: Sequence[Event], prefix: str
 ) -> tuple[list[list[int]], list[int], list[bool]]:
     """Submit the batch (a request with ``arrive_after`` once that many steps ran, or as soon as
     nothing runs), step the engine, make the events' calls and abort requests on schedule;
@@ -449,8 +449,8 @@ def run_plan(model_dir: Path, plan: Plan, config: dict[str, Any] | None, dtype: 
     return result
 
 
-def _engine(model_dir: Path, sizes: Sizes, config: dict[str, Any] | None, dtype: str) -> Engine:
-    return Engine(
+def _engine(model_dir: Path, sizes: Sizes, config: dict[str, Any] | None, dtype: str) -> InProcessEngine:
+    return InProcessEngine(
         model_dir, config, block_size=sizes.block_size, num_gpu_blocks=sizes.num_gpu_blocks,
         max_num_seqs=sizes.max_num_seqs, dtype=dtype, max_num_batched_tokens=sizes.step_tokens,
         max_model_len=sizes.max_model_len,

@@ -36,7 +36,7 @@ class ModelKind:
     # The integrations (fuzz.integrations names before the ":") proved with this model.
     integrations: frozenset[str]
     # Whether the engine is given an explicit max_model_len (the longest request, rounded up to a
-    # block), instead of Engine's default of the whole pool: with several groups the pool holds
+    # block), instead of InProcessEngine's default of the whole pool: with several groups the pool holds
     # fewer tokens than it has blocks.
     explicit_max_model_len: bool
 

@@ -23,7 +23,7 @@ import pytest
 pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm-engine` installs it in .venv-vllm")
 
 from kvoffload_lab.vllm.harness import (
-    Engine,
+    InProcessEngine,
     build_tiny_model,
     connector_transfer_config,
     kvoffload_state,
@@ -44,7 +44,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
 
 
-def _schedule(engine: Engine, prompts: list[list[int]], reset_after: int, abort: int) -> dict[str, list[int]]:
+def _schedule(engine: InProcessEngine, prompts: list[list[int]], reset_after: int, abort: int) -> dict[str, list[int]]:
     """Step the engine; after ``reset_after`` steps reset with every running request preempted,
     abort request ``abort`` at once, then step to the end. Tokens per request id."""
     from vllm import SamplingParams
@@ -78,7 +78,7 @@ def test_a_request_aborted_after_a_reset_that_preempted_it(model_dir: Path, rese
     prompts, again = _workload()
     runs: dict[str, tuple[dict[str, list[int]], list[list[int]]]] = {}
     for name, config in INTEGRATIONS.items():
-        engine = Engine(model_dir, config(), block_size=BLOCK_SIZE, num_gpu_blocks=32)
+        engine = InProcessEngine(model_dir, config(), block_size=BLOCK_SIZE, num_gpu_blocks=32)
         try:
             tokens = _schedule(engine, prompts, reset_after, abort=1)
             later, _ = engine.generate([again], MAX_TOKENS)

@@ -36,7 +36,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm
 from connector_calls import CallLog, record_calls
 
 from kvoffload_lab.vllm.harness import (
-    Engine,
+    InProcessEngine,
     build_tiny_model,
     connector_transfer_config,
     kvoffload_state,
@@ -152,15 +152,15 @@ class Slot:
     def __init__(self, model_dir: Path, config: dict[str, Any] | None) -> None:
         self.model_dir = model_dir
         self.config = config
-        self.engine: Engine | None = None
+        self.engine: InProcessEngine | None = None
         self.log = CallLog()
         self.broken = False
 
-    def get(self) -> Engine:
+    def get(self) -> InProcessEngine:
         if self.engine is not None and self.broken:
             self.close()
         if self.engine is None:
-            self.engine = Engine(
+            self.engine = InProcessEngine(
                 self.model_dir, self.config, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS,
                 max_num_seqs=4, max_num_batched_tokens=STEP_TOKENS, scheduling_policy="priority",
             )

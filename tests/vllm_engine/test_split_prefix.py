@@ -25,8 +25,8 @@ pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm
 from vllm_partial_chunk import PrefixCacheGuardConnector
 
 from kvoffload_lab.vllm.harness import (
-    Engine,
     EngineReport,
+    InProcessEngine,
     build_tiny_model,
     connector_transfer_config,
     run_batches,
@@ -59,7 +59,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _run(model_dir: Path, workload: list[list[list[int]]], config: dict | None) -> EngineReport:
-    engine = Engine(model_dir, config, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS, max_num_seqs=4)
+    engine = InProcessEngine(model_dir, config, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS, max_num_seqs=4)
     connector = engine.scheduler_connector
     guarded = isinstance(connector, PrefixCacheGuardConnector)
     if guarded:

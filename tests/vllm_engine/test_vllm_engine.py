@@ -18,8 +18,8 @@ import pytest
 pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm-engine` installs it in .venv-vllm")
 
 from kvoffload_lab.vllm.harness import (
-    Engine,
     EngineReport,
+    InProcessEngine,
     build_tiny_model,
     connector_transfer_config,
     run_batches,
@@ -55,7 +55,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _run(model_dir: Path, config: dict | None) -> EngineReport:
-    engine = Engine(model_dir, config, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS, dtype=DTYPE)
+    engine = InProcessEngine(model_dir, config, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS, dtype=DTYPE)
     try:
         return run_batches(engine, WORKLOAD, MAX_TOKENS)
     finally:
@@ -136,7 +136,7 @@ def test_negative_control_wrong_block_mover_fails_the_check(model_dir: Path, bas
 def test_verify_loads_stops_the_engine_on_a_wrong_load(model_dir: Path, config: dict) -> None:
     """With ``verify_loads`` the same wrong mover raises DataIntegrity inside the engine instead of
     changing the outputs."""
-    engine = Engine(model_dir, config, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS, dtype=DTYPE)
+    engine = InProcessEngine(model_dir, config, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS, dtype=DTYPE)
     try:
         with pytest.raises(Exception, match="DataIntegrity: load job") as caught:
             run_batches(engine, WORKLOAD, MAX_TOKENS)

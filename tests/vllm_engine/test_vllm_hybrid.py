@@ -20,8 +20,8 @@ import pytest
 pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm-engine` installs it in .venv-vllm")
 
 from kvoffload_lab.vllm.harness import (
-    Engine,
     EngineReport,
+    InProcessEngine,
     connector_transfer_config,
     run_batches,
     save_random_model,
@@ -77,7 +77,7 @@ def run_gemma3(
 ) -> tuple[EngineReport, Any]:
     """``workload`` through the tiny Gemma 3 (``hf_overrides``: e.g. another sliding window); the
     report, and whether HMA is on with how many KV cache groups."""
-    engine = Engine(
+    engine = InProcessEngine(
         model_dir, config, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS, max_model_len=MAX_MODEL_LEN,
         hf_overrides=hf_overrides,
     )

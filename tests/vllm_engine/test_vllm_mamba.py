@@ -31,8 +31,8 @@ pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm
 
 from kvoffload_lab.vllm.harness import (
     TINY_MODEL,
-    Engine,
     EngineReport,
+    InProcessEngine,
     connector_transfer_config,
     random_prompts,
     run_batches,
@@ -96,7 +96,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _run(model_dir: Path, config: dict[str, Any] | None) -> tuple[EngineReport, dict[str, Any]]:
-    engine = Engine(
+    engine = InProcessEngine(
         model_dir, config, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS, max_model_len=MAX_MODEL_LEN, dtype=DTYPE
     )
     try:
@@ -188,8 +188,8 @@ def test_the_spec_copies_groups_using_the_start_of_every_page() -> None:
 
 
 START_ENGINE = (
-    "import json, sys; from pathlib import Path; from kvoffload_lab.vllm.harness import Engine; "
-    "Engine(Path(sys.argv[1]), json.loads(sys.argv[2]), block_size=32, num_gpu_blocks=12, max_model_len=1152, "
+    "import json, sys; from pathlib import Path; from kvoffload_lab.vllm.harness import InProcessEngine; "
+    "InProcessEngine(Path(sys.argv[1]), json.loads(sys.argv[2]), block_size=32, num_gpu_blocks=12, max_model_len=1152, "
     "dtype='bfloat16')"
 )
 

@@ -30,8 +30,8 @@ import pytest
 pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm-engine` installs it in .venv-vllm")
 
 from kvoffload_lab.vllm.harness import (
-    Engine,
     EngineReport,
+    InProcessEngine,
     connector_transfer_config,
     run_batches,
     save_random_model,
@@ -98,7 +98,7 @@ def build_deepseek_v2(directory: Path) -> Path:
 
 def _run(model_dir: Path, config: dict[str, Any] | None) -> tuple[EngineReport, Any]:
     """The workload's report, and the engine's KV cache spec and connector layout (None without one)."""
-    engine = Engine(
+    engine = InProcessEngine(
         model_dir, config, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS, max_model_len=MAX_MODEL_LEN, max_num_seqs=1
     )
     try:

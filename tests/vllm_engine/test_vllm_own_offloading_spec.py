@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm-engine` installs it in .venv-vllm")
 
-from kvoffload_lab.vllm.harness import Engine, build_tiny_model
+from kvoffload_lab.vllm.harness import InProcessEngine, build_tiny_model
 
 MEASURE = Path(__file__).resolve().parents[2] / "scripts" / "measure"
 BLOCK_SIZE = 32
@@ -34,7 +34,7 @@ WORKLOAD = _workload()
 
 
 def _run(model_dir: Path, config: dict[str, Any] | None) -> tuple[list[list[int]], list[int], int]:
-    engine = Engine(model_dir, config, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS)
+    engine = InProcessEngine(model_dir, config, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS)
     try:
         outputs: list[list[int]] = []
         cached: list[int] = []

@@ -31,7 +31,7 @@ pytest.importorskip("redis", reason="the tiers' extra is not installed here: `ma
 from kvoffload.tiers.record import Namespace
 from kvoffload_lab.redis_server import LocalRedisCluster, RedisServer
 from kvoffload_lab.vllm.harness import (
-    Engine,
+    InProcessEngine,
     build_tiny_model,
     connector_transfer_config,
     kvoffload_state,
@@ -72,7 +72,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def expected(model_dir: Path) -> dict[tuple[int, ...], list[int]]:
     """Every prompt's greedy output without offloading."""
-    engine = Engine(model_dir, None, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS)
+    engine = InProcessEngine(model_dir, None, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS)
     try:
         outputs, _ = engine.generate(EVERY_PROMPT, MAX_TOKENS)
     finally:
@@ -94,7 +94,9 @@ class Run:
     def __init__(
         self, model_dir: Path, tiers: dict, expected: dict[tuple[int, ...], list[int]], spec: bool = False
     ) -> None:
-        self.engine = Engine(model_dir, transfer_config(tiers, spec), block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS)
+        self.engine = InProcessEngine(
+            model_dir, transfer_config(tiers, spec), block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS
+        )
         self.expected = expected
 
     def batch(self, prompts: Sequence[Sequence[int]]) -> list[int]:
@@ -253,7 +255,7 @@ def another_deployments_values_and_a_rotated_password(
     changes under the running engine (no hits, same outputs) and changes back (hits resume:
     ``served`` tokens). ``spec``: both engines run KVOffloadSpec instead of KVOffloadConnector."""
     other_model = build_tiny_model(tmp_path / "other-model", seed=1)
-    other = Engine(other_model, transfer_config(_redis_tiers(redis_server), spec),
+    other = InProcessEngine(other_model, transfer_config(_redis_tiers(redis_server), spec),
                    block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS)
     try:
         other.generate([REUSED[0]], MAX_TOKENS)
@@ -286,7 +288,7 @@ def another_deployments_values_and_a_rotated_password(
     assert violations == [] and leaks == []
 
 
-def redis_scope(engine: Engine) -> bytes:
+def redis_scope(engine: InProcessEngine) -> bytes:
     """The scope (model, layout, rank 0, no salt) that starts rank 0's Redis key names in
     ``engine``, behind either integration."""
     connector = engine.scheduler_connector
@@ -379,8 +381,8 @@ def redis_cluster_with_a_slot_migration_and_a_killed_master(
 BAD_URL = "http://127.0.0.1:6379/0"
 BAD_URL_LINE = f"kv_connector_extra_config['redis_tier']['url'] must be a redis:// or rediss:// URL, got {BAD_URL!r}"
 START_ENGINE = (
-    "import json, sys; from pathlib import Path; from kvoffload_lab.vllm.harness import Engine; "
-    "Engine(Path(sys.argv[1]), json.loads(sys.argv[2]), block_size=32, num_gpu_blocks=48)"
+    "import json, sys; from pathlib import Path; from kvoffload_lab.vllm.harness import InProcessEngine; "
+    "InProcessEngine(Path(sys.argv[1]), json.loads(sys.argv[2]), block_size=32, num_gpu_blocks=48)"
 )
 
 

@@ -22,11 +22,11 @@ SETTLE_S = 3.0
 
 def main() -> None:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
-    from kvoffload_lab.vllm.harness import Engine
+    from kvoffload_lab.vllm.harness import InProcessEngine
 
     model_dir, config, batches = Path(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
     tensor_parallel_size = int(sys.argv[4]) if len(sys.argv) > 4 else 1
-    engine = Engine(model_dir, config, block_size=32, num_gpu_blocks=48, distributed_executor_backend="mp",
+    engine = InProcessEngine(model_dir, config, block_size=32, num_gpu_blocks=48, distributed_executor_backend="mp",
                     tensor_parallel_size=tensor_parallel_size)
     try:
         outputs, cached = [], []

@@ -9,7 +9,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from kvoffload_lab.vllm.harness import Engine, EngineReport, random_prompts, run_batches
+from kvoffload_lab.vllm.harness import EngineReport, InProcessEngine, random_prompts, run_batches
 
 BLOCK_SIZE = 32
 # 39 usable blocks: the prompt's prefill leaves fewer free blocks than the neighbour needs, so
@@ -31,7 +31,9 @@ def workload(prefix_tokens: int, seed: int = 5) -> list[list[list[int]]]:
 
 def run(model_dir: Path, config: dict[str, Any] | None, batches: list[list[list[int]]]) -> EngineReport:
     """The batches through an engine with two KV cache groups (sliding window and full attention)."""
-    engine = Engine(model_dir, config, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS, max_model_len=MAX_MODEL_LEN)
+    engine = InProcessEngine(
+        model_dir, config, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS, max_model_len=MAX_MODEL_LEN
+    )
     try:
         specs = [type(group.kv_cache_spec).__name__ for group in engine.core.scheduler.kv_cache_config.kv_cache_groups]
         assert sorted(specs) == ["FullAttentionSpec", "SlidingWindowSpec"], f"vLLM made the KV cache groups {specs}"

@@ -1,6 +1,6 @@
 """A bug-zoo mutant in the simulator: its scheduler, manager and worker bug in a real engine run.
 
-Assembled here, where the commands are, so that neither the simulator nor the bug zoo imports the other.
+Assembled here, where the commands are, so that the simulator never imports the bug zoo.
 """
 
 from __future__ import annotations

@@ -7,10 +7,9 @@ connector's lookup) -> ``build_connector_meta`` -> the worker executes the metad
 computes the scheduled tokens (writing each block's content) -> ``update_connector_output`` ->
 sampling (one token per decode step, EOS or max tokens finish) -> invariant check.
 
-As in vLLM, a full block enters the GPU prefix cache when its tokens are scheduled, not when the
-forward pass has written it: a request admitted behind another in the same step can hit blocks that
-only this step's forward pass writes, after the worker ran the step's stores. Blocks an async load
-fills enter the cache only once the load completed (vLLM's ``delay_cache_blocks``).
+vLLM's caching and scheduling rules (cache at schedule and the same-step hit, delay_cache_blocks, no
+admission in a step that preempted, ...) are written once in :mod:`kvoffload_lab.sim.vllm_rules`, which
+the explorer's engine model follows too.
 
 Speculative decoding (``speculative_tokens`` K > 0): a decoding request is scheduled with its last token
 plus K draft tokens; the model writes the drafts' KV, then verification accepts each draft with
@@ -32,9 +31,10 @@ from dataclasses import dataclass, field
 from kvoffload.lifecycles.invariants import Violation, check_invariants
 from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload.offload.types import DEFAULT_POLICY, ConnectorUpdate, OffloadConfig, SchedulerOutput
+from kvoffload_lab.sim import vllm_rules
 from kvoffload_lab.sim.block_pool import BlockPool
 from kvoffload_lab.sim.kv_model import KVBackend, ModelWorker
-from kvoffload_lab.sim.request import SimRequest, chain_hash
+from kvoffload_lab.sim.request import FINISHED, LOADING, RUNNING, WAITING, SimRequest, chain_hash
 
 VOCAB = 32000
 MAX_REPORTED_VIOLATIONS = 20
@@ -174,7 +174,7 @@ class Engine:
         if preempt_running:
             # vLLM pops its running queue from the back, so they are re-admitted in FIFO order.
             for request in reversed(list(self.running)):
-                if request.status == "running":
+                if request.status == RUNNING:
                     self._preempt(request)
                     self._preempted_between_steps.append(request.request_id)
         if prefix_cache:
@@ -248,7 +248,7 @@ class Engine:
         for request in list(self.running):
             if budget <= 0:
                 break
-            if request.status != "running":
+            if request.status != RUNNING:
                 continue
             n = min(request.num_tokens - request.num_computed_tokens, budget)
             if n <= 0:
@@ -308,7 +308,7 @@ class Engine:
         """Admit ``request``: returns tokens scheduled (0 when it waits for a load), None when
         the connector asks to retry later, -1 when the GPU pool is full."""
         size = self.config.gpu_block_size
-        local = self.pool.cached_prefix(request.block_hashes)[: (request.num_tokens - 1) // size]
+        local = self.pool.cached_prefix(request.block_hashes)[: vllm_rules.hit_limit_blocks(request.num_tokens, size)]
         computed = len(local) * size
         external, _ = self.scheduler.get_num_new_matched_tokens(request, computed)
         if external is None:
@@ -332,19 +332,16 @@ class Engine:
             self.stats.same_step_gpu_hits += 1
         self._cache_scheduled(request, n)
         if external:
-            request.status = "loading"
+            request.status = LOADING
             self.loading[request.request_id] = request
         else:
-            request.status = "running"
+            request.status = RUNNING
             self.running.append(request)
         return n
 
     def _cache_scheduled(self, request: SimRequest, n: int) -> None:
-        """Cache the blocks that ``n`` tokens scheduled after the computed ones fill, as vLLM does at
-        scheduling time; drafts are not cached (only tokens up to ``request.num_tokens``)."""
-        size = self.config.gpu_block_size
-        end = min(request.num_computed_tokens + n, request.num_tokens)
-        for index in range(request.num_computed_tokens // size, end // size):
+        """Cache the blocks that ``n`` tokens scheduled after the computed ones fill (cache at schedule)."""
+        for index in vllm_rules.blocks_cached_when_scheduled(request, n):
             block = request.block_ids[index]
             self.pool.register(block, request.block_hashes[index])
             self._unwritten.add(block)
@@ -354,7 +351,7 @@ class Engine:
         self.pool.free(request.block_ids)
         request.block_ids = []
         request.num_computed_tokens = 0
-        request.status = "waiting"
+        request.status = WAITING
         self.waiting.appendleft(request)
         self.stats.preemptions += 1
 
@@ -407,8 +404,7 @@ class Engine:
                     self.stats.integrity_failures += 1
                     self._record([Violation("DataIntegrity", f"block {block} of {request_id!r} loaded wrong bytes")])
             self.stats.offload_hit_tokens += request.external_tokens
-            request.num_computed_tokens = request.local_hit_tokens + request.external_tokens
-            request.status = "running"
+            vllm_rules.load_completed(request)
             # As vLLM: a loaded request is scheduled again, and its blocks are handed over again.
             self.scheduler.update_state_after_alloc(request, request.block_ids, 0)
             self.running.append(request)
@@ -423,10 +419,7 @@ class Engine:
             request.block_ids = []
 
     def _resume_after_failed_load(self, request: SimRequest) -> None:
-        # The loaded blocks hold garbage: recompute from the GPU-cached prefix, keeping the blocks.
-        request.num_computed_tokens = request.local_hit_tokens
-        request.external_tokens = 0
-        request.status = "running"
+        vllm_rules.recompute_after_failed_load(request)
         self.running.append(request)
 
     def _sample(self, output: SchedulerOutput) -> tuple[str, ...]:
@@ -467,11 +460,11 @@ class Engine:
         del self.requests[request_id]
         self._drafts.pop(request_id, None)
         self._rejected.pop(request_id, None)
-        if request.status == "running":
+        if request.status == RUNNING:
             self.running.remove(request)
-        elif request.status == "loading":
+        elif request.status == LOADING:
             del self.loading[request_id]
-        elif request.status == "waiting":
+        elif request.status == WAITING:
             self.waiting.remove(request)
         hold = False
         if self.scheduler.is_tracked(request_id):
@@ -481,7 +474,7 @@ class Engine:
         else:
             self.pool.free(request.block_ids)
             request.block_ids = []
-        request.status = "finished"
+        request.status = FINISHED
         if not aborted:
             self.stats.finished += 1
         for callback in self.on_finished:

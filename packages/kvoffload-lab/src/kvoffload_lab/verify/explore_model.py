@@ -5,13 +5,13 @@ Every choice the engine and the worker can make is an action of the explorer
 
 - ``admit(r, load|no load)``: the GPU prefix-cache lookup, the connector's lookup, allocate the GPU
   blocks of the prompt past the GPU hit, and ``update_state_after_alloc`` with the offered external
-  tokens (a load) or none. As in vLLM, a block is cached as soon as its chunk is scheduled: the hit
-  covers the shared chunks another request holds computed, or is scheduled to compute in the next
-  step (a running request's next chunk), so an admission can hit a block that only the next step's
-  forward pass writes. A loading request's blocks are cached only once loaded (delay_cache_blocks).
-  The engine computes what it scheduled: a request whose next chunk another request hit is neither
-  preempted nor finished before that step. ``gpu_prefix_cache=False`` is vLLM without prefix caching:
-  no GPU hits, so a request loads (or recomputes) shared chunks another request holds;
+  tokens (a load) or none. The GPU hit follows vLLM's caching rules (:mod:`kvoffload_lab.sim.vllm_rules`,
+  shared with the simulator): it covers the shared chunks another request holds computed, or is
+  scheduled to compute in the next step (a running request's next chunk), so an admission can hit a
+  block that only the next step's forward pass writes. The engine computes what it scheduled: a
+  request whose next chunk another request hit is neither preempted nor finished before that step.
+  ``gpu_prefix_cache=False`` is vLLM without prefix caching: no GPU hits, so a request loads (or
+  recomputes) shared chunks another request holds;
 - ``step``, ``step(preempt r)``, ``step(job j completes|FAILS)``: one engine step in the engine's
   call order: preemption frees the GPU blocks, ``build_connector_meta(SchedulerOutput)``, the
   worker runs the metadata (flushes complete now, stores and loads are submitted), every running
@@ -81,6 +81,8 @@ from kvoffload.lifecycles.request import CLEANED
 from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.scheduler import OffloadingScheduler, SchedulerState
 from kvoffload.offload.types import OffloadConfig, SchedulerOutput, TransferJob, WorkerOutput
+from kvoffload_lab.sim import vllm_rules
+from kvoffload_lab.sim.request import DONE, FINISHED, LOADING, NEW, RUNNING, WAITING, SimRequest
 
 # Keys are large so that no block id, count or job id can be mistaken for one when renaming.
 KEY_BASE = 1 << 20
@@ -96,52 +98,24 @@ MAX_REQUESTS = 64
 # keeps one order (still sound: equal states may then get different fingerprints, never the reverse).
 MAX_TIE_ORDERS = 720
 
-# Engine-side request status.
-NEW = "new"  # not arrived; the connector has never seen it
-WAITING = "waiting"  # in the engine's waiting queue (looked up, or preempted)
-LOADING = "loading"  # GPU blocks allocated, waiting for its load (WAITING_FOR_REMOTE_KVS)
-RUNNING = "running"
-FINISHED = "finished"  # finished; GPU blocks kept until the connector releases them
-DONE = "done"
-
 SchedulerFactory = Callable[[OffloadConfig, CPUOffloadingManager | None], OffloadingScheduler]
 ManagerFactory = Callable[[int, str], CPUOffloadingManager]
 # What the worker reports for a step's job outcomes; a worker-side bug of the zoo lies here.
 WorkerReport = Callable[[WorkerOutput], WorkerOutput]
 
 
-@dataclass(frozen=True)
-class ModelRequest:
-    """An engine request with its whole prompt known (immutable, shared between copies)."""
-
-    request_id: str
-    block_hashes: tuple[int, ...]
-    num_tokens: int
-
-
-@dataclass(slots=True)
-class EngineRequest:
-    """The engine's view of one request."""
-
-    status: str = NEW
-    blocks: list[int] = field(default_factory=list)
-    computed: int = 0  # chunks whose KV is in GPU memory
-    load_chunks: int = 0  # chunks the pending load brings
-    rejected: int = 0  # rejected draft tokens of the last step, for the next SchedulerOutput
-    gpu_hit: int = 0  # chunks the GPU prefix cache served at admission (blocks shared with others)
-
-    def copy(self) -> EngineRequest:
-        copy = _new_engine_request(EngineRequest)
-        copy.status = self.status
-        copy.blocks = self.blocks.copy()
-        copy.computed = self.computed
-        copy.load_chunks = self.load_chunks
-        copy.rejected = self.rejected
-        copy.gpu_hit = self.gpu_hit
-        return copy
+def _copy_request(request: SimRequest) -> SimRequest:
+    """A copy of an explorer request: its block list is copied; its tokens and block hashes, which
+    the explorer never changes, are shared (the scheduler's clones share them too)."""
+    copy = _new_request(SimRequest)
+    for name in _SHARED_FIELDS:
+        setattr(copy, name, getattr(request, name))
+    copy.block_ids = request.block_ids.copy()
+    return copy
 
 
-_new_engine_request = object.__new__
+_new_request = object.__new__
+_SHARED_FIELDS = tuple(f.name for f in fields(SimRequest) if f.name != "block_ids")
 
 
 @dataclass
@@ -149,7 +123,9 @@ class World:
     """One state: the real scheduler (and its manager) plus the engine and worker models."""
 
     scheduler: OffloadingScheduler
-    requests: dict[str, EngineRequest]
+    # A request of one-token blocks (gpu_block_size = 1): num_computed_tokens counts its computed
+    # chunks, local_hit_tokens the chunks its GPU hit served, external_tokens those its load brings.
+    requests: dict[str, SimRequest]
     gpu_free: list[int]
     gpu_content: list[int]
     cpu_content: list[int]
@@ -162,6 +138,8 @@ class World:
     scheduling: bool = False
     # Found by the engine model during the last action; not part of the state's identity.
     problems: list[tuple[str, str]] = field(default_factory=list)
+    # Rejected draft tokens of each request in the last step, for the next SchedulerOutput.
+    rejected: dict[str, int] = field(default_factory=dict)
 
 
 def _freeze(value: Any, rename: Callable[[Any], Any]) -> Any:
@@ -261,10 +239,7 @@ class OffloadExploreModel:
         self.drain_steps = drain_steps if drain_steps is not None else 2 * chunks + 6
         self.config = OffloadConfig(gpu_block_size=1, blocks_per_chunk=1, num_cpu_blocks=self.cpu_blocks, policy=policy)
         self.request_ids = [f"r{i + 1}" for i in range(num_requests)]
-        self.engine_requests = {
-            rid: ModelRequest(rid, tuple(self.key(i, c) for c in range(chunks)), chunks)
-            for i, rid in enumerate(self.request_ids)
-        }
+        self.block_hashes = {rid: [self.key(i, c) for c in range(chunks)] for i, rid in enumerate(self.request_ids)}
         self._key_owner: dict[int, tuple[int, int]] = {
             self.key(i, c): (i if c >= shared_chunks else -1, c) for i in range(num_requests) for c in range(chunks)
         }
@@ -311,7 +286,7 @@ class OffloadExploreModel:
     def initial(self) -> World:
         return World(
             scheduler=self.new_scheduler(),
-            requests={rid: EngineRequest() for rid in self.request_ids},
+            requests={rid: SimRequest.of_blocks(rid, hashes, NEW) for rid, hashes in self.block_hashes.items()},
             gpu_free=list(range(self.gpu_blocks)),
             gpu_content=[EMPTY] * self.gpu_blocks,
             cpu_content=[EMPTY] * self.cpu_blocks,
@@ -329,7 +304,7 @@ class OffloadExploreModel:
         out.append(("step", None, None, True))
         if self.speculative_decoding:
             for rid, er in w.requests.items():
-                if er.status == RUNNING and er.computed + 2 <= self.chunks:
+                if er.status == RUNNING and er.num_computed_tokens + 2 <= self.chunks:
                     out.append(("spec", rid))
         for job_id in sorted(w.inflight):
             out.append(("step", None, job_id, True))
@@ -359,9 +334,9 @@ class OffloadExploreModel:
         scheduled that chunk (the hit was possible only so), so the next step computes it."""
         writers = set()
         for rid, er in w.requests.items():
-            if er.status == RUNNING and er.computed < self.chunks:
-                block = er.blocks[er.computed]
-                if any(block in other.blocks for other in w.requests.values() if other is not er):
+            if er.status == RUNNING and er.num_computed_tokens < self.chunks:
+                block = er.block_ids[er.num_computed_tokens]
+                if any(block in other.block_ids for other in w.requests.values() if other is not er):
                     writers.add(rid)
         return writers
 
@@ -401,7 +376,7 @@ class OffloadExploreModel:
         """A copy of ``w`` that no later action on either can affect."""
         return World(
             w.scheduler.clone(),
-            {rid: er.copy() for rid, er in w.requests.items()},
+            {rid: _copy_request(er) for rid, er in w.requests.items()},
             w.gpu_free.copy(),
             w.gpu_content.copy(),
             w.cpu_content.copy(),
@@ -411,6 +386,7 @@ class OffloadExploreModel:
             w.preemptions,
             w.scheduling,
             [],
+            w.rejected.copy(),
         )
 
     def step(self, w: World, action: tuple[Any, ...]) -> World:
@@ -582,13 +558,14 @@ class OffloadExploreModel:
         computed, or as its next chunk, which it is scheduled to compute in the next step (vLLM
         caches a block when it schedules it). The last chunk is left for the engine to compute."""
         hit: list[int] = []
-        for chunk in range(self.shared_chunks if self.gpu_prefix_cache else 0):
+        if not self.gpu_prefix_cache:
+            return hit
+        # A running request is scheduled one chunk per step.
+        cached = {other_id: vllm_rules.cached_blocks(other, 1) for other_id, other in w.requests.items()}
+        for chunk in range(min(self.shared_chunks, vllm_rules.hit_limit_blocks(self.chunks, 1))):
             for other_id, other in w.requests.items():
-                if other_id == rid or chunk >= len(other.blocks):
-                    continue
-                computed = other.status in (RUNNING, FINISHED) and chunk < other.computed
-                if computed or (other.status == RUNNING and chunk == other.computed):
-                    hit.append(other.blocks[chunk])
+                if other_id != rid and chunk < len(other.block_ids) and chunk < cached[other_id]:
+                    hit.append(other.block_ids[chunk])
                     break
             else:
                 break
@@ -597,7 +574,7 @@ class OffloadExploreModel:
     def _lookup(self, w: World, rid: str, hit_chunks: int) -> int | None:
         er = w.requests[rid]
         tokens = hit_chunks * self.config.chunk_tokens
-        matched, _ = w.scheduler.get_num_new_matched_tokens(self.engine_requests[rid], tokens)
+        matched, _ = w.scheduler.get_num_new_matched_tokens(er, tokens)
         er.status = WAITING
         return matched
 
@@ -609,29 +586,29 @@ class OffloadExploreModel:
             return  # deferred by the connector: the engine retries next step
         er = w.requests[rid]
         blocks = hit + [w.gpu_free.pop(0) for _ in range(self.chunks - len(hit))]
-        er.blocks = blocks
+        er.block_ids = blocks
         external = matched if load else 0
-        w.scheduler.update_state_after_alloc(self.engine_requests[rid], blocks, external)
-        er.gpu_hit = len(hit)
-        er.computed = len(hit)
+        w.scheduler.update_state_after_alloc(er, blocks, external)
+        er.local_hit_tokens = len(hit)
+        er.num_computed_tokens = len(hit)
         if external:
             er.status = LOADING
-            er.load_chunks = external // self.config.chunk_tokens
+            er.external_tokens = external
         else:
             er.status = RUNNING
 
-    def _free_blocks(self, w: World, er: EngineRequest) -> None:
+    def _free_blocks(self, w: World, er: SimRequest) -> None:
         """Drop ``er``'s hold on its blocks; a block another request shares (a GPU hit) stays."""
-        shared = {block for other in w.requests.values() if other is not er for block in other.blocks}
-        w.gpu_free.extend(block for block in er.blocks if block not in shared)
+        shared = {block for other in w.requests.values() if other is not er for block in other.block_ids}
+        w.gpu_free.extend(block for block in er.block_ids if block not in shared)
         w.gpu_free.sort()
-        er.blocks = []
-        er.gpu_hit = 0
+        er.block_ids = []
+        er.local_hit_tokens = 0
 
     def _finish(self, w: World, rid: str) -> None:
         er = w.requests[rid]
-        er.rejected = 0  # a finished request's drafts are not reported
-        keep = w.scheduler.request_finished(self.engine_requests[rid], list(er.blocks))
+        w.rejected.pop(rid, None)  # a finished request's drafts are not reported
+        keep = w.scheduler.request_finished(er, list(er.block_ids))
         if keep:
             er.status = FINISHED
         else:
@@ -644,9 +621,7 @@ class OffloadExploreModel:
         for rid in cancelled:
             er = w.requests[rid]
             if er.status == LOADING:
-                # The load is cancelled: the engine recomputes those tokens.
-                er.status = RUNNING
-                er.computed = er.gpu_hit
+                vllm_rules.recompute_after_failed_load(er)  # the load is cancelled
 
     def _copy(self, w: World, job: TransferJob, ok: bool) -> None:
         """The copy itself: content moves when the job completes (or is flushed)."""
@@ -693,18 +668,16 @@ class OffloadExploreModel:
             er = w.requests[preempt]
             self._free_blocks(w, er)
             er.status = WAITING
-            er.computed = 0
+            er.num_computed_tokens = 0
             preempted.append(preempt)
             w.preemptions += 1
         running = [rid for rid, er in w.requests.items() if er.status == RUNNING]
         tokens = self.config.chunk_tokens
-        scheduled = {rid: (tokens if w.requests[rid].computed < self.chunks else 0) for rid in running}
+        scheduled = {rid: (tokens if w.requests[rid].num_computed_tokens < self.chunks else 0) for rid in running}
         drafts = {drafting: tokens} if drafting is not None else {}
         if drafting is not None:
             scheduled[drafting] += tokens
-        rejected = {rid: er.rejected for rid, er in w.requests.items() if er.rejected}
-        for rid in rejected:
-            w.requests[rid].rejected = 0
+        rejected, w.rejected = w.rejected, {}
         meta = sched.build_connector_meta(
             SchedulerOutput(
                 num_scheduled_tokens=scheduled, preempted=preempted, num_draft_tokens=drafts,
@@ -738,12 +711,12 @@ class OffloadExploreModel:
             if not n:
                 continue
             er = w.requests[rid]
-            content = self.engine_requests[rid].block_hashes[er.computed]
-            self._write_gpu(w, er.blocks[er.computed], content, f"{rid}'s forward pass")
+            computed = er.num_computed_tokens
+            self._write_gpu(w, er.block_ids[computed], er.block_hashes[computed], f"{rid}'s forward pass")
             if rid == drafting:
-                self._write_gpu(w, er.blocks[er.computed + 1], DRAFT, f"{rid}'s draft")
-                er.rejected = tokens
-            er.computed += 1
+                self._write_gpu(w, er.block_ids[computed + 1], DRAFT, f"{rid}'s draft")
+                w.rejected[rid] = tokens
+            er.num_computed_tokens = computed + 1
         return report
 
     def _end_step(self, w: World, completing: dict[int, bool], report: dict[int, bool]) -> None:
@@ -762,13 +735,11 @@ class OffloadExploreModel:
         for rid in update.loaded:
             er = w.requests[rid]
             if er.status == LOADING:
-                er.status = RUNNING
-                er.computed = er.gpu_hit + er.load_chunks
+                vllm_rules.load_completed(er)
         for rid in update.load_failed:
             er = w.requests[rid]
             if er.status == LOADING:
-                er.status = RUNNING
-                er.computed = er.gpu_hit
+                vllm_rules.recompute_after_failed_load(er)
         for rid in update.released:
             er = w.requests[rid]
             self._free_blocks(w, er)
@@ -793,13 +764,13 @@ class OffloadExploreModel:
         problems = []
         running = [er for er in w.requests.values() if er.status == RUNNING]
         # A GPU hit on a block scheduled for the next step's forward pass: not written yet.
-        scheduled = {er.blocks[er.computed] for er in running if er.computed < self.chunks}
+        scheduled = {er.block_ids[er.num_computed_tokens] for er in running if er.num_computed_tokens < self.chunks}
         for rid, er in w.requests.items():
             if er.status != RUNNING:
                 continue
-            hashes = self.engine_requests[rid].block_hashes
-            for chunk in range(er.computed):
-                block = er.blocks[chunk]
+            hashes = er.block_hashes
+            for chunk in range(er.num_computed_tokens):
+                block = er.block_ids[chunk]
                 if w.gpu_content[block] != hashes[chunk] and block not in scheduled:
                     problems.append(
                         ("DataIntegrity", f"{rid} chunk {chunk} in GPU block {block} holds "
@@ -892,7 +863,8 @@ class OffloadExploreModel:
                 t.draft_tokens, t.gpu_hit_unwritten,
             )
         return (
-            rids[rid], er.status, tuple(er.blocks), er.computed, er.load_chunks, er.rejected, er.gpu_hit, tracker
+            rids[rid], er.status, tuple(er.block_ids), er.num_computed_tokens, er.external_tokens,
+            w.rejected.get(rid, 0), er.local_hit_tokens, tracker,
         )
 
     def _build_namings(self) -> None:
@@ -969,8 +941,8 @@ class OffloadExploreModel:
         out: dict[str, str] = {}
         for rid, er in w.requests.items():
             engine = f"{er.status}"
-            if er.blocks:
-                engine += f" gpu{er.blocks} computed={er.computed}"
+            if er.block_ids:
+                engine += f" gpu{er.block_ids} computed={er.num_computed_tokens}"
             out[f"{rid}.engine"] = engine
             t = sched.trackers.get(rid)
             if t is None:

@@ -160,7 +160,7 @@ def _counter(metrics: Sequence[Any], name: str) -> int:
     return int(sum(getattr(m, "value", 0) for m in metrics if m.name == name))
 
 
-class Engine:
+class InProcessEngine:
     """One ``vllm.LLM`` on the tiny model, with an optional ``kv_transfer_config``."""
 
     def __init__(
@@ -279,7 +279,7 @@ def kvoffload_state(connector: Any) -> tuple[list[str], list[str], dict[str, Any
     return manager.violations, manager.leaks(), counters
 
 
-def run_batches(engine: Engine, batches: Sequence[Sequence[Sequence[int]]], max_tokens: int) -> EngineReport:
+def run_batches(engine: InProcessEngine, batches: Sequence[Sequence[Sequence[int]]], max_tokens: int) -> EngineReport:
     """Run each batch to completion in turn, drain, and report."""
     report = EngineReport()
     for batch in batches:

@@ -43,13 +43,23 @@ from kvoffload.tiers.index import LocalTierIndex, SharedTierIndex, TierIndex
 from kvoffload.tiers.invariants import check_tier_invariants
 from kvoffload.tiers.manager import TieringManager
 from kvoffload.tiers.protocol import CORRUPT, FAULT, MISS, OK, TierJob, TierOutcome
-from kvoffload_lab.verify.explore_model import ModelRequest
 
 KEY_BASE = 1 << 20
 GARBAGE = -1
 DRAIN_ROUNDS = 40
 
 ManagerFactory = Callable[[CPUOffloadingManager, list[LocalTierIndex]], TieringManager]
+
+
+@dataclass(frozen=True)
+class TierPrompt:
+    """What the scheduler reads of a request of this model (the ``EngineRequest`` protocol): its
+    ``chunks`` keys, and one more token to compute. This third engine model keeps its own engine
+    state (docs/tiers.md); the simulator and the offload explorer share ``SimRequest``."""
+
+    request_id: str
+    block_hashes: tuple[int, ...]
+    num_tokens: int
 
 
 @dataclass
@@ -97,9 +107,9 @@ class TierExploreModel:
         self.make_manager = make_manager or (lambda cpu, tiers: TieringManager(cpu, tiers))
         self.keys = tuple(KEY_BASE + i for i in range(chunks))
 
-    def prompt(self, request_id: str) -> ModelRequest:
+    def prompt(self, request_id: str) -> TierPrompt:
         """The request's prompt (every request has the same one)."""
-        return ModelRequest(request_id, self.keys, self.chunks + 1)
+        return TierPrompt(request_id, self.keys, self.chunks + 1)
 
     # ------------------------------------------------------------------ the model protocol
     def initial(self) -> TierWorld:
