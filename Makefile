@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo check-defaults check-vllm-installed test test-fast test-thorough lint tla tla-corpus tla-corpus-live tla-fuzz bench check-install clean redis-server check-vllm-engine check-vllm fuzz-vllm-engine check-vllm-live check-vllm-tiers check-vllm-serve check-product-vllm
+.PHONY: demo check-defaults check-vllm-installed test test-fast test-thorough lint tla tla-corpus tla-corpus-live tla-fuzz bench check-install check-install-wheels clean redis-server check-vllm-engine check-vllm fuzz-vllm-engine check-vllm-live check-vllm-tiers check-vllm-serve check-product-vllm
 
 $(STAMP): pyproject.toml packages/tlacheck/pyproject.toml packages/kvoffload-lab/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -202,8 +202,12 @@ check-vllm: $(STAMP)
 # TLA+ checker alone; the product alone and with each extra (none of the lab, tlacheck, rich or
 # hypothesis comes in or is imported, no kvoffload command); the lab alone and with each extra (every
 # command's --help, a small run of each, the one-line message naming a missing extra)
-# (scripts/check_install.py; venvs under .cache/check-install).
-check-install:
+# (scripts/check_install.py; venvs under .cache/check-install). check-install adds the product
+# alone in a fresh vLLM venv running both integrations (check-product-vllm); CI runs the two apart,
+# the wheels beside the engines and the vLLM venv in the engines' lane.
+check-install: check-install-wheels check-product-vllm
+
+check-install-wheels:
 	$(PYTHON) scripts/check_install.py --torch '$(TORCH_PIN)'
 
 clean:
