@@ -138,6 +138,10 @@ class Engine:
         self._rejected: dict[str, int] = {}
         # Preempted by reset_cache(preempt_running=True): reported in the next SchedulerOutput.
         self._preempted_between_steps: list[str] = []
+        # Requests whose load completed, in completion order: vLLM hands their blocks over again in
+        # the next step's schedule() (before build_connector_meta), never between steps, where a
+        # connector may be reset and must find no allocation of a step in progress.
+        self._loaded: dict[str, SimRequest] = {}
 
     # ------------------------------------------------------------------ requests
     def add_request(self, prompt: Sequence[int], max_tokens: int, request_id: str | None = None) -> SimRequest:
@@ -245,6 +249,9 @@ class Engine:
         scheduled: dict[str, int] = {}
         new_blocks: dict[str, list[int]] = {}
         preempted, self._preempted_between_steps = self._preempted_between_steps, []
+        loaded, self._loaded = self._loaded, {}
+        for request in loaded.values():
+            self.scheduler.update_state_after_alloc(request, request.block_ids, 0)
         for request in list(self.running):
             if budget <= 0:
                 break
@@ -348,6 +355,7 @@ class Engine:
 
     def _preempt(self, request: SimRequest) -> None:
         self.running.remove(request)
+        self._loaded.pop(request.request_id, None)
         self.pool.free(request.block_ids)
         request.block_ids = []
         request.num_computed_tokens = 0
@@ -405,8 +413,7 @@ class Engine:
                     self._record([Violation("DataIntegrity", f"block {block} of {request_id!r} loaded wrong bytes")])
             self.stats.offload_hit_tokens += request.external_tokens
             vllm_rules.load_completed(request)
-            # As vLLM: a loaded request is scheduled again, and its blocks are handed over again.
-            self.scheduler.update_state_after_alloc(request, request.block_ids, 0)
+            self._loaded[request_id] = request
             self.running.append(request)
         for request_id in update.load_failed:
             request = self.loading.pop(request_id, None)
@@ -460,6 +467,7 @@ class Engine:
         del self.requests[request_id]
         self._drafts.pop(request_id, None)
         self._rejected.pop(request_id, None)
+        self._loaded.pop(request_id, None)
         if request.status == RUNNING:
             self.running.remove(request)
         elif request.status == LOADING:
