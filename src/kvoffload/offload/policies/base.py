@@ -8,7 +8,7 @@ import copy
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Hashable
-from typing import Self
+from typing import Any, Self
 
 from kvoffload.offload.types import OffloadKey
 
@@ -49,28 +49,26 @@ class EvictionPolicy(ABC):
         return copy.deepcopy(self)
 
 
-class KeyHistory:
+class KeyHistory(OrderedDict[OffloadKey, None]):
     """A bounded FIFO set of keys no longer (or not yet) resident: the history admission reads
-    (and S3-FIFO's ghost queue)."""
+    (and S3-FIFO's ghost queue). An ordered dict, so ``key in history`` is no Python call."""
 
     def __init__(self, capacity: int) -> None:
+        super().__init__()
         self.capacity = max(1, capacity)
-        self._keys: OrderedDict[OffloadKey, None] = OrderedDict()
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._keys
 
     def add(self, key: OffloadKey) -> None:
-        self._keys[key] = None
-        self._keys.move_to_end(key)
-        while len(self._keys) > self.capacity:
-            self._keys.popitem(last=False)
+        self[key] = None
+        self.move_to_end(key)
+        while len(self) > self.capacity:
+            self.popitem(last=False)
 
     def discard(self, key: OffloadKey) -> None:
-        self._keys.pop(key, None)
-
-    def clear(self) -> None:
-        self._keys.clear()
+        self.pop(key, None)
 
     def fingerprint(self) -> Hashable:
-        return tuple(self._keys)
+        return tuple(self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # For copy and deepcopy: OrderedDict's would call KeyHistory() without the capacity.
+        return (KeyHistory, (self.capacity,), None, None, iter(self.items()))

@@ -6,9 +6,10 @@ of them (``doorkeeper``) and the default, ``doorkeeper_lfu``. The call contract 
 
 from __future__ import annotations
 
+import copy
 import heapq
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Hashable
+from collections.abc import Collection, Hashable
 from typing import Self
 
 from kvoffload.offload.policies.base import Evictable, EvictionPolicy, KeyHistory
@@ -303,7 +304,7 @@ class SecondSightingAdmission(EvictionPolicy):
         if self._promised:
             self._promised -= 1
         self._resident += 1
-        self._seen.discard(key)
+        self._seen.pop(key, None)
         self.inner.on_insert(key, parent)
         if key in self._returning:
             # Offered before (refused or evicted): for a frequency order, that earlier use counts.
@@ -355,105 +356,6 @@ class DoorkeeperLRUPolicy(SecondSightingAdmission):
         super().__init__(capacity, LRUPolicy(), ghost_factor)
 
 
-class _ShadowTier:
-    """Which keys a tier of ``capacity`` would hold, evicting in ``order``'s order, with or without
-    the doorkeeper's second-sighting admission: keys only, no blocks (see
-    :class:`DuelingAdmission`)."""
-
-    def __init__(self, capacity: int, order: EvictionPolicy, doorkeeper: bool, ghost_factor: int) -> None:
-        self.capacity = max(1, capacity)
-        self.doorkeeper = doorkeeper
-        self._order = order
-        self._keys: set[OffloadKey] = set()
-        self._seen = KeyHistory(ghost_factor * capacity)
-
-    def access(self, key: OffloadKey) -> bool:
-        """A lookup of ``key``: True if this tier holds it; otherwise it is offered for storing."""
-        if key in self._keys:
-            self._order.on_hit(key)
-            return True
-        full = len(self._keys) >= self.capacity
-        if self.doorkeeper and full:
-            if key not in self._seen:
-                self._seen.add(key)
-                return False
-            self._seen.discard(key)
-        if full:
-            for evicted in self._order.victims(1, _ANY, ()) or ():
-                self._keys.discard(evicted)
-                self._order.on_remove(evicted)
-                if self.doorkeeper:
-                    self._seen.add(evicted)
-        self._keys.add(key)
-        self._order.on_insert(key, None)
-        return False
-
-    def clear(self) -> None:
-        self._order.reset()
-        self._keys.clear()
-        self._seen.clear()
-
-    def fingerprint(self) -> Hashable:
-        return (self._order.fingerprint(), self._seen.fingerprint())
-
-
-def _ANY(key: OffloadKey) -> bool:
-    return True
-
-
-class DuelingAdmission(SecondSightingAdmission):
-    """Second-sighting admission, or none, whichever is winning on this traffic at this size, in
-    front of an eviction order (``inner``): set dueling, as CPU caches choose an insertion policy.
-    Two key-only shadow tiers of the same capacity, each evicting in the order ``shadow_order()``
-    gives, see every access the CPU tier sees (an offered store is a miss, a lookup hit a hit), one
-    admitting every key and one admitting on second sighting; a saturating counter (``limit``)
-    moves by one towards the shadow that alone held an accessed key. While the admit-all shadow
-    leads, every key is admitted; otherwise :class:`SecondSightingAdmission`'s rule holds. Costs
-    two more key sets of the tier's size, and no bytes."""
-
-    def __init__(
-        self,
-        capacity: int,
-        inner: EvictionPolicy,
-        shadow_order: Callable[[], EvictionPolicy],
-        ghost_factor: int = 4,
-        limit: int = 1024,
-    ) -> None:
-        super().__init__(capacity, inner, ghost_factor)
-        self.limit = limit
-        self._admit_all = _ShadowTier(capacity, shadow_order(), False, ghost_factor)
-        self._second_sight = _ShadowTier(capacity, shadow_order(), True, ghost_factor)
-        self._lead = 0  # > 0: the admit-all shadow leads
-
-    @property
-    def admits_all(self) -> bool:
-        """True while every offered key is admitted (the admit-all shadow leads)."""
-        return self._lead > 0
-
-    def _duel(self, key: OffloadKey) -> None:
-        admit_all_held, second_sight_held = self._admit_all.access(key), self._second_sight.access(key)
-        if admit_all_held != second_sight_held:
-            step = 1 if admit_all_held else -1
-            self._lead = max(-self.limit, min(self.limit, self._lead + step))
-
-    def admit(self, key: OffloadKey) -> bool:
-        self._duel(key)
-        return super().admit(key)
-
-    def on_hit(self, key: OffloadKey) -> None:
-        self._duel(key)
-        super().on_hit(key)
-
-    def reset(self) -> None:
-        super().reset()
-        self._lead = 0
-        self._admit_all.clear()
-        self._second_sight.clear()
-
-    def fingerprint(self) -> Hashable:
-        return (super().fingerprint(), self._admit_all.fingerprint(), self._second_sight.fingerprint(), self._lead)
-
-
 class LFUPolicy(EvictionPolicy):
     """LFU with dynamic aging (LFU-DA): a key's priority is its use count plus the tier's age, the
     priority of the last evicted key, so keys that were hot long ago age out instead of staying
@@ -480,15 +382,19 @@ class LFUPolicy(EvictionPolicy):
 
     def _place(self, key: OffloadKey, priority: int) -> None:
         """Stamp ``key``, which is in no bucket, and put it behind every key of ``priority``."""
-        self._clock += 1
+        self._clock = clock = self._clock + 1
         self._priority[key] = priority
         bucket = self._buckets.get(priority)
         if bucket is None:
-            bucket = self._buckets[priority] = OrderedDict()
-            heapq.heappush(self._priorities, priority)
-            if len(self._priorities) > 4 * len(self._buckets) + 64:
-                self._priorities = sorted(self._buckets)  # a sorted list is a heap
-        bucket[key] = self._clock
+            bucket = self._new_bucket(priority)
+        bucket[key] = clock
+
+    def _new_bucket(self, priority: int) -> OrderedDict[OffloadKey, int]:
+        bucket = self._buckets[priority] = OrderedDict()
+        heapq.heappush(self._priorities, priority)
+        if len(self._priorities) > 4 * len(self._buckets) + 64:
+            self._priorities = sorted(self._buckets)  # a sorted list is a heap
+        return bucket
 
     def _leave(self, key: OffloadKey, priority: int) -> None:
         bucket = self._buckets[priority]
@@ -501,7 +407,14 @@ class LFUPolicy(EvictionPolicy):
         if previous is not None:  # inserted again without a removal: starts over
             self._leave(key, previous)
         self._uses[key] = 1
-        self._place(key, self._age + 1)
+        # _place, inlined: this runs three times per key the default policy stores.
+        priority = self._age + 1
+        self._clock = clock = self._clock + 1
+        self._priority[key] = priority
+        bucket = self._buckets.get(priority)
+        if bucket is None:
+            bucket = self._new_bucket(priority)
+        bucket[key] = clock
 
     def on_hit(self, key: OffloadKey) -> None:
         uses = self._uses.get(key)
@@ -510,6 +423,22 @@ class LFUPolicy(EvictionPolicy):
             self._uses[key] = uses
             self._leave(key, self._priority[key])
             self._place(key, self._age + uses)
+
+    def _evict_one(self) -> OffloadKey:
+        """``victims(1, every key evictable)`` and ``on_remove`` of the victim, for a non-empty
+        order without its generality (the shadows evict this way on every miss once full)."""
+        heap, buckets = self._priorities, self._buckets
+        while heap[0] not in buckets:
+            heapq.heappop(heap)  # an emptied bucket's priority
+        priority = heap[0]
+        bucket = buckets[priority]
+        victim = next(iter(bucket))
+        if priority > self._age:
+            self._age = priority
+        del self._uses[victim], self._priority[victim], bucket[victim]
+        if not bucket:
+            del buckets[priority]
+        return victim
 
     def on_remove(self, key: OffloadKey) -> None:
         self._uses.pop(key, None)
@@ -555,6 +484,111 @@ class LFUPolicy(EvictionPolicy):
         return (self._age, self._clock, tuple(sorted(entries)))
 
 
+class _LFUShadow(LFUPolicy):
+    """Which keys a tier of ``capacity`` would hold, evicting in LFU-DA order, with or without the
+    doorkeeper's second-sighting admission: keys only, no blocks (see :class:`DuelingAdmission`).
+    Its own use counts are its key set."""
+
+    def __init__(self, capacity: int, doorkeeper: bool, ghost_factor: int) -> None:
+        super().__init__()
+        self.capacity = max(1, capacity)
+        self.doorkeeper = doorkeeper
+        self._seen = KeyHistory(ghost_factor * capacity)
+
+    def access(self, key: OffloadKey) -> bool:
+        """A lookup of ``key``: True if this tier holds it; otherwise it is offered for storing."""
+        if key in self._uses:
+            self.on_hit(key)
+            return True
+        if len(self._uses) >= self.capacity:
+            if self.doorkeeper:
+                seen = self._seen
+                if key not in seen:
+                    seen.add(key)
+                    return False
+                seen.discard(key)
+                seen.add(self._evict_one())
+            else:
+                self._evict_one()
+        self.on_insert(key, None)
+        return False
+
+    def clear(self) -> None:
+        self.reset()
+        self._seen.clear()
+
+    def twin(self, doorkeeper: bool) -> _LFUShadow:
+        """A shadow in this one's state, admitting on second sighting if ``doorkeeper``."""
+        twin = copy.copy(self)
+        twin.doorkeeper = doorkeeper
+        twin._seen = copy.copy(self._seen)
+        twin._uses, twin._priority = self._uses.copy(), self._priority.copy()
+        twin._buckets = {priority: bucket.copy() for priority, bucket in self._buckets.items()}
+        twin._priorities = self._priorities.copy()
+        return twin
+
+    def fingerprint(self) -> Hashable:
+        return (super().fingerprint(), self._seen.fingerprint())
+
+
+class DuelingAdmission(SecondSightingAdmission):
+    """Second-sighting admission, or none, whichever is winning on this traffic at this size, in
+    front of an eviction order (``inner``): set dueling, as CPU caches choose an insertion policy.
+    Two key-only shadow tiers of the same capacity, each evicting in LFU-DA order, see every access
+    the CPU tier sees (an offered store is a miss, a lookup hit a hit), one admitting every key and
+    one admitting on second sighting; a saturating counter (``limit``) moves by one towards the
+    shadow that alone held an accessed key. While the admit-all shadow leads, every key is
+    admitted; otherwise :class:`SecondSightingAdmission`'s rule holds. Costs two more key sets of
+    the tier's size, and no bytes."""
+
+    def __init__(self, capacity: int, inner: EvictionPolicy, ghost_factor: int = 4, limit: int = 1024) -> None:
+        super().__init__(capacity, inner, ghost_factor)
+        self.limit = limit
+        self._admit_all = _LFUShadow(capacity, False, ghost_factor)
+        # None while both shadows are in the same state: until one is full, neither evicts nor
+        # refuses, so one shadow does the work of two (a full one refuses first sightings).
+        self._second_sight: _LFUShadow | None = None
+        self._lead = 0  # > 0: the admit-all shadow leads
+
+    @property
+    def admits_all(self) -> bool:
+        """True while every offered key is admitted (the admit-all shadow leads)."""
+        return self._lead > 0
+
+    def _duel(self, key: OffloadKey) -> None:
+        admit_all = self._admit_all
+        second_sight = self._second_sight
+        if second_sight is None:
+            if key in admit_all._uses or len(admit_all._uses) < admit_all.capacity:
+                admit_all.access(key)  # both shadows hold key, or both store it: no lead moves
+                return
+            second_sight = self._second_sight = admit_all.twin(doorkeeper=True)
+        admit_all_held = admit_all.access(key)
+        if admit_all_held != second_sight.access(key):
+            lead = self._lead + (1 if admit_all_held else -1)
+            if -self.limit <= lead <= self.limit:
+                self._lead = lead
+
+    def admit(self, key: OffloadKey) -> bool:
+        self._duel(key)
+        return super().admit(key)
+
+    def on_hit(self, key: OffloadKey) -> None:
+        self._duel(key)
+        super().on_hit(key)
+
+    def reset(self) -> None:
+        super().reset()
+        self._lead = 0
+        self._admit_all.clear()
+        self._second_sight = None
+
+    def fingerprint(self) -> Hashable:
+        admit_all = self._admit_all.fingerprint()
+        second_sight = admit_all if self._second_sight is None else self._second_sight.fingerprint()
+        return (super().fingerprint(), admit_all, second_sight, self._lead)
+
+
 class DoorkeeperLFUPolicy(DuelingAdmission):
     """The default: :class:`DuelingAdmission` (second-sighting admission while it wins, admit-all
     otherwise) in front of LFU with dynamic aging. Admission keeps one-off prefixes out of a tier
@@ -564,4 +598,4 @@ class DoorkeeperLFUPolicy(DuelingAdmission):
     name = "doorkeeper_lfu"
 
     def __init__(self, capacity: int, ghost_factor: int = 4, limit: int = 1024) -> None:
-        super().__init__(capacity, LFUPolicy(), LFUPolicy, ghost_factor, limit)
+        super().__init__(capacity, LFUPolicy(), ghost_factor, limit)
