@@ -559,8 +559,12 @@ class DuelingAdmission(SecondSightingAdmission):
         admit_all = self._admit_all
         second_sight = self._second_sight
         if second_sight is None:
-            if key in admit_all._uses or len(admit_all._uses) < admit_all.capacity:
-                admit_all.access(key)  # both shadows hold key, or both store it: no lead moves
+            # Both shadows hold key, or both store it without evicting: no lead moves.
+            if key in admit_all._uses:
+                admit_all.on_hit(key)
+                return
+            if len(admit_all._uses) < admit_all.capacity:
+                admit_all.on_insert(key, None)
                 return
             second_sight = self._second_sight = admit_all.twin(doorkeeper=True)
         admit_all_held = admit_all.access(key)
@@ -569,13 +573,14 @@ class DuelingAdmission(SecondSightingAdmission):
             if -self.limit <= lead <= self.limit:
                 self._lead = lead
 
+    # SecondSightingAdmission's methods named, not super(): no super object per key.
     def admit(self, key: OffloadKey) -> bool:
         self._duel(key)
-        return super().admit(key)
+        return SecondSightingAdmission.admit(self, key)
 
     def on_hit(self, key: OffloadKey) -> None:
         self._duel(key)
-        super().on_hit(key)
+        self.inner.on_hit(key)
 
     def reset(self) -> None:
         super().reset()
