@@ -19,6 +19,7 @@ from kvoffload.offload.policies import (
     LFUPolicy,
     LRUPolicy,
     PrefixLRUPolicy,
+    SecondSightingAdmission,
     make_policy,
 )
 from kvoffload.offload.policies.peers import S3FIFOPolicy
@@ -341,3 +342,114 @@ def test_dueling_stays_a_doorkeeper_when_second_sighting_would_have_hit_more() -
     assert resident == [1, 2]
     policy.reset()
     assert not policy.admits_all and policy.fingerprint() == DoorkeeperLFUPolicy(2, limit=4).fingerprint()
+
+
+class _ReferenceShadow:
+    """A shadow tier of DoorkeeperLFUPolicy by definition: LFU-DA by _ReferenceLFU, a FIFO list
+    of refused and evicted keys (with ``doorkeeper``), nothing shared with the other shadow."""
+
+    def __init__(self, capacity: int, doorkeeper: bool) -> None:
+        self.capacity, self.doorkeeper = capacity, doorkeeper
+        self.lfu = _ReferenceLFU()
+        self.seen: list[int] = []
+
+    def access(self, key: int) -> bool:
+        keys = self.lfu.keys
+        if key in keys:
+            self.lfu.stamp(key, keys[key][2] + 1)
+            return True
+        full = len(keys) >= self.capacity
+        if self.doorkeeper and full:
+            if key not in self.seen:
+                self._remember(key)
+                return False
+            self.seen.remove(key)
+        if full:
+            (victim,) = self.lfu.victims(1, ANY) or [-1]
+            del keys[victim]
+            if self.doorkeeper:
+                self._remember(victim)
+        self.lfu.stamp(key, 1)
+        return False
+
+    def _remember(self, key: int) -> None:
+        if key in self.seen:
+            self.seen.remove(key)
+        self.seen.append(key)
+        del self.seen[: -4 * self.capacity]
+
+    def fingerprint(self) -> object:
+        return (self.lfu.fingerprint(), tuple(self.seen))
+
+
+class _ReferenceDueling(SecondSightingAdmission):
+    """DoorkeeperLFUPolicy by definition: two independent shadows, every access through both."""
+
+    def __init__(self, capacity: int, limit: int) -> None:
+        super().__init__(capacity, LFUPolicy())
+        self.limit = limit
+        self.reset()
+
+    @property
+    def admits_all(self) -> bool:
+        return self.lead > 0
+
+    def _duel(self, key: int) -> None:
+        admit_all_held, second_sight_held = (shadow.access(key) for shadow in self.shadows)
+        if admit_all_held != second_sight_held:
+            self.lead = max(-self.limit, min(self.limit, self.lead + (1 if admit_all_held else -1)))
+
+    def admit(self, key: int) -> bool:
+        self._duel(key)
+        return super().admit(key)
+
+    def on_hit(self, key: int) -> None:
+        self._duel(key)
+        super().on_hit(key)
+
+    def reset(self) -> None:
+        super().reset()
+        self.lead = 0
+        self.shadows = (_ReferenceShadow(self.capacity, False), _ReferenceShadow(self.capacity, True))
+
+    def fingerprint(self) -> object:
+        return (super().fingerprint(), *(shadow.fingerprint() for shadow in self.shadows), self.lead)
+
+
+@settings(max_examples=150, deadline=None)
+@given(capacity=st.integers(1, 4), limit=st.integers(1, 3), script=st.lists(
+    st.tuples(st.sampled_from(["offer", "offer", "hit", "reset"]), st.integers(0, 11), st.integers(0, 0xFFF)),
+    max_size=80))
+def test_doorkeeper_lfu_matches_its_definition(capacity: int, limit: int, script: list[tuple[str, int, int]]) -> None:
+    """Every admission, eviction and fingerprint equal those of two independent shadows fed every
+    access (the policy keeps one shadow until they fill, and evicts in them without victims())."""
+    policy, reference = DoorkeeperLFUPolicy(capacity, limit=limit), _ReferenceDueling(capacity, limit)
+    resident: list[int] = []
+    for op, key, mask in script:
+        if op == "offer" and key not in resident:
+            admitted = policy.admit(key)
+            assert admitted == reference.admit(key)
+            if admitted and len(resident) == capacity:
+
+                def evictable(k: int, mask: int = mask) -> bool:
+                    return not (mask >> k) & 1
+
+                chosen = policy.victims(1, evictable, [key])
+                assert chosen == reference.victims(1, evictable, [key])
+                for victim in chosen or ():
+                    resident.remove(victim)
+                    policy.on_remove(victim)
+                    reference.on_remove(victim)
+            if admitted and len(resident) < capacity:
+                resident.append(key)
+                policy.on_insert(key, None)
+                reference.on_insert(key, None)
+        elif op == "hit":
+            policy.on_hit(key)
+            reference.on_hit(key)
+        elif op == "reset":
+            resident.clear()
+            policy.reset()
+            reference.reset()
+        assert policy.admits_all == reference.admits_all
+        assert policy.fingerprint() == reference.fingerprint()
