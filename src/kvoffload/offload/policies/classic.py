@@ -384,10 +384,8 @@ class LFUPolicy(EvictionPolicy):
         """Stamp ``key``, which is in no bucket, and put it behind every key of ``priority``."""
         self._clock = clock = self._clock + 1
         self._priority[key] = priority
-        bucket = self._buckets.get(priority)
-        if bucket is None:
-            bucket = self._new_bucket(priority)
-        bucket[key] = clock
+        # A bucket is dropped when emptied: one that is there is not empty.
+        (self._buckets.get(priority) or self._new_bucket(priority))[key] = clock
 
     def _new_bucket(self, priority: int) -> OrderedDict[OffloadKey, int]:
         bucket = self._buckets[priority] = OrderedDict()
@@ -407,14 +405,11 @@ class LFUPolicy(EvictionPolicy):
         if previous is not None:  # inserted again without a removal: starts over
             self._leave(key, previous)
         self._uses[key] = 1
-        # _place, inlined: this runs three times per key the default policy stores.
+        # _place, inlined: the default policy runs this for its tier and its shadows per key stored.
         priority = self._age + 1
         self._clock = clock = self._clock + 1
         self._priority[key] = priority
-        bucket = self._buckets.get(priority)
-        if bucket is None:
-            bucket = self._new_bucket(priority)
-        bucket[key] = clock
+        (self._buckets.get(priority) or self._new_bucket(priority))[key] = clock
 
     def on_hit(self, key: OffloadKey) -> None:
         uses = self._uses.get(key)
