@@ -540,8 +540,8 @@ class DuelingAdmission(SecondSightingAdmission):
         super().__init__(capacity, inner, ghost_factor)
         self.limit = limit
         self._admit_all = _LFUShadow(capacity, False, ghost_factor)
-        # None while both shadows are in the same state: until one is full, neither evicts nor
-        # refuses, so one shadow does the work of two (a full one refuses first sightings).
+        # None while the second-sighting shadow is in the admit-all one's state: until they fill,
+        # neither evicts nor refuses, so one shadow does the work of both.
         self._second_sight: _LFUShadow | None = None
         self._lead = 0  # > 0: the admit-all shadow leads
 
@@ -564,9 +564,8 @@ class DuelingAdmission(SecondSightingAdmission):
             second_sight = self._second_sight = admit_all.twin(doorkeeper=True)
         admit_all_held = admit_all.access(key)
         if admit_all_held != second_sight.access(key):
-            lead = self._lead + (1 if admit_all_held else -1)
-            if -self.limit <= lead <= self.limit:
-                self._lead = lead
+            step = 1 if admit_all_held else -1
+            self._lead = max(-self.limit, min(self.limit, self._lead + step))
 
     # SecondSightingAdmission's methods named, not super(): no super object per key.
     def admit(self, key: OffloadKey) -> bool:
