@@ -1,4 +1,4 @@
-"""kvoffload_lab.vllm.check.search: the hypothesis machine the connector folders subclass records the
+"""kvoffload_lab.vllm.common.search: the hypothesis machine the connector folders subclass records the
 program it ran, and that program, pasted, reproduces the finding (no vLLM needed)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from types import SimpleNamespace
 from hypothesis.stateful import initialize
 
 from kvoffload.lifecycles.invariants import Violation
-from kvoffload_lab.vllm.check.connector_actions import ABORT, ADD, RESET, STEP
-from kvoffload_lab.vllm.check.search import ConnectorMachine, run_machine
+from kvoffload_lab.vllm.common.connector_actions import ABORT, ADD, RESET, STEP
+from kvoffload_lab.vllm.common.search import ConnectorMachine, run_machine
 
 
 class AbortBesideHarness:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from kvoffload_lab.vllm.live.driver import main
+from kvoffload_lab.vllm.common.live.driver import main
 from kvoffload_lab.vllm.live.registry import CONNECTORS
 
 sys.exit(main(sys.argv[1:], CONNECTORS))

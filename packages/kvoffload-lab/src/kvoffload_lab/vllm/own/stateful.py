@@ -1,7 +1,7 @@
 """The hypothesis stateful checker: random programs of engine events through vLLM's scheduler and
 ``KVOffloadConnector``.
 
-:class:`KVOffloadMachine` is :class:`~kvoffload_lab.vllm.check.search.ConnectorMachine` on this
+:class:`KVOffloadMachine` is :class:`~kvoffload_lab.vllm.common.search.ConnectorMachine` on this
 folder's actions: it adds requests (fresh prompts, or the whole of an earlier request, output
 included, plus a new message, so that prefixes are shared on the GPU and in the CPU tier), steps the
 engine, aborts a live request (between steps, or inside the next step just before its output is
@@ -18,8 +18,8 @@ from typing import ClassVar
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize
 
-from kvoffload_lab.vllm.check.findings import CheckerVerdict
-from kvoffload_lab.vllm.check.search import ConnectorMachine, run_machine
+from kvoffload_lab.vllm.common.findings import CheckerVerdict
+from kvoffload_lab.vllm.common.search import ConnectorMachine, run_machine
 from kvoffload_lab.vllm.own.actions import ACTIONS
 from kvoffload_lab.vllm.own.build import OwnShape
 from kvoffload_lab.vllm.own.harness import OwnConfig, OwnHarness

@@ -1,7 +1,7 @@
 """The hypothesis stateful checker: random programs of engine events through vLLM's scheduler and
 ``SimpleCPUOffloadConnector``.
 
-:class:`SimpleMachine` is :class:`~kvoffload_lab.vllm.check.search.ConnectorMachine` on this folder's
+:class:`SimpleMachine` is :class:`~kvoffload_lab.vllm.common.search.ConnectorMachine` on this folder's
 actions: it adds requests (fresh prompts, or the whole of an earlier request, output included, plus
 a new message, so that prefixes are shared and a finished request's last blocks are asked for),
 steps the engine, aborts a live request and resets the prefix cache with the connector; the engine's
@@ -18,8 +18,8 @@ from typing import ClassVar
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize
 
-from kvoffload_lab.vllm.check.findings import CheckerVerdict
-from kvoffload_lab.vllm.check.search import LOSS_PASS, ConnectorMachine, run_machine
+from kvoffload_lab.vllm.common.findings import CheckerVerdict
+from kvoffload_lab.vllm.common.search import LOSS_PASS, ConnectorMachine, run_machine
 from kvoffload_lab.vllm.simple.actions import ACTIONS
 from kvoffload_lab.vllm.simple.build import SimpleShape
 from kvoffload_lab.vllm.simple.compat import SimpleReads
