@@ -514,7 +514,8 @@ def test_a_vllm_api_kvoffload_does_not_know_is_one_line_exit_3(tmp_path: Path, c
     assert "violation" not in (run.stdout + run.stderr).lower()
     assert len(said) == 1 and "unsupported vLLM API" in said[0], run.stderr[-2000:]
     assert "missing 1 required keyword-only argument: 'a_new_required_argument'" in said[0]
-    assert f"at kvoffload_lab/vllm/{'check/adapter' if connector == 'offloading' else 'simple/compat'}.py:" in said[0]
+    where = "offloading/adapter" if connector == "offloading" else "simple/compat"
+    assert f"at kvoffload_lab/vllm/{where}.py:" in said[0]
     assert "violation" not in said[0].lower() and "Crash" not in said[0]
 
 

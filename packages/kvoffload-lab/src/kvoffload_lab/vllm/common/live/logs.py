@@ -67,13 +67,19 @@ def read_ndjson(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def write_drain(path: Path, seq: int, step: int, when: str, findings: list[dict[str, str]]) -> None:
-    """The drain-time checks at trace line ``seq`` (``when``: "idle" or "shutdown")."""
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """``data`` as ``path``, replaced whole: a reader in another process never sees half a file."""
     partial = path.with_suffix(".tmp")
-    partial.write_text(json.dumps({"seq": seq, "step": step, "when": when, "findings": findings}))
+    partial.write_text(json.dumps(data))
     partial.replace(path)
 
 
-def read_drain(path: Path) -> dict[str, Any] | None:
-    """The last drain report (None when the connector was never idle nor shut down)."""
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A file :func:`write_json` wrote (the last drain report, a worker's counts), or None when there
+    is none (the connector was never idle nor shut down)."""
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def write_drain(path: Path, seq: int, step: int, when: str, findings: list[dict[str, str]]) -> None:
+    """The drain-time checks at trace line ``seq`` (``when``: "idle" or "shutdown")."""
+    write_json(path, {"seq": seq, "step": step, "when": when, "findings": findings})

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kvoffload_lab.vllm.common.findings import CRASH
-from kvoffload_lab.vllm.common.live.logs import DRAIN_FILE, FINDINGS_FILE, TRACE_FILE, read_drain, read_ndjson
+from kvoffload_lab.vllm.common.live.logs import DRAIN_FILE, FINDINGS_FILE, TRACE_FILE, read_json, read_ndjson
 
 
 @dataclass
@@ -44,7 +44,7 @@ class RunFiles:
         """The files of the run the driver's ``outcome`` describes."""
         folder = Path(outcome["folder"])
         return cls(folder, read_ndjson(folder / TRACE_FILE), read_ndjson(folder / FINDINGS_FILE),
-                   read_drain(folder / DRAIN_FILE))
+                   read_json(folder / DRAIN_FILE))
 
     @property
     def last_seq(self) -> int:

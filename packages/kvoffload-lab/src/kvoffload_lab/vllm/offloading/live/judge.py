@@ -48,7 +48,6 @@ from kvoffload_lab.vllm.common.live.workloads import BLOCK_BYTES, DOUBLE_RESET, 
 from kvoffload_lab.vllm.offloading.live.conformance import BEHAVIOURS, EXPLAINED, check_conformance
 
 MANAGERS: tuple[str, ...] = ("lru", "arc", "tiering")
-CHECKERS: tuple[str, ...] = ("engine", "engine-mp", "double-reset", "double-reset-mp")
 
 
 def checker_name(workload: str, mode: str) -> str:

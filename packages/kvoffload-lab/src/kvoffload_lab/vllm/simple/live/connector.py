@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +38,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from kvoffload_lab.vllm.common.findings import CRASH, crash_message
-from kvoffload_lab.vllm.common.live.logs import DRAIN_FILE, FINDINGS_FILE, TRACE_FILE, FindingLog, TraceLog
+from kvoffload_lab.vllm.common.live.logs import DRAIN_FILE, FINDINGS_FILE, TRACE_FILE, FindingLog, TraceLog, write_json
 from kvoffload_lab.vllm.common.live.workloads import BLOCK_BYTES, Workload
 from kvoffload_lab.vllm.simple.compat import SimpleReads
 
@@ -77,17 +76,6 @@ def simple_transfer_config(mode: str, workload: Workload, folder: Path, engine_i
             "live_copy_delay": copy_delay(workload.seed),
         },
     }
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    partial = path.with_suffix(".tmp")
-    partial.write_text(json.dumps(data))
-    partial.replace(path)
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    """A file :func:`_write_json` wrote, or None when there is none."""
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 
@@ -262,8 +250,8 @@ class _SchedulerRecorder:
 
     def drain_report(self, when: str) -> None:
         """``drain.json``: what is held now (``when``: "idle" or "shutdown") and the run's counters."""
-        _write_json(self.drain_path, {"seq": self.trace.seq, "step": self.step, "when": when,
-                                      "live": sorted(self.live), "held": held_by(self.manager), **self.stats()})
+        write_json(self.drain_path, {"seq": self.trace.seq, "step": self.step, "when": when,
+                                     "live": sorted(self.live), "held": held_by(self.manager), **self.stats()})
 
 
 # ---------------------------------------------------------------------- the worker side
@@ -319,7 +307,7 @@ def _checked_backend(backend: Any, findings: FindingLog, stats_path: Path) -> An
                                                       "store wrote")
                     else:
                         counts["blocks_loaded_checked"] += 1
-            _write_json(stats_path, counts)
+            write_json(stats_path, counts)
 
         events_list[-1] = (index, LateEvent(run, backend.delay))
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from kvoffload_lab.vllm.common.findings import CheckerVerdict, relevant_events, requests_named
 from kvoffload_lab.vllm.common.live.interface import LiveConnector
-from kvoffload_lab.vllm.common.live.logs import read_ndjson
+from kvoffload_lab.vllm.common.live.logs import read_json, read_ndjson
 from kvoffload_lab.vllm.common.live.verdicts import LiveVerdict, RunFiles, first_failure, request_of, token_difference
 from kvoffload_lab.vllm.common.live.workloads import KINDS, LAZY_IDLE, RELOAD, Workload
 from kvoffload_lab.vllm.simple.live.connector import (
@@ -37,7 +37,6 @@ from kvoffload_lab.vllm.simple.live.connector import (
     LOSSES_FILE,
     MODES,
     WORKER_FILE,
-    read_json,
     simple_transfer_config,
 )
 
