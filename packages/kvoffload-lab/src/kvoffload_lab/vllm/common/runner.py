@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from kvoffload_lab.vllm.common.findings import MAX_TRACE_LINES, CheckerVerdict, unsupported_verdict
@@ -37,6 +38,16 @@ def run_cells(cells: Sequence[tuple[str, str]],
         if results[-1].result == "unsupported":
             break
     return results
+
+
+def run_rows(package: str, rows: Sequence[str], known: Sequence[str], kind: str, checkers: Sequence[str],
+             reads: Any) -> list[CheckerVerdict]:
+    """Every row (``kind``: a manager, an offload mode, a scheduling of the connector folder
+    ``package``; each one of ``known``) x checker, through :func:`run_cells`."""
+    unknown = [row for row in rows if row not in known]
+    if unknown:
+        raise ValueError(f"unknown {kind} {unknown[0]!r}; known: {', '.join(known)}")
+    return run_cells([(row, name) for row in rows for name in checkers], partial(checker, package), reads)
 
 
 def to_json(version: str, results: Sequence[CheckerVerdict], setup_seconds: float,
