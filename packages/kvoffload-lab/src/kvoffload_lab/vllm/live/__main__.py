@@ -1,5 +1,6 @@
-"""``python -m kvoffload_lab.vllm.live PLAN.json OUT.json``: the driver (:mod:`.driver`) with the
-connectors of the registry (:mod:`.registry`), in a process of its own per run mode."""
+"""``python -m kvoffload_lab.vllm.live PLAN.json OUT.json``: the driver
+(:mod:`kvoffload_lab.vllm.common.live.driver`) with the connectors of the registry (:mod:`.registry`),
+in a process of its own per run mode."""
 
 from __future__ import annotations
 

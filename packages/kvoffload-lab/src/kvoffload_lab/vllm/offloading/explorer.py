@@ -62,7 +62,7 @@ def _prompt(index: int) -> list[int]:
 
 
 class VllmExploreModel(ActionExploreModel):
-    """The explorer's model of vLLM's OffloadingConnector (see :mod:`.action_explore`)."""
+    """The explorer's model of vLLM's OffloadingConnector (see :mod:`kvoffload_lab.vllm.common.action_explore`)."""
 
     action_list = ACTIONS
     prompts = tuple(_prompt(index) for index in range(REQUESTS))

@@ -1,8 +1,9 @@
 """vLLM's ``OffloadingConnector`` in live engines: its row of the registry (:data:`OFFLOADING`) and
 its judge.
 
-The runs are :mod:`.checks`' (``kvoffload vllm check --checker engine``): every workload of
-:data:`.workloads.KINDS` and ``double_reset`` with each manager (:data:`MANAGERS`: vLLM's
+The runs are :mod:`kvoffload_lab.vllm.common.live.checks`'
+(``kvoffload vllm check --checker engine``): every workload of
+:data:`kvoffload_lab.vllm.common.live.workloads.KINDS` and ``double_reset`` with each manager (:data:`MANAGERS`: vLLM's
 ``CPUOffloadingManager`` with LRU or ARC, or its ``TieringOffloadingManager``), in process and with
 multiprocessing, the engine's connector being :mod:`.connector`'s. Each run is judged, in this
 order, and the first violation is the run's verdict:
@@ -19,7 +20,8 @@ model cannot produce is a gap of the model, not a violation of vLLM's, so it goe
 (``model_gaps``, or ``explained_gaps`` when its cause is known), never into the verdict.
 
 Results are :class:`~kvoffload_lab.vllm.common.findings.CheckerVerdict` per manager x checker, the checker
-being ``engine`` / ``engine-mp`` for the workloads of :data:`.workloads.KINDS` and
+being ``engine`` / ``engine-mp`` for the workloads of
+:data:`kvoffload_lab.vllm.common.live.workloads.KINDS` and
 ``double-reset`` / ``double-reset-mp`` for the known finding, reported on its own.
 """
 

