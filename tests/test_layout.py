@@ -31,7 +31,9 @@ rules form layers, so no two packages import each other:
   (:data:`MAY_IMPORT_THE_CHECKER`).
 
 Within the product (:data:`PRODUCT_MODULES`) no two modules import each other either, through any
-chain.
+chain. Within the lab's ``vllm`` the folders follow one axis (:data:`VLLM_FOLDERS`): ``common`` imports
+no connector's folder, and only ``live`` (the live check's registry) names every connector. No module
+imports an underscore name from a module of another folder.
 """
 
 from __future__ import annotations
