@@ -137,8 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     version, report, problems = began
     problems = check(version, report) + problems
     engine = report["engine"]
+    from kvoffload_lab.vllm.common.live.report import format_report
     from kvoffload_lab.vllm.live.registry import CONNECTORS
-    from kvoffload_lab.vllm.live.report import format_report
 
     print(format_report(engine, CONNECTORS["offloading"]))
     print(json.dumps({"vllm": version, "seconds": round(time.perf_counter() - started, 1),

@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from check_vllm_live_release import start
-from kvoffload_lab.vllm.live.workloads import LAZY_IDLE
+from kvoffload_lab.vllm.common.live.workloads import LAZY_IDLE
 
 RELEASES = ("0.32.0",)
 NEVER_IDLE = "the engine still steps"
@@ -56,8 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         return began
     version, report, problems = began
     problems = check(version, report) + problems
+    from kvoffload_lab.vllm.common.live.report import format_report
     from kvoffload_lab.vllm.live.registry import CONNECTORS
-    from kvoffload_lab.vllm.live.report import format_report
 
     print(format_report(report["engine"], CONNECTORS["simple"]))
     print(json.dumps({"vllm": version, "connector": "simple", "seconds": round(time.perf_counter() - started, 1),

@@ -17,7 +17,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from kvoffload_lab.vllm.check.build import region_files
+from kvoffload_lab.vllm.offloading.build import region_files
 
 # vLLM release -> {(manager, checker): (result, invariant, text the error must contain)}; pairs not
 # listed must succeed. 0.26.0 is the release before the fix of #49635; 0.34.0 changed the API the

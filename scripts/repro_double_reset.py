@@ -5,8 +5,9 @@ moves the in-flight jobs to ``_current_batch_jobs_to_flush`` (handed to the work
 the next step's ``build_connector_meta``), the second asserts that this set is empty and raises
 ``AssertionError``. In an engine that is ``reset_prefix_cache(reset_connector=True)`` twice with no
 step in between: the call fails and the engine survives (EngineCore in its own process catches it,
-the caller gets "Call to reset_prefix_cache method failed: "). :mod:`kvoffload_lab.vllm.check.repro_double_reset_engine`
-shows it in a real engine, docs/vllm-double-reset.md reports it.
+the caller gets "Call to reset_prefix_cache method failed: ").
+:mod:`kvoffload_lab.vllm.offloading.repro_double_reset_engine` shows it in a real engine,
+docs/vllm-double-reset.md reports it.
 
 ``python scripts/repro_double_reset.py [--vllm-src DIR]`` prints the outcome; exit 1
 when the assertion fails, 0 when the connector takes the second reset.
@@ -22,7 +23,7 @@ from typing import Any
 
 def reproduce() -> str | None:
     """The failure as ``Type at file:line`` (None when the second reset passes)."""
-    from kvoffload_lab.vllm.check.build import ConnectorShape, build_connector, shutdown_connector
+    from kvoffload_lab.vllm.offloading.build import ConnectorShape, build_connector, shutdown_connector
 
     connector, vllm_config = build_connector("lru", ConnectorShape(block_size=4, gpu_blocks=8, cpu_chunks=4))
     try:
@@ -42,7 +43,7 @@ def _double_reset(connector: Any) -> str | None:
     from vllm.v1.outputs import KVConnectorOutput
     from vllm.v1.request import Request, RequestStatus
 
-    from kvoffload_lab.vllm.check.adapter import scheduler_output_fields
+    from kvoffload_lab.vllm.offloading.adapter import scheduler_output_fields
 
     init_none_hash(sha256)
     request = Request(request_id="r1", prompt_token_ids=[1] * 9, sampling_params=SamplingParams(max_tokens=1),
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--vllm-src", default=None)
     args = parser.parse_args(argv)
-    from kvoffload_lab.vllm.locate import VllmNotFound, locate_vllm
+    from kvoffload_lab.vllm.common.locate import VllmNotFound, locate_vllm
 
     try:
         install = locate_vllm(args.vllm_src)

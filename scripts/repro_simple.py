@@ -67,7 +67,7 @@ class _Engine:
         from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
         from vllm.v1.simple_kv_offload.metadata import SimpleCPUOffloadWorkerMetadata
 
-        from kvoffload_lab.vllm.check.adapter import scheduler_output_fields
+        from kvoffload_lab.vllm.offloading.adapter import scheduler_output_fields
 
         output = self.scheduler.schedule()
         metadata = output.kv_connector_metadata
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     logging.getLogger("vllm").setLevel(logging.ERROR)
-    from kvoffload_lab.vllm.locate import VllmNotFound, locate_vllm
+    from kvoffload_lab.vllm.common.locate import VllmNotFound, locate_vllm
 
     try:
         install = locate_vllm(args.vllm_src, simple=True)

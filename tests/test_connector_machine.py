@@ -1,15 +1,17 @@
-"""kvoffload_lab.vllm.check.search: the hypothesis machine the connector folders subclass records the
-program it ran, and that program, pasted, reproduces the finding (no vLLM needed)."""
+"""kvoffload_lab.vllm.common.search: the hypothesis machine the connector folders subclass records the
+program it ran, and that program, pasted, reproduces the finding; a pinned seed, not the class's name,
+decides the programs (no vLLM needed)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import ClassVar
 
 from hypothesis.stateful import initialize
 
 from kvoffload.lifecycles.invariants import Violation
-from kvoffload_lab.vllm.check.connector_actions import ABORT, ADD, RESET, STEP
-from kvoffload_lab.vllm.check.search import ConnectorMachine, run_machine
+from kvoffload_lab.vllm.common.connector_actions import ABORT, ADD, RESET, STEP
+from kvoffload_lab.vllm.common.search import ConnectorMachine, run_machine, search
 
 
 class AbortBesideHarness:
@@ -80,3 +82,26 @@ def test_a_rule_runs_only_when_the_folder_lists_its_action() -> None:
 
     result = run_machine("fake", NoAbortMachine, examples=30, steps=10)
     assert result.result == "success", result.trace
+
+
+class QuietMachine(AbortBesideMachine):
+    """Adds and steps only (no finding), keeping every program it ran in ``programs``."""
+
+    actions = (ADD, STEP)
+    programs: ClassVar[list[list[str]]]
+
+    def teardown(self) -> None:
+        super().teardown()
+        self.programs.append(self.program)
+
+
+def _programs(name: str, seed: int) -> list[list[str]]:
+    machine = type(name, (QuietMachine,), {"search_seed": seed, "programs": []})
+    assert search(machine, examples=10, steps=6) is None
+    return machine.programs
+
+
+def test_a_pinned_seed_decides_the_programs_not_the_class_name() -> None:
+    # Without search_seed, hypothesis' derandomized search derives its seed from the class's name.
+    assert _programs("SimpleMachine_lazy", 7) == _programs("SimpleMachine_lazy_", 7)
+    assert _programs("SimpleMachine_lazy", 7) != _programs("SimpleMachine_lazy", 8)

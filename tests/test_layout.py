@@ -31,7 +31,9 @@ rules form layers, so no two packages import each other:
   (:data:`MAY_IMPORT_THE_CHECKER`).
 
 Within the product (:data:`PRODUCT_MODULES`) no two modules import each other either, through any
-chain.
+chain. Within the lab's ``vllm`` the folders follow one axis (:data:`VLLM_FOLDERS`): ``common`` imports
+no connector's folder, and only ``live`` (the live check's registry) names every connector. No module
+imports an underscore name from a module of another folder.
 """
 
 from __future__ import annotations
@@ -120,6 +122,7 @@ def _imports(module: str, path: Path) -> Iterator[tuple[int, str, tuple[str, ...
 
 
 MODULES = list(_modules())
+PACKAGES = {module for module, path in MODULES if path.name == "__init__.py"}
 
 
 def test_every_package_has_a_rule() -> None:
@@ -155,10 +158,97 @@ def test_imports_follow_the_layout(module: str, path: Path) -> None:
         why = _wrong_import(module, imported)
         if why is not None:
             wrong.append(f"{path}:{line}: {module} imports {imported} ({why})")
-        private = [name for name in names if name.startswith("_") and not name.startswith("__")]
-        if private and (_root(imported), _package(imported)) != (_root(module), _package(module)):
-            wrong.append(f"{path}:{line}: imports private name(s) {private} of another package")
+        private = _private_from_another_folder(module, path, imported, names)
+        if private:
+            wrong.append(f"{path}:{line}: imports private name(s) {private} of another folder")
     assert not wrong, "\n".join(wrong)
+
+
+def _folder(module: str, path: Path) -> str:
+    """The dotted folder a module lives in (a package's ``__init__`` lives in its own folder)."""
+    return module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+
+def _private_from_another_folder(module: str, path: Path, imported: str, names: tuple[str, ...]) -> list[str]:
+    """The underscore names ``module`` imports from a module of another folder (``imported`` names a
+    module, or a package whose names are its ``__init__``'s)."""
+    private = [name for name in names if name.startswith("_") and not name.startswith("__")]
+    folder = imported if imported in PACKAGES else imported.rpartition(".")[0]
+    return private if folder != _folder(module, path) else []
+
+
+def test_the_private_import_rule_sees_another_folder_of_the_same_package(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("from kvoffload_lab.vllm.offloading.build import _kv_cache_tensor, LAYER\n"
+                   "from kvoffload_lab.vllm.simple.compat import _private_here\n")
+    found = [_private_from_another_folder("kvoffload_lab.vllm.simple.build", bad, imported, names)
+             for _, imported, names in _imports("kvoffload_lab.vllm.simple.build", bad)]
+    assert found == [["_kv_cache_tensor"], []]
+
+
+# The lab's vLLM checks, one folder per vLLM connector on a common layer -> the folders of
+# kvoffload_lab.vllm each may import besides itself. ``common`` names no connector; only ``live`` (the
+# live check's registry and the driver's entry point) names them all. ``simple`` builds its engine
+# with the model config and the model-runner output of ``offloading``; ``own`` runs kvoffload's
+# connector in the simple connector's engine, with its digest model.
+VLLM = "kvoffload_lab.vllm"
+VLLM_FOLDERS: dict[str, tuple[str, ...]] = {
+    "": (),
+    "common": (),
+    "offloading": ("common",),
+    "simple": ("common", "offloading"),
+    "own": ("common", "simple", "offloading"),
+    "live": ("common", "offloading", "simple"),
+}
+
+
+def _vllm_folder(module: str) -> str | None:
+    """The folder of kvoffload_lab.vllm that ``module`` is in ("" for the package itself), or None."""
+    if module != VLLM and not module.startswith(VLLM + "."):
+        return None
+    return module.removeprefix(VLLM).removeprefix(".").split(".")[0]
+
+
+def _wrong_vllm_folder_import(module: str, imported: str) -> str | None:
+    """Why ``module`` (of kvoffload_lab.vllm) may not import ``imported``, or None when it may."""
+    folder, target = _vllm_folder(module), _vllm_folder(imported)
+    if folder is None or target is None or target == folder or target in VLLM_FOLDERS[folder]:
+        return None
+    return f"{VLLM}.{folder or '__init__'} must not import {VLLM}.{target}"
+
+
+VLLM_MODULES = [(module, path) for module, path in MODULES if _vllm_folder(module) is not None]
+
+
+def test_every_vllm_folder_has_a_rule() -> None:
+    assert {_vllm_folder(module) for module, _ in VLLM_MODULES} == set(VLLM_FOLDERS)
+
+
+@pytest.mark.parametrize(("module", "path"), VLLM_MODULES, ids=[module for module, _ in VLLM_MODULES])
+def test_the_vllm_folders_follow_the_axis(module: str, path: Path) -> None:
+    wrong = [f"{path}:{line}: {why}" for line, imported, _ in _imports(module, path)
+             if (why := _wrong_vllm_folder_import(module, imported)) is not None]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_vllm_folder_rule_sees_common_import_a_connector(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("from kvoffload_lab.vllm.common.findings import CRASH\n\ndef f():\n"
+                   "    from kvoffload_lab.vllm.simple.live import judge\n"
+                   "    from kvoffload_lab.vllm.live.registry import CONNECTORS\n    return judge, CONNECTORS\n")
+    found = [_wrong_vllm_folder_import("kvoffload_lab.vllm.common.live.bad", imported)
+             for _, imported, _ in _imports("kvoffload_lab.vllm.common.live.bad", bad)]
+    assert found == [None, "kvoffload_lab.vllm.common must not import kvoffload_lab.vllm.simple",
+                     "kvoffload_lab.vllm.common must not import kvoffload_lab.vllm.live"]
+    assert _wrong_vllm_folder_import("kvoffload_lab.vllm.offloading.live.judge", "kvoffload_lab.vllm.live") == (
+        "kvoffload_lab.vllm.offloading must not import kvoffload_lab.vllm.live")
+    assert _wrong_vllm_folder_import("kvoffload_lab.vllm.live.registry", "kvoffload_lab.vllm.simple.live") is None
+    assert _wrong_vllm_folder_import("kvoffload_lab.sim.engine", "kvoffload_lab.vllm.own") is None
+
+
+def test_the_vllm_folder_rules_are_layers() -> None:
+    order = list(TopologicalSorter({folder: set(allowed) for folder, allowed in VLLM_FOLDERS.items()}).static_order())
+    assert order.index("common") < min(order.index(folder) for folder in ("offloading", "simple", "own", "live"))
 
 
 def _lab_only_imports(module: str, path: Path) -> list[str]:
@@ -386,9 +476,9 @@ PRIVATE_READS_ALLOWED = {
     # vLLM's connector scheduler has no public view of its per-request state or jobs in flight;
     # the check reads them in this one module, one class per vLLM version range (issue: "keep
     # those reads in one place per version range").
-    ("kvoffload_lab.vllm.check.compat", "_req_status"),
-    ("kvoffload_lab.vllm.check.compat", "_jobs"),
-    ("kvoffload_lab.vllm.check.compat", "_current_batch_jobs_to_flush"),
+    ("kvoffload_lab.vllm.offloading.compat", "_req_status"),
+    ("kvoffload_lab.vllm.offloading.compat", "_jobs"),
+    ("kvoffload_lab.vllm.offloading.compat", "_current_batch_jobs_to_flush"),
     # SimpleCPUOffloadConnector's manager has no public view of the GPU pool it was bound to, of its
     # mode or of lazy mode's cursor; the simple connector's checks read them in this one module.
     ("kvoffload_lab.vllm.simple.compat", "_gpu_block_pool"),
@@ -397,7 +487,7 @@ PRIVATE_READS_ALLOWED = {
     # Cloning vLLM's connector for the explorer: deepcopy must re-create its locks and share its
     # shared-memory region, and the copy module's dispatch table is the only hook for types it
     # cannot copy.
-    ("kvoffload_lab.vllm.check.explorer", "_deepcopy_dispatch"),
+    ("kvoffload_lab.vllm.offloading.explorer", "_deepcopy_dispatch"),
 }
 
 
@@ -433,8 +523,8 @@ def test_the_rule_sees_a_forbidden_import(tmp_path: Path) -> None:
 # The TLA+ checker's distribution, and the lab's modules that may import it (a module, or a package
 # and everything under it): the checkers' layers, never the explorer or the simulator; never the product.
 CHECKER = "tlacheck"
-MAY_IMPORT_THE_CHECKER = ("kvoffload_lab.verify", "kvoffload_lab.vllm.check", "kvoffload_lab.vllm.live",
-                          "kvoffload_lab.benchmarks", "kvoffload_lab.commands")
+MAY_IMPORT_THE_CHECKER = ("kvoffload_lab.verify", "kvoffload_lab.vllm.common.live", "kvoffload_lab.benchmarks",
+                          "kvoffload_lab.commands")
 
 
 def _may_import_the_checker(module: str) -> bool:
@@ -459,5 +549,5 @@ def test_the_checker_rule_sees_the_framework_and_the_product_import_it(tmp_path:
     for module in ("kvoffload.statemachine.bad", "kvoffload.offload.bad", "kvoffload.vllm.connector.bad",
                    "kvoffload_lab.verifyx", "kvoffload_lab.sim.bad", "kvoffload_lab.statemachine.explore"):
         assert len(_checker_imports(module, bad)) == 2, module
-    assert _checker_imports("kvoffload_lab.vllm.live.bad", bad) == []
+    assert _checker_imports("kvoffload_lab.vllm.common.live.bad", bad) == []
     assert _checker_imports("kvoffload_lab.commands.tla", bad) == []

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from check_vllm_live_release import check as check_release
-from kvoffload_lab.vllm.live.checker import judge
-from kvoffload_lab.vllm.live.conformance import check_conformance
-from kvoffload_lab.vllm.live.logs import DRAIN_FILE, FINDINGS_FILE, TRACE_FILE, FindingLog, TraceLog, write_drain
-from kvoffload_lab.vllm.live.workloads import DOUBLE_RESET, KINDS, Workload, build
+from kvoffload_lab.vllm.common.live.logs import DRAIN_FILE, FINDINGS_FILE, TRACE_FILE, FindingLog, TraceLog, write_drain
+from kvoffload_lab.vllm.common.live.workloads import DOUBLE_RESET, KINDS, Workload, build
+from kvoffload_lab.vllm.offloading.live.conformance import check_conformance
+from kvoffload_lab.vllm.offloading.live.judge import judge
 
 DATA = Path(__file__).parent / "data" / "live"
 
@@ -212,8 +212,8 @@ def test_bad_engine_options_are_one_line_and_exit_2(
 
 
 def test_the_report_groups_gaps_by_rule_and_lists_what_no_run_reached(tmp_path: Path) -> None:
-    from kvoffload_lab.vllm.live.checker import OFFLOADING, RunVerdict
-    from kvoffload_lab.vllm.live.report import engine_report, format_report
+    from kvoffload_lab.vllm.common.live.report import engine_report, format_report
+    from kvoffload_lab.vllm.offloading.live.judge import OFFLOADING, RunVerdict
 
     verdicts = [
         RunVerdict("double_reset", 0, manager, "inproc", explained=[f"M8 (...) broken at line {line}: ... (explained)"],

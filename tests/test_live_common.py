@@ -1,10 +1,9 @@
-"""The live check's common part, without vLLM: the connector registry, one run of the checks over a
-connector (a stand-in driver in place of the engines), and the rule that the common part imports
-no connector's own module."""
+"""The live check's common part, without vLLM: the connector registry, and one run of the checks over
+a connector (a stand-in driver in place of the engines). That the common part imports no connector's
+folder is a rule of tests/test_layout.py."""
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 import json
 import stat
@@ -15,59 +14,12 @@ from typing import Any
 import pytest
 
 from kvoffload_lab.commands.vllm import CONNECTOR_CHOICES
-from kvoffload_lab.vllm.live import checks
-from kvoffload_lab.vllm.live.driver import BASELINE, MAX_STEPS
-from kvoffload_lab.vllm.live.interface import LiveConnector
+from kvoffload_lab.vllm.common.live import checks
+from kvoffload_lab.vllm.common.live.driver import BASELINE, MAX_STEPS
+from kvoffload_lab.vllm.common.live.interface import LiveConnector
+from kvoffload_lab.vllm.common.live.report import engine_report, format_report
+from kvoffload_lab.vllm.common.live.workloads import DOUBLE_RESET, KINDS, LAZY_IDLE, RELOAD, build
 from kvoffload_lab.vllm.live.registry import CONNECTORS
-from kvoffload_lab.vllm.live.report import engine_report, format_report
-from kvoffload_lab.vllm.live.workloads import DOUBLE_RESET, KINDS, LAZY_IDLE, RELOAD, build
-
-LIVE = "kvoffload_lab.vllm.live"
-# The common part: none of these may import a connector's own module, lazily or not.
-COMMON = ("interface", "driver", "checks", "report", "verdicts", "workloads", "logs", "tracecheck")
-# A connector's own modules: vLLM's OffloadingConnector, then SimpleCPUOffloadConnector.
-CONNECTOR_MODULES = ("checker", "connector", "offloading_spec", "worker", "tier", "conformance",
-                     "simple", "simple_engine")
-# Only these name every connector.
-ENTRIES = ("registry", "__main__")
-
-
-def _live_imports(module: str) -> set[str]:
-    """The modules of the live check that ``module`` imports, at its top or inside a function."""
-    origin = importlib.util.find_spec(f"{LIVE}.{module}").origin
-    found = set()
-    for node in ast.walk(ast.parse(Path(origin).read_text(encoding="utf-8"))):
-        names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [
-            alias.name for alias in node.names] if isinstance(node, ast.Import) else []
-        if isinstance(node, ast.ImportFrom) and node.module == LIVE:
-            names = [f"{LIVE}.{alias.name}" for alias in node.names]
-        found |= {name.removeprefix(f"{LIVE}.") for name in names if name.startswith(f"{LIVE}.")}
-    return found
-
-
-def test_every_live_module_is_common_a_connectors_or_an_entry() -> None:
-    folder = Path(importlib.util.find_spec(LIVE).origin).parent
-    present = {path.stem for path in folder.glob("*.py")} - {"__init__"}
-    assert present == set(COMMON) | set(CONNECTOR_MODULES) | set(ENTRIES)
-
-
-@pytest.mark.parametrize("module", COMMON)
-def test_the_common_part_imports_no_connectors_module(module: str) -> None:
-    assert _live_imports(module) <= set(COMMON)
-
-
-@pytest.mark.parametrize("module", CONNECTOR_MODULES)
-def test_no_connectors_module_imports_the_registry(module: str) -> None:
-    assert not _live_imports(module) & set(ENTRIES)
-
-
-def test_the_scan_sees_a_lazy_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    source = ("def f():\n    from kvoffload_lab.vllm.live.simple_engine import MODES\n"
-              "    from kvoffload_lab.vllm.live import logs\n")
-    spec = importlib.util.spec_from_file_location("fake", tmp_path / "fake.py")
-    (tmp_path / "fake.py").write_text(source)
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec)
-    assert _live_imports("fake") == {"simple_engine", "logs"}
 
 
 def test_the_registry_has_the_cli_names_and_each_connectors_parts(tmp_path: Path) -> None:

@@ -12,12 +12,14 @@ from typing import Any
 import pytest
 import torch
 
-from kvoffload_lab.vllm.live import simple, simple_engine
-from kvoffload_lab.vllm.live.checks import run_engine_checks
-from kvoffload_lab.vllm.live.logs import DRAIN_FILE, FINDINGS_FILE, TRACE_FILE, FindingLog, TraceLog, read_ndjson
-from kvoffload_lab.vllm.live.report import engine_report, format_report
-from kvoffload_lab.vllm.live.simple import SIMPLE, SIMPLE_KINDS, judge, results
-from kvoffload_lab.vllm.live.simple_engine import (
+from kvoffload_lab.vllm.common.live.checks import run_engine_checks
+from kvoffload_lab.vllm.common.live.logs import DRAIN_FILE, FINDINGS_FILE, TRACE_FILE, FindingLog, TraceLog, read_ndjson
+from kvoffload_lab.vllm.common.live.report import engine_report, format_report
+from kvoffload_lab.vllm.common.live.workloads import KINDS, LAZY_IDLE, RELOAD, Workload, build
+from kvoffload_lab.vllm.simple.backend import LateCopyBackend
+from kvoffload_lab.vllm.simple.live import connector as simple_connector
+from kvoffload_lab.vllm.simple.live import judge as simple_judge
+from kvoffload_lab.vllm.simple.live.connector import (
     LOSS,
     LOSSES_FILE,
     WORKER_FILE,
@@ -26,8 +28,7 @@ from kvoffload_lab.vllm.live.simple_engine import (
     copy_delay,
     simple_transfer_config,
 )
-from kvoffload_lab.vllm.live.workloads import KINDS, LAZY_IDLE, RELOAD, Workload, build
-from kvoffload_lab.vllm.simple.backend import LateCopyBackend
+from kvoffload_lab.vllm.simple.live.judge import SIMPLE, SIMPLE_KINDS, judge, results
 
 # ---------------------------------------------------------------------- a fake SimpleCPUOffloadScheduler
 
@@ -262,8 +263,8 @@ def test_a_simple_run_is_judged_by_crash_findings_leaks_then_tokens(tmp_path: Pa
 
 
 def test_each_mode_gets_one_engine_result_violations_before_losses(tmp_path: Path) -> None:
-    def run(mode: str, invariant: str | None = None, losses: int = 0) -> simple.SimpleVerdict:
-        return simple.SimpleVerdict("multi_turn", 0, mode, "inproc", invariant=invariant,
+    def run(mode: str, invariant: str | None = None, losses: int = 0) -> simple_judge.SimpleVerdict:
+        return simple_judge.SimpleVerdict("multi_turn", 0, mode, "inproc", invariant=invariant,
                                     error=f"{invariant} here" if invariant else None, losses=["lost"] * losses,
                                     stats={"store_events": 2, "idle_steps": 3}, worker={"blocks_loaded_checked": 4})
 
@@ -288,7 +289,7 @@ def test_each_mode_gets_one_engine_result_violations_before_losses(tmp_path: Pat
 def test_the_transfer_config_loads_the_live_connector_with_the_mode_and_the_tier(tmp_path: Path) -> None:
     config = simple_transfer_config("lazy", build("tiny_cpu", 4), tmp_path, "engine-1")
     assert (config["kv_connector"], config["kv_connector_module_path"]) == ("LiveSimpleConnector",
-                                                                            "kvoffload_lab.vllm.live.simple_engine")
+                                                                            "kvoffload_lab.vllm.simple.live.connector")
     extra = config["kv_connector_extra_config"]
     assert extra["lazy_offload"] is True and extra["cpu_bytes_to_use"] == 2 * 32768
     assert extra["live_check_dir"] == str(tmp_path) and extra["live_copy_delay"] == copy_delay(4) == 1
@@ -296,7 +297,7 @@ def test_the_transfer_config_loads_the_live_connector_with_the_mode_and_the_tier
     with pytest.raises(ValueError, match="unknown simple connector mode 'fast'"):
         simple_transfer_config("fast", build("tiny_cpu", 0), tmp_path, "e")
     with pytest.raises(AttributeError, match="NoSuchConnector"):
-        _ = simple_engine.NoSuchConnector
+        _ = simple_connector.NoSuchConnector
 
 
 def test_the_simple_workloads_are_seeded_survive_json_and_stay_out_of_the_offloading_kinds() -> None:
@@ -354,7 +355,7 @@ def test_an_engine_that_kept_stepping_with_no_request_is_a_leak_in_either_run_mo
     drain = {"when": "idle", "seq": 9, "held": ["GPU blocks [4] (ref_cnt > 0)"], "idle_steps": 622,
              "idle_store_events": 622, "idle_store_blocks": 1555, "idle_distinct_gpu_blocks": 20,
              "cpu_blocks": 6, "lazy_target_free": 16}
-    leak = simple._leak({"drain_busy": False}, drain, 9)
+    leak = simple_judge._leak({"drain_busy": False}, drain, 9)
     assert leak is not None and leak.startswith("the engine still steps with every request finished: 622")
     quiet = {**drain, "held": [], "idle_steps": 2, "idle_store_events": 0}
-    assert simple._leak({"drain_busy": False}, quiet, 9) is None
+    assert simple_judge._leak({"drain_busy": False}, quiet, 9) is None

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from kvoffload_lab.cli import main
-from kvoffload_lab.vllm.check.findings import CheckerVerdict
-from kvoffload_lab.vllm.check.runner import format_table
+from kvoffload_lab.vllm.common.findings import CheckerVerdict
+from kvoffload_lab.vllm.common.runner import format_table
 from kvoffload_lab.vllm.simple.backend import LateCopyBackend, LateEvent
 from kvoffload_lab.vllm.simple.harness import collapse_idle_steps
 from kvoffload_lab.vllm.simple.model import DigestModel, digests, next_token

@@ -19,17 +19,17 @@ from typing import Any
 import pytest
 
 from kvoffload_lab.cli import main
-from kvoffload_lab.vllm.check.compat import PrivateReads027, PrivateReads034, private_reads
-from kvoffload_lab.vllm.check.findings import (
+from kvoffload_lab.vllm.common.findings import (
     UNSUPPORTED,
     CheckerVerdict,
     UnsupportedVllmApi,
     crash_message,
     harness_error,
 )
-from kvoffload_lab.vllm.check.proxy import RecordingManager
-from kvoffload_lab.vllm.check.worker import PatternWorker, pattern
-from kvoffload_lab.vllm.locate import VllmNotFound, locate_vllm
+from kvoffload_lab.vllm.common.locate import VllmNotFound, locate_vllm
+from kvoffload_lab.vllm.offloading.compat import PrivateReads027, PrivateReads034, private_reads
+from kvoffload_lab.vllm.offloading.proxy import RecordingManager
+from kvoffload_lab.vllm.offloading.worker import PatternWorker, pattern
 
 
 def test_missing_vllm_src_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -188,7 +188,7 @@ def _vllm_available() -> bool:
 @pytest.mark.skipif(not _vllm_available(), reason="vLLM is not importable (install it or set KVOFFLOAD_VLLM_SRC)")
 def test_adapter_runs_vllm_connector_through_the_simulator() -> None:
     install = locate_vllm()
-    from kvoffload_lab.vllm.check.sim import run_sim
+    from kvoffload_lab.vllm.offloading.sim import run_sim
 
     result = run_sim("lru", private_reads(install.version), seeds=1)
     assert result.details["admissions"] > 0
@@ -204,11 +204,11 @@ def test_checkers_leave_no_shared_memory_file_in_dev_shm() -> None:
     # vLLM's tiering manager keeps its CPU tier in /dev/shm/vllm_offload_{engine_id}.mmap until
     # its shutdown; every checker builds many connectors.
     install = locate_vllm()
-    from kvoffload_lab.vllm.check.build import region_files
-    from kvoffload_lab.vllm.check.explorer import run_explorer
-    from kvoffload_lab.vllm.check.harness import Harness, HarnessConfig
-    from kvoffload_lab.vllm.check.sim import run_sim
-    from kvoffload_lab.vllm.check.stateful import run_hypothesis
+    from kvoffload_lab.vllm.offloading.build import region_files
+    from kvoffload_lab.vllm.offloading.explorer import run_explorer
+    from kvoffload_lab.vllm.offloading.harness import Harness, HarnessConfig
+    from kvoffload_lab.vllm.offloading.sim import run_sim
+    from kvoffload_lab.vllm.offloading.stateful import run_hypothesis
 
     reads = private_reads(install.version)
     before = region_files(os.getpid())
@@ -223,8 +223,8 @@ def test_checkers_leave_no_shared_memory_file_in_dev_shm() -> None:
 
 
 def test_json_shape_and_table_of_a_violation() -> None:
-    from kvoffload_lab.vllm.check.findings import CheckerVerdict, requests_named
-    from kvoffload_lab.vllm.check.runner import format_table, to_json
+    from kvoffload_lab.vllm.common.findings import CheckerVerdict, requests_named
+    from kvoffload_lab.vllm.common.runner import format_table, to_json
 
     bad = CheckerVerdict("lru", "sim", "violation", "NoManagerCallAfterSignal", "prepare_store for 'req-0' after 'k3'",
                       ["step 1: add req-0", "step 2: finish req-0"], 1.5)
@@ -378,7 +378,7 @@ def test_an_exception_raised_inside_vllm_stays_a_crash(fake_packages: tuple[Any,
 
 
 def test_cells_stop_at_the_first_unsupported_one() -> None:
-    from kvoffload_lab.vllm.check.runner import run_cells
+    from kvoffload_lab.vllm.common.runner import run_cells
 
     ran: list[tuple[str, str]] = []
 
@@ -399,7 +399,7 @@ def test_cells_stop_at_the_first_unsupported_one() -> None:
 
 
 def test_an_exception_escaping_a_checker_is_unsupported_not_a_violation() -> None:
-    from kvoffload_lab.vllm.check.runner import run_cells
+    from kvoffload_lab.vllm.common.runner import run_cells
 
     def checker_of(name: str) -> Any:
         def run(manager: str, reads: object) -> CheckerVerdict:
@@ -415,8 +415,8 @@ def test_an_exception_escaping_a_checker_is_unsupported_not_a_violation() -> Non
 def test_unsupported_api_is_one_line_and_exit_3(as_json: bool, earlier: bool, monkeypatch: pytest.MonkeyPatch,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     import kvoffload_lab.commands.vllm as command
-    import kvoffload_lab.vllm.check.build as build
-    import kvoffload_lab.vllm.locate as locate
+    import kvoffload_lab.vllm.common.locate as locate
+    import kvoffload_lab.vllm.offloading.build as build
 
     install = locate.VllmInstall("0.99.0", Path("/src/vllm"), "--vllm-src")
     monkeypatch.setattr(locate, "locate_vllm", lambda src, simple=False: install)
@@ -514,7 +514,8 @@ def test_a_vllm_api_kvoffload_does_not_know_is_one_line_exit_3(tmp_path: Path, c
     assert "violation" not in (run.stdout + run.stderr).lower()
     assert len(said) == 1 and "unsupported vLLM API" in said[0], run.stderr[-2000:]
     assert "missing 1 required keyword-only argument: 'a_new_required_argument'" in said[0]
-    assert f"at kvoffload_lab/vllm/{'check/adapter' if connector == 'offloading' else 'simple/compat'}.py:" in said[0]
+    where = "offloading/adapter" if connector == "offloading" else "simple/compat"
+    assert f"at kvoffload_lab/vllm/{where}.py:" in said[0]
     assert "violation" not in said[0].lower() and "Crash" not in said[0]
 
 

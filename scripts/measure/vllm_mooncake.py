@@ -65,7 +65,7 @@ from kvoffload_lab.redis_server import INSTALL_HINT, RedisServer, RedisServerMis
 from kvoffload_lab.tracestudy.bounds import infinite_cache
 from kvoffload_lab.tracestudy.mooncake import MOONCAKE_BLOCK_TOKENS, TraceRequest, block_chains, read_trace
 from kvoffload_lab.tracestudy.replay import replay_trace
-from kvoffload_lab.vllm.harness import (
+from kvoffload_lab.vllm.common.engine import (
     InProcessEngine,
     build_tiny_model,
     connector_transfer_config,

@@ -6,7 +6,7 @@ GPUs"): its ``CPUOffloadingWorker`` copies with CUDA streams and pinned or mmap'
 :class:`VllmOwnCPUSpec` keeps everything of vLLM's spec on the scheduler side (its
 ``CPUOffloadingManager`` with ``eviction_policy`` ``lru`` or ``arc``, picked by vLLM's
 ``CachePolicyFactory``) and replaces only the worker, as
-:class:`~kvoffload_lab.vllm.check.repro_double_reset_engine.TorchCopyCPUSpec` does, which it extends:
+:class:`~kvoffload_lab.vllm.offloading.repro_double_reset_engine.TorchCopyCPUSpec` does, which it extends:
 kvoffload's :class:`~kvoffload.vllm.spec.mover_worker.MoverWorker` on a torch-copy
 :class:`~kvoffload.dataplane.mover.BlockMover`, which executes the same ``CPULoadStoreSpec`` jobs.
 
@@ -24,7 +24,7 @@ from typing import Any
 from vllm.v1.kv_offload.config import OffloadingConfig
 
 from kvoffload.vllm.settings import ConfigError
-from kvoffload_lab.vllm.check.repro_double_reset_engine import TorchCopyCPUSpec
+from kvoffload_lab.vllm.offloading.repro_double_reset_engine import TorchCopyCPUSpec
 
 VLLM_POLICIES = ("lru", "arc")
 

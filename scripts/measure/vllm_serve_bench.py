@@ -36,7 +36,7 @@ from kvoffload_lab.benchmarks.serving.server import ServerShape, running, server
 from kvoffload_lab.benchmarks.serving.workloads import ChatShape, NoReuseShape
 
 ROOT = Path(__file__).resolve().parents[2]
-WEIGHT_SCALE = 8.0  # the end-to-end tests' scale (kvoffload_lab.vllm.harness): greedy tokens follow the prefix
+WEIGHT_SCALE = 8.0  # the end-to-end tests' scale (kvoffload_lab.vllm.common.engine): greedy tokens follow the prefix
 
 # Per model size: the chat, prefix_repetition and no-reuse shapes, the engine's KV cache. "tiny" is
 # for developing the benchmark; "prefill" has 2k-token histories.

@@ -38,7 +38,7 @@ from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager as VllmCPUOffloa
 from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
 
 from kvoffload.vllm.spec import KVOffloadSpec
-from kvoffload_lab.vllm.harness import (
+from kvoffload_lab.vllm.common.engine import (
     InProcessEngine,
     build_tiny_model,
     connector_transfer_config,

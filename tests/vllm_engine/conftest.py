@@ -1,7 +1,7 @@
-"""The engines of these tests run in this process (kvoffload_lab.vllm.harness.in_process_engine_env), so
+"""The engines of these tests run in this process (kvoffload_lab.vllm.common.engine.in_process_engine_env), so
 the tests can read the connector's state; a test that wants an engine-core process sets
 ``VLLM_ENABLE_V1_MULTIPROCESSING`` itself, which wins."""
 
-from kvoffload_lab.vllm.harness import in_process_engine_env
+from kvoffload_lab.vllm.common.engine import in_process_engine_env
 
 in_process_engine_env()

@@ -49,7 +49,7 @@ from connector_calls import Call, record_calls
 from fuzz_models import INTEGRATION_KINDS, MODELS, model_dirs, model_for_seed
 
 from kvoffload.offload.policies import POLICIES
-from kvoffload_lab.vllm.harness import InProcessEngine, connector_transfer_config, spec_transfer_config
+from kvoffload_lab.vllm.common.engine import InProcessEngine, connector_transfer_config, spec_transfer_config
 
 VOCAB = 1000
 
@@ -418,7 +418,7 @@ def _run_batch(
 
 def run_plan(model_dir: Path, plan: Plan, config: dict[str, Any] | None, dtype: str = "float32") -> RunResult:
     """Run ``plan`` in a fresh engine with ``config`` as its kv_transfer_config (None: no offloading)."""
-    from kvoffload_lab.vllm.harness import kvoffload_state
+    from kvoffload_lab.vllm.common.engine import kvoffload_state
 
     engine = _engine(model_dir, plan.sizes, config, dtype)
     connector = engine.scheduler_connector

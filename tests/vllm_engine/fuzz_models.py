@@ -2,7 +2,7 @@
 a workload is drawn within its model's constraints, and only the integrations its model is proved
 with run it.
 
-- ``llama``: the tiny Llama of kvoffload_lab.vllm.harness (one full-attention KV cache group).
+- ``llama``: the tiny Llama of kvoffload_lab.vllm.common.engine (one full-attention KV cache group).
 - ``sliding_window``: the tiny Gemma 3 of tests/vllm_engine/test_vllm_hybrid.py (window 64 and full
   attention alternating: vLLM's hybrid KV cache manager makes two KV cache groups that draw on one
   block pool).
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvoffload_lab.vllm.harness import build_tiny_model, save_random_model
+from kvoffload_lab.vllm.common.engine import build_tiny_model, save_random_model
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from fuzz_models import model_dirs
 from vllm_mutant_connector import mutant_transfer_config
 
 from kvoffload.offload.policies import POLICIES
-from kvoffload_lab.vllm.harness import build_tiny_model, connector_transfer_config
+from kvoffload_lab.vllm.common.engine import build_tiny_model, connector_transfer_config
 
 SEEDS = range(1, 1 + int(os.environ.get("KVOFFLOAD_FUZZ_SEEDS", "4")))
 # A workload with both kinds of resets inside its batches, late arrivals and chunked prefills,

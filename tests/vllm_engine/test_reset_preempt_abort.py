@@ -22,7 +22,7 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm-engine` installs it in .venv-vllm")
 
-from kvoffload_lab.vllm.harness import (
+from kvoffload_lab.vllm.common.engine import (
     InProcessEngine,
     build_tiny_model,
     connector_transfer_config,

@@ -35,7 +35,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm
 
 from connector_calls import CallLog, record_calls
 
-from kvoffload_lab.vllm.harness import (
+from kvoffload_lab.vllm.common.engine import (
     InProcessEngine,
     build_tiny_model,
     connector_transfer_config,

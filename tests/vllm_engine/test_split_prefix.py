@@ -24,7 +24,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm
 
 from vllm_partial_chunk import PrefixCacheGuardConnector
 
-from kvoffload_lab.vllm.harness import (
+from kvoffload_lab.vllm.common.engine import (
     EngineReport,
     InProcessEngine,
     build_tiny_model,

@@ -16,7 +16,12 @@ pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm
 
 from window_workload import CPU_CHUNKS, run, workload
 
-from kvoffload_lab.vllm.harness import EngineReport, connector_transfer_config, save_random_model, spec_transfer_config
+from kvoffload_lab.vllm.common.engine import (
+    EngineReport,
+    connector_transfer_config,
+    save_random_model,
+    spec_transfer_config,
+)
 
 WINDOW = 128
 PREFIX_TOKENS = 384

@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm-engine` installs it in .venv-vllm")
 
-from kvoffload_lab.vllm.harness import (
+from kvoffload_lab.vllm.common.engine import (
     EngineReport,
     InProcessEngine,
     connector_transfer_config,

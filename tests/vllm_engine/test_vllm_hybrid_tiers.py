@@ -31,7 +31,7 @@ pytest.importorskip("redis", reason="the tiers' extra is not installed here: `ma
 from test_vllm_hybrid import BLOCK_SIZE, PREFIX_TOKENS, WORKLOAD, baseline, model_dir, run_gemma3
 
 from kvoffload_lab.redis_server import RedisServer
-from kvoffload_lab.vllm.harness import EngineReport, connector_transfer_config, spec_transfer_config
+from kvoffload_lab.vllm.common.engine import EngineReport, connector_transfer_config, spec_transfer_config
 from redis_servers import running_server
 
 # The model and the run without offloading, shared with test_vllm_hybrid.py.

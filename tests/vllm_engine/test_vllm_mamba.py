@@ -29,7 +29,7 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm-engine` installs it in .venv-vllm")
 
-from kvoffload_lab.vllm.harness import (
+from kvoffload_lab.vllm.common.engine import (
     TINY_MODEL,
     EngineReport,
     InProcessEngine,
@@ -188,7 +188,7 @@ def test_the_spec_copies_groups_using_the_start_of_every_page() -> None:
 
 
 START_ENGINE = (
-    "import json, sys; from pathlib import Path; from kvoffload_lab.vllm.harness import InProcessEngine; "
+    "import json, sys; from pathlib import Path; from kvoffload_lab.vllm.common.engine import InProcessEngine; "
     "InProcessEngine(Path(sys.argv[1]), json.loads(sys.argv[2]), block_size=32, num_gpu_blocks=12, max_model_len=1152, "
     "dtype='bfloat16')"
 )

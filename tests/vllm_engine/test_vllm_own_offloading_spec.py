@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm-engine` installs it in .venv-vllm")
 
-from kvoffload_lab.vllm.harness import InProcessEngine, build_tiny_model
+from kvoffload_lab.vllm.common.engine import InProcessEngine, build_tiny_model
 
 MEASURE = Path(__file__).resolve().parents[2] / "scripts" / "measure"
 BLOCK_SIZE = 32

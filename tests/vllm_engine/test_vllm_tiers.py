@@ -30,7 +30,7 @@ pytest.importorskip("redis", reason="the tiers' extra is not installed here: `ma
 
 from kvoffload.tiers.record import Namespace
 from kvoffload_lab.redis_server import LocalRedisCluster, RedisServer
-from kvoffload_lab.vllm.harness import (
+from kvoffload_lab.vllm.common.engine import (
     InProcessEngine,
     build_tiny_model,
     connector_transfer_config,
@@ -381,7 +381,7 @@ def redis_cluster_with_a_slot_migration_and_a_killed_master(
 BAD_URL = "http://127.0.0.1:6379/0"
 BAD_URL_LINE = f"kv_connector_extra_config['redis_tier']['url'] must be a redis:// or rediss:// URL, got {BAD_URL!r}"
 START_ENGINE = (
-    "import json, sys; from pathlib import Path; from kvoffload_lab.vllm.harness import InProcessEngine; "
+    "import json, sys; from pathlib import Path; from kvoffload_lab.vllm.common.engine import InProcessEngine; "
     "InProcessEngine(Path(sys.argv[1]), json.loads(sys.argv[2]), block_size=32, num_gpu_blocks=48)"
 )
 

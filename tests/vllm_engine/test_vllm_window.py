@@ -26,7 +26,12 @@ pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm
 from test_vllm_hybrid import GEMMA3
 from window_workload import BLOCK_SIZE, CPU_CHUNKS, run, workload
 
-from kvoffload_lab.vllm.harness import EngineReport, connector_transfer_config, save_random_model, spec_transfer_config
+from kvoffload_lab.vllm.common.engine import (
+    EngineReport,
+    connector_transfer_config,
+    save_random_model,
+    spec_transfer_config,
+)
 
 PREFIX_TOKENS = 320
 # What the old rule (a chunk naming a given-out window block is not stored) served the second turn.

@@ -22,7 +22,7 @@ SETTLE_S = 3.0
 
 def main() -> None:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
-    from kvoffload_lab.vllm.harness import InProcessEngine
+    from kvoffload_lab.vllm.common.engine import InProcessEngine
 
     model_dir, config, batches = Path(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
     tensor_parallel_size = int(sys.argv[4]) if len(sys.argv) > 4 else 1

@@ -26,7 +26,7 @@ class MutantConnector(KVOffloadConnector):
 
 def mutant_transfer_config(name: str, num_cpu_chunks: int, blocks_per_chunk: int = 1) -> dict[str, Any]:
     """``kv_transfer_config`` for :class:`MutantConnector` running mutant ``name``."""
-    from kvoffload_lab.vllm.harness import connector_transfer_config
+    from kvoffload_lab.vllm.common.engine import connector_transfer_config
 
     config = connector_transfer_config(
         num_cpu_chunks, blocks_per_chunk=blocks_per_chunk, connector_module="vllm_mutant_connector",

@@ -9,7 +9,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from kvoffload_lab.vllm.harness import EngineReport, InProcessEngine, random_prompts, run_batches
+from kvoffload_lab.vllm.common.engine import EngineReport, InProcessEngine, random_prompts, run_batches
 
 BLOCK_SIZE = 32
 # 39 usable blocks: the prompt's prefill leaves fewer free blocks than the neighbour needs, so

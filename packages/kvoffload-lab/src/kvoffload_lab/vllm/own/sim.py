@@ -16,9 +16,9 @@ import random
 import time
 from collections import Counter
 
-from kvoffload_lab.vllm.check.connector_actions import ABORT, FAIL_TRANSFER, RESET
-from kvoffload_lab.vllm.check.findings import CheckerVerdict
-from kvoffload_lab.vllm.check.seeded import Rate, SeedTally, run_seeded
+from kvoffload_lab.vllm.common.connector_actions import ABORT, FAIL_TRANSFER, RESET
+from kvoffload_lab.vllm.common.findings import CheckerVerdict
+from kvoffload_lab.vllm.common.seeded import Rate, SeedTally, run_seeded
 from kvoffload_lab.vllm.own.build import OwnShape
 from kvoffload_lab.vllm.own.harness import OwnConfig, OwnHarness
 

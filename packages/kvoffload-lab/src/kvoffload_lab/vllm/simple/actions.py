@@ -2,6 +2,6 @@
 them: add a request, step the engine, abort a live request, reset the prefix cache with the
 connector."""
 
-from kvoffload_lab.vllm.check.connector_actions import ABORT, ADD, RESET, STEP
+from kvoffload_lab.vllm.common.connector_actions import ABORT, ADD, RESET, STEP
 
 ACTIONS = (ADD, STEP, ABORT, RESET)

@@ -17,11 +17,11 @@ import copy
 from collections.abc import Hashable
 from typing import Any
 
-from kvoffload_lab.vllm.check.action_explore import ActionExploreModel
-from kvoffload_lab.vllm.check.action_explore import run_explorer as run_action_explorer
-from kvoffload_lab.vllm.check.connector_actions import ABORT, STEP, Action
-from kvoffload_lab.vllm.check.findings import CheckerVerdict
-from kvoffload_lab.vllm.check.search import LOSS_PASS
+from kvoffload_lab.vllm.common.action_explore import ActionExploreModel
+from kvoffload_lab.vllm.common.action_explore import run_explorer as run_action_explorer
+from kvoffload_lab.vllm.common.connector_actions import ABORT, STEP, Action
+from kvoffload_lab.vllm.common.findings import CheckerVerdict
+from kvoffload_lab.vllm.common.search import LOSS_PASS
 from kvoffload_lab.vllm.simple.actions import ACTIONS
 from kvoffload_lab.vllm.simple.build import SimpleShape
 from kvoffload_lab.vllm.simple.compat import SimpleReads
@@ -39,7 +39,7 @@ MAX_TOKENS = 2
 DELAY = 3
 
 class SimpleExploreModel(ActionExploreModel):
-    """The explorer's model (see :mod:`kvoffload_lab.vllm.check.action_explore`); with ``losses`` the
+    """The explorer's model (see :mod:`kvoffload_lab.vllm.common.action_explore`); with ``losses`` the
     drain reports lost blocks and nothing else."""
 
     action_list = ACTIONS

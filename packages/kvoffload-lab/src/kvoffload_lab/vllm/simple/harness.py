@@ -10,7 +10,7 @@ while ``Scheduler.has_requests()`` (which includes the connector's pending store
 Findings, each with the step list that led to it:
 
 - ``Crash``: vLLM raised (file and line); kvoffload's own code raising (a call this vLLM's API does
-  not take) is no finding: it raises :class:`~kvoffload_lab.vllm.check.findings.UnsupportedVllmApi`;
+  not take) is no finding: it raises :class:`~kvoffload_lab.vllm.common.findings.UnsupportedVllmApi`;
 - ``DataIntegrity``: a step read a slot that does not hold its prefix's KV (:mod:`.model`);
 - ``GpuBlockFence``: a store's GPU block changed while the store read it (:mod:`.backend`);
 - ``NoLeak``: at idle, the connector still holds blocks (GPU or CPU), requests or transfers;
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvoffload.lifecycles.invariants import Violation
-from kvoffload_lab.vllm.check.connector_actions import step_while_busy
-from kvoffload_lab.vllm.check.findings import CRASH, UnsupportedVllmApi, vllm_crash
+from kvoffload_lab.vllm.common.connector_actions import step_while_busy
+from kvoffload_lab.vllm.common.findings import CRASH, UnsupportedVllmApi, vllm_crash
 from kvoffload_lab.vllm.simple.build import SimpleShape, build_scheduler
 from kvoffload_lab.vllm.simple.compat import SimpleReads
 from kvoffload_lab.vllm.simple.model import DigestModel, next_token

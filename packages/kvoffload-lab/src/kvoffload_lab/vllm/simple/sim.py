@@ -12,9 +12,9 @@ from __future__ import annotations
 import random
 import time
 
-from kvoffload_lab.vllm.check.connector_actions import ABORT, RESET
-from kvoffload_lab.vllm.check.findings import CheckerVerdict
-from kvoffload_lab.vllm.check.seeded import Rate, SeedTally, run_seeded
+from kvoffload_lab.vllm.common.connector_actions import ABORT, RESET
+from kvoffload_lab.vllm.common.findings import CheckerVerdict
+from kvoffload_lab.vllm.common.seeded import Rate, SeedTally, run_seeded
 from kvoffload_lab.vllm.simple.build import SimpleShape
 from kvoffload_lab.vllm.simple.compat import SimpleReads
 from kvoffload_lab.vllm.simple.harness import LOSS, SimpleConfig, SimpleHarness

@@ -1,0 +1,3 @@
+"""vLLM's ``SimpleCPUOffloadConnector`` in live engines (``--connector simple``): :mod:`.judge` (its
+registry row and judge: losses and leaks) and :mod:`.connector` (the connector, observed inside the
+engine)."""
