@@ -16,6 +16,9 @@ state in one :class:`~kvoffload_lab.sim.request.SimRequest`.
   enumerates would end that difference, and move its pinned counts).
 - **A finished request's blocks are held** until the connector releases them, when
   ``request_finished`` returned True.
+- **Freed blocks stay cached** until allocated again (oldest freed first) or forgotten by
+  ``reset_prefix_cache``: both engine models keep their GPU blocks in one
+  :class:`~kvoffload_lab.sim.block_pool.BlockPool`.
 - **A failed or cancelled load recomputes** from the GPU hit, keeping its blocks.
 - **Resets come between steps**: the engine core handles ``reset_prefix_cache`` as a client
   request between two ``schedule()`` calls.
