@@ -18,7 +18,8 @@ Every choice the engine and the worker can make is an action of the explorer
   recomputes) shared chunks another request holds. ``gpu_pool_requests`` sizes the pool smaller
   than every request's blocks, so freed blocks are handed out again soon;
 - ``step``, ``step(preempt r)``, ``step(job j completes|FAILS)``: one engine step in the engine's
-  call order: preemption frees the GPU blocks, ``build_connector_meta(SchedulerOutput)``, the
+  call order (a step that preempts follows no admission: vLLM admits nothing in a schedule() call
+  that preempted): preemption frees the GPU blocks, ``build_connector_meta(SchedulerOutput)``, the
   worker runs the metadata (flushes complete now, stores and loads are submitted), every running
   request computes one chunk, at most one in-flight job ends (after the forward pass: the
   adversarial order), then ``update_connector_output`` reports it together with the jobs flushed
@@ -323,7 +324,8 @@ class OffloadExploreModel:
             if self.allow_failures:
                 out.append(("step", None, job_id, False))
         writers = self._hit_writers(w)
-        if w.preemptions < self.max_preemptions:
+        # As vLLM's schedule(): a step that preempts admitted nothing in its schedule() call.
+        if w.preemptions < self.max_preemptions and not w.scheduling:
             for rid, er in w.requests.items():
                 if er.status == RUNNING and rid not in writers:
                     out.append(("step", rid, None, True))
@@ -338,8 +340,13 @@ class OffloadExploreModel:
 
     def _reset_waits(self, w: World) -> bool:
         """Whether a reset that is still to come must wait for the next step: the engine is inside
-        schedule(). Only then does ``scheduling`` tell two states apart."""
+        schedule()."""
         return w.scheduling and w.resets < self.max_resets and not self.resets_within_schedule
+
+    def _inside_schedule(self, w: World) -> bool:
+        """Whether the engine is inside schedule() where that tells two states apart: a reset still
+        to come waits for the next step, or a preemption still to come cannot end this call."""
+        return self._reset_waits(w) or (w.scheduling and w.preemptions < self.max_preemptions)
 
     def _hit_writers(self, w: World) -> set[str]:
         """Running requests whose next chunk's block another request holds as a GPU hit: the engine
@@ -966,7 +973,7 @@ class OffloadExploreModel:
             per_request,
             _scheduler_part(sched, rids, keys, jobset),
             _manager_part(w.scheduler.manager, naming, rids, keys),
-            _world_part(w, naming, keys, job, jobset, self._reset_waits(w)),
+            _world_part(w, naming, keys, job, jobset, self._inside_schedule(w)),
         )
 
     # ------------------------------------------------------------------ readable state
@@ -1081,10 +1088,10 @@ def _world_part(
     keys: dict[Any, Any],
     job: Callable[[int], tuple[Any, ...]],
     jobset: JobSet,
-    reset_waits: bool,
+    inside_schedule: bool,
 ) -> tuple[Any, ...]:
     """The engine model's part of a canonical state: GPU and CPU contents, jobs in flight and done,
-    and whether a reset waits for the step that ends the engine's schedule() call."""
+    and whether the engine is inside a schedule() call that limits what comes next."""
     keys_get = keys.get
     done = w.done
     return (
@@ -1096,5 +1103,5 @@ def _world_part(
         tuple(sorted([(job(j), ok) for j, ok in done.items()])) if done else (),
         w.resets,
         w.preemptions,
-        reset_waits,
+        inside_schedule,
     )
