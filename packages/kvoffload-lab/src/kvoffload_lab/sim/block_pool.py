@@ -25,6 +25,16 @@ class BlockPool:
         self.cached: dict[int, int] = {}
         self.free_queue: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
 
+    def copy(self) -> BlockPool:
+        """A copy that no later call on either pool affects (the explorer copies its states)."""
+        other = BlockPool.__new__(BlockPool)
+        other.num_blocks = self.num_blocks
+        other.ref_cnt = self.ref_cnt.copy()
+        other.block_hash = self.block_hash.copy()
+        other.cached = self.cached.copy()
+        other.free_queue = self.free_queue.copy()
+        return other
+
     def cached_prefix(self, hashes: Sequence[int]) -> list[int]:
         """Blocks holding the longest cached prefix of ``hashes``."""
         blocks = []

@@ -10,12 +10,14 @@ state in one :class:`~kvoffload_lab.sim.request.SimRequest`.
 - **delay_cache_blocks.** Blocks an async load fills enter the cache only once the load completed.
 - **The last token is computed.** A prefix hit leaves at least one token of the request to compute.
 - **No admission in a step that preempted**, so a preempted request is never admitted again before
-  the connector heard about its preemption (the next ``SchedulerOutput`` reports it). The
-  simulator keeps this rule; the explorer's ``step(preempt r)`` may still follow admissions made
-  in the same ``schedule()`` call, a call order vLLM does not make (one engine the explorer
-  enumerates would end that difference, and move its pinned counts).
+  the connector heard about its preemption (the next ``SchedulerOutput`` reports it). Both engine
+  models keep it: the explorer offers ``step(preempt r)`` only when nothing was admitted since the
+  last step.
 - **A finished request's blocks are held** until the connector releases them, when
   ``request_finished`` returned True.
+- **Freed blocks stay cached** until allocated again (oldest freed first) or forgotten by
+  ``reset_prefix_cache``: both engine models keep their GPU blocks in one
+  :class:`~kvoffload_lab.sim.block_pool.BlockPool`.
 - **A failed or cancelled load recomputes** from the GPU hit, keeping its blocks.
 - **Resets come between steps**: the engine core handles ``reset_prefix_cache`` as a client
   request between two ``schedule()`` calls.

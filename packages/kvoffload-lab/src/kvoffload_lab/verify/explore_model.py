@@ -5,15 +5,21 @@ Every choice the engine and the worker can make is an action of the explorer
 
 - ``admit(r, load|no load)``: the GPU prefix-cache lookup, the connector's lookup, allocate the GPU
   blocks of the prompt past the GPU hit, and ``update_state_after_alloc`` with the offered external
-  tokens (a load) or none. The GPU hit follows vLLM's caching rules (:mod:`kvoffload_lab.sim.vllm_rules`,
-  shared with the simulator): it covers the shared chunks another request holds computed, or is
-  scheduled to compute in the next step (a running request's next chunk), so an admission can hit a
-  block that only the next step's forward pass writes. The engine computes what it scheduled: a
-  request whose next chunk another request hit is neither preempted nor finished before that step.
+  tokens (a load) or none. The GPU blocks live in the simulator's
+  :class:`~kvoffload_lab.sim.block_pool.BlockPool`: a computed (or loaded) block is cached under its
+  key, and a freed block stays cached until the pool's free queue (oldest freed first) hands it out
+  again or ``reset_cache`` forgets it, so a preempted request hits its own blocks. The GPU hit
+  follows vLLM's caching rules (:mod:`kvoffload_lab.sim.vllm_rules`, shared with the simulator): it
+  covers the chunks the pool caches and the shared chunk another request is scheduled to compute in
+  the next step (a running request's next chunk), so an admission can hit a block that only the
+  next step's forward pass writes. The engine computes what it scheduled: a request whose next
+  chunk another request hit is neither preempted nor finished before that step.
   ``gpu_prefix_cache=False`` is vLLM without prefix caching: no GPU hits, so a request loads (or
-  recomputes) shared chunks another request holds;
+  recomputes) shared chunks another request holds. ``gpu_pool_requests`` sizes the pool smaller
+  than every request's blocks, so freed blocks are handed out again soon;
 - ``step``, ``step(preempt r)``, ``step(job j completes|FAILS)``: one engine step in the engine's
-  call order: preemption frees the GPU blocks, ``build_connector_meta(SchedulerOutput)``, the
+  call order (a step that preempts follows no admission: vLLM admits nothing in a schedule() call
+  that preempted): preemption frees the GPU blocks, ``build_connector_meta(SchedulerOutput)``, the
   worker runs the metadata (flushes complete now, stores and loads are submitted), every running
   request computes one chunk, at most one in-flight job ends (after the forward pass: the
   adversarial order), then ``update_connector_output`` reports it together with the jobs flushed
@@ -62,8 +68,8 @@ manager: ``step`` copies them with their public ``clone()``. ``successors`` (the
 runs a plain step once up to the end of its forward pass and copies that half-done state for
 each way the step can end (no job, or one job completing or failing), so the real scheduler
 builds each step's metadata once per state.
-Content of free blocks that no job references is forgotten (set to EMPTY), so stale bytes neither
-split equal states nor mask a read of a block nobody wrote.
+Content of free blocks that the GPU pool no longer caches and no job references is forgotten (set
+to EMPTY), so stale bytes neither split equal states nor mask a read of a block nobody wrote.
 """
 
 from __future__ import annotations
@@ -82,6 +88,7 @@ from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.scheduler import OffloadingScheduler, SchedulerState
 from kvoffload.offload.types import OffloadConfig, SchedulerOutput, TransferJob, WorkerOutput
 from kvoffload_lab.sim import vllm_rules
+from kvoffload_lab.sim.block_pool import BlockPool
 from kvoffload_lab.sim.request import DONE, FINISHED, LOADING, NEW, RUNNING, WAITING, SimRequest
 
 # Keys are large so that no block id, count or job id can be mistaken for one when renaming.
@@ -126,7 +133,8 @@ class World:
     # A request of one-token blocks (gpu_block_size = 1): num_computed_tokens counts its computed
     # chunks, local_hit_tokens the chunks its GPU hit served, external_tokens those its load brings.
     requests: dict[str, SimRequest]
-    gpu_free: list[int]
+    # The engine's GPU block pool, the simulator's: freed blocks stay cached until allocated again.
+    pool: BlockPool
     gpu_content: list[int]
     cpu_content: list[int]
     inflight: dict[int, TransferJob]  # submitted, copy not finished
@@ -198,6 +206,7 @@ class OffloadExploreModel:
         shared_chunks: int = 1,
         cpu_blocks: int | None = None,
         gpu_blocks: int | None = None,
+        gpu_pool_requests: int | None = None,
         policy: str = "lru",
         max_resets: int = 1,
         max_preemptions: int = 1,
@@ -224,7 +233,11 @@ class OffloadExploreModel:
         self.chunks = chunks
         self.shared_chunks = shared_chunks
         self.cpu_blocks = cpu_blocks if cpu_blocks is not None else max(2, chunks - 1)
-        self.gpu_blocks = gpu_blocks if gpu_blocks is not None else num_requests * chunks
+        # The GPU pool holds every request's blocks unless sized smaller (``gpu_blocks``, or
+        # ``gpu_pool_requests`` requests' worth): a smaller pool makes freed blocks reused sooner.
+        if gpu_blocks is None:
+            gpu_blocks = (gpu_pool_requests if gpu_pool_requests is not None else num_requests) * chunks
+        self.gpu_blocks = gpu_blocks
         self.policy = policy
         self.max_resets = max_resets
         self.max_preemptions = max_preemptions
@@ -287,7 +300,7 @@ class OffloadExploreModel:
         return World(
             scheduler=self.new_scheduler(),
             requests={rid: SimRequest.of_blocks(rid, hashes, NEW) for rid, hashes in self.block_hashes.items()},
-            gpu_free=list(range(self.gpu_blocks)),
+            pool=BlockPool(self.gpu_blocks),
             gpu_content=[EMPTY] * self.gpu_blocks,
             cpu_content=[EMPTY] * self.cpu_blocks,
             inflight={},
@@ -298,7 +311,7 @@ class OffloadExploreModel:
         out: list[tuple[Any, ...]] = []
         sched = w.scheduler
         for rid, er in w.requests.items():
-            if er.status in (NEW, WAITING) and len(w.gpu_free) >= self.chunks:
+            if er.status in (NEW, WAITING) and len(w.pool.free_queue) >= self.chunks:
                 out.append(("admit", rid, False))
                 out.append(("admit", rid, True))
         out.append(("step", None, None, True))
@@ -311,7 +324,8 @@ class OffloadExploreModel:
             if self.allow_failures:
                 out.append(("step", None, job_id, False))
         writers = self._hit_writers(w)
-        if w.preemptions < self.max_preemptions:
+        # As vLLM's schedule(): a step that preempts admitted nothing in its schedule() call.
+        if w.preemptions < self.max_preemptions and not w.scheduling:
             for rid, er in w.requests.items():
                 if er.status == RUNNING and rid not in writers:
                     out.append(("step", rid, None, True))
@@ -326,8 +340,13 @@ class OffloadExploreModel:
 
     def _reset_waits(self, w: World) -> bool:
         """Whether a reset that is still to come must wait for the next step: the engine is inside
-        schedule(). Only then does ``scheduling`` tell two states apart."""
+        schedule()."""
         return w.scheduling and w.resets < self.max_resets and not self.resets_within_schedule
+
+    def _inside_schedule(self, w: World) -> bool:
+        """Whether the engine is inside schedule() where that tells two states apart: a reset still
+        to come waits for the next step, or a preemption still to come cannot end this call."""
+        return self._reset_waits(w) or (w.scheduling and w.preemptions < self.max_preemptions)
 
     def _hit_writers(self, w: World) -> set[str]:
         """Running requests whose next chunk's block another request holds as a GPU hit: the engine
@@ -343,14 +362,16 @@ class OffloadExploreModel:
     def touches(self, w: World, action: tuple[Any, ...]) -> frozenset[str] | None:
         """The requests ``action`` reads or writes in ``w``; None for an action on shared state
         (the explorer's partial-order reduction treats actions touching disjoint requests as
-        independent). ``finish(r)`` of a request the connector tracks touches only ``r``:
-        ``request_finished`` changes r's tracker and adds r to the scheduler's finished set (a set
-        in the fingerprint), and freeing r's GPU blocks keeps the free list sorted, so two such
-        finishes of different requests commute and neither disables the other. Everything else is
-        shared: an admission (or the finish of a request that never arrived, which looks it up)
-        reads the shared prefix keys and reorders the CPU pool's LRU, and takes the lowest free GPU
+        independent). ``finish(r)`` of a request that the connector tracks and that holds no GPU
+        blocks touches only ``r``: ``request_finished`` changes r's tracker and adds r to the
+        scheduler's finished set (a set in the fingerprint), so two such finishes of different
+        requests commute and neither disables the other. Everything else is shared: a finish that frees GPU
+        blocks appends them to the pool's free queue, whose order decides which block the next
+        allocation takes; an admission (or the finish of a request that never arrived, which looks
+        it up) reads the shared prefix keys and reorders the CPU pool's LRU, and takes free GPU
         blocks; a step runs every request; ``reset_cache`` resets every request."""
-        if action[0] == "finish" and w.requests[action[1]].status != NEW:
+        request = w.requests[action[1]] if action[0] == "finish" else None
+        if request is not None and request.status != NEW and not request.block_ids:
             return frozenset((action[1],))
         return None
 
@@ -377,7 +398,7 @@ class OffloadExploreModel:
         return World(
             w.scheduler.clone(),
             {rid: _copy_request(er) for rid, er in w.requests.items()},
-            w.gpu_free.copy(),
+            w.pool.copy(),
             w.gpu_content.copy(),
             w.cpu_content.copy(),
             w.inflight.copy(),
@@ -471,14 +492,18 @@ class OffloadExploreModel:
         return w
 
     def _forget_free_content(self, w: World) -> None:
-        """A free block that no job references holds nothing anyone may read: mark it EMPTY.
+        """A free block that no job references and no cache entry names holds nothing anyone may
+        read: mark it EMPTY.
 
         Stale bytes in free blocks would make otherwise equal states distinct; and since EMPTY never
         equals a key, a bug that reads a block nobody wrote is always caught, never masked by stale
         bytes that happen to be right.
         """
-        gpu_content, cpu_content = w.gpu_content, w.cpu_content
-        gpu_written = [block for block in w.gpu_free if gpu_content[block] != EMPTY]
+        gpu_content, cpu_content, cached = w.gpu_content, w.cpu_content, w.pool.block_hash
+        # A free block the pool still caches keeps its content: a later GPU hit reads it.
+        gpu_written = [
+            block for block in w.pool.free_queue if gpu_content[block] != EMPTY and cached[block] is None
+        ]
         cpu_written = [
             block for block in w.scheduler.manager.view().free
             if 0 <= block < len(cpu_content) and cpu_content[block] != EMPTY
@@ -538,8 +563,8 @@ class OffloadExploreModel:
             )
             return problems
         leaks = w.scheduler.leaks() + w.scheduler.manager.leaks()
-        if len(w.gpu_free) != self.gpu_blocks:
-            leaks.append(f"GPU blocks never freed: {sorted(set(range(self.gpu_blocks)) - set(w.gpu_free))}")
+        if len(w.pool.free_queue) != self.gpu_blocks:
+            leaks.append(f"GPU blocks never freed: {sorted(set(range(self.gpu_blocks)) - set(w.pool.free_queue))}")
         if leaks:
             problems.append(("NoLeak", "; ".join(leaks)))
         return problems
@@ -554,15 +579,25 @@ class OffloadExploreModel:
 
     # ------------------------------------------------------------------ engine actions
     def _gpu_hit(self, w: World, rid: str) -> list[int]:
-        """The GPU blocks of ``rid``'s longest cached prefix: shared chunks that another request holds
-        computed, or as its next chunk, which it is scheduled to compute in the next step (vLLM
-        caches a block when it schedules it). The last chunk is left for the engine to compute."""
+        """The GPU blocks of ``rid``'s longest cached prefix: chunks the pool caches (computed or
+        loaded, by any request, freed or not, until allocated again or reset; a preempted request
+        hits its own), or shared chunks that another request holds as its next chunk, which it is
+        scheduled to compute in the next step (vLLM caches a block when it schedules it). The last
+        chunk is left for the engine to compute."""
         hit: list[int] = []
         if not self.gpu_prefix_cache:
             return hit
         # A running request is scheduled one chunk per step.
         cached = {other_id: vllm_rules.cached_blocks(other, 1) for other_id, other in w.requests.items()}
-        for chunk in range(min(self.shared_chunks, vllm_rules.hit_limit_blocks(self.chunks, 1))):
+        pool_cached = w.pool.cached
+        hashes = w.requests[rid].block_hashes
+        for chunk in range(vllm_rules.hit_limit_blocks(self.chunks, 1)):
+            block = pool_cached.get(hashes[chunk])
+            if block is not None:
+                hit.append(block)
+                continue
+            if chunk >= self.shared_chunks:  # another request holds none of rid's private chunks
+                break
             for other_id, other in w.requests.items():
                 if other_id != rid and chunk < len(other.block_ids) and chunk < cached[other_id]:
                     hit.append(other.block_ids[chunk])
@@ -585,7 +620,10 @@ class OffloadExploreModel:
         if matched is None:
             return  # deferred by the connector: the engine retries next step
         er = w.requests[rid]
-        blocks = hit + [w.gpu_free.pop(0) for _ in range(self.chunks - len(hit))]
+        w.pool.touch(hit)
+        fresh = w.pool.allocate(self.chunks - len(hit))
+        assert fresh is not None  # admit is offered only with a request's worth of free blocks
+        blocks = hit + fresh
         er.block_ids = blocks
         external = matched if load else 0
         w.scheduler.update_state_after_alloc(er, blocks, external)
@@ -598,10 +636,9 @@ class OffloadExploreModel:
             er.status = RUNNING
 
     def _free_blocks(self, w: World, er: SimRequest) -> None:
-        """Drop ``er``'s hold on its blocks; a block another request shares (a GPU hit) stays."""
-        shared = {block for other in w.requests.values() if other is not er for block in other.block_ids}
-        w.gpu_free.extend(block for block in er.block_ids if block not in shared)
-        w.gpu_free.sort()
+        """Drop ``er``'s hold on its blocks; a block another request shares (a GPU hit) stays held,
+        and a freed block stays cached until the pool hands it out again."""
+        w.pool.free(er.block_ids)
         er.block_ids = []
         er.local_hit_tokens = 0
 
@@ -616,6 +653,7 @@ class OffloadExploreModel:
             er.status = DONE
 
     def _reset(self, w: World) -> None:
+        w.pool.reset()  # reset_prefix_cache: the freed blocks' hashes are forgotten
         cancelled = w.scheduler.reset_cache()
         w.resets += 1
         for rid in cancelled:
@@ -713,6 +751,8 @@ class OffloadExploreModel:
             er = w.requests[rid]
             computed = er.num_computed_tokens
             self._write_gpu(w, er.block_ids[computed], er.block_hashes[computed], f"{rid}'s forward pass")
+            if self.gpu_prefix_cache:
+                w.pool.register(er.block_ids[computed], er.block_hashes[computed])
             if rid == drafting:
                 self._write_gpu(w, er.block_ids[computed + 1], DRAFT, f"{rid}'s draft")
                 w.rejected[rid] = tokens
@@ -736,6 +776,9 @@ class OffloadExploreModel:
             er = w.requests[rid]
             if er.status == LOADING:
                 vllm_rules.load_completed(er)
+                if self.gpu_prefix_cache:  # delay_cache_blocks: the loaded blocks are cached now
+                    for chunk in range(er.local_hit_tokens, er.num_computed_tokens):
+                        w.pool.register(er.block_ids[chunk], er.block_hashes[chunk])
         for rid in update.load_failed:
             er = w.requests[rid]
             if er.status == LOADING:
@@ -930,7 +973,7 @@ class OffloadExploreModel:
             per_request,
             _scheduler_part(sched, rids, keys, jobset),
             _manager_part(w.scheduler.manager, naming, rids, keys),
-            _world_part(w, naming, keys, job, jobset, self._reset_waits(w)),
+            _world_part(w, naming, keys, job, jobset, self._inside_schedule(w)),
         )
 
     # ------------------------------------------------------------------ readable state
@@ -975,7 +1018,10 @@ class OffloadExploreModel:
         out["cpu.keys"] = ", ".join(entries) or "none"
         out["cpu.content"] = " ".join(f"{i}:{self.key_name(c)}" for i, c in enumerate(w.cpu_content))
         out["gpu.content"] = " ".join(f"{i}:{self.key_name(c)}" for i, c in enumerate(w.gpu_content))
-        out["gpu.free"] = str(w.gpu_free)
+        out["gpu.free"] = str(list(w.pool.free_queue))
+        out["gpu.cached"] = " ".join(
+            f"{block}:{self.key_name(key)}" for block, key in enumerate(w.pool.block_hash) if key is not None
+        ) or "none"
         if tables.pending_flush:
             out["flush.pending"] = str(sorted(tables.pending_flush))
         return out
@@ -1042,19 +1088,20 @@ def _world_part(
     keys: dict[Any, Any],
     job: Callable[[int], tuple[Any, ...]],
     jobset: JobSet,
-    reset_waits: bool,
+    inside_schedule: bool,
 ) -> tuple[Any, ...]:
     """The engine model's part of a canonical state: GPU and CPU contents, jobs in flight and done,
-    and whether a reset waits for the step that ends the engine's schedule() call."""
+    and whether the engine is inside a schedule() call that limits what comes next."""
     keys_get = keys.get
     done = w.done
     return (
-        tuple(w.gpu_free),
+        tuple(w.pool.free_queue),
+        tuple(w.pool.block_hash) if naming == 0 else tuple([keys_get(h, h) for h in w.pool.block_hash]),
         tuple(w.gpu_content) if naming == 0 else tuple([keys_get(c, c) for c in w.gpu_content]),
         tuple(w.cpu_content) if naming == 0 else tuple([keys_get(c, c) for c in w.cpu_content]),
         jobset(w.inflight) if w.inflight else (),
         tuple(sorted([(job(j), ok) for j, ok in done.items()])) if done else (),
         w.resets,
         w.preemptions,
-        reset_waits,
+        inside_schedule,
     )

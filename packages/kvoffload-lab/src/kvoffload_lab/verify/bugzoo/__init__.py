@@ -50,6 +50,9 @@ _ALL = (
         scheduler_class=ReadmitWhileFlushingScheduler,
         # It moves the request to waiting behind the declared machine's back, which a trace shows.
         also_caught_by=("DeclaredLifecycle",),
+        # The re-admission must load: without GPU prefix caching it does (with it, the request hits
+        # its own freed blocks, still cached), and a one-request GPU pool reuses them at once.
+        explore_options=(("gpu_pool_requests", 1), ("gpu_prefix_cache", False)),
     ),
     Mutant(
         "abort_unscheduled_stores", "vLLM #49118", "DataIntegrity",
@@ -73,11 +76,15 @@ _ALL = (
         "preempt_without_flush", "vLLM #29870", "GpuBlockFence",
         "preemption frees GPU blocks without flushing the stores still reading them",
         scheduler_class=PreemptWithoutFlushScheduler,
+        # Freed blocks go to the back of the free queue: a one-request GPU pool hands them out next.
+        explore_options=(("gpu_pool_requests", 1),),
     ),
     Mutant(
         "fence_skipped_without_external_tokens", "vLLM #46951", "GpuBlockFence",
         "the GPU-block fence is skipped when the new request loads no external tokens",
         scheduler_class=FenceSkippedWithoutExternalTokensScheduler,
+        # Freed blocks go to the back of the free queue: a one-request GPU pool hands them out next.
+        explore_options=(("gpu_pool_requests", 1),),
     ),
     Mutant(
         "store_gpu_hit_early", "kvoffload KVOffloadConnector (split GPU/CPU prefix)", "DataIntegrity",
@@ -127,6 +134,9 @@ _ALL = (
         "failure_reported_as_done", "Dynamo #15079", "DataIntegrity",
         "the worker reports a failed transfer as done, so garbage is loaded or served",
         worker_report=report_failure_as_done,
+        # Garbage must be loaded: without GPU prefix caching a request loads what another stored
+        # (with it, a freed block stays cached and is hit instead), in a one-request GPU pool.
+        explore_options=(("gpu_pool_requests", 1), ("gpu_prefix_cache", False)),
     ),
 )
 
