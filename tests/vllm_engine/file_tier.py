@@ -1,6 +1,6 @@
 """An integration over a small CPU tier and a file tier, as the model kinds' engine tests run it
-(test_vllm_mla.py, test_vllm_gpt_oss.py, test_vllm_mamba.py), and what shows that a run's second
-turns came back from the file tier."""
+(test_vllm_mla.py, test_vllm_gpt_oss.py, test_vllm_mamba.py, test_vllm_hybrid_tiers.py), and what
+shows that a run's second turns came back from the file tier."""
 
 from __future__ import annotations
 
@@ -14,10 +14,15 @@ from kvoffload_lab.vllm.harness import EngineReport, connector_transfer_config, 
 FILE_TIER_BYTES = 64 << 20
 
 
-def file_tier_config(integration: str, cpu_chunks: int, directory: Path, **options: Any) -> dict[str, Any]:
+def file_tier_config(
+    integration: str, cpu_chunks: int, directory: Path | None, more_tiers: dict[str, Any] | None = None, **options: Any
+) -> dict[str, Any]:
     """``kv_transfer_config`` of ``integration`` (``"connector"`` or ``"spec"``, with its
-    ``options``) over an LRU CPU tier of ``cpu_chunks`` chunks and a file tier in ``directory``."""
-    tiers = {"file_tier": {"path": str(directory / "kv.tier"), "size_bytes": FILE_TIER_BYTES}}
+    ``options``) over an LRU CPU tier of ``cpu_chunks`` chunks, a file tier in ``directory`` (None:
+    none) and ``more_tiers`` (a ``redis_tier``)."""
+    tiers = dict(more_tiers or {})
+    if directory is not None:
+        tiers["file_tier"] = {"path": str(directory / "kv.tier"), "size_bytes": FILE_TIER_BYTES}
     build = {"connector": connector_transfer_config, "spec": spec_transfer_config}[integration]
     return build(cpu_chunks, "lru", tiers=tiers, **options)
 
