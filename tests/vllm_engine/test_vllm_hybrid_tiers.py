@@ -28,17 +28,17 @@ pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm
 pytest.importorskip("xxhash", reason="the tiers' extra is not installed here: `make check-vllm-tiers` installs it")
 pytest.importorskip("redis", reason="the tiers' extra is not installed here: `make check-vllm-tiers` installs it")
 
+from file_tier import assert_loaded_from_file_tier, file_tier_config
 from test_vllm_hybrid import BLOCK_SIZE, PREFIX_TOKENS, WORKLOAD, baseline, model_dir, run_gemma3
 
 from kvoffload_lab.redis_server import RedisServer
-from kvoffload_lab.vllm.common.engine import EngineReport, connector_transfer_config, spec_transfer_config
+from kvoffload_lab.vllm.common.engine import EngineReport
 from redis_servers import running_server
 
 # The model and the run without offloading, shared with test_vllm_hybrid.py.
 __all__ = ["baseline", "model_dir"]
 
 CPU_CHUNKS = 16
-FILE_TIER_BYTES = 16 << 20
 PREFIX_CHUNKS = PREFIX_TOKENS // BLOCK_SIZE
 OTHER_WINDOW = {"sliding_window": 32}
 # The first turns alone: two prompts sharing the prefix, longer than either window.
@@ -61,13 +61,8 @@ MUTANTS = {
 def _config(integration: str, server: RedisServer, file_dir: Path | None = None, mutant: bool = False) -> dict:
     """``integration`` (``mutant``: its mutant) over a file tier in ``file_dir`` (None: none), then
     its Redis database."""
-    tiers: dict = {"redis_tier": {"url": f"redis://127.0.0.1:{server.port}/{DATABASES[integration, mutant]}"}}
-    if file_dir is not None:
-        tiers["file_tier"] = {"path": str(file_dir / "kv.tier"), "size_bytes": FILE_TIER_BYTES}
-    names = MUTANTS[integration] if mutant else {}
-    if integration == "spec":
-        return spec_transfer_config(CPU_CHUNKS, "lru", tiers=tiers, **names)
-    return connector_transfer_config(CPU_CHUNKS, "lru", tiers=tiers, **names)
+    redis = {"redis_tier": {"url": f"redis://127.0.0.1:{server.port}/{DATABASES[integration, mutant]}"}}
+    return file_tier_config(integration, CPU_CHUNKS, file_dir, redis, **(MUTANTS[integration] if mutant else {}))
 
 
 @pytest.fixture(scope="module", params=["connector", "spec"])
@@ -90,10 +85,8 @@ def test_second_turns_come_from_the_file_tier(writer: EngineReport, baseline: En
     assert writer.outputs == baseline.outputs, "greedy token ids differ from the run without offloading"
     for served in writer.cached_tokens[2]:
         assert served >= PREFIX_TOKENS, f"second turns served {writer.cached_tokens[2]} tokens from cache"
-    file_tier, redis = writer.kvoffload["tiers"]["file"], writer.kvoffload["tiers"]["redis"]
-    assert file_tier["loaded_keys"] >= PREFIX_CHUNKS, f"the file tier served too little: {file_tier}"
-    assert file_tier["checksum_failures"] == 0 and file_tier["faults"] == 0
-    assert redis["cascaded_keys"] >= PREFIX_CHUNKS
+    assert_loaded_from_file_tier(writer, PREFIX_CHUNKS)
+    assert writer.kvoffload["tiers"]["redis"]["cascaded_keys"] >= PREFIX_CHUNKS
     assert writer.violations == [], "kvoffload recorded lifecycle violations"
     assert writer.leaks == [], "kvoffload state left behind after the engine drained"
 

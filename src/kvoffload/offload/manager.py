@@ -384,6 +384,10 @@ class CPUOffloadingManager:
     def entry(self, key: OffloadKey) -> BlockEntry | None:
         return self._entries.get(key)
 
+    def holds(self, key: OffloadKey) -> bool:
+        """Whether a lookup of ``key`` may find it here (its chunk is in CPU memory)."""
+        return key in self._entries
+
     @property
     def resident_keys(self) -> frozenset[OffloadKey]:
         return frozenset(self._entries)

@@ -407,13 +407,10 @@ class OffloadingScheduler:
         return self._null_block is not None and not num_computed_tokens % self.config.gpu_block_size
 
     def _lookup_keys(self, keys: list[OffloadKey]) -> list[OffloadKey]:
-        """Each chunk's key, or its windowless key where only that one is in the tier."""
-        entry = self.manager.entry
-        found = []
-        for key in keys:
-            windowless = windowless_key(key)
-            found.append(windowless if entry(key) is None and entry(windowless) is not None else key)
-        return found
+        """Each chunk's key, or its windowless key where only that one is held (in CPU memory or,
+        under a tiering manager, in the file tier the CPU tier evicted it to)."""
+        holds = self.manager.holds
+        return [windowless if not holds(key) and holds(windowless := windowless_key(key)) else key for key in keys]
 
     def _window_hit(self, request: EngineRequest, start: int, found: Sequence[OffloadKey]) -> int:
         """How many ``found`` chunks a hit may use: its last window must have every window part."""

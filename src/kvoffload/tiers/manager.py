@@ -499,6 +499,12 @@ class TieringManager:
     def entry(self, key: OffloadKey) -> BlockEntry | None:
         return self.cpu.entry(key)
 
+    def holds(self, key: OffloadKey) -> bool:
+        """Whether a lookup of ``key`` may find it: in CPU memory, or readable in a tier of this
+        process (the file tier). A shared tier (Redis) would need a probe to tell, so a chunk only
+        there counts as not held."""
+        return self.cpu.holds(key) or any(not tier.shared and tier.candidates((key,)) for tier in self.tiers.values())
+
     def is_known(self, request_id: RequestId) -> bool:
         return request_id not in INTERNAL_OWNERS and self.cpu.is_known(request_id)
 
