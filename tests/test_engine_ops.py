@@ -40,9 +40,10 @@ def test_a_load_waits_and_only_intact_blocks_are_cached() -> None:
     pool = BlockPool(4)
     request = _admitted(pool, "a", external=2)
     assert request.status == LOADING
-    wrong = engine_ops.cache_loaded(pool, request, lambda block, block_hash: block_hash != 12)
+    wrong = engine_ops.complete_load(pool, request, lambda block, block_hash: block_hash != 12)
     assert wrong == [request.block_ids[1]]
     assert pool.cached == {11: request.block_ids[0]}
+    assert (request.status, request.num_computed_tokens) == (RUNNING, 2)
 
 
 def test_a_held_request_keeps_its_blocks_until_released() -> None:

@@ -383,11 +383,10 @@ class Engine:
             if request is None:
                 continue
             self.stats.integrity_checked_blocks += request.external_tokens // self.config.gpu_block_size
-            for block in engine_ops.cache_loaded(self.pool, request, self.backend.block_matches):
+            for block in engine_ops.complete_load(self.pool, request, self.backend.block_matches):
                 self.stats.integrity_failures += 1
                 self._record([Violation("DataIntegrity", f"block {block} of {request_id!r} loaded wrong bytes")])
             self.stats.offload_hit_tokens += request.external_tokens
-            vllm_rules.load_completed(request)
             self._loaded[request_id] = request
             self.running.append(request)
         for request_id in update.load_failed:

@@ -70,18 +70,22 @@ def cache_scheduled(pool: BlockPool, request: SimRequest, num_scheduled_tokens: 
     return blocks
 
 
-def cache_loaded(pool: BlockPool, request: SimRequest, holds: Callable[[int, int], bool] | None = None) -> list[int]:
-    """delay_cache_blocks: cache the blocks ``request``'s completed load filled. ``holds(block,
+def complete_load(
+    pool: BlockPool, request: SimRequest, holds: Callable[[int, int], bool] | None = None, *, cache: bool = True
+) -> list[int]:
+    """``request``'s load completed: it runs, and the blocks the load filled enter the prefix cache
+    now (delay_cache_blocks; ``cache=False``: an engine without prefix caching). ``holds(block,
     block_hash)``: whether the block holds the bytes its hash names; one that does not is left
     uncached and returned."""
     wrong = []
     first = request.local_hit_tokens // request.block_size
-    for index in range(first, first + request.external_tokens // request.block_size):
+    for index in range(first, first + request.external_tokens // request.block_size) if cache else ():
         block, block_hash = request.block_ids[index], request.block_hashes[index]
         if holds is None or holds(block, block_hash):
             pool.register(block, block_hash)
         else:
             wrong.append(block)
+    vllm_rules.load_completed(request)
     return wrong
 
 

@@ -9,7 +9,8 @@ Every choice the engine and the worker can make is an action of the explorer
   :class:`~kvoffload_lab.sim.block_pool.BlockPool`: a computed (or loaded) block is cached under its
   key, and a freed block stays cached until the pool's free queue (oldest freed first) hands it out
   again or ``reset_cache`` forgets it, so a preempted request hits its own blocks. The GPU hit
-  follows vLLM's caching rules (:mod:`kvoffload_lab.sim.vllm_rules`, shared with the simulator): it
+  follows vLLM's caching rules (:mod:`kvoffload_lab.sim.vllm_rules`, shared with the simulator, as
+  are the operations on a request's blocks and status, :mod:`kvoffload_lab.sim.engine_ops`): it
   covers the chunks the pool caches and the shared chunk another request is scheduled to compute in
   the next step (a running request's next chunk), so an admission can hit a block that only the
   next step's forward pass writes. The engine computes what it scheduled: a request whose next
@@ -744,9 +745,7 @@ class OffloadExploreModel:
         for rid in update.loaded:
             er = w.requests[rid]
             if er.status == LOADING:
-                vllm_rules.load_completed(er)
-                if self.gpu_prefix_cache:
-                    engine_ops.cache_loaded(w.pool, er)
+                engine_ops.complete_load(w.pool, er, cache=self.gpu_prefix_cache)
         for rid in update.load_failed:
             er = w.requests[rid]
             if er.status == LOADING:
