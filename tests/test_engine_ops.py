@@ -2,16 +2,34 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, cast
+
 from kvoffload_lab.sim import engine_ops
 from kvoffload_lab.sim.block_pool import BlockPool
 from kvoffload_lab.sim.request import DONE, FINISHED, LOADING, RUNNING, WAITING, SimRequest
 
 
+class _Connector:
+    """Records what ``update_state_after_alloc`` hears (the real scheduler would refuse a load that
+    no lookup offered)."""
+
+    def __init__(self) -> None:
+        self.allocations: list[tuple[str, list[int], int]] = []
+
+    def update_state_after_alloc(self, request: SimRequest, block_ids: Sequence[int], external: int) -> None:
+        self.allocations.append((request.request_id, list(block_ids), external))
+
+
+def _connector() -> Any:
+    return cast(Any, _Connector())
+
+
 def _admitted(pool: BlockPool, request_id: str, external: int = 0) -> SimRequest:
     request = SimRequest.of_blocks(request_id, [11, 12, 13])
-    hit = engine_ops.gpu_hit(pool, request)
-    assert engine_ops.allocate_on_admission(pool, request, hit, 3)
-    engine_ops.start(request, len(hit), external)
+    connector = _connector()
+    assert engine_ops.admit(pool, connector, request, engine_ops.gpu_hit(pool, request), 3, external)
+    assert connector.allocations == [(request_id, request.block_ids, external)]
     return request
 
 
@@ -32,7 +50,9 @@ def test_admission_fails_without_free_blocks_and_holds_nothing() -> None:
     second = SimRequest.of_blocks("b", [11, 12, 99, 98, 97])
     hit = engine_ops.gpu_hit(pool, second)
     assert hit == first.block_ids[:2]
-    assert not engine_ops.allocate_on_admission(pool, second, hit, 5)
+    connector = _connector()
+    assert not engine_ops.admit(pool, connector, second, hit, 5, 0)
+    assert connector.allocations == []
     assert pool.ref_cnt[hit[0]] == 1 and second.block_ids == []
 
 

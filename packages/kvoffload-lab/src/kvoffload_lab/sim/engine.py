@@ -321,12 +321,11 @@ class Engine:
             self.stats.deferred_admissions += 1
             return None
         n = 0 if external else min(request.num_tokens - computed, budget)
-        if not engine_ops.allocate_on_admission(self.pool, request, local, self._blocks_for(computed + external + n)):
+        num_blocks = self._blocks_for(computed + external + n)
+        if not engine_ops.admit(self.pool, self.scheduler, request, local, num_blocks, external):
             return -1
-        self.scheduler.update_state_after_alloc(request, request.block_ids, external)
         self.stats.admitted += 1
         self.stats.admitted_tokens += request.num_tokens
-        engine_ops.start(request, computed, external)
         self.stats.gpu_hit_tokens += computed
         if not self._unwritten.isdisjoint(local):
             self.stats.same_step_gpu_hits += 1

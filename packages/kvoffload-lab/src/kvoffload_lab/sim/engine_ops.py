@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload_lab.sim import vllm_rules
 from kvoffload_lab.sim.block_pool import BlockPool
 from kvoffload_lab.sim.request import DONE, FINISHED, LOADING, RUNNING, WAITING, SimRequest
@@ -34,21 +35,22 @@ def gpu_hit(pool: BlockPool, request: SimRequest, scheduled: Callable[[int], int
     return hit
 
 
-def allocate_on_admission(pool: BlockPool, request: SimRequest, hit: list[int], num_blocks: int) -> bool:
-    """Give ``request`` its GPU hit ``hit`` (now shared) and fresh blocks up to ``num_blocks``;
-    False, holding nothing, when the pool has too few free blocks."""
+def admit(
+    pool: BlockPool, scheduler: OffloadingScheduler, request: SimRequest, hit: list[int], num_blocks: int,
+    external_tokens: int,
+) -> bool:
+    """Admit ``request`` with its GPU hit ``hit`` (now shared) and fresh blocks up to ``num_blocks``,
+    tell the connector (``update_state_after_alloc``) and start it: it waits for a load of
+    ``external_tokens`` (delay_cache_blocks; 0: no load) or runs. False, holding nothing, when the
+    pool has too few free blocks."""
     pool.touch(hit)
     fresh = pool.allocate(num_blocks - len(hit))
     if fresh is None:
         pool.free(hit)
         return False
     request.block_ids = hit + fresh
-    return True
-
-
-def start(request: SimRequest, hit_tokens: int, external_tokens: int) -> None:
-    """``request`` was admitted with ``hit_tokens`` computed by its GPU hit: it waits for a load of
-    ``external_tokens`` (delay_cache_blocks) or runs."""
+    scheduler.update_state_after_alloc(request, request.block_ids, external_tokens)
+    hit_tokens = len(hit) * request.block_size
     request.local_hit_tokens = hit_tokens
     request.num_computed_tokens = hit_tokens
     if external_tokens:
@@ -57,6 +59,7 @@ def start(request: SimRequest, hit_tokens: int, external_tokens: int) -> None:
         request.status = LOADING
     else:
         request.status = RUNNING
+    return True
 
 
 def cache_scheduled(pool: BlockPool, request: SimRequest, num_scheduled_tokens: int) -> list[int]:

@@ -614,11 +614,8 @@ class OffloadExploreModel:
         if matched is None:
             return  # deferred by the connector: the engine retries next step
         er = w.requests[rid]
-        allocated = engine_ops.allocate_on_admission(w.pool, er, hit, self.chunks)
-        assert allocated  # admit is offered only with a request's worth of free blocks
-        external = matched if load else 0
-        w.scheduler.update_state_after_alloc(er, er.block_ids, external)
-        engine_ops.start(er, len(hit), external)
+        admitted = engine_ops.admit(w.pool, w.scheduler, er, hit, self.chunks, matched if load else 0)
+        assert admitted  # admit is offered only with a request's worth of free blocks
 
     def _finish(self, w: World, rid: str) -> None:
         er = w.requests[rid]
