@@ -20,6 +20,9 @@ class _Connector:
     def update_state_after_alloc(self, request: SimRequest, block_ids: Sequence[int], external: int) -> None:
         self.allocations.append((request.request_id, list(block_ids), external))
 
+    def reset_cache(self) -> list[str]:
+        return [request_id for request_id, _, external in self.allocations if external]
+
 
 def _connector() -> Any:
     return cast(Any, _Connector())
@@ -64,6 +67,20 @@ def test_a_load_waits_and_only_intact_blocks_are_cached() -> None:
     assert wrong == [request.block_ids[1]]
     assert pool.cached == {11: request.block_ids[0]}
     assert (request.status, request.num_computed_tokens) == (RUNNING, 2)
+
+
+def test_a_reset_forgets_free_blocks_and_cancelled_loads_recompute() -> None:
+    pool = BlockPool(8)
+    connector = _connector()
+    freed = SimRequest.of_blocks("a", [11, 12, 13])
+    assert engine_ops.admit(pool, connector, freed, [], 3, 0)
+    engine_ops.cache_scheduled(pool, freed, 3)
+    engine_ops.finish(pool, freed, hold=False)
+    loading = SimRequest.of_blocks("b", [21, 22, 23])
+    assert engine_ops.admit(pool, connector, loading, [], 3, 2)
+    assert engine_ops.reset_cache(pool, connector, {"a": freed, "b": loading}) == [loading]
+    assert pool.cached == {}
+    assert (loading.status, loading.num_computed_tokens, len(loading.block_ids)) == (RUNNING, 0, 3)
 
 
 def test_a_held_request_keeps_its_blocks_until_released() -> None:

@@ -181,12 +181,9 @@ class Engine:
                 if request.status == RUNNING:
                     self._preempt(request)
                     self._preempted_between_steps.append(request.request_id)
-        if prefix_cache:
-            self.pool.reset()
-        for request_id in self.scheduler.reset_cache():
-            request = self.loading.pop(request_id, None)
-            if request is not None:
-                self._resume_after_failed_load(request)
+        for request in engine_ops.reset_cache(self.pool, self.scheduler, self.loading, prefix_cache=prefix_cache):
+            del self.loading[request.request_id]
+            self.running.append(request)
 
     @property
     def max_model_tokens(self) -> int:
@@ -392,13 +389,10 @@ class Engine:
             request = self.loading.pop(request_id, None)
             if request is not None:
                 self.stats.load_failures += 1
-                self._resume_after_failed_load(request)
+                vllm_rules.recompute_after_failed_load(request)
+                self.running.append(request)
         for request_id in update.released:
             engine_ops.release(self.pool, self.held.pop(request_id))
-
-    def _resume_after_failed_load(self, request: SimRequest) -> None:
-        vllm_rules.recompute_after_failed_load(request)
-        self.running.append(request)
 
     def _sample(self, output: SchedulerOutput) -> tuple[str, ...]:
         finished = []

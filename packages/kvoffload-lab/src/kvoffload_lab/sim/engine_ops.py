@@ -8,7 +8,7 @@ here, following :mod:`kvoffload_lab.sim.vllm_rules`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload_lab.sim import vllm_rules
@@ -90,6 +90,23 @@ def complete_load(
             wrong.append(block)
     vllm_rules.load_completed(request)
     return wrong
+
+
+def reset_cache(
+    pool: BlockPool, scheduler: OffloadingScheduler, requests: Mapping[str, SimRequest], *, prefix_cache: bool = True
+) -> list[SimRequest]:
+    """Between two steps: ``reset_prefix_cache`` (the pool forgets its free blocks' hashes;
+    ``prefix_cache=False``: skipped) and the connector's ``reset_cache``, whose cancelled loads
+    recompute from their GPU hit. Returns the requests of ``requests`` that now run again."""
+    if prefix_cache:
+        pool.reset()
+    resumed = []
+    for request_id in scheduler.reset_cache():
+        request = requests.get(request_id)
+        if request is not None and request.status == LOADING:
+            vllm_rules.recompute_after_failed_load(request)
+            resumed.append(request)
+    return resumed
 
 
 def free_blocks(pool: BlockPool, request: SimRequest) -> None:

@@ -486,7 +486,8 @@ class OffloadExploreModel:
                 self._lookup(w, action[1], len(self._gpu_hit(w, action[1])))
             self._finish(w, action[1])
         elif kind == "reset":
-            self._reset(w)
+            engine_ops.reset_cache(w.pool, w.scheduler, w.requests)
+            w.resets += 1
         else:
             raise ValueError(f"unknown action {action!r}")
         self._forget_free_content(w)
@@ -621,15 +622,6 @@ class OffloadExploreModel:
         er = w.requests[rid]
         w.rejected.pop(rid, None)  # a finished request's drafts are not reported
         engine_ops.finish(w.pool, er, w.scheduler.request_finished(er, list(er.block_ids)))
-
-    def _reset(self, w: World) -> None:
-        w.pool.reset()  # reset_prefix_cache: the freed blocks' hashes are forgotten
-        cancelled = w.scheduler.reset_cache()
-        w.resets += 1
-        for rid in cancelled:
-            er = w.requests[rid]
-            if er.status == LOADING:
-                vllm_rules.recompute_after_failed_load(er)  # the load is cancelled
 
     def _copy(self, w: World, job: TransferJob, ok: bool) -> None:
         """The copy itself: content moves when the job completes (or is flushed)."""
