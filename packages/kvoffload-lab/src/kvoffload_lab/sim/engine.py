@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from kvoffload.lifecycles.invariants import Violation, check_invariants
 from kvoffload.offload.scheduler import OffloadingScheduler
 from kvoffload.offload.types import DEFAULT_POLICY, ConnectorUpdate, OffloadConfig, SchedulerOutput
-from kvoffload_lab.sim import vllm_rules
+from kvoffload_lab.sim import engine_ops, vllm_rules
 from kvoffload_lab.sim.block_pool import BlockPool
 from kvoffload_lab.sim.kv_model import KVBackend, ModelWorker
-from kvoffload_lab.sim.request import FINISHED, LOADING, RUNNING, WAITING, SimRequest, chain_hash
+from kvoffload_lab.sim.request import LOADING, RUNNING, WAITING, SimRequest, chain_hash
 
 VOCAB = 32000
 MAX_REPORTED_VIOLATIONS = 20
@@ -181,12 +181,9 @@ class Engine:
                 if request.status == RUNNING:
                     self._preempt(request)
                     self._preempted_between_steps.append(request.request_id)
-        if prefix_cache:
-            self.pool.reset()
-        for request_id in self.scheduler.reset_cache():
-            request = self.loading.pop(request_id, None)
-            if request is not None:
-                self._resume_after_failed_load(request)
+        for request in engine_ops.reset_cache(self.pool, self.scheduler, self.loading, prefix_cache=prefix_cache):
+            del self.loading[request.request_id]
+            self.running.append(request)
 
     @property
     def max_model_tokens(self) -> int:
@@ -277,7 +274,7 @@ class Engine:
                 request.block_ids.extend(blocks)
                 new_blocks[request.request_id] = blocks
             scheduled[request.request_id] = n
-            self._cache_scheduled(request, n)
+            self._unwritten.update(engine_ops.cache_scheduled(self.pool, request, n))
             if drafts:
                 self._drafts[request.request_id] = [self._speculative_rng.randrange(VOCAB) for _ in range(drafts)]
             budget -= n
@@ -314,52 +311,32 @@ class Engine:
     def _admit(self, request: SimRequest, budget: int) -> int | None:
         """Admit ``request``: returns tokens scheduled (0 when it waits for a load), None when
         the connector asks to retry later, -1 when the GPU pool is full."""
-        size = self.config.gpu_block_size
-        local = self.pool.cached_prefix(request.block_hashes)[: vllm_rules.hit_limit_blocks(request.num_tokens, size)]
-        computed = len(local) * size
+        local = engine_ops.gpu_hit(self.pool, request)
+        computed = len(local) * self.config.gpu_block_size
         external, _ = self.scheduler.get_num_new_matched_tokens(request, computed)
         if external is None:
             self.stats.deferred_admissions += 1
             return None
         n = 0 if external else min(request.num_tokens - computed, budget)
-        self.pool.touch(local)
-        blocks = self.pool.allocate(self._blocks_for(computed + external + n) - len(local))
-        if blocks is None:
-            self.pool.free(local)
+        num_blocks = self._blocks_for(computed + external + n)
+        if not engine_ops.admit(self.pool, self.scheduler, request, local, num_blocks, external):
             return -1
-        request.block_ids = local + blocks
-        self.scheduler.update_state_after_alloc(request, request.block_ids, external)
         self.stats.admitted += 1
         self.stats.admitted_tokens += request.num_tokens
-        request.local_hit_tokens = computed
-        request.external_tokens = external
-        request.num_computed_tokens = computed
         self.stats.gpu_hit_tokens += computed
         if not self._unwritten.isdisjoint(local):
             self.stats.same_step_gpu_hits += 1
-        self._cache_scheduled(request, n)
+        self._unwritten.update(engine_ops.cache_scheduled(self.pool, request, n))
         if external:
-            request.status = LOADING
             self.loading[request.request_id] = request
         else:
-            request.status = RUNNING
             self.running.append(request)
         return n
-
-    def _cache_scheduled(self, request: SimRequest, n: int) -> None:
-        """Cache the blocks that ``n`` tokens scheduled after the computed ones fill (cache at schedule)."""
-        for index in vllm_rules.blocks_cached_when_scheduled(request, n):
-            block = request.block_ids[index]
-            self.pool.register(block, request.block_hashes[index])
-            self._unwritten.add(block)
 
     def _preempt(self, request: SimRequest) -> None:
         self.running.remove(request)
         self._loaded.pop(request.request_id, None)
-        self.pool.free(request.block_ids)
-        request.block_ids = []
-        request.num_computed_tokens = 0
-        request.status = WAITING
+        engine_ops.preempt(self.pool, request)
         self.waiting.appendleft(request)
         self.stats.preemptions += 1
 
@@ -397,37 +374,25 @@ class Engine:
         self._unwritten.clear()
 
     def _apply(self, update: ConnectorUpdate) -> None:
-        size = self.config.gpu_block_size
         for request_id in update.loaded:
             request = self.loading.pop(request_id, None)
             if request is None:
                 continue
-            first = request.local_hit_tokens // size
-            for index in range(first, first + request.external_tokens // size):
-                block = request.block_ids[index]
-                self.stats.integrity_checked_blocks += 1
-                if self.backend.block_matches(block, request.block_hashes[index]):
-                    self.pool.register(block, request.block_hashes[index])
-                else:
-                    self.stats.integrity_failures += 1
-                    self._record([Violation("DataIntegrity", f"block {block} of {request_id!r} loaded wrong bytes")])
+            self.stats.integrity_checked_blocks += request.external_tokens // self.config.gpu_block_size
+            for block in engine_ops.complete_load(self.pool, request, self.backend.block_matches):
+                self.stats.integrity_failures += 1
+                self._record([Violation("DataIntegrity", f"block {block} of {request_id!r} loaded wrong bytes")])
             self.stats.offload_hit_tokens += request.external_tokens
-            vllm_rules.load_completed(request)
             self._loaded[request_id] = request
             self.running.append(request)
         for request_id in update.load_failed:
             request = self.loading.pop(request_id, None)
             if request is not None:
                 self.stats.load_failures += 1
-                self._resume_after_failed_load(request)
+                vllm_rules.recompute_after_failed_load(request)
+                self.running.append(request)
         for request_id in update.released:
-            request = self.held.pop(request_id)
-            self.pool.free(request.block_ids)
-            request.block_ids = []
-
-    def _resume_after_failed_load(self, request: SimRequest) -> None:
-        vllm_rules.recompute_after_failed_load(request)
-        self.running.append(request)
+            engine_ops.release(self.pool, self.held.pop(request_id))
 
     def _sample(self, output: SchedulerOutput) -> tuple[str, ...]:
         finished = []
@@ -477,12 +442,9 @@ class Engine:
         hold = False
         if self.scheduler.is_tracked(request_id):
             hold = self.scheduler.request_finished(request, request.block_ids)
+        engine_ops.finish(self.pool, request, hold)
         if hold:
             self.held[request_id] = request
-        else:
-            self.pool.free(request.block_ids)
-            request.block_ids = []
-        request.status = FINISHED
         if not aborted:
             self.stats.finished += 1
         for callback in self.on_finished:

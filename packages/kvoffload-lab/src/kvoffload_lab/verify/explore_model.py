@@ -9,7 +9,8 @@ Every choice the engine and the worker can make is an action of the explorer
   :class:`~kvoffload_lab.sim.block_pool.BlockPool`: a computed (or loaded) block is cached under its
   key, and a freed block stays cached until the pool's free queue (oldest freed first) hands it out
   again or ``reset_cache`` forgets it, so a preempted request hits its own blocks. The GPU hit
-  follows vLLM's caching rules (:mod:`kvoffload_lab.sim.vllm_rules`, shared with the simulator): it
+  follows vLLM's caching rules (:mod:`kvoffload_lab.sim.vllm_rules`, shared with the simulator, as
+  are the operations on a request's blocks and status, :mod:`kvoffload_lab.sim.engine_ops`): it
   covers the chunks the pool caches and the shared chunk another request is scheduled to compute in
   the next step (a running request's next chunk), so an admission can hit a block that only the
   next step's forward pass writes. The engine computes what it scheduled: a request whose next
@@ -87,7 +88,7 @@ from kvoffload.lifecycles.request import CLEANED
 from kvoffload.offload.manager import CPUOffloadingManager
 from kvoffload.offload.scheduler import OffloadingScheduler, SchedulerState
 from kvoffload.offload.types import OffloadConfig, SchedulerOutput, TransferJob, WorkerOutput
-from kvoffload_lab.sim import vllm_rules
+from kvoffload_lab.sim import engine_ops, vllm_rules
 from kvoffload_lab.sim.block_pool import BlockPool
 from kvoffload_lab.sim.request import DONE, FINISHED, LOADING, NEW, RUNNING, WAITING, SimRequest
 
@@ -485,7 +486,8 @@ class OffloadExploreModel:
                 self._lookup(w, action[1], len(self._gpu_hit(w, action[1])))
             self._finish(w, action[1])
         elif kind == "reset":
-            self._reset(w)
+            engine_ops.reset_cache(w.pool, w.scheduler, w.requests)
+            w.resets += 1
         else:
             raise ValueError(f"unknown action {action!r}")
         self._forget_free_content(w)
@@ -584,27 +586,20 @@ class OffloadExploreModel:
         hits its own), or shared chunks that another request holds as its next chunk, which it is
         scheduled to compute in the next step (vLLM caches a block when it schedules it). The last
         chunk is left for the engine to compute."""
-        hit: list[int] = []
         if not self.gpu_prefix_cache:
-            return hit
+            return []
         # A running request is scheduled one chunk per step.
         cached = {other_id: vllm_rules.cached_blocks(other, 1) for other_id, other in w.requests.items()}
-        pool_cached = w.pool.cached
-        hashes = w.requests[rid].block_hashes
-        for chunk in range(vllm_rules.hit_limit_blocks(self.chunks, 1)):
-            block = pool_cached.get(hashes[chunk])
-            if block is not None:
-                hit.append(block)
-                continue
+
+        def scheduled(chunk: int) -> int | None:
             if chunk >= self.shared_chunks:  # another request holds none of rid's private chunks
-                break
+                return None
             for other_id, other in w.requests.items():
                 if other_id != rid and chunk < len(other.block_ids) and chunk < cached[other_id]:
-                    hit.append(other.block_ids[chunk])
-                    break
-            else:
-                break
-        return hit
+                    return other.block_ids[chunk]
+            return None
+
+        return engine_ops.gpu_hit(w.pool, w.requests[rid], scheduled)
 
     def _lookup(self, w: World, rid: str, hit_chunks: int) -> int | None:
         er = w.requests[rid]
@@ -620,46 +615,13 @@ class OffloadExploreModel:
         if matched is None:
             return  # deferred by the connector: the engine retries next step
         er = w.requests[rid]
-        w.pool.touch(hit)
-        fresh = w.pool.allocate(self.chunks - len(hit))
-        assert fresh is not None  # admit is offered only with a request's worth of free blocks
-        blocks = hit + fresh
-        er.block_ids = blocks
-        external = matched if load else 0
-        w.scheduler.update_state_after_alloc(er, blocks, external)
-        er.local_hit_tokens = len(hit)
-        er.num_computed_tokens = len(hit)
-        if external:
-            er.status = LOADING
-            er.external_tokens = external
-        else:
-            er.status = RUNNING
-
-    def _free_blocks(self, w: World, er: SimRequest) -> None:
-        """Drop ``er``'s hold on its blocks; a block another request shares (a GPU hit) stays held,
-        and a freed block stays cached until the pool hands it out again."""
-        w.pool.free(er.block_ids)
-        er.block_ids = []
-        er.local_hit_tokens = 0
+        admitted = engine_ops.admit(w.pool, w.scheduler, er, hit, self.chunks, matched if load else 0)
+        assert admitted  # admit is offered only with a request's worth of free blocks
 
     def _finish(self, w: World, rid: str) -> None:
         er = w.requests[rid]
         w.rejected.pop(rid, None)  # a finished request's drafts are not reported
-        keep = w.scheduler.request_finished(er, list(er.block_ids))
-        if keep:
-            er.status = FINISHED
-        else:
-            self._free_blocks(w, er)
-            er.status = DONE
-
-    def _reset(self, w: World) -> None:
-        w.pool.reset()  # reset_prefix_cache: the freed blocks' hashes are forgotten
-        cancelled = w.scheduler.reset_cache()
-        w.resets += 1
-        for rid in cancelled:
-            er = w.requests[rid]
-            if er.status == LOADING:
-                vllm_rules.recompute_after_failed_load(er)  # the load is cancelled
+        engine_ops.finish(w.pool, er, w.scheduler.request_finished(er, list(er.block_ids)))
 
     def _copy(self, w: World, job: TransferJob, ok: bool) -> None:
         """The copy itself: content moves when the job completes (or is flushed)."""
@@ -703,10 +665,7 @@ class OffloadExploreModel:
         w.scheduling = False
         preempted: list[str] = []
         if preempt is not None:
-            er = w.requests[preempt]
-            self._free_blocks(w, er)
-            er.status = WAITING
-            er.num_computed_tokens = 0
+            engine_ops.preempt(w.pool, w.requests[preempt])
             preempted.append(preempt)
             w.preemptions += 1
         running = [rid for rid, er in w.requests.items() if er.status == RUNNING]
@@ -775,18 +734,13 @@ class OffloadExploreModel:
         for rid in update.loaded:
             er = w.requests[rid]
             if er.status == LOADING:
-                vllm_rules.load_completed(er)
-                if self.gpu_prefix_cache:  # delay_cache_blocks: the loaded blocks are cached now
-                    for chunk in range(er.local_hit_tokens, er.num_computed_tokens):
-                        w.pool.register(er.block_ids[chunk], er.block_hashes[chunk])
+                engine_ops.complete_load(w.pool, er, cache=self.gpu_prefix_cache)
         for rid in update.load_failed:
             er = w.requests[rid]
             if er.status == LOADING:
                 vllm_rules.recompute_after_failed_load(er)
         for rid in update.released:
-            er = w.requests[rid]
-            self._free_blocks(w, er)
-            er.status = DONE
+            engine_ops.release(w.pool, w.requests[rid])
         sched.take_events()
 
     def _check_store_source(self, w: World, job: TransferJob) -> None:
