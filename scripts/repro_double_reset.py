@@ -43,7 +43,7 @@ def _double_reset(connector: Any) -> str | None:
     from vllm.v1.outputs import KVConnectorOutput
     from vllm.v1.request import Request, RequestStatus
 
-    from kvoffload_lab.vllm.offloading.adapter import scheduler_output_fields
+    from kvoffload_lab.vllm.common.vllm_objects import scheduler_output_fields
 
     init_none_hash(sha256)
     request = Request(request_id="r1", prompt_token_ids=[1] * 9, sampling_params=SamplingParams(max_tokens=1),

@@ -67,7 +67,7 @@ class _Engine:
         from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
         from vllm.v1.simple_kv_offload.metadata import SimpleCPUOffloadWorkerMetadata
 
-        from kvoffload_lab.vllm.offloading.adapter import scheduler_output_fields
+        from kvoffload_lab.vllm.common.vllm_objects import scheduler_output_fields
 
         output = self.scheduler.schedule()
         metadata = output.kv_connector_metadata

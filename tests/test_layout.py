@@ -188,16 +188,16 @@ def test_the_private_import_rule_sees_another_folder_of_the_same_package(tmp_pat
 
 # The lab's vLLM checks, one folder per vLLM connector on a common layer -> the folders of
 # kvoffload_lab.vllm each may import besides itself. ``common`` names no connector; only ``live`` (the
-# live check's registry and the driver's entry point) names them all. ``simple`` builds its engine
-# with the model config and the model-runner output of ``offloading``; ``own`` runs kvoffload's
-# connector in the simple connector's engine, with its digest model.
+# live check's registry and the driver's entry point) names them all. No connector's folder imports
+# another's, but ``own``, which runs kvoffload's connector in the simple connector's engine, with its
+# digest model.
 VLLM = "kvoffload_lab.vllm"
 VLLM_FOLDERS: dict[str, tuple[str, ...]] = {
     "": (),
     "common": (),
     "offloading": ("common",),
-    "simple": ("common", "offloading"),
-    "own": ("common", "simple", "offloading"),
+    "simple": ("common",),
+    "own": ("common", "simple"),
     "live": ("common", "offloading", "simple"),
 }
 

@@ -416,11 +416,11 @@ def test_unsupported_api_is_one_line_and_exit_3(as_json: bool, earlier: bool, mo
                                                capsys: pytest.CaptureFixture[str]) -> None:
     import kvoffload_lab.commands.vllm as command
     import kvoffload_lab.vllm.common.locate as locate
-    import kvoffload_lab.vllm.offloading.build as build
+    import kvoffload_lab.vllm.common.vllm_objects as vllm_objects
 
     install = locate.VllmInstall("0.99.0", Path("/src/vllm"), "--vllm-src")
     monkeypatch.setattr(locate, "locate_vllm", lambda src, simple=False: install)
-    monkeypatch.setattr(build, "warm_up", lambda: None)
+    monkeypatch.setattr(vllm_objects, "warm_up", lambda: None)
     error = "TypeError: NewRequestData.from_request() missing 1 required positional argument: 'prefill_token_ids'"
     before = [CheckerVerdict("lru", "sim", seconds=1.0)] if earlier else []
     monkeypatch.setattr(command, "_run_checkers", lambda *args: [

@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     from kvoffload_lab.vllm.common.runner import format_table, to_json
 
     if checkers:
-        from kvoffload_lab.vllm.offloading.build import warm_up
+        from kvoffload_lab.vllm.common.vllm_objects import warm_up
 
         warm_up()
     setup = time.perf_counter() - started
@@ -193,7 +193,7 @@ def _run_own(args: argparse.Namespace) -> int:
     except VllmNotFound as error:
         raise CommandError(str(error)) from None
     from kvoffload_lab.vllm.common.runner import format_table, to_json
-    from kvoffload_lab.vllm.offloading.build import warm_up
+    from kvoffload_lab.vllm.common.vllm_objects import warm_up
     from kvoffload_lab.vllm.own.runner import run_own_checks
 
     warm_up()

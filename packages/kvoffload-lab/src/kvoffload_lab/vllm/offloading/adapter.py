@@ -33,13 +33,14 @@ The last three were learned from live engines (:mod:`kvoffload_lab.vllm.offloadi
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from kvoffload.lifecycles.invariants import SystemSnapshot
 from kvoffload.offload.types import ConnectorUpdate, SchedulerOutput
 from kvoffload_lab.sim.engine import Engine, EngineConfig, StepReport
 from kvoffload_lab.sim.request import SimRequest
+from kvoffload_lab.vllm.common.vllm_objects import scheduler_output_fields
 from kvoffload_lab.vllm.offloading.build import ConnectorShape, build_connector, shutdown_connector
 from kvoffload_lab.vllm.offloading.compat import PrivateReads
 from kvoffload_lab.vllm.offloading.proxy import RecordingManager
@@ -49,31 +50,6 @@ from kvoffload_lab.vllm.offloading.worker import VLLM_BLOCK_OFFSET, PatternWorke
 def _vllm_blocks(block_ids: Iterable[int]) -> list[int]:
     return [block + VLLM_BLOCK_OFFSET for block in block_ids]
 
-
-def scheduler_output_fields(cls: type, values: dict[str, Any]) -> dict[str, Any]:
-    """The ``values`` dataclass ``cls`` has fields for (the fields of ``SchedulerOutput`` and
-    ``ModelRunnerOutput`` differ by release)."""
-    names = {f.name for f in fields(cls)}
-    return {name: value for name, value in values.items() if name in names}
-
-
-
-def model_runner_output(scheduler_output: Any, sampled: dict[str, list[int]], connector_output: Any) -> Any:
-    """vLLM's ``ModelRunnerOutput`` of one step: each scheduled request's sampled tokens, and the
-    connector's output."""
-    from vllm.v1.outputs import ModelRunnerOutput
-
-    request_ids = list(scheduler_output.num_scheduled_tokens)
-    # 0.34.0 dropped req_id_to_index (the index is the position in req_ids).
-    return ModelRunnerOutput(**scheduler_output_fields(ModelRunnerOutput, {
-        "req_ids": request_ids,
-        "req_id_to_index": {rid: i for i, rid in enumerate(request_ids)},
-        "sampled_token_ids": [sampled[rid] for rid in request_ids],
-        "logprobs": None,
-        "prompt_logprobs_dict": {},
-        "pooler_output": [],
-        "kv_connector_output": connector_output,
-    }))
 
 @dataclass
 class _Tracked:

@@ -16,34 +16,16 @@ id so that :func:`region_files` finds exactly the files one process's connectors
 
 from __future__ import annotations
 
-import atexit
-import json
 import os
-import shutil
-import tempfile
 import uuid
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any
 
+from kvoffload_lab.vllm.common.vllm_objects import LAYER, kv_cache_tensor, model_config
+
 MANAGERS: tuple[str, ...] = ("lru", "arc", "tiering")
 
-# A model small enough that one KV page is a few hundred bytes; vLLM only reads its shape.
-_MODEL_CONFIG = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 2,
-    "head_dim": 32,
-    "num_hidden_layers": 1,
-    "vocab_size": 32000,
-    "max_position_embeddings": 4096,
-    "torch_dtype": "float32",
-}
-LAYER = "model.layers.0.self_attn.attn"
 ENGINE_ID_PREFIX = "kvoffload-check-"
 # Where vLLM's SharedOffloadRegion puts its file (0.26.0 to 0.33.0): {SHM_DIR}/vllm_offload_{engine_id}.mmap.
 SHM_DIR = Path("/dev/shm")
@@ -61,24 +43,6 @@ class ConnectorShape:
     prompt_only: bool = False
 
 
-@cache
-def _model_dir() -> Path:
-    folder = Path(tempfile.mkdtemp(prefix="kvoffload-vllm-model-"))
-    atexit.register(shutil.rmtree, folder, True)
-    (folder / "config.json").write_text(json.dumps(_MODEL_CONFIG))
-    return folder
-
-
-@cache
-def model_config() -> Any:
-    """vLLM's ``ModelConfig`` of the checks' tiny model (the connectors' checks share it)."""
-    # Built once per process: vLLM inspects the architecture in a subprocess (~20 s).
-    from vllm.config import ModelConfig
-
-    folder = str(_model_dir())
-    return ModelConfig(model=folder, tokenizer=folder, skip_tokenizer_init=True, dtype="float32", max_model_len=4096)
-
-
 def _extra_config(manager: str, shape: ConnectorShape, page_bytes: int) -> dict[str, Any]:
     if manager not in MANAGERS:
         raise ValueError(f"unknown manager {manager!r}; known: {', '.join(MANAGERS)}")
@@ -93,20 +57,6 @@ def _extra_config(manager: str, shape: ConnectorShape, page_bytes: int) -> dict[
         extra["secondary_tiers"] = [{"type": "example"}]
         extra["tier_poll_interval_s"] = 0
     return extra
-
-
-def kv_cache_tensor(page_bytes: int, num_blocks: int) -> Any:
-    """One layer's KV tensor; its fields changed after 0.26 (``shared_by`` became ``layers`` plus strides),
-    so they are chosen by the dataclass's own field names."""
-    from dataclasses import fields
-
-    from vllm.v1.kv_cache_interface import KVCacheTensor
-
-    names = {field.name for field in fields(KVCacheTensor)}
-    size = page_bytes * num_blocks
-    if "shared_by" in names:
-        return KVCacheTensor(size=size, shared_by=[LAYER])
-    return KVCacheTensor(size=size, layers=[LAYER], layer_stride=size, block_stride=page_bytes)
 
 
 def build_connector(manager: str, shape: ConnectorShape) -> tuple[Any, Any]:
@@ -159,9 +109,3 @@ def shutdown_connector(connector: Any, vllm_config: Any) -> None:
         connector.shutdown()
     finally:
         _region_file(vllm_config.kv_transfer_config.engine_id).unlink(missing_ok=True)
-
-
-def warm_up() -> None:
-    """Build the model config once (vLLM inspects the architecture in a subprocess), so the
-    checkers' timings do not include it."""
-    model_config()

@@ -38,7 +38,7 @@ from typing import Any
 
 from kvoffload.lifecycles.invariants import Violation
 from kvoffload_lab.vllm.common.connector_actions import step_while_busy
-from kvoffload_lab.vllm.offloading.adapter import model_runner_output
+from kvoffload_lab.vllm.common.vllm_objects import model_runner_output
 from kvoffload_lab.vllm.own.build import OwnShape, build_scheduler, build_worker
 from kvoffload_lab.vllm.simple.compat import SimpleReads
 from kvoffload_lab.vllm.simple.harness import collapse_idle_steps

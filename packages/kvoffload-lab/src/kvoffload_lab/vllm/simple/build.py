@@ -1,7 +1,7 @@
 """vLLM's real ``Scheduler`` with ``SimpleCPUOffloadConnector``, and the connector's worker.
 
-The ``VllmConfig`` is the one :mod:`kvoffload_lab.vllm.offloading.build` uses (a hand-written model
-``config.json``, no weights) with prefix caching on, as the connector requires, and synchronous
+The ``VllmConfig`` is built on the checks' tiny model of :mod:`kvoffload_lab.vllm.common.vllm_objects`
+(a hand-written ``config.json``, no weights) with prefix caching on, as the connector requires, and synchronous
 scheduling, as vLLM's CPU platform forces (:func:`vllm_scheduler`, which
 :mod:`kvoffload_lab.vllm.own` also uses, builds ``AsyncScheduler`` on request). The KV cache is one
 full-attention group; the connector's CPU capacity is given in blocks and passed to it in bytes
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvoffload_lab.vllm.offloading.build import LAYER, kv_cache_tensor, model_config
+from kvoffload_lab.vllm.common.vllm_objects import LAYER, kv_cache_tensor, model_config
 
 MODES: tuple[str, ...] = ("eager", "lazy")
 HEADS, HEAD_SIZE = 2, 32

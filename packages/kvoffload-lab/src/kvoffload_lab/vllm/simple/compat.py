@@ -47,7 +47,7 @@ class SimpleReads:
                       worker_meta: Any) -> Any:
         from vllm.v1.outputs import KVConnectorOutput
 
-        from kvoffload_lab.vllm.offloading.adapter import model_runner_output
+        from kvoffload_lab.vllm.common.vllm_objects import model_runner_output
 
         connector_output = KVConnectorOutput(finished_recving=finished_recving, kv_connector_worker_meta=worker_meta)
         return model_runner_output(output, sampled, connector_output)
