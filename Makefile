@@ -180,10 +180,12 @@ check-vllm-live: $(VLLM_STAMP) $(VLLM026_STAMP)
 FUZZ_WORKLOADS ?= 40
 FUZZ_FIRST_SEED ?= 1000
 FUZZ_MODELS ?= llama,sliding_window,mla
+# sync, or async: the integrations under vLLM's AsyncScheduler (tests/vllm_engine/async_cpu.py).
+FUZZ_SCHEDULING ?= sync
 fuzz-vllm-engine: $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/python -m pip install -q -e '.[test,tiers]'
 	$(VLLM_VENV)/bin/python tests/vllm_engine/fuzz.py --workloads $(FUZZ_WORKLOADS) --first-seed $(FUZZ_FIRST_SEED) \
-	  --models $(FUZZ_MODELS) --json --out .fuzz
+	  --models $(FUZZ_MODELS) --scheduling $(FUZZ_SCHEDULING) --json --out .fuzz
 
 # vLLM's own offloading connectors through kvoffload's checkers (README, "For vLLM developers"):
 # OffloadingConnector on 0.26.0 and 0.33.0, SimpleCPUOffloadConnector on 0.27.0, 0.30.0, 0.33.0;

@@ -80,6 +80,24 @@ def test_a_store_already_built_is_fenced_not_unlisted() -> None:
     assert later.flush == (meta.stores[0].job_id,)
 
 
+def test_a_window_block_given_out_after_its_chunk_was_stored_is_not_stored_from_after_a_reset() -> None:
+    """vLLM frees a stored chunk's window block and gives it to another request, which writes it;
+    a reset then makes every chunk of the running request storable again: its chunk is stored
+    again without that block (found by the real-engine fuzzer under async scheduling)."""
+    s = two_groups()
+    _run_prompt(s, list(BLOCKS))
+    meta = s.build_connector_meta(SchedulerOutput({"r": 1}))
+    assert _stores(meta) == [((1, 2, 3), (10, 20, 11, 21, 12, 22))]
+    s.update_connector_output(WorkerOutput({meta.stores[0].job_id: True}))
+    s.blocks_reassigned({20: "other"}, {WINDOW})
+    s.build_connector_meta(SchedulerOutput({"r": 1}))
+    s.reset_cache()
+    again = s.build_connector_meta(SchedulerOutput({"r": 1}))
+    # Chunk 1 lost its window block (no window groups named here: a chunk naming the null block is
+    # not stored); chunks 2 and 3 kept theirs and are stored again.
+    assert _stores(again) == [((2, 3), (11, 21, 12, 22))]
+
+
 def _mover() -> tuple[BlockMover, torch.Tensor]:
     layer = torch.arange(8 * 4, dtype=torch.float32).reshape(8, 4)
     return BlockMover([layer], 8 * 2, cpu_kernel=False), layer

@@ -20,15 +20,19 @@ The baseline run fixes the prompts (a continuation includes the baseline's outpu
 arrivals at the same step of the same batch. Greedy tokens do not depend on when a request was
 admitted, preempted or reset, so a request that finishes must give exactly the baseline's tokens;
 an aborted one stops at a timing-dependent point, so its tokens and the baseline's must agree up
-to the shorter of the two. The connector calls of every run are recorded (connector_calls.py): a
-``reset_cache`` between an admission and its step's ``build_connector_meta`` is a failure too. On
-a failure the plan is shrunk (whole batches, then requests, then aborts, late arrivals, resets and
-events, each kept out only if the failure stays) and printed with the seed, the first differing
-request and position, and the command that replays it.
+to the shorter of the two. With ``--scheduling async`` (``async_scheduling=True``) the integrations
+run under vLLM's async scheduling (async_cpu.py) against the synchronous baseline: greedy tokens do
+not depend on the scheduling either. The connector calls of every run are recorded
+(connector_calls.py): a ``reset_cache`` between an admission and its step's
+``build_connector_meta`` is a failure too. On a failure the plan is shrunk (whole batches, then
+requests, then aborts, late arrivals, resets and events, each kept out only if the failure stays)
+and printed with the seed, the first differing request and position, and the command that replays
+it.
 
 Run as a script for the long profile (``make fuzz-vllm-engine``)::
 
     python tests/vllm_engine/fuzz.py --workloads 40 --json --models llama,sliding_window,mla
+    python tests/vllm_engine/fuzz.py --workloads 40 --json --scheduling async   # vLLM's AsyncScheduler
     python tests/vllm_engine/fuzz.py --replay plan.json --integration connector
 """
 
@@ -45,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from async_cpu import async_scheduling_on_cpu
 from connector_calls import Call, record_calls
 from fuzz_models import INTEGRATION_KINDS, MODELS, model_dirs, model_for_seed
 
@@ -292,6 +297,8 @@ class RunResult:
     # What the engine's vllm_config and scheduler say: vLLM's hybrid KV cache manager on, its groups.
     hybrid_kv_cache_manager: bool = False
     kv_cache_groups: int = 0
+    # The class of vLLM's scheduler that ran: Scheduler, or AsyncScheduler under async scheduling.
+    scheduler: str = ""
 
 
 Integration = tuple[str, Callable[[Sizes], dict[str, Any] | None]]
@@ -416,11 +423,23 @@ def _run_batch(
     return [tokens[i] for i in ids], [cached[i] for i in ids], [i in aborted for i in ids]
 
 
-def run_plan(model_dir: Path, plan: Plan, config: dict[str, Any] | None, dtype: str = "float32") -> RunResult:
-    """Run ``plan`` in a fresh engine with ``config`` as its kv_transfer_config (None: no offloading)."""
+def run_plan(
+    model_dir: Path, plan: Plan, config: dict[str, Any] | None, dtype: str = "float32", async_scheduling: bool = False
+) -> RunResult:
+    """Run ``plan`` in a fresh engine with ``config`` as its kv_transfer_config (None: no offloading),
+    under vLLM's async scheduling with ``async_scheduling`` (async_cpu.py)."""
+    if not async_scheduling:
+        return _run_plan(model_dir, plan, config, dtype, False)
+    with async_scheduling_on_cpu():
+        return _run_plan(model_dir, plan, config, dtype, True)
+
+
+def _run_plan(
+    model_dir: Path, plan: Plan, config: dict[str, Any] | None, dtype: str, async_scheduling: bool
+) -> RunResult:
     from kvoffload_lab.vllm.common.engine import kvoffload_state
 
-    engine = _engine(model_dir, plan.sizes, config, dtype)
+    engine = _engine(model_dir, plan.sizes, config, dtype, async_scheduling, MODELS[plan.model].attention_backend)
     connector = engine.scheduler_connector
     log = None if connector is None else record_calls(
         connector, lambda: engine.core.scheduler.requests, plan.sizes.block_size
@@ -429,6 +448,7 @@ def run_plan(model_dir: Path, plan: Plan, config: dict[str, Any] | None, dtype: 
     result = RunResult(
         hybrid_kv_cache_manager=not core.vllm_config.scheduler_config.disable_hybrid_kv_cache_manager,
         kv_cache_groups=len(core.scheduler.kv_cache_config.kv_cache_groups),
+        scheduler=type(core.scheduler).__name__,
     )
     try:
         for index, batch in enumerate(plan.batches):
@@ -449,11 +469,14 @@ def run_plan(model_dir: Path, plan: Plan, config: dict[str, Any] | None, dtype: 
     return result
 
 
-def _engine(model_dir: Path, sizes: Sizes, config: dict[str, Any] | None, dtype: str) -> InProcessEngine:
+def _engine(
+    model_dir: Path, sizes: Sizes, config: dict[str, Any] | None, dtype: str, async_scheduling: bool = False,
+    attention_backend: str | None = None,
+) -> InProcessEngine:
     return InProcessEngine(
         model_dir, config, block_size=sizes.block_size, num_gpu_blocks=sizes.num_gpu_blocks,
         max_num_seqs=sizes.max_num_seqs, dtype=dtype, max_num_batched_tokens=sizes.step_tokens,
-        max_model_len=sizes.max_model_len,
+        max_model_len=sizes.max_model_len, async_scheduling=async_scheduling, attention_backend=attention_backend,
     )
 
 
@@ -461,7 +484,7 @@ def materialise(model_dir: Path, workload: Workload, dtype: str = "float32") -> 
     """Run the workload without offloading, batch by batch, fixing each continuation's prompt from
     the baseline's output; returns the plan and the baseline run."""
     sizes = workload.sizes
-    engine = _engine(model_dir, sizes, None, dtype)
+    engine = _engine(model_dir, sizes, None, dtype, attention_backend=MODELS[workload.model].attention_backend)
     baseline = RunResult()
     batches: list[tuple[Request, ...]] = []
     try:
@@ -551,29 +574,34 @@ def _candidates(plan: Plan) -> list[Plan]:
 
 
 def shrink(
-    model_dir: Path, plan: Plan, config: dict[str, Any] | None, budget_s: float, dtype: str = "float32"
+    model_dir: Path, plan: Plan, config: dict[str, Any] | None, budget_s: float, dtype: str = "float32",
+    async_scheduling: bool = False,
 ) -> tuple[Plan, str]:
     """Greedily cut ``plan`` while the integration still differs from the baseline, for at most
     ``budget_s`` seconds; returns the smallest failing plan and its difference."""
     deadline = time.monotonic() + budget_s
-    difference = _difference(model_dir, plan, config, dtype) or "the failure did not repeat"
+    difference = _difference(model_dir, plan, config, dtype, async_scheduling) or "the failure did not repeat"
     progress = True
     while progress and time.monotonic() < deadline:
         progress = False
         for candidate in _candidates(plan):
             if time.monotonic() >= deadline:
                 break
-            found = _difference(model_dir, candidate, config, dtype)
+            found = _difference(model_dir, candidate, config, dtype, async_scheduling)
             if found is not None:
                 plan, difference, progress = candidate, found, True
                 break
     return plan, difference
 
 
-def _difference(model_dir: Path, plan: Plan, config: dict[str, Any] | None, dtype: str) -> str | None:
+def _difference(
+    model_dir: Path, plan: Plan, config: dict[str, Any] | None, dtype: str, async_scheduling: bool = False
+) -> str | None:
+    """How the integration's run of ``plan`` (``async_scheduling``: under it) differs from the
+    synchronous run without offloading (greedy tokens do not depend on the scheduling), or None."""
     try:
         baseline = run_plan(model_dir, plan, None, dtype)
-        run = run_plan(model_dir, plan, config, dtype)
+        run = run_plan(model_dir, plan, config, dtype, async_scheduling)
     except Exception as error:  # a crash of the offloading engine is a finding
         return f"{type(error).__name__}: {error}"
     return first_difference(plan, baseline, run)
@@ -598,11 +626,13 @@ class Finding:
     difference: str
     plan: Plan
     plan_file: Path | None = None
+    async_scheduling: bool = False
 
     def report(self) -> str:
+        scheduling = " --scheduling async" if self.async_scheduling else ""
         replay = (
             f"\nreplay: python tests/vllm_engine/fuzz.py --replay {self.plan_file} --integration {self.integration}"
-            if self.plan_file else ""
+            f"{scheduling}" if self.plan_file else ""
         )
         return f"{self.integration} differs on seed {self.seed}: {self.difference}\n{self.plan.describe()}{replay}"
 
@@ -614,9 +644,11 @@ def fuzz_seed(
     shrink_budget_s: float = 120.0,
     out_dir: Path | None = None,
     model: str = "llama",
+    async_scheduling: bool = False,
 ) -> tuple[list[Finding], dict[str, Any]]:
     """Run one seed's workload on ``model`` (built in ``model_dir``) through the baseline and every
-    integration in ``chosen`` that its model is proved with (fuzz_models.MODELS)."""
+    integration in ``chosen`` that its model is proved with (fuzz_models.MODELS), the integrations
+    under vLLM's async scheduling with ``async_scheduling``; the baseline runs synchronously."""
     unknown = [name for name, _ in chosen if name.split(":")[0] not in INTEGRATION_KINDS]
     if unknown:
         raise ValueError(f"integration names {unknown} do not start with one of {sorted(INTEGRATION_KINDS)} and ':'")
@@ -638,11 +670,12 @@ def fuzz_seed(
         "later_turn_hits": {},
         "hybrid_kv_cache_manager": {},
         "kv_cache_groups": {},
+        "schedulers": {},
     }
     for name, make_config in chosen:
         config = make_config(plan.sizes)
         try:
-            run = run_plan(model_dir, plan, config)
+            run = run_plan(model_dir, plan, config, async_scheduling=async_scheduling)
             difference = first_difference(plan, baseline, run)
             coverage["external_hit_tokens"][name] = run.external_hit_tokens
             coverage["same_step_hits"][name] = len(run.same_step_hits)
@@ -654,6 +687,7 @@ def fuzz_seed(
             coverage["later_turn_hits"][name] = later_turn_hits(baseline, run)
             coverage["hybrid_kv_cache_manager"][name] = run.hybrid_kv_cache_manager
             coverage["kv_cache_groups"][name] = run.kv_cache_groups
+            coverage["schedulers"][name] = run.scheduler
         except Exception as error:  # a crash of the offloading engine is a finding
             difference = f"{type(error).__name__}: {error}"
         if difference is None:
@@ -661,10 +695,11 @@ def fuzz_seed(
         # No budget: the whole plan (shrinking reruns the baseline and the integration at least once).
         small = plan
         if shrink_budget_s > 0:
-            small, difference = shrink(model_dir, plan, config, shrink_budget_s)
-        finding = Finding(seed, name, difference, small)
+            small, difference = shrink(model_dir, plan, config, shrink_budget_s, async_scheduling=async_scheduling)
+        finding = Finding(seed, name, difference, small, async_scheduling=async_scheduling)
         if out_dir is not None:
-            finding.plan_file = out_dir / f"fuzz-seed{seed}-{name.replace(':', '-')}.json"
+            scheduling = "-async" if async_scheduling else ""
+            finding.plan_file = out_dir / f"fuzz-seed{seed}-{name.replace(':', '-')}{scheduling}.json"
             finding.plan_file.write_text(json.dumps(small.to_json()))
         findings.append(finding)
     return findings, coverage
@@ -680,6 +715,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--models", default=",".join(MODELS), help=f"comma-separated, each seed runs one of them: {', '.join(MODELS)}"
+    )
+    parser.add_argument(
+        "--scheduling", choices=("sync", "async"), default="sync",
+        help="vLLM's scheduling for the integrations' runs (async: AsyncScheduler, async_cpu.py)",
     )
     parser.add_argument("--out", type=Path, default=Path(".fuzz"), help="where failing plans are written")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -699,10 +738,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"fuzz: unknown --integration {args.integration!r}; known: {names}", file=sys.stderr)
             return 2
     model_dir = model_dirs(args.out)
+    async_scheduling = args.scheduling == "async"
     if args.replay:
         plan = Plan.from_json(json.loads(args.replay.read_text()))
         differences = [
-            (name, _difference(model_dir(plan.model), plan, make(plan.sizes), "float32")) for name, make in chosen
+            (name, _difference(model_dir(plan.model), plan, make(plan.sizes), "float32", async_scheduling))
+            for name, make in chosen
         ]
         failures = [f"{name}: {difference}" for name, difference in differences if difference]
         print("\n".join(failures) or "no difference")
@@ -716,7 +757,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     reached = dict.fromkeys((*EVENT_KINDS, "late_arrivals", "same_step_hits", "preempted_same_step_loads"), 0)
     for seed in range(args.first_seed, args.first_seed + args.workloads):
         model = model_for_seed(seed, models)
-        found, coverage = fuzz_seed(model_dir(model), seed, chosen, out_dir=args.out, model=model)
+        found, coverage = fuzz_seed(
+            model_dir(model), seed, chosen, out_dir=args.out, model=model, async_scheduling=async_scheduling
+        )
         for kind, count in coverage["events"].items():
             reached[kind] += count
         reached["late_arrivals"] += coverage["late_arrivals"]
@@ -731,6 +774,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "integration_runs": runs,
         "integrations": [name for name, _ in chosen],
         "models": list(models),
+        "scheduling": args.scheduling,
         "findings": [{"seed": f.seed, "integration": f.integration, "difference": f.difference} for f in findings],
         "reached": reached,
         "seconds": round(time.monotonic() - started, 1),

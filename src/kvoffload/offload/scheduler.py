@@ -1018,25 +1018,24 @@ class OffloadingScheduler:
         An engine frees the blocks of some groups while a request runs (vLLM frees sliding-window
         blocks that left the window); a freed block keeps its KV until it is given out again, so the
         request may still store it, but not once another owner may write it. Every position of a
-        ``groups`` group in a request's chunks not yet stored that names one of these blocks now
-        holds the null block, so that chunk is never stored."""
+        ``groups`` group in a request's chunks that names one of these blocks now holds the null
+        block, so that chunk is never stored whole. The chunks already stored are included: a reset
+        or a failed store makes them storable again, and their store must not read the block its
+        new owner wrote."""
         null = self._null_block
         if null is None:
             raise ValueError("blocks_reassigned needs OffloadConfig.null_block")
         if not owners:
             return
         kv_groups = self.config.kv_groups
-        per_chunk = self._gpu_blocks_per_chunk
         for tracker in self._trackers.values():
             blocks = tracker.gpu_block_ids
-            for index in range(tracker.stored_chunks * per_chunk, len(blocks)):
-                block = blocks[index]
-                if (
-                    index % kv_groups in groups
-                    and block in owners
-                    and owners[block] != tracker.request_id
-                ):
-                    blocks[index] = null
+            request_id = tracker.request_id
+            for group in groups:
+                for index in range(group, len(blocks), kv_groups):
+                    owner = owners.get(blocks[index], request_id)
+                    if owner != request_id:
+                        blocks[index] = null
 
     def _fence_check(self, block_ids: Iterable[int]) -> None:
         fence = self._fence

