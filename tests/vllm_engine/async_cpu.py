@@ -29,8 +29,9 @@ from typing import Any
 import pytest
 
 
-class _HostEvent:
-    """``torch.cuda.Event`` on the CPU: every operation already happened."""
+class _HostOrder:
+    """``torch.cuda.Stream`` and ``torch.cuda.Event`` on the CPU: every operation has completed when
+    it returns, so there is nothing to order, record or wait for."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         pass
@@ -41,19 +42,6 @@ class _HostEvent:
     def wait(self, *args: Any, **kwargs: Any) -> None:
         pass
 
-    def synchronize(self) -> None:
-        pass
-
-    def query(self) -> bool:
-        return True
-
-
-class _HostStream:
-    """``torch.cuda.Stream`` on the CPU: one order, the calling thread's."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
     def wait_stream(self, *args: Any, **kwargs: Any) -> None:
         pass
 
@@ -62,6 +50,9 @@ class _HostStream:
 
     def synchronize(self) -> None:
         pass
+
+    def query(self) -> bool:
+        return True
 
 
 @contextlib.contextmanager
@@ -81,8 +72,8 @@ def async_scheduling_on_cpu() -> Iterator[None]:
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(CpuPlatform, "check_and_update_config", classmethod(keep_async_scheduling))
-        patch.setattr(torch.cuda, "Event", _HostEvent)
-        patch.setattr(torch.cuda, "Stream", _HostStream)
-        patch.setattr(torch.cuda, "current_stream", lambda *args, **kwargs: _HostStream())
+        patch.setattr(torch.cuda, "Event", _HostOrder)
+        patch.setattr(torch.cuda, "Stream", _HostOrder)
+        patch.setattr(torch.cuda, "current_stream", lambda *args, **kwargs: _HostOrder())
         patch.setattr(torch.cuda, "stream", lambda stream=None: contextlib.nullcontext())
         yield
